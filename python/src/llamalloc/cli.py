@@ -1,0 +1,70 @@
+"""The `llamalloc` command. Each subcommand is a module in llamalloc.commands that defines `command`,
+a click command (or `commands`, a list of them); they are found here, so parts never edit this file."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+
+from . import __version__, commands as _commands_pkg
+from .errors import UserError
+
+
+def _load_commands() -> list[click.Command]:
+    found = []
+    for info in sorted(pkgutil.iter_modules(_commands_pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{_commands_pkg.__name__}.{info.name}")
+        if hasattr(mod, "command"):
+            found.append(mod.command)
+        found.extend(getattr(mod, "commands", []))
+    return found
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="llamalloc")
+def cli() -> None:
+    """llamalloc: a learned, lifetime-aware huge-page allocator.
+
+    \b
+      llamalloc record -o server.prof -- ./server      sampled lifetime profile
+      llamalloc train server.prof -o server.model      train the lifetime model
+      llamalloc run --model server.model -- ./server   run with the allocator and the model
+      llamalloc trace -o server.trace -- ./server      every malloc/free
+      llamalloc simulate server.trace --policy P       what-if replay
+      llamalloc bench                                  workloads under every allocator
+      llamalloc report / llamalloc demo
+    """
+
+
+for _c in _load_commands():
+    cli.add_command(_c)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="llamalloc", standalone_mode=False)
+        return 0
+    except click.exceptions.Abort:
+        click.echo("llamalloc: interrupted", err=True)
+        return 130
+    except click.exceptions.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except UserError as e:
+        click.echo(f"llamalloc: error: {e}", err=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo("llamalloc: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
