@@ -1,0 +1,196 @@
+#include "sim/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace llamalloc::sim {
+
+std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source) {
+  source.Rewind();
+  std::vector<uint8_t> classes;
+  classes.reserve(source.event_count_hint());
+  struct Pending {
+    uint64_t alloc_index = 0;
+    uint64_t time_ns = 0;
+  };
+  FlatMap<Pending> live(source.event_count_hint() / 4 + 1024);
+  Event e;
+  auto end_object = [&](uint64_t address, uint64_t time_ns) {
+    Pending p;
+    if (live.Erase(address, &p)) classes[p.alloc_index] = LifetimeClassOf(time_ns - p.time_ns);
+  };
+  auto begin_object = [&](uint64_t address, uint64_t time_ns) {
+    // Mirror the engine: an address allocated while live ends the old object first.
+    end_object(address, time_ns);
+    live.Put(address, Pending{classes.size(), time_ns});
+    classes.push_back(kNeverFreedClass);
+  };
+  while (source.Next(&e)) {
+    switch (e.kind) {
+      case EventKind::kAlloc:
+        if (e.address != 0) begin_object(e.address, e.time_ns);
+        break;
+      case EventKind::kFree:
+        end_object(e.address, e.time_ns);
+        break;
+      case EventKind::kRealloc:
+        if (e.old_address != 0) end_object(e.old_address, e.time_ns);
+        if (e.address != 0) begin_object(e.address, e.time_ns);
+        break;
+    }
+  }
+  source.Rewind();
+  return classes;
+}
+
+Engine::Engine(Policy& policy, EngineOptions options, uint64_t expected_live_objects)
+    : policy_(policy), options_(options), live_(std::max<uint64_t>(expected_live_objects, 1024)) {
+  if (options_.interval_ns == 0) options_.interval_ns = 10'000'000;
+  extra_columns_ = policy_.extra_columns();
+  summary_.policy = policy_.name();
+}
+
+void Engine::TakeSample(uint64_t time_ns) {
+  TimelineSample s;
+  s.time_ns = time_ns;
+  s.live_bytes = live_bytes_;
+  s.extra.assign(extra_columns_.size(), kMissing);
+  policy_.Sample(time_ns, s.extra);
+  // Sampled after Sample(): a policy may do periodic work there (meshing) that changes its footprint.
+  s.footprint_bytes = policy_.footprint_bytes();
+  timeline_.push_back(std::move(s));
+}
+
+void Engine::SampleUpTo(uint64_t time_ns) {
+  // Samples at every boundary k * interval that the trace clock has reached: each shows the state
+  // just before the first event at or after it.
+  while (next_sample_ns_ <= time_ns) {
+    policy_.AdvanceTime(next_sample_ns_);
+    TakeSample(next_sample_ns_);
+    next_sample_ns_ += options_.interval_ns;
+  }
+}
+
+void Engine::NoteFootprint(uint64_t time_ns) {
+  uint64_t footprint = policy_.footprint_bytes();
+  if (footprint > summary_.peak_footprint_bytes) {
+    summary_.peak_footprint_bytes = footprint;
+    summary_.peak_footprint_time_ns = time_ns;
+  }
+}
+
+void Engine::Allocate(const Event& event, uint64_t address, uint64_t size_bytes) {
+  if (live_.Find(address) != nullptr) {
+    // The trace lost the free of the previous object at this address; end it here.
+    ++summary_.reused_live_addresses;
+    FreeObject(event.time_ns, address);
+  }
+  ObjectAlloc object;
+  object.time_ns = event.time_ns;
+  object.address = address;
+  object.size_bytes = size_bytes;
+  object.alignment_bytes = event.alignment_bytes;
+  object.thread = event.thread;
+  object.stack_id = event.stack_id;
+  if (lifetime_classes_ != nullptr && alloc_index_ < lifetime_classes_->size()) {
+    object.lifetime_class = (*lifetime_classes_)[alloc_index_];
+  }
+  ++alloc_index_;
+  live_.Put(address, LiveObject{size_bytes});
+  live_bytes_ += size_bytes;
+  summary_.peak_live_bytes = std::max(summary_.peak_live_bytes, live_bytes_);
+  policy_.Allocate(object);
+}
+
+void Engine::FreeObject(uint64_t time_ns, uint64_t address) {
+  LiveObject object;
+  if (!live_.Erase(address, &object)) {
+    ++summary_.unknown_frees;
+    return;
+  }
+  live_bytes_ -= object.size_bytes;
+  policy_.Free(time_ns, address, object.size_bytes);
+}
+
+void Engine::Process(const Event& event) {
+  if (!started_) {
+    started_ = true;
+    summary_.first_time_ns = event.time_ns;
+    next_sample_ns_ = event.time_ns - event.time_ns % options_.interval_ns;
+  }
+  // A trace merged from several threads may step back a little; time never runs backwards here.
+  uint64_t time_ns = std::max(event.time_ns, summary_.last_time_ns);
+  summary_.last_time_ns = time_ns;
+  SampleUpTo(time_ns);
+  policy_.AdvanceTime(time_ns);
+  ++summary_.events;
+  switch (event.kind) {
+    case EventKind::kAlloc:
+      ++summary_.allocs;
+      if (event.address != 0) Allocate(event, event.address, event.size_bytes);
+      break;
+    case EventKind::kFree:
+      ++summary_.frees;
+      if (event.address == 0) {
+        ++summary_.null_frees;
+      } else {
+        FreeObject(time_ns, event.address);
+      }
+      break;
+    case EventKind::kRealloc:
+      ++summary_.reallocs;
+      if (event.old_address != 0) FreeObject(time_ns, event.old_address);
+      if (event.address != 0) Allocate(event, event.address, event.size_bytes);
+      break;
+  }
+  NoteFootprint(time_ns);
+}
+
+void Engine::Finish() {
+  if (!started_) return;
+  policy_.AdvanceTime(summary_.last_time_ns);
+  if (timeline_.empty() || timeline_.back().time_ns != summary_.last_time_ns) {
+    TakeSample(summary_.last_time_ns);
+  }
+  summary_.final_live_bytes = live_bytes_;
+  summary_.final_footprint_bytes = timeline_.back().footprint_bytes;
+  NoteFootprint(summary_.last_time_ns);
+  double ratio_sum = 0, footprint_sum = 0, live_sum = 0;
+  uint64_t n = 0;
+  for (const TimelineSample& s : timeline_) {
+    if (s.live_bytes == 0) continue;
+    ratio_sum += static_cast<double>(s.footprint_bytes) / static_cast<double>(s.live_bytes);
+    footprint_sum += static_cast<double>(s.footprint_bytes);
+    live_sum += static_cast<double>(s.live_bytes);
+    ++n;
+  }
+  summary_.average_fragmentation_ratio = n ? ratio_sum / static_cast<double>(n) : 0.0;
+  summary_.mean_footprint_over_mean_live = live_sum > 0 ? footprint_sum / live_sum : 0.0;
+  summary_.final_fragmentation_ratio =
+      live_bytes_ ? static_cast<double>(summary_.final_footprint_bytes) / static_cast<double>(live_bytes_)
+                  : 0.0;
+}
+
+RunResult Replay(EventSource& source, Policy& policy, EngineOptions options) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<uint8_t> classes;
+  if (policy.needs_lifetime_classes()) classes = ComputeLifetimeClasses(source);
+  source.Rewind();
+  Engine engine(policy, options, source.event_count_hint() / 4);
+  if (policy.needs_lifetime_classes()) engine.set_lifetime_classes(&classes);
+  Event e;
+  while (source.Next(&e)) engine.Process(e);
+  engine.Finish();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  RunResult result;
+  result.summary = engine.summary();
+  result.summary.replay_seconds = seconds;
+  result.summary.events_per_second = seconds > 0 ? static_cast<double>(result.summary.events) / seconds : 0;
+  result.extra_columns = engine.extra_columns();
+  result.timeline = engine.timeline();
+  result.extras = policy.summary_extras();
+  result.extra_json = policy.summary_json();
+  return result;
+}
+
+}  // namespace llamalloc::sim

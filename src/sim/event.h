@@ -1,0 +1,46 @@
+// The simulator's view of one traced allocator event, independent of the trace file's layout.
+// The trace reader (trace_reader.h) turns the on-disk records into these; tests build them by hand.
+#pragma once
+
+#include <cstdint>
+
+namespace llamalloc::sim {
+
+enum class EventKind : uint8_t {
+  kAlloc,    // malloc, calloc, new, aligned_alloc, posix_memalign, memalign
+  kFree,     // free, delete (size is not trusted: the live table knows it)
+  kRealloc,  // old_address freed, address allocated with size_bytes (either may be 0)
+};
+
+struct Event {
+  uint64_t time_ns = 0;       // trace clock, nanoseconds since the trace started
+  EventKind kind = EventKind::kAlloc;
+  uint64_t address = 0;       // the object (new object for realloc)
+  uint64_t old_address = 0;   // realloc only: the object given back
+  uint64_t size_bytes = 0;    // requested size (alloc, realloc)
+  uint32_t alignment_bytes = 0;  // 0 = the allocator's default
+  uint32_t thread = 0;
+  uint32_t stack_id = 0;
+};
+
+// One numbering everywhere (docs/architecture.md): class c holds lifetimes < 10 ms * 10^c for c < 6,
+// class 6 is ">= 1000 s" and class 7 "never freed".
+inline constexpr int kLifetimeClassCount = 8;
+inline constexpr uint8_t kNeverFreedClass = 7;
+
+inline uint8_t LifetimeClassOf(uint64_t lifetime_ns) {
+  uint64_t bound_ns = 10'000'000;  // 10 ms
+  for (uint8_t c = 0; c < 6; ++c, bound_ns *= 10) {
+    if (lifetime_ns < bound_ns) return c;
+  }
+  return 6;
+}
+
+// The lifetime class window of class c in nanoseconds (its upper bound; class 6 and 7 have none).
+inline uint64_t LifetimeClassBoundNs(uint8_t lifetime_class) {
+  uint64_t bound_ns = 10'000'000;
+  for (uint8_t c = 0; c < lifetime_class && c < 6; ++c) bound_ns *= 10;
+  return bound_ns;
+}
+
+}  // namespace llamalloc::sim

@@ -1,0 +1,43 @@
+#include "sim/policies.h"
+
+#include <stdexcept>
+
+#include "sim/mesh_policy.h"
+#include "sim/page_policy.h"
+#include "sim/tcmalloc_policy.h"
+
+namespace llamalloc::sim {
+
+std::vector<std::string> PolicyNames() {
+  return {"pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime"};
+}
+
+std::vector<std::string> ExpandPolicyName(const std::string& name) {
+  if (name == "mesh") return {"mesh-4k", "mesh-2m"};
+  for (const std::string& known : PolicyNames()) {
+    if (known == name) return {name};
+  }
+  std::string list;
+  for (const std::string& known : PolicyNames()) list += (list.empty() ? "" : ", ") + known;
+  throw std::invalid_argument("unknown policy '" + name + "' (known: " + list + ", mesh)");
+}
+
+std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings& settings) {
+  if (name == "pages-4k") return std::make_unique<PagePolicy>(12);
+  if (name == "pages-2m") return std::make_unique<PagePolicy>(21);
+  if (name == "mesh-4k" || name == "mesh-2m") {
+    MeshOptions o;
+    o.account_huge_pages = name == "mesh-2m";
+    o.mesh_period_ns = settings.mesh_period_ns;
+    o.seed = settings.seed;
+    return std::make_unique<MeshPolicy>(o);
+  }
+  if (name == "tcmalloc" || name == "tcmalloc-lifetime") {
+    TcmallocOptions o;
+    o.lifetime_aware = name == "tcmalloc-lifetime";
+    return std::make_unique<TcmallocPolicy>(o);
+  }
+  throw std::invalid_argument("unknown policy '" + name + "'");
+}
+
+}  // namespace llamalloc::sim

@@ -1,0 +1,24 @@
+// The policy names `llamalloc simulate --policy` accepts, and their construction.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/policy.h"
+
+namespace llamalloc::sim {
+
+struct PolicySettings {
+  uint64_t seed = 1;
+  uint64_t mesh_period_ns = 100'000'000;
+  std::vector<uint64_t> snapshot_times_ns;  // heap snapshots (llama policies)
+};
+
+// All accepted names, in the order they are documented.
+std::vector<std::string> PolicyNames();
+// Expands aliases ("mesh" = mesh-4k and mesh-2m). Throws std::invalid_argument for an unknown name.
+std::vector<std::string> ExpandPolicyName(const std::string& name);
+std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings& settings);
+
+}  // namespace llamalloc::sim

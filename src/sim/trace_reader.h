@@ -1,0 +1,58 @@
+// Reads a trace file (docs/formats/trace.md; structs in src/profiler/trace_format.h) as an
+// EventSource. The whole file is checked when it is opened, so a truncated, foreign or corrupt
+// trace fails before any replay with one line naming the byte offset where it broke.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sim/engine.h"
+
+namespace llamalloc::sim {
+
+// A bad input file: what() is one line, "<path>: <problem>".
+class FormatError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class TraceReader final : public EventSource {
+ public:
+  explicit TraceReader(const std::string& path);
+  ~TraceReader() override;
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
+  bool Next(Event* event) override;
+  void Rewind() override;
+  uint64_t event_count_hint() const override { return event_count_; }
+
+  uint64_t event_count() const { return event_count_; }
+  uint64_t start_mono_ns() const { return start_mono_ns_; }
+  // Whether the file's events were not in time order (threads flush their buffers separately) and
+  // the reader replays them through a sorted index instead.
+  bool reordered() const { return !order_.empty(); }
+
+ private:
+  [[noreturn]] void Fail(uint64_t offset, const std::string& problem) const;
+  const void* EventAt(uint64_t index) const;
+
+  std::string path_;
+  const unsigned char* data_ = nullptr;
+  uint64_t size_bytes_ = 0;
+  uint64_t start_mono_ns_ = 0;
+  struct Chunk {
+    uint64_t offset;  // of the first TraceEvent
+    uint64_t first_index;
+    uint64_t count;
+  };
+  std::vector<Chunk> chunks_;
+  std::vector<uint32_t> order_;  // sorted replay order when the file is not in time order
+  uint64_t event_count_ = 0;
+  uint64_t next_ = 0;
+  size_t chunk_ = 0;
+};
+
+}  // namespace llamalloc::sim
