@@ -1,0 +1,449 @@
+// word-count: the data-processing pipeline of papers/000 section 9, in one process with many threads.
+//
+// A generated corpus is counted in rounds. Each round runs four stages, each on a fresh set of threads:
+//   generate  the round's shards of text (temporary),
+//   tokenize  each shard into words (temporary, the round's peak), while the round's summary, a long-lived
+//             stage output, is allocated (papers/000: "long-lived outputs of a stage are allocated while the heap
+//             contains a large amount of temporary data from an active stage"),
+//   combine   the words of each shard into a local count table, then split it by partition (the shuffle),
+//   reduce    each partition into its global table: the long-lived result, grown while the shuffle buffers are
+//             at their peak.
+// At the end it prints one JSON line: totals, an order-independent checksum of all counts and the top words.
+// The corpus can be written out (--dump-corpus) so that a test recounts it independently.
+//
+// WORDCOUNT_REVISION=2 builds the second revision: renamed namespaces and functions and a refactored
+// tokenizer, the way a later release differs (papers/000 Table 2).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#ifndef WORDCOUNT_REVISION
+#define WORDCOUNT_REVISION 1
+#endif
+
+#if WORDCOUNT_REVISION >= 2
+#define WC_NAMESPACE wc_r2
+#else
+#define WC_NAMESPACE wordcount
+#endif
+
+namespace WC_NAMESPACE {
+
+// ---------------------------------------------------------------------------------------------------------
+namespace util {
+
+inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+inline std::uint64_t fnv1a64(std::string_view text) {
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+// Runs body(worker) on `threads` fresh threads and joins them: each stage gets its own threads, as the
+// stages of a dataflow runtime do, so thread-local allocator state comes and goes with them.
+template <typename Body>
+void run_on_threads(int threads, Body&& body) {
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (int worker = 0; worker < threads; ++worker) pool.emplace_back([&body, worker] { body(worker); });
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace util
+
+// ---------------------------------------------------------------------------------------------------------
+namespace corpus {
+
+struct Config {
+  std::uint64_t seed = 42;
+  std::size_t vocabulary_words = 200000;
+  std::size_t words_per_shard = 80000;
+};
+
+// Words come from a fixed vocabulary chosen with a Zipf-like skew, with some capitalised and some followed by
+// punctuation, so that tokenizing is real work and a few words dominate (as in natural text).
+class Generator {
+ public:
+  explicit Generator(const Config& config) : config_(config) {
+    vocabulary_.reserve(config_.vocabulary_words);
+    for (std::size_t i = 0; i < config_.vocabulary_words; ++i) vocabulary_.push_back(make_word(i));
+  }
+
+  std::string shard(std::uint64_t shard_id) const {
+    std::string text;
+    text.reserve(config_.words_per_shard * 8);
+    std::uint64_t state = util::splitmix64(config_.seed ^ (shard_id * 0x100000001b3ull));
+    for (std::size_t i = 0; i < config_.words_per_shard; ++i) {
+      state = util::splitmix64(state);
+      // u^3 skews towards small indices: a handful of very frequent words and a long tail.
+      double u = static_cast<double>(state >> 11) * (1.0 / 9007199254740992.0);
+      auto index = static_cast<std::size_t>(u * u * u * static_cast<double>(vocabulary_.size()));
+      const std::string& word = vocabulary_[std::min(index, vocabulary_.size() - 1)];
+      const unsigned decoration = static_cast<unsigned>(state & 0xff);
+      if (decoration < 20) {
+        text.push_back(static_cast<char>(word[0] - 'a' + 'A'));
+        text.append(word, 1);
+      } else {
+        text.append(word);
+      }
+      if (decoration % 17 == 3) text.push_back(',');
+      if (decoration % 29 == 5) text.push_back('.');
+      text.push_back(i % 12 == 11 ? '\n' : ' ');
+    }
+    return text;
+  }
+
+ private:
+  std::string make_word(std::size_t index) const {
+    std::uint64_t h = util::splitmix64(config_.seed * 31 + index);
+    std::size_t length = 2 + h % 9;
+    std::string word;
+    for (std::size_t i = 0; i < length; ++i) {
+      h = util::splitmix64(h);
+      word.push_back(static_cast<char>('a' + h % 26));
+    }
+    return word;
+  }
+
+  Config config_;
+  std::vector<std::string> vocabulary_;
+};
+
+}  // namespace corpus
+
+// ---------------------------------------------------------------------------------------------------------
+namespace stages {
+
+using Tokens = std::vector<std::string>;
+using CountTable = std::unordered_map<std::string, std::uint64_t>;
+using PartitionBuffer = std::vector<std::pair<std::string, std::uint64_t>>;
+
+inline bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+inline char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+#if WORDCOUNT_REVISION >= 2
+// Revision 2 splits on views first and lowercases while copying.
+std::vector<std::string_view> split_letter_runs(std::string_view text) {
+  std::vector<std::string_view> runs;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && !is_letter(text[i])) ++i;
+    std::size_t start = i;
+    while (i < text.size() && is_letter(text[i])) ++i;
+    if (i > start) runs.push_back(text.substr(start, i - start));
+  }
+  return runs;
+}
+
+Tokens extract_words(std::string_view text) {
+  Tokens tokens;
+  for (std::string_view run : split_letter_runs(text)) {
+    std::string word(run.size(), '\0');
+    std::transform(run.begin(), run.end(), word.begin(), to_lower);
+    tokens.push_back(std::move(word));
+  }
+  return tokens;
+}
+#else
+Tokens tokenize(std::string_view text) {
+  Tokens tokens;
+  std::string current;
+  for (char c : text) {
+    if (is_letter(c)) {
+      current.push_back(to_lower(c));
+    } else if (!current.empty()) {
+      tokens.push_back(current);
+      current.clear();
+    }
+  }
+  if (!current.empty()) tokens.push_back(current);
+  return tokens;
+}
+#endif
+
+CountTable combine(const Tokens& tokens) {
+  CountTable table;
+  for (const std::string& token : tokens) ++table[token];
+  return table;
+}
+
+std::size_t partition_of(std::string_view word, std::size_t partitions) {
+  return util::fnv1a64(word) % partitions;
+}
+
+}  // namespace stages
+
+// ---------------------------------------------------------------------------------------------------------
+namespace pipeline {
+
+// What a round leaves behind for the final report: allocated during the tokenize stage, kept to the end.
+struct RoundSummary {
+  int round = 0;
+  std::uint64_t words = 0;
+  std::vector<std::string> longest_words;  // per shard, the longest token seen
+  std::map<std::size_t, std::uint64_t> length_histogram;
+};
+
+template <typename Table>
+class PartitionedTable {
+ public:
+  explicit PartitionedTable(std::size_t partitions) : partitions_(partitions) {}
+  std::size_t partitions() const { return partitions_.size(); }
+  Table& partition(std::size_t i) { return partitions_[i]; }
+  const Table& partition(std::size_t i) const { return partitions_[i]; }
+
+ private:
+  std::vector<Table> partitions_;
+};
+
+struct Config {
+  corpus::Config corpus;
+  int rounds = 20;
+  std::size_t shards_per_round = 128;
+  int threads = 64;
+  std::size_t partitions = 32;
+  std::size_t top = 20;
+  std::string dump_corpus_path;
+};
+
+class Pipeline {
+ public:
+  explicit Pipeline(const Config& config)
+      : config_(config), generator_(config.corpus), totals_(config.partitions) {}
+
+  void run() {
+    std::unique_ptr<std::ofstream> dump;
+    if (!config_.dump_corpus_path.empty()) {
+      dump = std::make_unique<std::ofstream>(config_.dump_corpus_path, std::ios::binary | std::ios::trunc);
+      if (!*dump) {
+        std::fprintf(stderr, "word-count: cannot write %s\n", config_.dump_corpus_path.c_str());
+        std::exit(2);
+      }
+    }
+    for (int round = 0; round < config_.rounds; ++round) run_round(round, dump.get());
+  }
+
+  void report(double seconds) const {
+    std::uint64_t words = 0, distinct = 0, checksum = 0;
+    std::vector<std::pair<std::string, std::uint64_t>> all;
+    for (std::size_t p = 0; p < totals_.partitions(); ++p) {
+      for (const auto& [word, count] : totals_.partition(p)) {
+        words += count;
+        ++distinct;
+        checksum += util::fnv1a64(word) * count;
+        all.emplace_back(word, count);
+      }
+    }
+    std::size_t top = std::min(config_.top, all.size());
+    std::partial_sort(all.begin(), all.begin() + top, all.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
+    std::uint64_t summary_words = 0;
+    for (const auto& summary : summaries_) summary_words += summary->words;
+    std::printf("{\"workload\": \"word-count\", \"revision\": %d, \"ok\": %s, \"seconds\": %.3f, "
+                "\"words\": %" PRIu64 ", \"distinct_words\": %" PRIu64 ", \"checksum\": \"%016" PRIx64 "\", "
+                "\"words_per_second\": %.0f, \"rounds\": %d, \"threads\": %d, \"top\": [",
+                WORDCOUNT_REVISION, summary_words == words ? "true" : "false", seconds, words, distinct,
+                checksum, seconds > 0 ? static_cast<double>(words) / seconds : 0.0, config_.rounds,
+                config_.threads);
+    for (std::size_t i = 0; i < top; ++i) {
+      std::printf("%s[\"%s\", %" PRIu64 "]", i ? ", " : "", all[i].first.c_str(), all[i].second);
+    }
+    std::printf("]}\n");
+    std::fflush(stdout);
+  }
+
+  bool consistent() const {
+    std::uint64_t words = 0, summary_words = 0;
+    for (std::size_t p = 0; p < totals_.partitions(); ++p)
+      for (const auto& entry : totals_.partition(p)) words += entry.second;
+    for (const auto& summary : summaries_) summary_words += summary->words;
+    return words == summary_words;
+  }
+
+ private:
+  void run_round(int round, std::ofstream* dump) {
+    const std::size_t shards = config_.shards_per_round;
+    const std::uint64_t first_shard = static_cast<std::uint64_t>(round) * shards;
+    const int threads = config_.threads;
+
+    // Stage 1: generate the round's text.
+    std::vector<std::string> texts(shards);
+    util::run_on_threads(threads, [&](int worker) {
+      for (std::size_t s = worker; s < shards; s += threads) texts[s] = generator_.shard(first_shard + s);
+    });
+    if (dump != nullptr) {
+      for (const std::string& text : texts) dump->write(text.data(), static_cast<std::streamsize>(text.size()));
+    }
+
+    // Stage 2: tokenize. The round summary is filled while every shard's tokens are alive: the peak.
+    std::vector<stages::Tokens> tokens(shards);
+    auto summary = std::make_unique<RoundSummary>();
+    summary->round = round;
+    summary->longest_words.resize(shards);
+    std::mutex summary_mutex;
+    util::run_on_threads(threads, [&](int worker) {
+      for (std::size_t s = worker; s < shards; s += threads) {
+#if WORDCOUNT_REVISION >= 2
+        tokens[s] = stages::extract_words(texts[s]);
+#else
+        tokens[s] = stages::tokenize(texts[s]);
+#endif
+      }
+      std::map<std::size_t, std::uint64_t> histogram;
+      for (std::size_t s = worker; s < shards; s += threads) {
+        const std::string* longest = nullptr;
+        for (const std::string& token : tokens[s]) {
+          ++histogram[token.size()];
+          if (longest == nullptr || token.size() > longest->size()) longest = &token;
+        }
+        if (longest != nullptr) summary->longest_words[s] = *longest;
+      }
+      std::lock_guard<std::mutex> lock(summary_mutex);
+      for (const auto& [length, count] : histogram) {
+        summary->length_histogram[length] += count;
+        summary->words += count;
+      }
+    });
+    texts.clear();
+    texts.shrink_to_fit();
+
+    // Stage 3: combine each shard and split the local table into partitions (the shuffle).
+    const std::size_t partitions = totals_.partitions();
+    std::vector<std::vector<stages::PartitionBuffer>> shuffled(shards, std::vector<stages::PartitionBuffer>(partitions));
+    util::run_on_threads(threads, [&](int worker) {
+      for (std::size_t s = worker; s < shards; s += threads) {
+        stages::CountTable local = stages::combine(tokens[s]);
+        stages::Tokens().swap(tokens[s]);
+        for (auto& [word, count] : local) {
+          shuffled[s][stages::partition_of(word, partitions)].emplace_back(word, count);
+        }
+      }
+    });
+    tokens.clear();
+
+    // Stage 4: reduce each partition into the long-lived totals while the shuffle buffers are alive.
+    util::run_on_threads(threads, [&](int worker) {
+      for (std::size_t p = worker; p < partitions; p += threads) {
+        auto& table = totals_.partition(p);
+        for (std::size_t s = 0; s < shards; ++s) {
+          for (const auto& [word, count] : shuffled[s][p]) table[word] += count;
+        }
+      }
+    });
+    summaries_.push_back(std::move(summary));
+  }
+
+  Config config_;
+  corpus::Generator generator_;
+  PartitionedTable<std::unordered_map<std::string, std::uint64_t>> totals_;
+  std::vector<std::unique_ptr<RoundSummary>> summaries_;
+};
+
+}  // namespace pipeline
+
+// ---------------------------------------------------------------------------------------------------------
+namespace cli {
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "word-count: %s\n", message.c_str());
+  std::fprintf(stderr, "usage: word-count [--scale small|default] [--rounds N] [--shards N] [--words-per-shard N]\n"
+                       "                  [--threads N] [--partitions N] [--top N] [--seed N] [--dump-corpus FILE]\n");
+  std::exit(2);
+}
+
+std::uint64_t number(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  unsigned long long value = std::strtoull(text, &end, 10);
+  if (end == text || *end != '\0' || value == 0) usage_error(flag + ": expected a positive number, got " + text);
+  return value;
+}
+
+pipeline::Config parse(int argc, char** argv) {
+  pipeline::Config config;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) usage_error(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--scale") {
+      std::string scale = value();
+      if (scale == "small") {
+        config.rounds = 2;
+        config.shards_per_round = 16;
+        config.corpus.words_per_shard = 10000;
+        config.corpus.vocabulary_words = 50000;
+        config.threads = 8;
+        config.partitions = 8;
+      } else if (scale != "default") {
+        usage_error("--scale: expected small or default, got " + scale);
+      }
+    } else if (arg == "--rounds") {
+      config.rounds = static_cast<int>(number(arg, value()));
+    } else if (arg == "--shards") {
+      config.shards_per_round = number(arg, value());
+    } else if (arg == "--words-per-shard") {
+      config.corpus.words_per_shard = number(arg, value());
+    } else if (arg == "--threads") {
+      config.threads = static_cast<int>(number(arg, value()));
+    } else if (arg == "--partitions") {
+      config.partitions = number(arg, value());
+    } else if (arg == "--top") {
+      config.top = number(arg, value());
+    } else if (arg == "--seed") {
+      config.corpus.seed = number(arg, value());
+    } else if (arg == "--dump-corpus") {
+      config.dump_corpus_path = value();
+    } else if (arg == "-h" || arg == "--help") {
+      std::printf("word-count: staged word-count pipeline (see docs/workloads.md)\n");
+      std::exit(0);
+    } else {
+      usage_error("unknown option " + arg);
+    }
+  }
+  return config;
+}
+
+}  // namespace cli
+}  // namespace WC_NAMESPACE
+
+int main(int argc, char** argv) {
+  namespace wc = WC_NAMESPACE;
+  wc::pipeline::Config config = wc::cli::parse(argc, argv);
+  auto start = std::chrono::steady_clock::now();
+  wc::pipeline::Pipeline pipeline(config);
+  pipeline.run();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  pipeline.report(seconds);
+  if (!pipeline.consistent()) {
+    std::fprintf(stderr, "word-count: the reduced totals disagree with the tokenized word count\n");
+    return 1;
+  }
+  return 0;
+}
