@@ -167,7 +167,6 @@ void MeshPolicy::AdvanceTime(uint64_t time_ns) {
 
 void MeshPolicy::MeshNow() {
   ++mesh_passes_;
-  meshed_since_sample_ = true;
   for (auto& c : candidates_) c.clear();
   for (uint32_t id = 0; id < spans_.size(); ++id) {
     const Span& s = spans_[id];

@@ -59,6 +59,11 @@ class MeshPolicy final : public Policy {
   uint64_t physical_pages() const { return physical_pages_; }
   uint64_t virtual_pages() const { return virtual_pages_; }
   uint64_t huge_pages_in_use() const { return huge_pages_in_use_; }
+  // The slot a small object occupies in its span (tests set up known occupancy patterns with it).
+  int SlotOf(uint64_t address) const {
+    const Place* p = places_.Find(address);
+    return p == nullptr || p->span == kNone ? -1 : static_cast<int>(p->slot_or_pages);
+  }
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
@@ -104,7 +109,6 @@ class MeshPolicy final : public Policy {
   uint64_t huge_pages_in_use_ = 0;
   uint64_t next_mesh_ns_ = 0;
   bool mesh_clock_started_ = false;
-  bool meshed_since_sample_ = false;
   uint64_t meshes_ = 0;
   uint64_t mesh_passes_ = 0;
   uint64_t pages_released_by_meshing_ = 0;
