@@ -1,0 +1,337 @@
+"""Lifetime profiles: pprof's profile.proto, gzipped (docs/formats/profile.md). This is the one Python reader
+and writer of the format.
+
+    p = llamalloc.profile.load("server.prof")      # Profile; FormatError on a bad file
+    table = llamalloc.profile.samples_table(["a.prof", "b.prof"])   # pyarrow.Table, one row per sample
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from .errors import FormatError
+from .proto import profile_pb2
+from . import trace as _raw
+
+VERSION = 1
+MARKER = "llamalloc-profile"
+LIFETIME_CLASSES = 8
+
+# Sample types, in this order (the contract of docs/formats/profile.md).
+SAMPLE_TYPES = [
+    ("alloc_objects", "count"),
+    ("alloc_space", "bytes"),
+    ("freed_objects", "count"),
+    ("freed_space", "bytes"),
+    ("lifetime_sum", "nanoseconds"),
+    ("lifetime_sumsq", "milliseconds_squared"),
+    ("live_at_exit_objects", "count"),
+    ("live_at_exit_space", "bytes"),
+] + [(f"class_{k}", "count") for k in range(LIFETIME_CLASSES)]
+INDEX = {name: i for i, (name, _) in enumerate(SAMPLE_TYPES)}
+INT64_MAX = (1 << 63) - 1
+
+SITE = struct.Struct("<IIQQQdQQQdQQQQ8Q")  # SiteRecord, 168 bytes
+assert SITE.size == 168
+
+
+@dataclass
+class Frame:
+    function: str
+    file: str
+    line: int
+
+
+@dataclass
+class Location:
+    address: int
+    mapping: int            # index into Profile.mappings, -1 if none
+    frames: list[Frame]     # innermost (inlined) first; empty when not symbolized
+
+
+@dataclass
+class Sample:
+    locations: list[Location]   # innermost first
+    values: dict[str, int]      # by sample type name
+    request_size: int
+    alignment: int
+    min_lifetime_ns: int
+    max_lifetime_ns: int
+
+    @property
+    def stack(self) -> list[str]:
+        """Function names (inlined frames expanded), or "0x<address>" where not symbolized; innermost first."""
+        out: list[str] = []
+        for loc in self.locations:
+            if loc.frames:
+                out.extend(f.function for f in loc.frames)
+            else:
+                out.append(f"0x{loc.address:x}")
+        return out
+
+    @property
+    def class_counts(self) -> list[int]:
+        return [self.values[f"class_{k}"] for k in range(LIFETIME_CLASSES)]
+
+
+@dataclass
+class Profile:
+    path: str
+    program: str
+    build_id: str
+    sample_bytes: int
+    symbolized: bool
+    time_nanos: int
+    duration_nanos: int
+    mappings: list[_raw.Mapping]
+    samples: list[Sample]
+    proto: object  # the profile_pb2.Profile message
+
+
+# ---- writing -------------------------------------------------------------------------------------------------
+
+class _Strings:
+    def __init__(self, table):
+        self.table = table
+        self.index = {s: i for i, s in enumerate(table)}
+        if not table:
+            self.add("")
+
+    def add(self, s: str) -> int:
+        i = self.index.get(s)
+        if i is None:
+            i = len(self.table)
+            self.table.append(s)
+            self.index[s] = i
+        return i
+
+
+def _mapping_index(mappings: list[_raw.Mapping], address: int) -> int:
+    for i, m in enumerate(mappings):
+        if m.memory_start <= address < m.memory_limit:
+            return i
+    return -1
+
+
+def from_raw(raw_path) -> profile_pb2.Profile:
+    """Builds the profile.proto message from the profiler's raw dump (docs/formats/profile.md, "raw dump")."""
+    raw = _raw.read_raw(raw_path, _raw.RAW_PROFILE_MAGIC, _raw.RAW_PROFILE_VERSION, "raw profile dump")
+    p = profile_pb2.Profile()
+    st = _Strings(p.string_table)
+    for name, unit in SAMPLE_TYPES:
+        vt = p.sample_type.add()
+        vt.type, vt.unit = st.add(name), st.add(unit)
+    p.default_sample_type = st.add("alloc_space")
+    p.period_type.type, p.period_type.unit = st.add("space"), st.add("bytes")
+    p.period = raw.header.sample_bytes
+    p.time_nanos = raw.header.start_time_ns
+    end_time_ns, _, sampled, dropped = raw.end
+    p.duration_nanos = max(0, end_time_ns - raw.header.start_time_ns)
+    p.comment.append(st.add(f"{MARKER} v{VERSION}"))
+    p.comment.append(st.add(f"program={raw.program}"))
+    p.comment.append(st.add(f"pid={raw.header.pid}"))
+    p.comment.append(st.add(f"sampled_allocations={sampled} dropped={dropped}"))
+
+    # mapping[0] must be the main binary: the profiler lists it first.
+    mappings = sorted(raw.mappings, key=lambda m: (m.path != raw.program,))
+    for i, m in enumerate(mappings):
+        pm = p.mapping.add()
+        pm.id = i + 1
+        pm.memory_start, pm.memory_limit, pm.file_offset = m.memory_start, m.memory_limit, m.file_offset
+        pm.filename = st.add(m.path)
+        pm.build_id = st.add(m.build_id)
+
+    location_ids: dict[int, int] = {}
+
+    def location(address: int) -> int:
+        lid = location_ids.get(address)
+        if lid is None:
+            lid = len(location_ids) + 1
+            location_ids[address] = lid
+            loc = p.location.add()
+            loc.id, loc.address = lid, address
+            mi = _mapping_index(mappings, address)
+            if mi >= 0:
+                loc.mapping_id = mi + 1
+        return lid
+
+    k_request, k_align = st.add("request_size"), st.add("alignment")
+    k_min, k_max = st.add("min_lifetime"), st.add("max_lifetime")
+    u_bytes, u_ns = st.add("bytes"), st.add("nanoseconds")
+    for payload in raw.sites:
+        f = SITE.unpack_from(payload, 0)
+        (stack_id, align, req, n_alloc, alloc_bytes, weight, n_freed, freed_bytes, lt_sum, lt_sumsq,
+         lt_min, lt_max, live_n, live_bytes) = f[:14]
+        classes = f[14:22]
+        if stack_id not in raw.stacks:
+            raise FormatError(raw_path, f"corrupt: a site refers to stack {stack_id}, which is not in the file")
+        if n_alloc == 0:
+            continue
+        scale = weight / n_alloc  # unbiasing weight of the sampler (1 at one sample per allocation)
+
+        def scaled(x: float) -> int:
+            return min(INT64_MAX, int(round(x * scale)))
+
+        s = p.sample.add()
+        s.location_id.extend(location(a) for a in raw.stacks[stack_id])
+        values = [n_alloc, alloc_bytes, n_freed, freed_bytes, lt_sum, lt_sumsq, live_n, live_bytes, *classes]
+        s.value.extend(scaled(v) for v in values)
+        for key, num, unit in ((k_request, req, u_bytes), (k_align, align, u_bytes),
+                               (k_min, lt_min, u_ns), (k_max, lt_max, u_ns)):
+            lab = s.label.add()
+            lab.key, lab.num, lab.num_unit = key, num, unit
+    return p
+
+
+def write(message: profile_pb2.Profile, out_path) -> None:
+    """Writes the message gzipped, through a temporary file renamed into place."""
+    out = Path(out_path)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(gzip.compress(message.SerializeToString(), mtime=0))
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# ---- reading -------------------------------------------------------------------------------------------------
+
+def load_proto(path) -> profile_pb2.Profile:
+    """The raw profile_pb2.Profile of a llamalloc profile; FormatError for anything else."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise FormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise FormatError(path, "is a directory, not a profile") from None
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror}") from None
+    if data[:2] != b"\x1f\x8b":
+        raise FormatError(path, "not a llamalloc profile (not gzip-compressed profile.proto)")
+    try:
+        body = gzip.decompress(data)
+    except (EOFError, OSError, zlib.error):
+        raise FormatError(path, "truncated or corrupt gzip data") from None
+    p = profile_pb2.Profile()
+    try:
+        p.ParseFromString(body)
+    except DecodeError:
+        raise FormatError(path, "corrupt profile.proto data") from None
+    strings = p.string_table
+    n = len(strings)
+
+    def s(i: int) -> str:
+        if not 0 <= i < n:
+            raise FormatError(path, f"corrupt: string index {i} out of range")
+        return strings[i]
+
+    markers = [s(c) for c in p.comment if s(c).startswith(MARKER + " v")]
+    if not markers:
+        raise FormatError(path, "not a llamalloc profile (no 'llamalloc-profile' version marker; "
+                                "a pprof profile from another tool?)")
+    ver = markers[0][len(MARKER) + 2:]
+    if ver != str(VERSION):
+        raise FormatError(path, f"profile format version {ver}; this llamalloc reads version {VERSION}")
+    types = [(s(t.type), s(t.unit)) for t in p.sample_type]
+    if types != SAMPLE_TYPES:
+        raise FormatError(path, "corrupt: sample types differ from llamalloc-profile v1")
+    return p
+
+
+def load(path) -> Profile:
+    """Reads a llamalloc profile; FormatError on truncated, corrupt, foreign or other-version files."""
+    p = load_proto(path)
+    strings = p.string_table
+    n = len(strings)
+
+    def s(i: int) -> str:
+        if not 0 <= i < n:
+            raise FormatError(path, f"corrupt: string index {i} out of range")
+        return strings[i]
+
+    mappings = [_raw.Mapping(m.memory_start, m.memory_limit, m.file_offset, s(m.build_id), s(m.filename))
+                for m in p.mapping]
+    mapping_index = {m.id: i for i, m in enumerate(p.mapping)}
+    functions = {f.id: (s(f.name), s(f.filename)) for f in p.function}
+    locations: dict[int, Location] = {}
+    for loc in p.location:
+        frames = []
+        for line in loc.line:
+            if line.function_id not in functions:
+                raise FormatError(path, f"corrupt: location {loc.id} refers to a missing function")
+            name, file = functions[line.function_id]
+            frames.append(Frame(name, file, line.line))
+        locations[loc.id] = Location(loc.address, mapping_index.get(loc.mapping_id, -1), frames)
+    label_keys = {}
+    samples = []
+    nvalues = len(SAMPLE_TYPES)
+    for smp in p.sample:
+        if len(smp.value) != nvalues:
+            raise FormatError(path, "corrupt: a sample has the wrong number of values")
+        try:
+            locs = [locations[i] for i in smp.location_id]
+        except KeyError:
+            raise FormatError(path, "corrupt: a sample refers to a missing location") from None
+        labels = {}
+        for lab in smp.label:
+            key = label_keys.get(lab.key)
+            if key is None:
+                key = label_keys[lab.key] = s(lab.key)
+            labels[key] = lab.num
+        samples.append(Sample(locs, dict(zip((t for t, _ in SAMPLE_TYPES), smp.value)),
+                              labels.get("request_size", 0), labels.get("alignment", 0),
+                              labels.get("min_lifetime", 0), labels.get("max_lifetime", 0)))
+    program = ""
+    for c in p.comment:
+        if s(c).startswith("program="):
+            program = s(c)[len("program="):]
+    if not program and mappings:
+        program = mappings[0].path
+    build_id = mappings[0].build_id if mappings else ""
+    symbolized = any(m.has_functions for m in p.mapping)
+    return Profile(str(path), program, build_id, p.period, symbolized, p.time_nanos, p.duration_nanos,
+                   mappings, samples, p)
+
+
+def samples_table(paths):
+    """One row per sample of each profile (columns in docs/formats/profile.md, "samples_table")."""
+    import pyarrow as pa
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    cols: dict[str, list] = {k: [] for k in (
+        "profile", "program", "build_id", "stack", "request_size", "alloc_objects", "alloc_bytes",
+        "freed_objects", "freed_bytes", "lifetime_sum_ns", "live_at_exit_objects", "class_counts",
+        "min_lifetime_ns", "max_lifetime_ns")}
+    for path in paths:
+        prof = load(path)
+        for smp in prof.samples:
+            v = smp.values
+            cols["profile"].append(str(path))
+            cols["program"].append(prof.program)
+            cols["build_id"].append(prof.build_id)
+            cols["stack"].append(smp.stack)
+            cols["request_size"].append(smp.request_size)
+            cols["alloc_objects"].append(v["alloc_objects"])
+            cols["alloc_bytes"].append(v["alloc_space"])
+            cols["freed_objects"].append(v["freed_objects"])
+            cols["freed_bytes"].append(v["freed_space"])
+            cols["lifetime_sum_ns"].append(v["lifetime_sum"])
+            cols["live_at_exit_objects"].append(v["live_at_exit_objects"])
+            cols["class_counts"].append(smp.class_counts)
+            cols["min_lifetime_ns"].append(smp.min_lifetime_ns)
+            cols["max_lifetime_ns"].append(smp.max_lifetime_ns)
+    i64 = pa.int64()
+    schema = pa.schema([
+        ("profile", pa.string()), ("program", pa.string()), ("build_id", pa.string()),
+        ("stack", pa.list_(pa.string())), ("request_size", i64), ("alloc_objects", i64), ("alloc_bytes", i64),
+        ("freed_objects", i64), ("freed_bytes", i64), ("lifetime_sum_ns", i64), ("live_at_exit_objects", i64),
+        ("class_counts", pa.list_(i64)), ("min_lifetime_ns", i64), ("max_lifetime_ns", i64)])
+    return pa.table(cols, schema=schema)

@@ -1,0 +1,391 @@
+// The entry points of libllamalloc_prof.so: malloc and friends, operator new and delete. Each one forwards to
+// the next allocator in the lookup order (dlsym RTLD_NEXT: glibc, or whatever is preloaded after this library)
+// and tells the profiler. A thread-local guard makes every allocation the profiler itself causes (dlsym,
+// pthread_getattr_np, an operator new that calls malloc) go straight through, unrecorded.
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <new>
+
+#include "platform.h"
+#include "profiler.h"
+
+using namespace llamalloc::prof;
+
+namespace {
+
+__thread bool t_guard __attribute__((tls_model("initial-exec")));
+__thread bool t_initialising __attribute__((tls_model("initial-exec")));
+
+class Guard {
+ public:
+  Guard() : was_(t_guard) { t_guard = true; }
+  ~Guard() { t_guard = was_; }
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+ private:
+  bool was_;
+};
+
+using MallocFn = void* (*)(size_t);
+using FreeFn = void (*)(void*);
+using CallocFn = void* (*)(size_t, size_t);
+using ReallocFn = void* (*)(void*, size_t);
+using MemalignFn = void* (*)(size_t, size_t);
+using PosixMemalignFn = int (*)(void**, size_t, size_t);
+using NewFn = void* (*)(size_t);
+using NewNothrowFn = void* (*)(size_t, const std::nothrow_t&);
+using NewAlignFn = void* (*)(size_t, std::align_val_t);
+using NewAlignNothrowFn = void* (*)(size_t, std::align_val_t, const std::nothrow_t&);
+using DeleteFn = void (*)(void*);
+
+struct Next {
+  MallocFn malloc;
+  FreeFn free;
+  CallocFn calloc;
+  ReallocFn realloc;
+  MemalignFn memalign;
+  PosixMemalignFn posix_memalign;
+  MemalignFn aligned_alloc;
+  MallocFn valloc;
+  MallocFn pvalloc;
+};
+Next g_next;
+std::atomic<int> g_state{0};  // 0: not started, 1: resolving, 2: ready
+
+// dlsym allocates (its error buffer, through calloc) before the allocator underneath is known: those few
+// requests are served from this buffer and their frees ignored.
+alignas(64) char g_bootstrap[64 * 1024];
+std::atomic<size_t> g_bootstrap_used{0};
+constexpr size_t kBootstrapHeader = 16;
+
+bool IsBootstrap(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  auto base = reinterpret_cast<uintptr_t>(g_bootstrap);
+  return a >= base && a < base + sizeof(g_bootstrap);
+}
+
+void* BootstrapAlloc(size_t size, size_t alignment) {
+  if (alignment < kBootstrapHeader) alignment = kBootstrapHeader;
+  size_t used = g_bootstrap_used.load();
+  while (true) {
+    size_t start = (used + kBootstrapHeader + alignment - 1) & ~(alignment - 1);
+    size_t end = start + size;
+    if (end > sizeof(g_bootstrap)) return nullptr;
+    if (g_bootstrap_used.compare_exchange_weak(used, end)) {
+      memcpy(g_bootstrap + start - sizeof(size_t), &size, sizeof(size_t));
+      return g_bootstrap + start;  // zeroed: static storage never reused
+    }
+  }
+}
+
+size_t BootstrapSize(const void* p) {
+  size_t size;
+  memcpy(&size, static_cast<const char*>(p) - sizeof(size_t), sizeof(size_t));
+  return size;
+}
+
+template <typename T>
+T Resolve(const char* name) {
+  return reinterpret_cast<T>(dlsym(RTLD_NEXT, name));
+}
+
+void Initialise() {
+  int expected = 0;
+  if (g_state.compare_exchange_strong(expected, 1)) {
+    t_initialising = true;
+    Guard guard;
+    Next n;
+    n.malloc = Resolve<MallocFn>("malloc");
+    n.free = Resolve<FreeFn>("free");
+    n.calloc = Resolve<CallocFn>("calloc");
+    n.realloc = Resolve<ReallocFn>("realloc");
+    n.memalign = Resolve<MemalignFn>("memalign");
+    n.posix_memalign = Resolve<PosixMemalignFn>("posix_memalign");
+    n.aligned_alloc = Resolve<MemalignFn>("aligned_alloc");
+    n.valloc = Resolve<MallocFn>("valloc");
+    n.pvalloc = Resolve<MallocFn>("pvalloc");
+    g_next = n;
+    g_state.store(2, std::memory_order_release);
+    InitProfiler();  // after g_state: from here on, its own allocations go to the allocator underneath
+    t_initialising = false;
+    return;
+  }
+  if (t_initialising) return;  // dlsym calling back into us: the bootstrap buffer serves it
+  while (g_state.load(std::memory_order_acquire) != 2) __builtin_ia32_pause();
+}
+
+inline bool Ready() {
+  if (LLPROF_LIKELY(g_state.load(std::memory_order_acquire) == 2)) return true;
+  Initialise();
+  return g_state.load(std::memory_order_acquire) == 2;
+}
+
+constexpr size_t kDefaultAlignment = alignof(std::max_align_t);
+
+inline void* Allocated(void* p, size_t size, size_t alignment) {
+  if (p != nullptr) OnAlloc(p, size, alignment, 0);
+  return p;
+}
+
+inline void RecordedFree(void* p, void (*release)(void*)) {
+  FreeTicket ticket;
+  BeginFree(p, &ticket);
+  release(p);
+  CommitFree(p, ticket, 0);
+}
+
+void* ReallocImpl(void* old, size_t size) {
+  if (old != nullptr && IsBootstrap(old)) {
+    void* p = malloc(size);
+    if (p != nullptr) {
+      size_t old_size = BootstrapSize(old);
+      memcpy(p, old, old_size < size ? old_size : size);
+    }
+    return p;
+  }
+  if (!Ready()) return BootstrapAlloc(size, kDefaultAlignment);
+  if (t_guard) return g_next.realloc(old, size);
+  Guard guard;
+  if (old == nullptr) return Allocated(g_next.realloc(nullptr, size), size, kDefaultAlignment);
+  FreeTicket ticket;
+  BeginFree(old, &ticket);
+  void* p = g_next.realloc(old, size);
+  if (p == nullptr && size != 0) {
+    AbortFree(ticket);  // the old object is still there
+    return nullptr;
+  }
+  CommitFree(old, ticket, kEventFromRealloc);
+  if (p != nullptr) OnAlloc(p, size, kDefaultAlignment, kEventFromRealloc);
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) void* malloc(size_t size) {
+  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, kDefaultAlignment);
+  if (t_guard) return g_next.malloc(size);
+  Guard guard;
+  return Allocated(g_next.malloc(size), size, kDefaultAlignment);
+}
+
+__attribute__((visibility("default"))) void free(void* p) {
+  if (p == nullptr || LLPROF_UNLIKELY(IsBootstrap(p))) return;
+  if (LLPROF_UNLIKELY(!Ready())) return;  // cannot happen: p came from an allocator we found
+  if (t_guard) return g_next.free(p);
+  Guard guard;
+  RecordedFree(p, g_next.free);
+}
+
+__attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(total, kDefaultAlignment);
+  if (t_guard) return g_next.calloc(n, size);
+  Guard guard;
+  return Allocated(g_next.calloc(n, size), total, kDefaultAlignment);
+}
+
+__attribute__((visibility("default"))) void* realloc(void* old, size_t size) { return ReallocImpl(old, size); }
+
+__attribute__((visibility("default"))) void* reallocarray(void* old, size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return ReallocImpl(old, total);
+}
+
+__attribute__((visibility("default"))) void* memalign(size_t alignment, size_t size) {
+  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, alignment);
+  if (t_guard) return g_next.memalign(alignment, size);
+  Guard guard;
+  return Allocated(g_next.memalign(alignment, size), size, alignment);
+}
+
+__attribute__((visibility("default"))) void* aligned_alloc(size_t alignment, size_t size) {
+  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, alignment);
+  if (t_guard) return g_next.aligned_alloc(alignment, size);
+  Guard guard;
+  return Allocated(g_next.aligned_alloc(alignment, size), size, alignment);
+}
+
+__attribute__((visibility("default"))) int posix_memalign(void** out, size_t alignment, size_t size) {
+  if (LLPROF_UNLIKELY(!Ready())) {
+    *out = BootstrapAlloc(size, alignment);
+    return *out != nullptr ? 0 : ENOMEM;
+  }
+  if (t_guard) return g_next.posix_memalign(out, alignment, size);
+  Guard guard;
+  int rc = g_next.posix_memalign(out, alignment, size);
+  if (rc == 0) Allocated(*out, size, alignment);
+  return rc;
+}
+
+__attribute__((visibility("default"))) void* valloc(size_t size) {
+  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, 4096);
+  if (t_guard) return g_next.valloc(size);
+  Guard guard;
+  return Allocated(g_next.valloc(size), size, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+}
+
+__attribute__((visibility("default"))) void* pvalloc(size_t size) {
+  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, 4096);
+  if (t_guard) return g_next.pvalloc(size);
+  Guard guard;
+  return Allocated(g_next.pvalloc(size), size, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+}
+
+}  // extern "C"
+
+// ---- operator new and delete ----------------------------------------------------------------------------------
+// Forwarded to the next definition (libstdc++'s, which calls malloc, or a peer allocator's own) under the guard,
+// so that a libstdc++ operator new is recorded once, as new, not again as its inner malloc.
+
+namespace {
+
+template <typename Fn>
+Fn NextOperator(std::atomic<Fn>& slot, const char* name) {
+  Fn f = slot.load(std::memory_order_acquire);
+  if (LLPROF_UNLIKELY(f == nullptr)) {
+    Guard guard;
+    f = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+    slot.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+#define LLPROF_NEXT(type, name)                    \
+  ([]() {                                          \
+    static std::atomic<type> slot{nullptr};        \
+    return NextOperator<type>(slot, name);         \
+  }())
+
+template <typename Call>
+void* NewImpl(size_t size, size_t alignment, Call call) {
+  if (!Ready() || t_guard) return call();
+  void* p;
+  {
+    Guard guard;
+    p = call();  // may throw std::bad_alloc: the guard is restored on the way out
+  }
+  Guard guard;
+  return Allocated(p, size, alignment);
+}
+
+template <typename Call>
+void DeleteImpl(void* p, Call call) {
+  if (p == nullptr) return;
+  if (!Ready() || t_guard) return call();
+  Guard guard;
+  FreeTicket ticket;
+  BeginFree(p, &ticket);
+  call();
+  CommitFree(p, ticket, 0);
+}
+
+}  // namespace
+
+#define LLPROF_EXPORT __attribute__((visibility("default")))
+
+LLPROF_EXPORT void* operator new(size_t size) {
+  return NewImpl(size, kDefaultAlignment, [&] { return LLPROF_NEXT(NewFn, "_Znwm")(size); });
+}
+LLPROF_EXPORT void* operator new[](size_t size) {
+  return NewImpl(size, kDefaultAlignment, [&] { return LLPROF_NEXT(NewFn, "_Znam")(size); });
+}
+LLPROF_EXPORT void* operator new(size_t size, const std::nothrow_t& nt) noexcept {
+  return NewImpl(size, kDefaultAlignment,
+                 [&] { return LLPROF_NEXT(NewNothrowFn, "_ZnwmRKSt9nothrow_t")(size, nt); });
+}
+LLPROF_EXPORT void* operator new[](size_t size, const std::nothrow_t& nt) noexcept {
+  return NewImpl(size, kDefaultAlignment,
+                 [&] { return LLPROF_NEXT(NewNothrowFn, "_ZnamRKSt9nothrow_t")(size, nt); });
+}
+LLPROF_EXPORT void* operator new(size_t size, std::align_val_t al) {
+  return NewImpl(size, static_cast<size_t>(al),
+                 [&] { return LLPROF_NEXT(NewAlignFn, "_ZnwmSt11align_val_t")(size, al); });
+}
+LLPROF_EXPORT void* operator new[](size_t size, std::align_val_t al) {
+  return NewImpl(size, static_cast<size_t>(al),
+                 [&] { return LLPROF_NEXT(NewAlignFn, "_ZnamSt11align_val_t")(size, al); });
+}
+LLPROF_EXPORT void* operator new(size_t size, std::align_val_t al, const std::nothrow_t& nt) noexcept {
+  return NewImpl(size, static_cast<size_t>(al), [&] {
+    return LLPROF_NEXT(NewAlignNothrowFn, "_ZnwmSt11align_val_tRKSt9nothrow_t")(size, al, nt);
+  });
+}
+LLPROF_EXPORT void* operator new[](size_t size, std::align_val_t al, const std::nothrow_t& nt) noexcept {
+  return NewImpl(size, static_cast<size_t>(al), [&] {
+    return LLPROF_NEXT(NewAlignNothrowFn, "_ZnamSt11align_val_tRKSt9nothrow_t")(size, al, nt);
+  });
+}
+
+using DeleteSizedFn = void (*)(void*, size_t);
+using DeleteNothrowFn = void (*)(void*, const std::nothrow_t&);
+using DeleteAlignFn = void (*)(void*, std::align_val_t);
+using DeleteSizedAlignFn = void (*)(void*, size_t, std::align_val_t);
+using DeleteAlignNothrowFn = void (*)(void*, std::align_val_t, const std::nothrow_t&);
+
+LLPROF_EXPORT void operator delete(void* p) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteFn, "_ZdlPv")(p); });
+}
+LLPROF_EXPORT void operator delete[](void* p) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteFn, "_ZdaPv")(p); });
+}
+LLPROF_EXPORT void operator delete(void* p, size_t n) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteSizedFn, "_ZdlPvm")(p, n); });
+}
+LLPROF_EXPORT void operator delete[](void* p, size_t n) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteSizedFn, "_ZdaPvm")(p, n); });
+}
+LLPROF_EXPORT void operator delete(void* p, const std::nothrow_t& nt) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteNothrowFn, "_ZdlPvRKSt9nothrow_t")(p, nt); });
+}
+LLPROF_EXPORT void operator delete[](void* p, const std::nothrow_t& nt) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteNothrowFn, "_ZdaPvRKSt9nothrow_t")(p, nt); });
+}
+LLPROF_EXPORT void operator delete(void* p, std::align_val_t al) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteAlignFn, "_ZdlPvSt11align_val_t")(p, al); });
+}
+LLPROF_EXPORT void operator delete[](void* p, std::align_val_t al) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteAlignFn, "_ZdaPvSt11align_val_t")(p, al); });
+}
+LLPROF_EXPORT void operator delete(void* p, size_t n, std::align_val_t al) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteSizedAlignFn, "_ZdlPvmSt11align_val_t")(p, n, al); });
+}
+LLPROF_EXPORT void operator delete[](void* p, size_t n, std::align_val_t al) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteSizedAlignFn, "_ZdaPvmSt11align_val_t")(p, n, al); });
+}
+LLPROF_EXPORT void operator delete(void* p, std::align_val_t al, const std::nothrow_t& nt) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteAlignNothrowFn, "_ZdlPvSt11align_val_tRKSt9nothrow_t")(p, al, nt); });
+}
+LLPROF_EXPORT void operator delete[](void* p, std::align_val_t al, const std::nothrow_t& nt) noexcept {
+  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteAlignNothrowFn, "_ZdaPvSt11align_val_tRKSt9nothrow_t")(p, al, nt); });
+}
+
+namespace {
+
+// Initialise at load time as well (the first malloc usually comes earlier), and write the profile last: this
+// library is loaded first, so its destructor runs after those of the program and the other libraries.
+__attribute__((constructor)) void LoadTime() { Ready(); }
+
+__attribute__((destructor)) void UnloadTime() {
+  Guard guard;
+  ProfilerAtExit();
+}
+
+}  // namespace

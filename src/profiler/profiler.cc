@@ -1,0 +1,603 @@
+#include "profiler.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+
+#include "platform.h"
+#include "sampling.h"
+#include "stack_capture.h"
+#include "trace_format.h"
+
+namespace llamalloc::prof {
+namespace {
+
+constexpr uint64_t kDefaultSampleBytes = 512 * 1024;
+constexpr int kDefaultSignal = SIGUSR2;
+constexpr size_t kPathBytes = 4096;
+constexpr size_t kWriterBytes = 1 << 20;
+constexpr uint32_t kBufferEvents = 4096;  // 160 KiB per thread
+constexpr uint32_t kMaxBuffers = 4096;    // threads alive at once that trace
+
+struct Options {
+  Mode mode;
+  uint64_t sample_bytes;
+  uint64_t interval_ns;  // 0: only at exit and on the signal
+  int signal_number;     // 0: none
+  UnwindMode unwind;
+  char output_template[kPathBytes];
+};
+
+Options g_options;
+std::atomic<int> g_mode{static_cast<int>(Mode::kOff)};
+char g_exe_path[kPathBytes];
+uint64_t g_pid;
+uint64_t g_start_time_ns;
+uint64_t g_start_mono_ns;
+
+StackTable g_stacks;
+SiteTable g_sites;
+LiveTable g_live;
+std::atomic<uint64_t> g_sampled{0};
+std::atomic<uint64_t> g_dropped{0};
+std::atomic<uint64_t> g_events{0};
+
+std::atomic<bool> g_dump_requested{false};
+std::atomic<uint64_t> g_next_dump_ns{UINT64_MAX};
+SpinLock g_dump_lock;
+
+struct ThreadState {
+  uint32_t tid;
+  bool sampler_ready;
+  Sampler sampler;
+};
+__thread ThreadState t_state __attribute__((tls_model("initial-exec")));
+
+uint32_t ThreadId() {
+  if (LLPROF_UNLIKELY(t_state.tid == 0)) t_state.tid = CurrentThreadId();
+  return t_state.tid;
+}
+
+// ---- output ------------------------------------------------------------------------------------------------
+
+// Buffered record writer over a file descriptor, with a buffer of the profiler's own memory.
+class Writer {
+ public:
+  bool Open(int fd, char* buffer, size_t capacity) {
+    fd_ = fd;
+    buffer_ = buffer;
+    capacity_ = capacity;
+    used_ = 0;
+    ok_ = fd >= 0 && buffer != nullptr;
+    return ok_;
+  }
+  void Bytes(const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0 && ok_) {
+      if (used_ == capacity_) Flush();
+      size_t n = bytes < capacity_ - used_ ? bytes : capacity_ - used_;
+      memcpy(buffer_ + used_, p, n);
+      used_ += n;
+      p += n;
+      bytes -= n;
+    }
+  }
+  void Pad() {
+    static const char kZeros[8] = {};
+    if (size_t r = written_plus_used() % 8; r != 0) Bytes(kZeros, 8 - r);
+  }
+  void Record(RecordType type, uint32_t payload_bytes) {
+    RecordHeader h{static_cast<uint32_t>(type), payload_bytes};
+    Bytes(&h, sizeof(h));
+  }
+  void Flush() {
+    if (ok_ && used_ > 0) ok_ = WriteAll(fd_, buffer_, used_);
+    written_ += used_;
+    used_ = 0;
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  size_t written_plus_used() const { return written_ + used_; }
+  int fd_ = -1;
+  char* buffer_ = nullptr;
+  size_t capacity_ = 0;
+  size_t used_ = 0;
+  size_t written_ = 0;
+  bool ok_ = false;
+};
+
+uint32_t Padded(size_t bytes) { return static_cast<uint32_t>((bytes + 7) & ~size_t{7}); }
+
+void WriteHeader(Writer& w, const char magic[8], uint32_t version, uint64_t sample_bytes) {
+  FileHeader h{};
+  memcpy(h.magic, magic, 8);
+  h.version = version;
+  h.header_bytes = sizeof(FileHeader);
+  h.pid = g_pid;
+  h.start_time_ns = g_start_time_ns;
+  h.start_mono_ns = g_start_mono_ns;
+  h.sample_bytes = sample_bytes;
+  w.Bytes(&h, sizeof(h));
+  size_t n = strlen(g_exe_path);
+  w.Record(RecordType::kProgram, Padded(n));
+  w.Bytes(g_exe_path, n);
+  w.Pad();
+}
+
+void WriteStack(Writer& w, uint32_t id, const uint64_t* pcs, uint32_t depth) {
+  w.Record(RecordType::kStack, static_cast<uint32_t>(sizeof(StackRecord) + 8 * depth));
+  StackRecord s{id, depth};
+  w.Bytes(&s, sizeof(s));
+  w.Bytes(pcs, 8 * depth);
+}
+
+// The GNU build id of a loaded object, from its PT_NOTE segments.
+size_t FindBuildId(const dl_phdr_info* info, const uint8_t** id) {
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_NOTE) continue;
+    auto p = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
+    const uint8_t* end = p + ph.p_memsz;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      auto* note = reinterpret_cast<const ElfW(Nhdr)*>(p);
+      const uint8_t* name = p + sizeof(ElfW(Nhdr));
+      const uint8_t* desc = name + ((note->n_namesz + 3) & ~3u);
+      if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+        *id = desc;
+        return note->n_descsz;
+      }
+      p = desc + ((note->n_descsz + 3) & ~3u);
+    }
+  }
+  return 0;
+}
+
+int WriteMapping(dl_phdr_info* info, size_t, void* arg) {
+  auto& w = *static_cast<Writer*>(arg);
+  const char* path = info->dlpi_name;
+  if (path == nullptr || path[0] == '\0') path = g_exe_path;  // the main program comes first, unnamed
+  if (strncmp(path, "linux-vdso", 10) == 0 || strncmp(path, "linux-gate", 10) == 0) return 0;
+  const uint8_t* build_id = nullptr;
+  size_t build_id_bytes = FindBuildId(info, &build_id);
+  size_t path_bytes = strlen(path);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
+    MappingRecord m{};
+    m.memory_start = info->dlpi_addr + ph.p_vaddr;
+    m.memory_limit = m.memory_start + ph.p_memsz;
+    m.file_offset = ph.p_offset;
+    m.build_id_bytes = static_cast<uint32_t>(build_id_bytes);
+    m.path_bytes = static_cast<uint32_t>(path_bytes);
+    w.Record(RecordType::kMapping, Padded(sizeof(m) + build_id_bytes + path_bytes));
+    w.Bytes(&m, sizeof(m));
+    w.Bytes(build_id, build_id_bytes);
+    w.Bytes(path, path_bytes);
+    w.Pad();
+  }
+  return 0;
+}
+
+void WriteEnd(Writer& w, uint64_t count) {
+  EndRecord e{RealtimeNs(), MonotonicNs(), count, g_dropped.load(std::memory_order_relaxed)};
+  w.Record(RecordType::kEnd, sizeof(e));
+  w.Bytes(&e, sizeof(e));
+}
+
+// The output path for this process: the template with %p replaced by the pid.
+void OutputPath(char* out, size_t capacity) {
+  size_t n = 0;
+  bool had_pid = false;
+  for (const char* p = g_options.output_template; *p != '\0' && n + 24 < capacity; ++p) {
+    if (p[0] == '%' && p[1] == 'p') {
+      n += static_cast<size_t>(snprintf(out + n, capacity - n, "%llu", static_cast<unsigned long long>(g_pid)));
+      had_pid = true;
+      ++p;
+    } else {
+      out[n++] = *p;
+    }
+  }
+  out[n] = '\0';
+  (void)had_pid;
+}
+
+// ---- profile mode ------------------------------------------------------------------------------------------
+
+char* g_dump_buffer;
+
+void DumpProfile() {
+  char path[kPathBytes];
+  char tmp[kPathBytes + 32];
+  OutputPath(path, sizeof(path));
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  Writer w;
+  w.Open(fd, g_dump_buffer, kWriterBytes);
+  WriteHeader(w, kRawProfileMagic, kRawProfileVersion, g_options.sample_bytes);
+  uint32_t stacks = g_stacks.Count();
+  for (uint32_t id = 0; id < stacks; ++id) {
+    uint32_t depth = 0;
+    const uint64_t* pcs = g_stacks.Pcs(id, &depth);
+    WriteStack(w, id, pcs, depth);
+  }
+  uint32_t sites = g_sites.Count();
+  for (uint32_t i = 0; i < sites; ++i) {
+    Site& site = g_sites.At(i);
+    SiteRecord r;
+    {
+      SpinLockHolder hold(site.lock);
+      r = site.record;
+    }
+    if (r.alloc_count == 0) continue;
+    r.class_counts[kLifetimeClasses - 1] = r.live_count;
+    w.Record(RecordType::kSite, sizeof(r));
+    w.Bytes(&r, sizeof(r));
+  }
+  dl_iterate_phdr(WriteMapping, &w);
+  WriteEnd(w, g_sampled.load(std::memory_order_relaxed));
+  w.Flush();
+  bool ok = w.ok();
+  ok = (close(fd) == 0) && ok;
+  if (ok) {
+    rename(tmp, path);
+  } else {
+    unlink(tmp);
+  }
+}
+
+void MaybeDump(uint64_t now_ns) {
+  bool requested = g_dump_requested.load(std::memory_order_relaxed);
+  if (!requested && now_ns < g_next_dump_ns.load(std::memory_order_relaxed)) return;
+  if (!g_dump_lock.TryLock()) return;
+  g_dump_requested.store(false, std::memory_order_relaxed);
+  if (g_options.interval_ns != 0) g_next_dump_ns.store(now_ns + g_options.interval_ns, std::memory_order_relaxed);
+  DumpProfile();
+  g_dump_lock.Unlock();
+}
+
+void SampleAllocation(void* ptr, size_t size_bytes, size_t alignment_bytes) {
+  uint64_t pcs[kMaxStackDepth];
+  int depth = CaptureStack(pcs, kMaxStackDepth);  // no lock held
+  bool is_new = false;
+  uint32_t stack_id = g_stacks.Intern(pcs, depth, &is_new);
+  uint32_t site_index = stack_id == kNoStack
+                            ? UINT32_MAX
+                            : g_sites.FindOrInsert(stack_id, RequestSizeClass(size_bytes),
+                                                   static_cast<uint32_t>(alignment_bytes));
+  if (site_index == UINT32_MAX) {
+    g_dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  uint64_t now = MonotonicNs();
+  if (!g_live.Insert({reinterpret_cast<uint64_t>(ptr), now, size_bytes, site_index, nullptr})) {
+    g_dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Site& site = g_sites.At(site_index);
+  {
+    SpinLockHolder hold(site.lock);
+    SiteRecord& r = site.record;
+    r.alloc_count += 1;
+    r.alloc_bytes += size_bytes;
+    r.alloc_weight += Sampler::Weight(size_bytes, g_options.sample_bytes);
+    r.live_count += 1;
+    r.live_bytes += size_bytes;
+  }
+  g_sampled.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RecordLifetime(const LiveObject& object, uint64_t free_time_ns) {
+  uint64_t lifetime_ns = free_time_ns > object.alloc_time_ns ? free_time_ns - object.alloc_time_ns : 0;
+  double lifetime_ms = static_cast<double>(lifetime_ns) / 1e6;
+  Site& site = g_sites.At(object.site);
+  SpinLockHolder hold(site.lock);
+  SiteRecord& r = site.record;
+  if (r.freed_count == 0 || lifetime_ns < r.min_lifetime_ns) r.min_lifetime_ns = lifetime_ns;
+  if (lifetime_ns > r.max_lifetime_ns) r.max_lifetime_ns = lifetime_ns;
+  r.freed_count += 1;
+  r.freed_bytes += object.size_bytes;
+  r.lifetime_sum_ns += lifetime_ns;
+  r.lifetime_sumsq_ms2 += lifetime_ms * lifetime_ms;
+  r.class_counts[LifetimeClass(lifetime_ns)] += 1;
+  r.live_count -= 1;
+  r.live_bytes -= object.size_bytes;
+}
+
+void OnDumpSignal(int) { g_dump_requested.store(true, std::memory_order_relaxed); }
+
+// ---- trace mode --------------------------------------------------------------------------------------------
+
+struct TraceBuffer {
+  SpinLock lock;
+  uint32_t count;
+  bool in_use;
+  TraceEvent events[kBufferEvents];
+};
+
+pthread_mutex_t g_file_mutex = PTHREAD_MUTEX_INITIALIZER;
+int g_trace_fd = -1;
+char* g_trace_write_buffer;
+Writer g_trace_writer;  // guarded by g_file_mutex
+TraceBuffer* g_buffers[kMaxBuffers];
+std::atomic<uint32_t> g_buffer_count{0};
+SpinLock g_buffers_lock;
+pthread_key_t g_buffer_key;
+__thread TraceBuffer* t_buffer __attribute__((tls_model("initial-exec")));
+
+void FlushBufferLocked(TraceBuffer* b) {
+  if (b->count == 0) return;
+  pthread_mutex_lock(&g_file_mutex);
+  g_trace_writer.Record(RecordType::kEvents, static_cast<uint32_t>(sizeof(TraceEvent) * b->count));
+  g_trace_writer.Bytes(b->events, sizeof(TraceEvent) * b->count);
+  g_trace_writer.Flush();
+  pthread_mutex_unlock(&g_file_mutex);
+  g_events.fetch_add(b->count, std::memory_order_relaxed);
+  b->count = 0;
+}
+
+void ReleaseBuffer(void* arg) {
+  auto* b = static_cast<TraceBuffer*>(arg);
+  b->lock.Lock();
+  FlushBufferLocked(b);
+  b->lock.Unlock();
+  if (t_buffer == b) t_buffer = nullptr;
+  SpinLockHolder hold(g_buffers_lock);
+  b->in_use = false;
+}
+
+TraceBuffer* AcquireBuffer() {
+  TraceBuffer* found = nullptr;
+  {
+    SpinLockHolder hold(g_buffers_lock);
+    uint32_t n = g_buffer_count.load(std::memory_order_relaxed);
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!g_buffers[i]->in_use) {
+        found = g_buffers[i];
+        break;
+      }
+    }
+    if (found == nullptr && n < kMaxBuffers) {
+      found = static_cast<TraceBuffer*>(MapZeroed(sizeof(TraceBuffer)));
+      if (found != nullptr) {
+        g_buffers[n] = found;
+        g_buffer_count.store(n + 1, std::memory_order_release);
+      }
+    }
+    if (found != nullptr) found->in_use = true;
+  }
+  if (found == nullptr) return nullptr;
+  t_buffer = found;
+  pthread_setspecific(g_buffer_key, found);  // flushed by ReleaseBuffer when the thread exits
+  return found;
+}
+
+void Emit(const TraceEvent& e) {
+  TraceBuffer* b = t_buffer;
+  if (LLPROF_UNLIKELY(b == nullptr)) {
+    b = AcquireBuffer();
+    if (b == nullptr) {
+      g_dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  b->lock.Lock();
+  b->events[b->count++] = e;
+  if (b->count == kBufferEvents) FlushBufferLocked(b);
+  b->lock.Unlock();
+}
+
+uint32_t TraceStack() {
+  uint64_t pcs[kMaxStackDepth];
+  int depth = CaptureStack(pcs, kMaxStackDepth);
+  bool is_new = false;
+  uint32_t id = g_stacks.Intern(pcs, depth, &is_new);
+  if (is_new) {
+    pthread_mutex_lock(&g_file_mutex);
+    WriteStack(g_trace_writer, id, pcs, static_cast<uint32_t>(depth));
+    g_trace_writer.Flush();
+    pthread_mutex_unlock(&g_file_mutex);
+  }
+  if (id == kNoStack) g_dropped.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+bool OpenTrace() {
+  char path[kPathBytes];
+  OutputPath(path, sizeof(path));
+  g_trace_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (g_trace_fd < 0) return false;
+  g_trace_writer.Open(g_trace_fd, g_trace_write_buffer, kWriterBytes);
+  WriteHeader(g_trace_writer, kTraceMagic, kTraceVersion, 0);
+  g_trace_writer.Flush();
+  return g_trace_writer.ok();
+}
+
+void CloseTrace() {
+  uint32_t n = g_buffer_count.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < n; ++i) {
+    g_buffers[i]->lock.Lock();
+    FlushBufferLocked(g_buffers[i]);
+    g_buffers[i]->lock.Unlock();
+  }
+  pthread_mutex_lock(&g_file_mutex);
+  dl_iterate_phdr(WriteMapping, &g_trace_writer);
+  WriteEnd(g_trace_writer, g_events.load(std::memory_order_relaxed));
+  g_trace_writer.Flush();
+  close(g_trace_fd);
+  g_trace_fd = -1;
+  pthread_mutex_unlock(&g_file_mutex);
+}
+
+// ---- set-up ------------------------------------------------------------------------------------------------
+
+uint64_t EnvU64(const char* name, uint64_t fallback) {
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  unsigned long long x = strtoull(v, &end, 10);
+  return (end != nullptr && *end == '\0') ? x : fallback;
+}
+
+void ReadOptions() {
+  Options& o = g_options;
+  const char* mode = getenv("LLAMALLOC_PROF_MODE");
+  o.mode = Mode::kOff;
+  if (mode != nullptr && strcmp(mode, "profile") == 0) o.mode = Mode::kProfile;
+  if (mode != nullptr && strcmp(mode, "trace") == 0) o.mode = Mode::kTrace;
+  o.sample_bytes = EnvU64("LLAMALLOC_PROF_SAMPLE_BYTES", kDefaultSampleBytes);
+  if (o.sample_bytes == 0) o.sample_bytes = 1;
+  const char* interval = getenv("LLAMALLOC_PROF_INTERVAL_S");
+  o.interval_ns = interval != nullptr ? static_cast<uint64_t>(strtod(interval, nullptr) * 1e9) : 0;
+  o.signal_number = static_cast<int>(EnvU64("LLAMALLOC_PROF_SIGNAL", kDefaultSignal));
+  const char* unwind = getenv("LLAMALLOC_PROF_UNWIND");
+  o.unwind = UnwindMode::kAuto;
+  if (unwind != nullptr && strcmp(unwind, "fp") == 0) o.unwind = UnwindMode::kFramePointers;
+  if (unwind != nullptr && strcmp(unwind, "dwarf") == 0) o.unwind = UnwindMode::kDwarf;
+  const char* out = getenv("LLAMALLOC_PROF_OUTPUT");
+  if (out == nullptr || *out == '\0') out = o.mode == Mode::kTrace ? "llamalloc-%p.trace" : "llamalloc-%p.rawprof";
+  snprintf(o.output_template, sizeof(o.output_template), "%s", out);
+}
+
+bool SetUpTables() {
+  g_sampled.store(0);
+  g_dropped.store(0);
+  g_events.store(0);
+  return g_stacks.Init() && (g_options.mode != Mode::kProfile || (g_sites.Init() && g_live.Init()));
+}
+
+void ChildAfterFork() {
+  // The child is a new process with one thread: it gets tables and an output of its own.
+  Mode mode = CurrentMode();
+  if (mode == Mode::kOff) return;
+  g_pid = static_cast<uint64_t>(getpid());
+  t_state.tid = 0;
+  g_start_time_ns = RealtimeNs();
+  g_start_mono_ns = MonotonicNs();
+  g_dump_lock.ResetAfterFork();
+  g_buffers_lock.ResetAfterFork();
+  pthread_mutex_init(&g_file_mutex, nullptr);
+  StackCaptureAfterFork();
+  if (!SetUpTables()) {
+    g_mode.store(static_cast<int>(Mode::kOff));
+    return;
+  }
+  if (mode == Mode::kTrace) {
+    uint32_t n = g_buffer_count.load(std::memory_order_relaxed);
+    for (uint32_t i = 0; i < n; ++i) {
+      g_buffers[i]->lock.ResetAfterFork();
+      g_buffers[i]->count = 0;  // the parent writes its own events
+      g_buffers[i]->in_use = g_buffers[i] == t_buffer;
+    }
+    if (!OpenTrace()) g_mode.store(static_cast<int>(Mode::kOff));
+  }
+}
+
+}  // namespace
+
+Mode CurrentMode() { return static_cast<Mode>(g_mode.load(std::memory_order_relaxed)); }
+
+void InitProfiler() {
+  ReadOptions();
+  if (g_options.mode == Mode::kOff) return;
+  g_pid = static_cast<uint64_t>(getpid());
+  g_start_time_ns = RealtimeNs();
+  g_start_mono_ns = MonotonicNs();
+  ssize_t n = readlink("/proc/self/exe", g_exe_path, sizeof(g_exe_path) - 1);
+  g_exe_path[n > 0 ? n : 0] = '\0';
+  g_dump_buffer = static_cast<char*>(MapZeroed(kWriterBytes));
+  g_trace_write_buffer = static_cast<char*>(MapZeroed(kWriterBytes));
+  if (g_dump_buffer == nullptr || g_trace_write_buffer == nullptr || !SetUpTables()) return;
+  InitStackCapture(g_options.unwind);
+  if (g_options.mode == Mode::kTrace) {
+    if (pthread_key_create(&g_buffer_key, ReleaseBuffer) != 0 || !OpenTrace()) return;
+  } else {
+    if (g_options.interval_ns != 0) g_next_dump_ns.store(MonotonicNs() + g_options.interval_ns);
+    if (g_options.signal_number > 0) {
+      struct sigaction sa {};
+      sa.sa_handler = OnDumpSignal;
+      sa.sa_flags = SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      sigaction(g_options.signal_number, &sa, nullptr);
+    }
+  }
+  pthread_atfork(nullptr, nullptr, ChildAfterFork);
+  g_mode.store(static_cast<int>(g_options.mode), std::memory_order_release);
+}
+
+void OnAlloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t flags) {
+  Mode mode = CurrentMode();
+  if (mode == Mode::kProfile) {
+    ThreadState& t = t_state;
+    if (LLPROF_UNLIKELY(!t.sampler_ready)) {
+      t.sampler.Init(g_options.sample_bytes, MonotonicNs() ^ (uint64_t{ThreadId()} << 32));
+      t.sampler_ready = true;
+    }
+    if (t.sampler.RecordAllocation(size_bytes)) {
+      SampleAllocation(ptr, size_bytes, alignment_bytes);
+      MaybeDump(MonotonicNs());
+    } else if (LLPROF_UNLIKELY(g_dump_requested.load(std::memory_order_relaxed))) {
+      MaybeDump(MonotonicNs());
+    }
+  } else if (mode == Mode::kTrace) {
+    TraceEvent e;
+    e.stack_id = TraceStack();
+    e.time_ns = MonotonicNs();
+    e.address = reinterpret_cast<uint64_t>(ptr);
+    e.size_bytes = size_bytes;
+    e.thread_id = ThreadId();
+    e.alignment_bytes = static_cast<uint32_t>(alignment_bytes);
+    e.kind = kAlloc | flags;
+    Emit(e);
+  }
+}
+
+void BeginFree(void* ptr, FreeTicket* ticket) {
+  ticket->sampled = false;
+  Mode mode = CurrentMode();
+  if (mode == Mode::kOff) return;
+  if (mode == Mode::kProfile) {
+    ticket->sampled = g_live.Remove(reinterpret_cast<uint64_t>(ptr), &ticket->object);
+    if (ticket->sampled) ticket->time_ns = MonotonicNs();
+  } else {
+    ticket->time_ns = MonotonicNs();
+  }
+}
+
+void CommitFree(void* ptr, const FreeTicket& ticket, uint32_t flags) {
+  Mode mode = CurrentMode();
+  if (mode == Mode::kProfile) {
+    if (ticket.sampled) RecordLifetime(ticket.object, ticket.time_ns);
+  } else if (mode == Mode::kTrace) {
+    TraceEvent e{ticket.time_ns, reinterpret_cast<uint64_t>(ptr), 0, kNoStack, ThreadId(), 0, kFree | flags};
+    Emit(e);
+  }
+}
+
+void AbortFree(const FreeTicket& ticket) {
+  if (CurrentMode() == Mode::kProfile && ticket.sampled) g_live.Insert(ticket.object);
+}
+
+void ProfilerAtExit() {
+  Mode mode = CurrentMode();
+  if (mode == Mode::kOff) return;
+  if (mode == Mode::kProfile) {
+    g_dump_lock.Lock();
+    g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
+    DumpProfile();
+    g_dump_lock.Unlock();
+  } else {
+    g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
+    CloseTrace();
+  }
+}
+
+}  // namespace llamalloc::prof

@@ -1,0 +1,197 @@
+// A program with known allocation sites whose objects live known times, driven by the profiler's tests
+// (python/tests/test_profiler_*.py). Each site is a separate non-inlined function so that its name is the
+// innermost frame of its stack. Modes (argv[1]):
+//   sites     the sites of the exact-profile test (counts, sizes and lifetime classes in the table below)
+//   scale     one site with many small allocations, for the sampling-rate test
+//   threads   objects allocated on one thread and freed on another
+//   sequence  a known sequence of calls, printed as it happens, for the trace round-trip test
+//   fork      forks a child that allocates and exits, and a child that execs this program ("sites")
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+#include <vector>
+
+#define NOINLINE __attribute__((noinline))
+
+namespace {
+
+// Keeps the compiler from removing an allocation whose result is not otherwise used.
+void* volatile g_sink;
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+struct Record120 {
+  char bytes[120];
+};
+
+}  // namespace
+
+// site               calls                     count  size  lifetime   class
+// site_short         malloc(40), free          200    40    ~0         0
+// site_tens          calloc(10, 100)           10     1000  30 ms      1
+// site_medium        new Record120             30     120   150 ms     2
+// site_never         malloc(5000)              7      5000  never      7
+// site_aligned       aligned_alloc(256, 512)   5      512   ~0         0
+// site_inlined       (inlined_helper) malloc   3      64    ~0         0
+extern "C" NOINLINE void site_short() {
+  for (int i = 0; i < 200; ++i) {
+    g_sink = malloc(40);
+    free(g_sink);
+  }
+}
+
+extern "C" NOINLINE void site_tens() {
+  void* held[10];
+  for (auto& p : held) p = calloc(10, 100);
+  SleepMs(30);
+  for (auto& p : held) free(p);
+}
+
+extern "C" NOINLINE void site_medium() {
+  Record120* held[30];
+  for (auto& p : held) p = new Record120();
+  SleepMs(150);
+  for (auto& p : held) delete p;
+}
+
+extern "C" NOINLINE void site_never() {
+  for (int i = 0; i < 7; ++i) {
+    void* p = malloc(5000);
+    memset(p, 1, 5000);
+    g_sink = p;  // and never freed
+  }
+}
+
+extern "C" NOINLINE void site_aligned() {
+  for (int i = 0; i < 5; ++i) {
+    g_sink = aligned_alloc(256, 512);
+    free(g_sink);
+  }
+}
+
+static inline __attribute__((always_inline)) void* inlined_helper(size_t n) { return malloc(n); }
+
+extern "C" NOINLINE void site_inlined() {
+  for (int i = 0; i < 3; ++i) {
+    g_sink = inlined_helper(64);
+    free(g_sink);
+  }
+}
+
+extern "C" NOINLINE void site_scale(int n) {
+  for (int i = 0; i < n; ++i) {
+    g_sink = malloc(256);
+    free(g_sink);
+  }
+}
+
+extern "C" NOINLINE void* site_cross_thread() { return malloc(72); }
+
+extern "C" NOINLINE void site_child() {
+  for (int i = 0; i < 11; ++i) {
+    g_sink = malloc(900);
+    free(g_sink);
+  }
+}
+
+static int RunSites() {
+  site_short();
+  site_tens();
+  site_medium();
+  site_never();
+  site_aligned();
+  site_inlined();
+  return 0;
+}
+
+static int RunThreads() {
+  constexpr int kObjects = 2000;
+  std::vector<void*> objects(kObjects);
+  std::thread producer([&] {
+    for (auto& p : objects) p = site_cross_thread();
+  });
+  producer.join();
+  std::thread consumer([&] {
+    for (auto p : objects) free(p);
+  });
+  consumer.join();
+  return 0;
+}
+
+static int RunSequence() {
+  // The markers bound the sequence in the trace; everything between them is printed in order.
+  void* begin_marker = malloc(12345);
+  printf("alloc %p 12345\n", begin_marker);
+  void* p1 = malloc(100);
+  printf("alloc %p 100\n", p1);
+  void* p2 = malloc(200);
+  printf("alloc %p 200\n", p2);
+  printf("free %p\n", p1);
+  free(p1);
+  void* p3 = calloc(3, 50);
+  printf("alloc %p 150\n", p3);
+  printf("free %p\n", p2);
+  void* p4 = realloc(p2, 5000);
+  printf("alloc %p 5000\n", p4);
+  printf("free %p\n", p3);
+  free(p3);
+  printf("free %p\n", p4);
+  free(p4);
+  int* q = new int[10];
+  printf("alloc %p 40\n", static_cast<void*>(q));
+  printf("free %p\n", static_cast<void*>(q));
+  delete[] q;
+  void* a = nullptr;
+  if (posix_memalign(&a, 64, 300) != 0) return 1;
+  printf("alloc %p 300\n", a);
+  printf("free %p\n", a);
+  free(a);
+  printf("free %p\n", begin_marker);
+  fflush(stdout);
+  free(begin_marker);
+  return 0;
+}
+
+static int RunFork(const char* self) {
+  pid_t forked = fork();
+  if (forked == 0) {
+    site_child();
+    exit(0);
+  }
+  pid_t execed = fork();
+  if (execed == 0) {
+    execl(self, self, "sites", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status_forked = 0;
+  int status_execed = 0;
+  waitpid(forked, &status_forked, 0);
+  waitpid(execed, &status_execed, 0);
+  site_short();
+  return (WIFEXITED(status_forked) && WEXITSTATUS(status_forked) == 0 && WIFEXITED(status_execed) &&
+          WEXITSTATUS(status_execed) == 0)
+             ? 0
+             : 1;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "sites";
+  int rc = 2;
+  if (strcmp(mode, "sites") == 0) rc = RunSites();
+  if (strcmp(mode, "scale") == 0) {
+    site_scale(argc > 2 ? atoi(argv[2]) : 200000);
+    rc = 0;
+  }
+  if (strcmp(mode, "threads") == 0) rc = RunThreads();
+  if (strcmp(mode, "sequence") == 0) rc = RunSequence();
+  if (strcmp(mode, "fork") == 0) rc = RunFork(argv[0]);
+  if (argc > 2 && strcmp(mode, "sites") == 0) rc = atoi(argv[2]);  // exit status for the pass-through test
+  return rc;
+}
