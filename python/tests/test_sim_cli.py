@@ -9,7 +9,7 @@ import pytest
 from llamalloc import sim
 from llamalloc.cli import main
 
-from sim_traces import alloc, free, trace_bytes, write_trace
+from test_sim_support import alloc, free, trace_bytes, write_trace
 
 K4 = 4096
 M2 = 2 << 20
