@@ -1,0 +1,317 @@
+#include "alloc/alloc.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+#include "options.h"
+#include "stats.h"
+
+namespace llamalloc {
+
+namespace {
+constinit LinuxPlatform g_platform;
+constinit MonotonicClock g_clock;
+constinit DefaultPredictor g_default_predictor(0);
+Predictor* g_predictor_ptr = &g_default_predictor;
+bool g_every_allocation = false;
+pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
+pthread_key_t g_thread_key;
+std::atomic<bool> g_key_ready{false};
+
+// Thread heaps come from metadata pages (never from malloc) and are reused after their thread exits.
+LocalHeap* g_free_heaps = nullptr;  // global lock
+char* g_heap_chunk = nullptr;       // global lock
+size_t g_heap_chunk_left = 0;       // global lock
+constexpr size_t kHeapChunkBytes = 64 * 1024;
+
+}  // namespace
+
+constinit GlobalAllocator g_global(g_platform, g_clock, HeapConfig{});
+
+}  // namespace llamalloc
+
+// The learned predictor (a later part) defines this; without it LLAMALLOC_MODEL cannot be honoured.
+extern "C" __attribute__((weak)) llamalloc::Predictor* llamalloc_make_model_predictor(const char* model_path);
+
+namespace llamalloc {
+
+namespace {
+
+void init_once() {
+  init_options();
+  const Options& o = options();
+  g_global.configure(HeapConfig{unsigned(o.classes), unsigned(o.deadline_k)});
+  unsigned default_class = unsigned(o.default_class);
+  if (default_class >= g_global.num_classes()) default_class = g_global.num_classes() - 1;
+  g_default_predictor.set_class(default_class);
+  if (o.model != nullptr && *o.model) {
+    Predictor* model = llamalloc_make_model_predictor ? llamalloc_make_model_predictor(o.model) : nullptr;
+    if (model != nullptr) g_predictor_ptr = model;
+    else write_stderr("llamalloc: warning: LLAMALLOC_MODEL is set but no learned predictor could load it; "
+                      "using the default class\n");
+  }
+  g_every_allocation = g_predictor_ptr->consult() == Consult::kEveryAllocation;
+}
+
+LocalHeap* new_local_heap() {
+  LockGuard g(g_global.lock());
+  LocalHeap* h = g_free_heaps;
+  if (h != nullptr) {
+    g_free_heaps = h->next_free;
+  } else {
+    if (g_heap_chunk_left < sizeof(LocalHeap)) {
+      g_heap_chunk = static_cast<char*>(g_platform.map_metadata(kHeapChunkBytes));
+      if (g_heap_chunk == nullptr) return nullptr;
+      g_heap_chunk_left = kHeapChunkBytes;
+    }
+    h = reinterpret_cast<LocalHeap*>(g_heap_chunk);
+    g_heap_chunk += (sizeof(LocalHeap) + 63) & ~size_t{63};
+    g_heap_chunk_left -= (sizeof(LocalHeap) + 63) & ~size_t{63};
+  }
+  new (h) LocalHeap();
+  return h;
+}
+
+void thread_exit(void* arg) {
+  LocalHeap* h = static_cast<LocalHeap*>(arg);
+  LocalAllocator::release_all(g_global, *h);
+  flush_live_bytes();
+  if (tl_heap == h) tl_heap = &g_empty_heap;
+  LockGuard g(g_global.lock());
+  h->next_free = g_free_heaps;
+  g_free_heaps = h;
+}
+
+LocalHeap* thread_heap() {
+  LocalHeap* h = tl_heap;
+  if (LLAMALLOC_LIKELY(h != &g_empty_heap)) return h;
+  ensure_init();
+  h = new_local_heap();
+  if (h == nullptr) return nullptr;
+  h->fast_class = g_every_allocation ? kMaxClasses : uint8_t(g_predictor_ptr->predict({0, 0, 0}));
+  if (h->fast_class > kMaxClasses) h->fast_class = kMaxClasses;
+  tl_heap = h;
+  // Registers the thread-exit hook; keys below PTHREAD_KEY_2NDLEVEL_SIZE never allocate.
+  if (g_key_ready.load(std::memory_order_acquire)) pthread_setspecific(g_thread_key, h);
+  return h;
+}
+
+unsigned clamp_class(unsigned lc) {
+  return lc < g_global.num_classes() ? lc : g_global.num_classes() - 1;
+}
+
+void prepare_fork() { g_global.lock().lock(); }
+void parent_after_fork() { g_global.lock().unlock(); }
+void child_after_fork() { g_global.lock().reset_after_fork(); }
+
+}  // namespace
+
+void ensure_init() { pthread_once(&g_init_once, init_once); }
+void set_predictor(Predictor* p) {
+  g_predictor_ptr = p;
+  g_every_allocation = p->consult() == Consult::kEveryAllocation;
+}
+Predictor* predictor() { return g_predictor_ptr; }
+
+void flush_live_bytes() {
+  if (tl_live_delta != 0) {
+    add_live_bytes(g_global.gauges(), tl_live_delta);
+    tl_live_delta = 0;
+  }
+}
+
+void check_heap() {
+  g_global.check_invariants();
+  LLAMALLOC_CHECK(tl_heap->check(g_global), "invariant: thread-local heap inconsistent");
+}
+
+void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_address) {
+  LocalHeap* h = thread_heap();
+  if (h == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  flush_live_bytes();
+  if (lc == kPredictClass) {
+    AllocationContext context{return_address, reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), size};
+    lc = clamp_class(g_predictor_ptr->predict(context));
+    if (!g_every_allocation) h->fast_class = uint8_t(lc);
+  } else {
+    lc = clamp_class(lc);
+  }
+  void* p;
+  if (size <= kSmallMaxBytes && alignment <= kMaxSmallAlignment && size + alignment <= kSmallMaxBytes) {
+    p = alignment <= kMinAlignBytes ? cursor_bump(h->classes[lc].primary, size) : nullptr;
+    if (p == nullptr) p = LocalAllocator::alloc_small(g_global, *h, lc, size, alignment);
+  } else {
+    p = g_global.alloc_large(lc, size, alignment);
+  }
+  if (p == nullptr) {
+    errno = ENOMEM;
+  } else {
+    tl_live_delta += int64_t(size);
+  }
+  debug_check_heap();
+  return p;
+}
+
+void free_slow(void* p) {
+  if (p == nullptr) return;
+  if (!g_global.owns(p)) fatal_pointer("free of", p, "pointer not allocated by llamalloc");
+  tl_live_delta -= int64_t(g_global.free_large(p));
+  flush_live_bytes();
+  debug_check_heap();
+}
+
+void* heap_malloc_class(size_t size, unsigned lifetime_class) {
+  LocalHeap* h = tl_heap;
+  lifetime_class = lifetime_class < kMaxClasses ? lifetime_class : kMaxClasses - 1;
+  if (size <= kSmallMaxBytes && h != &g_empty_heap && lifetime_class < g_global.num_classes()) {
+    if (void* p = cursor_bump(h->classes[lifetime_class].primary, size)) {
+      tl_live_delta += int64_t(size);
+      debug_check_heap();
+      return p;
+    }
+  }
+  return malloc_slow(size, kMinAlignBytes, lifetime_class, 0);
+}
+
+void* heap_calloc(size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  void* p = heap_malloc(total);
+  // Huge objects always sit on freshly mapped huge pages, which the kernel zeroed.
+  if (p != nullptr && total <= kHugePageBytes) memset(p, 0, total);
+  return p;
+}
+
+size_t heap_usable_size(const void* p) {
+  if (p == nullptr) return 0;
+  SpanMeta* s = g_global.span_of(reinterpret_cast<uintptr_t>(p));
+  if (s == nullptr) return 0;
+  if (s->small.load(std::memory_order_relaxed)) return LocalAllocator::usable_size(p);
+  return g_global.large_usable_size(p);
+}
+
+void* heap_realloc(void* p, size_t size) {
+  if (p == nullptr) return heap_malloc(size);
+  if (size == 0) {
+    heap_free(p);
+    return nullptr;
+  }
+  SpanMeta* s = g_global.span_of(reinterpret_cast<uintptr_t>(p));
+  if (s == nullptr) fatal_pointer("realloc of", p, "pointer not allocated by llamalloc");
+  size_t usable;
+  if (s->small.load(std::memory_order_relaxed)) {
+    SmallHeader* h = reinterpret_cast<SmallHeader*>(static_cast<char*>(p) - kSmallHeaderBytes);
+    if (h->tag != kTagLive)
+      fatal_pointer("realloc of", p, h->tag == kTagFreed ? "object already freed" : "pointer not allocated by llamalloc");
+    usable = small_total_bytes(h->requested_bytes) - kSmallHeaderBytes;
+    // In place when the object keeps its lines: the same 16-byte granule count.
+    if (small_total_bytes(size) == small_total_bytes(h->requested_bytes)) {
+      tl_live_delta += int64_t(size) - int64_t(h->requested_bytes);
+      h->requested_bytes = uint32_t(size);
+      return p;
+    }
+    if (size < usable && size >= usable / 2) return p;
+  } else {
+    usable = g_global.large_usable_size(p);
+    if (usable == 0) fatal_pointer("realloc of", p, "pointer not the start of a live object");
+    if (size <= usable && size > kSmallMaxBytes && size >= usable / 2) return p;
+  }
+  void* q = heap_malloc(size);
+  if (q == nullptr) return nullptr;  // the old object stays valid (C semantics)
+  memcpy(q, p, size < usable ? size : usable);
+  heap_free(p);
+  return q;
+}
+
+void* heap_reallocarray(void* p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return heap_realloc(p, total);
+}
+
+void* heap_memalign(size_t alignment, size_t size) {
+  if (alignment <= kMinAlignBytes) return heap_malloc(size);
+  if ((alignment & (alignment - 1)) != 0) {
+    // glibc's memalign rounds a non-power-of-two alignment up.
+    size_t a = kMinAlignBytes;
+    while (a < alignment && a != 0) a <<= 1;
+    if (a == 0) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    alignment = a;
+  }
+  return malloc_slow(size, alignment, kPredictClass, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+}
+
+int heap_posix_memalign(void** out, size_t alignment, size_t size) {
+  if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) return EINVAL;
+  int saved = errno;
+  void* p = heap_memalign(alignment, size);
+  if (p == nullptr) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+void* heap_aligned_alloc(size_t alignment, size_t size) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return heap_memalign(alignment, size);
+}
+
+void* heap_valloc(size_t size) { return heap_memalign(kSmallPageBytes, size); }
+
+void* heap_pvalloc(size_t size) {
+  size_t rounded = (size + kSmallPageBytes - 1) & ~(kSmallPageBytes - 1);
+  if (rounded < size) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return heap_memalign(kSmallPageBytes, rounded == 0 ? kSmallPageBytes : rounded);
+}
+
+void* heap_new_nothrow(size_t size) noexcept { return heap_malloc(size); }
+void* heap_new_aligned_nothrow(size_t size, size_t alignment) noexcept { return heap_memalign(alignment, size); }
+
+}  // namespace llamalloc
+
+// Library start and end: runs before main (after anything that malloc'ed during loading) and at exit.
+__attribute__((constructor)) static void llamalloc_start() {
+  using namespace llamalloc;
+  ensure_init();
+  if (pthread_key_create(&g_thread_key, thread_exit) == 0) g_key_ready.store(true, std::memory_order_release);
+  if (tl_heap != &g_empty_heap && g_key_ready.load()) pthread_setspecific(g_thread_key, tl_heap);
+  // Forked children inherit the heap: hold the global lock across fork() so it is consistent in the child.
+  pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
+}
+
+__attribute__((destructor)) static void llamalloc_finish() {
+  using namespace llamalloc;
+  flush_live_bytes();
+  const char* path = options().stats;
+  if (path != nullptr && *path) {
+    if (!write_stats_file(g_global, path)) {
+      write_stderr("llamalloc: warning: cannot write the statistics file LLAMALLOC_STATS=");
+      write_stderr(path);
+      write_stderr("\n");
+    }
+  }
+}

@@ -1,0 +1,74 @@
+// The C and C++ allocation semantics on top of the process-wide heap: malloc, free, calloc, realloc, the
+// aligned entry points, usable size, and allocation in an explicit lifetime class. override/ forwards to these.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base.h"
+#include "heap/heap.h"
+#include "local/local.h"
+#include "predictor/predictor.h"
+
+namespace llamalloc {
+
+// The process-wide global allocator: Linux platform, CLOCK_MONOTONIC. Constant-initialised.
+extern GlobalAllocator g_global;
+inline constexpr unsigned kPredictClass = ~0u;
+
+LLAMALLOC_NOINLINE void* malloc_slow(size_t size, size_t alignment, unsigned lifetime_class, uintptr_t return_address);
+LLAMALLOC_NOINLINE void free_slow(void* p);
+// Initialises the heap once (options, predictor); safe to call any number of times.
+void ensure_init();
+// Installs a predictor (before the first allocation; the learned predictor does this at start).
+void set_predictor(Predictor* predictor);
+Predictor* predictor();
+// Flushes this thread's live-byte delta into the heap's gauges.
+void flush_live_bytes();
+// Checks the global allocator and this thread's heap; aborts on a broken invariant.
+void check_heap();
+
+LLAMALLOC_FAST void debug_check_heap() {
+  if (LLAMALLOC_DEBUG_CHECKS) check_heap();
+}
+
+LLAMALLOC_FAST void* heap_malloc(size_t size) {
+  LocalHeap* h = tl_heap;
+  if (LLAMALLOC_LIKELY(size <= kSmallMaxBytes)) {
+    if (void* p = cursor_bump(h->classes[h->fast_class].primary, size)) {
+      tl_live_delta += int64_t(size);
+      debug_check_heap();
+      return p;
+    }
+  }
+  return malloc_slow(size, kMinAlignBytes, kPredictClass, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+}
+
+LLAMALLOC_FAST void heap_free(void* p) {
+  SpanMeta* s = g_global.span_of(reinterpret_cast<uintptr_t>(p));
+  if (LLAMALLOC_LIKELY(s != nullptr && s->small.load(std::memory_order_relaxed))) {
+    LocalAllocator::free_small(g_global, s, p);
+    debug_check_heap();
+    return;
+  }
+  free_slow(p);
+}
+
+void* heap_malloc_class(size_t size, unsigned lifetime_class);
+void* heap_calloc(size_t count, size_t size);
+void* heap_realloc(void* p, size_t size);
+void* heap_reallocarray(void* p, size_t count, size_t size);
+// alignment: any power of two. nullptr + ENOMEM on exhaustion.
+void* heap_memalign(size_t alignment, size_t size);
+int heap_posix_memalign(void** out, size_t alignment, size_t size);
+void* heap_aligned_alloc(size_t alignment, size_t size);
+void* heap_valloc(size_t size);
+void* heap_pvalloc(size_t size);
+size_t heap_usable_size(const void* p);
+// operator new: loops on the new handler, throws std::bad_alloc (new.cc, built with exceptions).
+void* heap_new(size_t size);
+void* heap_new_aligned(size_t size, size_t alignment);
+void* heap_new_nothrow(size_t size) noexcept;
+void* heap_new_aligned_nothrow(size_t size, size_t alignment) noexcept;
+
+}  // namespace llamalloc

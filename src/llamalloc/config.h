@@ -1,0 +1,74 @@
+// Compile-time geometry of the lifetime-class heap (papers/000 sections 6 and 8). Every size here is fixed at
+// build time because the fast paths turn them into shifts and masks; each carries the reason for its value.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llamalloc {
+
+// The unit the heap takes from and gives back to the OS: one x86-64 transparent huge page, so that every page
+// of the heap is one TLB entry (the point of the paper).
+inline constexpr size_t kHugePageShift = 21;
+inline constexpr size_t kHugePageBytes = size_t{1} << kHugePageShift;
+
+// Liveness is tracked per 8 KiB block: small enough to recycle holes, large enough that a huge page has 256
+// blocks and its bitmaps fit in four 64-bit words each (papers/000 section 6.5).
+inline constexpr size_t kBlockShift = 13;
+inline constexpr size_t kBlockBytes = size_t{1} << kBlockShift;
+inline constexpr size_t kBlocksPerHugePage = kHugePageBytes / kBlockBytes;
+
+// Thread-local allocators receive block spans of M = 2 blocks, 16 KiB aligned: one global-lock round trip
+// per 16 KiB of small objects (section 6.1).
+inline constexpr size_t kBlockSpanShift = 14;
+inline constexpr size_t kBlockSpanBytes = size_t{1} << kBlockSpanShift;
+inline constexpr size_t kBlocksPerSpan = kBlockSpanBytes / kBlockBytes;
+inline constexpr size_t kSpansPerHugePage = kHugePageBytes / kBlockSpanBytes;
+
+// Lines are the unit of recycling inside a span: 128 B, two cache lines, as in Immix and the paper (6.6).
+inline constexpr size_t kLineShift = 7;
+inline constexpr size_t kLineBytes = size_t{1} << kLineShift;
+inline constexpr size_t kLinesPerSpan = kBlockSpanBytes / kLineBytes;
+
+// Every small object carries an 8-byte header (its size and a tag) right before it. The user pointer is
+// aligned to 16 bytes because glibc guarantees alignof(max_align_t) == 16 and SSE code depends on it.
+inline constexpr size_t kMinAlignBytes = 16;
+inline constexpr size_t kSmallHeaderBytes = 8;
+
+// Objects whose header plus payload fit in one block are small (bump allocated in spans); the rest are large
+// (whole blocks from the global allocator, no header) and those above a huge page are huge (whole huge pages).
+inline constexpr size_t kSmallMaxTotalBytes = kBlockBytes;
+inline constexpr size_t kSmallMaxBytes = kSmallMaxTotalBytes - kSmallHeaderBytes;
+
+// A line count holds the objects overlapping a line: at most 128/16 starting in it plus one reaching in from the
+// line before. The owner of a span adds kLineBias to each line of the run it bump allocates into, so that no
+// free can drive a count to zero while the owner is still placing objects there (section 8, reference counts).
+inline constexpr uint8_t kLineBias = 32;
+
+// Lifetime classes: at most 8 (docs/architecture.md): 0 = < 10 ms, x10 each, the last one = never freed.
+inline constexpr unsigned kMaxClasses = 8;
+inline constexpr uint64_t kShortestClassNs = 10'000'000;  // 10 ms
+
+// One virtual region per lifetime class; 16 GiB as in the paper (section 6.1). Regions are aligned to their
+// size so that the region of an address is one shift into a table covering the 47-bit user address space.
+inline constexpr size_t kRegionShift = 34;
+inline constexpr size_t kRegionBytes = size_t{1} << kRegionShift;
+inline constexpr size_t kHugePagesPerRegion = kRegionBytes / kHugePageBytes;
+inline constexpr size_t kAddressBits = 47;
+inline constexpr size_t kRegionSlots = size_t{1} << (kAddressBits - kRegionShift);
+// Region descriptors live in a fixed table (no malloc): 4096 regions is 64 TiB, half the address space.
+inline constexpr size_t kMaxRegions = 4096;
+
+inline constexpr size_t kSmallPageBytes = 4096;
+
+static_assert(kBlocksPerHugePage == 256, "bitmaps are four 64-bit words");
+static_assert(kBlocksPerSpan == 2, "the paper's M = 2");
+static_assert(kLinesPerSpan == 128, "line counts are one byte each, 128 per span");
+static_assert(kSpansPerHugePage == 128);
+static_assert(kSmallHeaderBytes + kMinAlignBytes / 2 == kMinAlignBytes, "header keeps user pointers 16-aligned");
+static_assert(kLineBias + kLineBytes / kMinAlignBytes + 1 < 255, "biased line counts fit in a byte");
+static_assert(kLineBias > kLineBytes / kMinAlignBytes + 1, "bias exceeds the objects a line can hold");
+static_assert(kRegionBytes % kHugePageBytes == 0);
+static_assert(kMaxClasses <= 8);
+
+}  // namespace llamalloc

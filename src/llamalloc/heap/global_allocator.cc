@@ -1,0 +1,627 @@
+#include <errno.h>
+
+#include <cstring>
+
+#include "heap/heap.h"
+
+namespace llamalloc {
+
+namespace {
+constexpr uint64_t kNoDeadline = ~uint64_t{0};
+}
+
+
+uint64_t GlobalAllocator::class_duration_ns(unsigned lc) const {
+  if (lc >= never_freed_class()) return kNoDeadline;
+  uint64_t d = kShortestClassNs;
+  for (unsigned i = 0; i < lc; ++i) d *= 10;
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Intrusive lists (global lock).
+
+void GlobalAllocator::active_push(HugePageMeta* p) {
+  unsigned c = p->lifetime_class;
+  p->active_next = nullptr;
+  p->active_prev = active_tail_[c];
+  if (active_tail_[c]) active_tail_[c]->active_next = p;
+  else active_head_[c] = p;
+  active_tail_[c] = p;
+}
+
+void GlobalAllocator::active_remove(HugePageMeta* p) {
+  unsigned c = p->lifetime_class;
+  if (p->active_prev) p->active_prev->active_next = p->active_next;
+  else active_head_[c] = p->active_next;
+  if (p->active_next) p->active_next->active_prev = p->active_prev;
+  else active_tail_[c] = p->active_prev;
+  p->active_prev = p->active_next = nullptr;
+}
+
+void GlobalAllocator::recyclable_push(HugePageMeta* p) {
+  if (p->in_recyclable) return;
+  unsigned c = p->lifetime_class;
+  p->recyclable_prev = nullptr;
+  p->recyclable_next = recyclable_head_[c];
+  if (recyclable_head_[c]) recyclable_head_[c]->recyclable_prev = p;
+  recyclable_head_[c] = p;
+  p->in_recyclable = 1;
+}
+
+void GlobalAllocator::recyclable_remove(HugePageMeta* p) {
+  if (!p->in_recyclable) return;
+  unsigned c = p->lifetime_class;
+  if (p->recyclable_prev) p->recyclable_prev->recyclable_next = p->recyclable_next;
+  else recyclable_head_[c] = p->recyclable_next;
+  if (p->recyclable_next) p->recyclable_next->recyclable_prev = p->recyclable_prev;
+  p->recyclable_prev = p->recyclable_next = nullptr;
+  p->in_recyclable = 0;
+}
+
+void GlobalAllocator::partial_push(SpanMeta* s, unsigned c) {
+  if (s->in_partial_list) return;
+  s->partial_prev = nullptr;
+  s->partial_next = partial_head_[c];
+  if (partial_head_[c]) partial_head_[c]->partial_prev = s;
+  partial_head_[c] = s;
+  s->in_partial_list = 1;
+}
+
+void GlobalAllocator::partial_remove(SpanMeta* s, unsigned c) {
+  if (!s->in_partial_list) return;
+  if (s->partial_prev) s->partial_prev->partial_next = s->partial_next;
+  else partial_head_[c] = s->partial_next;
+  if (s->partial_next) s->partial_next->partial_prev = s->partial_prev;
+  s->partial_prev = s->partial_next = nullptr;
+  s->in_partial_list = 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Regions and huge pages.
+
+Region* GlobalAllocator::new_region(unsigned lc) {
+  if (region_count_ == kMaxRegions) return nullptr;
+  void* base = platform_.reserve(kRegionBytes, kRegionBytes);
+  if (base == nullptr) return nullptr;
+  uintptr_t b = reinterpret_cast<uintptr_t>(base);
+  if ((b >> kRegionShift) >= kRegionSlots || (b & (kRegionBytes - 1)) != 0) return nullptr;
+  void* meta = platform_.map_metadata(kHugePagesPerRegion * kPageMetaStride);
+  if (meta == nullptr) return nullptr;
+  Region* r = &regions_[region_count_++];
+  r->base = b;
+  r->metadata = static_cast<char*>(meta);
+  r->next_fresh = 0;
+  r->lifetime_class = uint8_t(lc);
+  region_table_[b >> kRegionShift].store(r, std::memory_order_release);
+  current_region_[lc] = r;
+  return r;
+}
+
+void GlobalAllocator::account_page(HugePageMeta* p, int64_t pages) {
+  gauges_.footprint_bytes += uint64_t(pages * int64_t(kHugePageBytes));
+  gauges_.huge_pages_by_class[p->lifetime_class] += uint64_t(pages);
+  if (gauges_.footprint_bytes > gauges_.peak_footprint_bytes) gauges_.peak_footprint_bytes = gauges_.footprint_bytes;
+}
+
+// Bump allocates the next never-used huge page of the class's region (section 6.1), a new region when full.
+HugePageMeta* GlobalAllocator::open_new_page(unsigned lc) {
+  Region* r = current_region_[lc];
+  if (r == nullptr || r->next_fresh == kHugePagesPerRegion) r = new_region(lc);
+  if (r == nullptr) return nullptr;
+  uint32_t index = r->next_fresh++;
+  if (!platform_.back(reinterpret_cast<void*>(r->page_address(index)), kHugePageBytes)) return nullptr;
+  HugePageMeta* p = r->page(index);
+  p->region = r;
+  p->index = index;
+  p->state = PageState::kOpen;
+  p->kind = PageKind::kBlocks;
+  p->lifetime_class = uint8_t(lc);
+  p->deadline_ns = kNoDeadline;
+  open_[lc] = p;
+  account_page(p, 1);
+  return p;
+}
+
+HugePageMeta* GlobalAllocator::ensure_open_page(unsigned lc) {
+  return open_[lc] ? open_[lc] : open_new_page(lc);
+}
+
+// Open -> active when the page has been filled, or a request of its class no longer fits (section 6.2).
+void GlobalAllocator::activate(HugePageMeta* p) {
+  unsigned c = p->lifetime_class;
+  if (open_[c] == p) open_[c] = nullptr;
+  p->state = PageState::kActive;
+  uint64_t d = class_duration_ns(c);
+  p->deadline_ns = d == kNoDeadline ? kNoDeadline : clock_.now_ns() + config_.deadline_k * d;
+  active_push(p);
+  if (!p->live.all()) recyclable_push(p);
+  if (p->live.none()) release_page(p);
+}
+
+void GlobalAllocator::release_page(HugePageMeta* p) {
+  if (p->state == PageState::kActive) {
+    active_remove(p);
+    recyclable_remove(p);
+  }
+  if (open_[p->lifetime_class] == p) open_[p->lifetime_class] = nullptr;
+  for (SpanMeta& s : p->spans) partial_remove(&s, p->lifetime_class);
+  account_page(p, -1);
+  counters_.huge_pages_released.fetch_add(1, std::memory_order_relaxed);
+  uintptr_t address = page_address(p);
+  platform_.release(reinterpret_cast<void*>(address), kHugePageBytes);
+  // Its metadata reads as zero again: state kUnused, so a stale pointer into it is reported, not trusted.
+  platform_.release_metadata(p, kPageMetaStride);
+}
+
+void GlobalAllocator::change_class(HugePageMeta* p, unsigned new_class) {
+  unsigned old_class = p->lifetime_class;
+  active_remove(p);
+  bool was_recyclable = p->in_recyclable;
+  recyclable_remove(p);
+  SpanMeta* moved[kSpansPerHugePage];
+  size_t n_moved = 0;
+  for (SpanMeta& s : p->spans)
+    if (s.in_partial_list) {
+      partial_remove(&s, old_class);
+      moved[n_moved++] = &s;
+    }
+  gauges_.huge_pages_by_class[old_class] -= 1;
+  gauges_.huge_pages_by_class[new_class] += 1;
+  p->lifetime_class = uint8_t(new_class);
+  uint64_t d = class_duration_ns(new_class);
+  p->deadline_ns = d == kNoDeadline ? kNoDeadline : clock_.now_ns() + config_.deadline_k * d;
+  active_push(p);
+  if (was_recyclable) recyclable_push(p);
+  for (size_t i = 0; i < n_moved; ++i) partial_push(moved[i], new_class);
+}
+
+// Deadline expired with live residual blocks: they were under-predicted by (at least) one class (Figure 6d).
+// "Never freed" is not a lifetime one can be promoted into; the longest finite class is the end of the chain.
+void GlobalAllocator::promote(HugePageMeta* p) {
+  unsigned c = p->lifetime_class;
+  unsigned top = never_freed_class() - 1;
+  if (c < top) counters_.promotions.fetch_add(1, std::memory_order_relaxed);
+  change_class(p, c < top ? c + 1 : c);
+}
+
+// No residual block left: the live blocks hold shorter-lived objects, so the page drops one class and they
+// become its residual blocks (Figure 6e).
+void GlobalAllocator::demote(HugePageMeta* p) {
+  unsigned c = p->lifetime_class;
+  if (c > 0) counters_.demotions.fetch_add(1, std::memory_order_relaxed);
+  p->residual = p->live;
+  change_class(p, c > 0 ? c - 1 : 0);
+}
+
+void GlobalAllocator::queue_partial_spans(HugePageMeta* p) {
+  for (SpanMeta& s : p->spans) {
+    if (!s.small.load(std::memory_order_relaxed) || s.owned) continue;
+    int32_t live = s.live_lines.load(std::memory_order_acquire);
+    if (live > 0 && live < int32_t(kLinesPerSpan)) partial_push(&s, p->lifetime_class);
+  }
+}
+
+void GlobalAllocator::expire_deadlines(uint64_t now) {
+  for (unsigned c = 0; c < num_classes(); ++c) {
+    while (active_head_[c] != nullptr && active_head_[c]->deadline_ns <= now) {
+      HugePageMeta* p = active_head_[c];
+      counters_.deadlines_expired.fetch_add(1, std::memory_order_relaxed);
+      p->deadline_passed = 1;
+      if ((p->live & p->residual).none()) demote(p);
+      else promote(p);
+      queue_partial_spans(p);
+    }
+  }
+}
+
+void GlobalAllocator::tick() {
+  LockGuard g(lock_);
+  expire_deadlines(clock_.now_ns());
+  debug_check();
+}
+
+void GlobalAllocator::after_blocks_freed(HugePageMeta* p) {
+  if (p->state != PageState::kActive) return;  // the open page keeps its blocks for its own class
+  if (p->live.none()) {
+    release_page(p);
+    return;
+  }
+  recyclable_push(p);
+  if (p->residual.none()) demote(p);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Blocks.
+
+bool GlobalAllocator::take_blocks(HugePageMeta* p, size_t count, size_t align_blocks, size_t* first) {
+  size_t at = p->live.find_clear_run(count, align_blocks);
+  if (at == kBlocksPerHugePage) return false;
+  *first = at;
+  return true;
+}
+
+void GlobalAllocator::mark_allocated(HugePageMeta* p, size_t first, size_t count, bool residual) {
+  p->live.set_range(first, count);
+  if (residual) p->residual.set_range(first, count);
+  if (p->state == PageState::kOpen) {
+    if (p->live.all()) activate(p);
+  } else if (p->live.all()) {
+    recyclable_remove(p);
+  }
+}
+
+SpanMeta* GlobalAllocator::pop_partial_span(unsigned lc) {
+  // Longest class first: its spans' remaining objects are the least likely to be freed soon.
+  for (unsigned c = num_classes(); c-- > lc + 1;) {
+    while (SpanMeta* s = partial_head_[c]) {
+      partial_remove(s, c);
+      int32_t live = s->live_lines.load(std::memory_order_acquire);
+      // Zero: the last line was just freed and that thread is waiting for the lock to free the span.
+      while (live > 0 && !s->live_lines.compare_exchange_weak(live, live + 1, std::memory_order_acq_rel)) {
+      }
+      if (live > 0) return s;
+    }
+  }
+  return nullptr;
+}
+
+bool GlobalAllocator::acquire_span(unsigned lc, bool fresh_only, SpanGrant* grant) {
+  if (lc >= num_classes()) lc = never_freed_class();
+  LockGuard g(lock_);
+  expire_deadlines(clock_.now_ns());
+  HugePageMeta* page = nullptr;
+  size_t first = 0;
+  SpanMeta* span = nullptr;
+  bool residual = false;
+  if (!fresh_only) span = pop_partial_span(lc);
+  if (span != nullptr) {
+    page = span->page;
+    first = span_index(span) * kBlocksPerSpan;
+    // Section 6.3: a recycled span is open and non-residual.
+    page->residual.clear_range(first, kBlocksPerSpan);
+    grant->partially_free = true;
+  } else {
+    // Free blocks of longer-lived active pages, longest class first (the paper's preference for small objects).
+    for (unsigned c = num_classes(); c-- > lc + 1 && page == nullptr;) {
+      for (HugePageMeta* p = recyclable_head_[c]; p != nullptr; p = p->recyclable_next)
+        if (take_blocks(p, kBlocksPerSpan, kBlocksPerSpan, &first)) {
+          page = p;
+          counters_.blocks_recycled.fetch_add(kBlocksPerSpan, std::memory_order_relaxed);
+          break;
+        }
+    }
+    if (page == nullptr) {
+      page = ensure_open_page(lc);
+      if (page != nullptr && !take_blocks(page, kBlocksPerSpan, kBlocksPerSpan, &first)) {
+        activate(page);
+        page = open_new_page(lc);
+        if (page != nullptr && !take_blocks(page, kBlocksPerSpan, kBlocksPerSpan, &first)) page = nullptr;
+      }
+      if (page == nullptr) {
+        errno = ENOMEM;
+        debug_check();
+        return false;
+      }
+      residual = true;
+    }
+    span = &page->spans[first / kBlocksPerSpan];
+    span->live_lines.store(1, std::memory_order_relaxed);  // the owner's reference
+    span->page = page;
+    span->small.store(1, std::memory_order_release);
+    mark_allocated(page, first, kBlocksPerSpan, residual);
+    grant->partially_free = false;
+  }
+  span->owned = 1;
+  span->lifetime_class = uint8_t(lc);
+  grant->span = span;
+  grant->address = page_address(page) + first * kBlockBytes;
+  grant->residual = residual;
+  counters_.block_spans_handed_out.fetch_add(1, std::memory_order_relaxed);
+  if (grant->partially_free && page->state == PageState::kActive && page->residual.none() && !page->live.none())
+    demote(page);
+  debug_check();
+  return true;
+}
+
+void GlobalAllocator::close_span(SpanMeta* span) {
+  LockGuard g(lock_);
+  span->owned = 0;
+  int32_t before = span->live_lines.fetch_sub(1, std::memory_order_acq_rel);
+  if (before == 1) {
+    free_span_locked(span);
+  } else {
+    HugePageMeta* page = span->page;
+    if (page->deadline_passed && page->state == PageState::kActive && before - 1 < int32_t(kLinesPerSpan))
+      partial_push(span, page->lifetime_class);
+  }
+  expire_deadlines(clock_.now_ns());
+  debug_check();
+}
+
+void GlobalAllocator::free_span(SpanMeta* span) {
+  LockGuard g(lock_);
+  free_span_locked(span);
+  expire_deadlines(clock_.now_ns());
+  debug_check();
+}
+
+void GlobalAllocator::free_span_locked(SpanMeta* span) {
+  HugePageMeta* page = span->page;
+  partial_remove(span, page->lifetime_class);
+  span->small.store(0, std::memory_order_release);
+  span->owned = 0;
+  size_t first = span_index(span) * kBlocksPerSpan;
+  page->live.clear_range(first, kBlocksPerSpan);
+  page->residual.clear_range(first, kBlocksPerSpan);
+  after_blocks_freed(page);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Large and huge objects.
+
+void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
+  if (lc >= num_classes()) lc = never_freed_class();
+  if (alignment < kBlockBytes) alignment = kBlockBytes;
+  if (bytes == 0) bytes = 1;
+  LockGuard g(lock_);
+  expire_deadlines(clock_.now_ns());
+  if (bytes > kHugePageBytes || alignment > kHugePageBytes) {
+    void* p = alloc_huge_locked(lc, bytes, alignment);
+    debug_check();
+    return p;
+  }
+  size_t count = (bytes + kBlockBytes - 1) / kBlockBytes;
+  size_t align_blocks = alignment / kBlockBytes;
+  HugePageMeta* page = nullptr;
+  size_t first = 0;
+  bool residual = false;
+  // Section 6.3: large objects prefer the next longer class (lr + 1), then the longer ones after it.
+  for (unsigned c = lc + 1; c < num_classes() && page == nullptr; ++c) {
+    for (HugePageMeta* p = recyclable_head_[c]; p != nullptr; p = p->recyclable_next)
+      if (take_blocks(p, count, align_blocks, &first)) {
+        page = p;
+        counters_.blocks_recycled.fetch_add(count, std::memory_order_relaxed);
+        break;
+      }
+  }
+  if (page == nullptr) {
+    page = ensure_open_page(lc);
+    if (page != nullptr && !take_blocks(page, count, align_blocks, &first)) {
+      activate(page);
+      page = open_new_page(lc);
+      if (page != nullptr && !take_blocks(page, count, align_blocks, &first)) page = nullptr;
+    }
+    if (page == nullptr) {
+      errno = ENOMEM;
+      debug_check();
+      return nullptr;
+    }
+    residual = true;
+  }
+  page->large_start.set(first);
+  page->large_end.set(first + count - 1);
+  page->large_requested_bytes[first] = uint32_t(bytes);
+  uintptr_t address = page_address(page) + first * kBlockBytes;
+  mark_allocated(page, first, count, residual);
+  debug_check();
+  return reinterpret_cast<void*>(address);
+}
+
+void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
+  if (bytes > kRegionBytes - alignment) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  size_t pages = (bytes + kHugePageBytes - 1) / kHugePageBytes;
+  size_t align_pages = alignment > kHugePageBytes ? alignment / kHugePageBytes : 1;
+  Region* r = current_region_[lc];
+  auto first_fit = [&](Region* region) {
+    return (size_t(region->next_fresh) + align_pages - 1) / align_pages * align_pages;
+  };
+  if (r == nullptr || first_fit(r) + pages > kHugePagesPerRegion) r = new_region(lc);
+  if (r == nullptr || first_fit(r) + pages > kHugePagesPerRegion) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  size_t index = first_fit(r);
+  r->next_fresh = uint32_t(index + pages);
+  uintptr_t address = r->page_address(index);
+  if (!platform_.back(reinterpret_cast<void*>(address), pages * kHugePageBytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  for (size_t i = 0; i < pages; ++i) {
+    HugePageMeta* p = r->page(index + i);
+    p->region = r;
+    p->index = uint32_t(index + i);
+    p->state = PageState::kActive;
+    p->kind = i == 0 ? PageKind::kHugeHead : PageKind::kHugeTail;
+    p->lifetime_class = uint8_t(lc);
+    p->deadline_ns = kNoDeadline;
+    p->live.words[0] = p->live.words[1] = p->live.words[2] = p->live.words[3] = ~uint64_t{0};
+    p->residual = p->live;
+  }
+  HugePageMeta* head = r->page(index);
+  head->huge_pages = uint32_t(pages);
+  head->huge_requested_bytes = bytes;
+  account_page(head, int64_t(pages));
+  return reinterpret_cast<void*>(address);
+}
+
+void GlobalAllocator::free_huge_locked(HugePageMeta* head) {
+  Region* r = head->region;
+  size_t pages = head->huge_pages, index = head->index;
+  account_page(head, -int64_t(pages));
+  counters_.huge_pages_released.fetch_add(pages, std::memory_order_relaxed);
+  platform_.release(reinterpret_cast<void*>(r->page_address(index)), pages * kHugePageBytes);
+  for (size_t i = 0; i < pages; ++i) platform_.release_metadata(r->page(index + i), kPageMetaStride);
+}
+
+size_t GlobalAllocator::free_large(void* ptr) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+  size_t requested = 0;
+  LockGuard g(lock_);
+  HugePageMeta* page = page_of(a);
+  if (page == nullptr) fatal_pointer("free of", ptr, "pointer not allocated by llamalloc");
+  if (page->state == PageState::kUnused)
+    fatal_pointer("free of", ptr, "pointer into a free huge page (double free or never allocated)");
+  if (page->kind == PageKind::kHugeHead) {
+    if (a != page_address(page)) fatal_pointer("free of", ptr, "pointer inside a huge object, not its start");
+    requested = page->huge_requested_bytes;
+    free_huge_locked(page);
+  } else if (page->kind == PageKind::kHugeTail) {
+    fatal_pointer("free of", ptr, "pointer inside a huge object, not its start");
+  } else {
+    uintptr_t offset = a - page_address(page);
+    size_t block = offset >> kBlockShift;
+    if ((offset & (kBlockBytes - 1)) != 0) fatal_pointer("free of", ptr, "pointer not the start of an object");
+    if (!page->live.test(block)) fatal_pointer("free of", ptr, "double free (its block is free)");
+    if (page->spans[block / kBlocksPerSpan].small.load(std::memory_order_relaxed) || !page->large_start.test(block))
+      fatal_pointer("free of", ptr, "pointer not the start of an object");
+    size_t last = page->large_end.next_set(block);
+    size_t count = last - block + 1;
+    page->large_start.clear(block);
+    page->large_end.clear(last);
+    requested = page->large_requested_bytes[block];
+    page->large_requested_bytes[block] = 0;
+    page->live.clear_range(block, count);
+    page->residual.clear_range(block, count);
+    after_blocks_freed(page);
+  }
+  expire_deadlines(clock_.now_ns());
+  debug_check();
+  return requested;
+}
+
+size_t GlobalAllocator::large_usable_size(const void* ptr) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+  LockGuard g(lock_);
+  HugePageMeta* page = page_of(a);
+  if (page == nullptr || page->state == PageState::kUnused) return 0;
+  if (page->kind == PageKind::kHugeHead)
+    return a == page_address(page) ? size_t(page->huge_pages) * kHugePageBytes : 0;
+  if (page->kind != PageKind::kBlocks) return 0;
+  uintptr_t offset = a - page_address(page);
+  size_t block = offset >> kBlockShift;
+  if ((offset & (kBlockBytes - 1)) != 0 || !page->large_start.test(block) || !page->live.test(block)) return 0;
+  return (page->large_end.next_set(block) - block + 1) * kBlockBytes;
+}
+
+size_t GlobalAllocator::large_requested_size(const void* ptr) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+  LockGuard g(lock_);
+  HugePageMeta* page = page_of(a);
+  if (page == nullptr || page->state == PageState::kUnused) return 0;
+  if (page->kind == PageKind::kHugeHead) return page->huge_requested_bytes;
+  return page->large_requested_bytes[((a - page_address(page)) >> kBlockShift) % kBlocksPerHugePage];
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Introspection and invariants.
+
+PageInfo GlobalAllocator::page_info(uintptr_t address) {
+  LockGuard g(lock_);
+  PageInfo info;
+  HugePageMeta* p = page_of(address);
+  if (p == nullptr) return info;
+  info.state = p->state;
+  info.kind = p->kind;
+  info.lifetime_class = p->lifetime_class;
+  info.deadline_ns = p->deadline_ns;
+  info.live = p->live;
+  info.residual = p->residual;
+  info.address = p->state == PageState::kUnused ? 0 : page_address(p);
+  return info;
+}
+
+size_t GlobalAllocator::pages_in_use(unsigned lc) {
+  LockGuard g(lock_);
+  return lc < kMaxClasses ? gauges_.huge_pages_by_class[lc] : gauges_.footprint_bytes / kHugePageBytes;
+}
+
+bool SpanMeta::check() const {
+  int32_t live = live_lines.load(std::memory_order_relaxed);
+  if (!small.load(std::memory_order_relaxed)) return live == 0 && !owned && !in_partial_list;
+  if (live < 0 || live > int32_t(kLinesPerSpan) + 1) return false;
+  if (owned && live < 1) return false;
+  if (in_partial_list && owned) return false;
+  return true;
+}
+
+bool HugePageMeta::check(unsigned num_classes) const {
+  if (state == PageState::kUnused) return false;
+  if (lifetime_class >= num_classes) return false;
+  if (kind != PageKind::kBlocks) return live.all();
+  if (!(residual & ~live).none()) return false;               // residual blocks are live
+  if (!(large_start & ~live).none()) return false;
+  if (state == PageState::kOpen && !(residual == live)) return false;  // an open page holds only its class
+  for (size_t s = 0; s < kSpansPerHugePage; ++s) {
+    bool small_span = spans[s].small.load(std::memory_order_relaxed);
+    if (small_span && !(live.test(2 * s) && live.test(2 * s + 1))) return false;
+    if (small_span && (large_start.test(2 * s) || large_start.test(2 * s + 1))) return false;
+    if (!spans[s].check()) return false;
+  }
+  // Every live block belongs to a small span or to a large object that starts and ends on this page.
+  size_t open_object_end = 256;
+  for (size_t b = 0; b < kBlocksPerHugePage; ++b) {
+    bool in_span = spans[b / 2].small.load(std::memory_order_relaxed);
+    if (large_start.test(b)) {
+      if (open_object_end != 256) return false;
+      open_object_end = large_end.next_set(b);
+      if (open_object_end == 256) return false;
+    }
+    bool in_object = open_object_end != 256;
+    if (live.test(b) != (in_span || in_object)) return false;
+    if (in_span && in_object) return false;
+    if (in_object && b == open_object_end) open_object_end = 256;
+  }
+  return open_object_end == 256;
+}
+
+void GlobalAllocator::check_invariants() {
+  LockGuard g(lock_);
+  check_invariants_locked();
+}
+
+void GlobalAllocator::check_invariants_locked() {
+  size_t pages_by_class[kMaxClasses] = {};
+  size_t total = 0;
+  for (size_t i = 0; i < region_count_; ++i) {
+    Region* r = &regions_[i];
+    LLAMALLOC_CHECK(region_of(r->base) == r, "invariant: region table does not map a region's base to it");
+    for (size_t j = 0; j < r->next_fresh; ++j) {
+      HugePageMeta* p = r->page(j);
+      if (p->state == PageState::kUnused) continue;
+      LLAMALLOC_CHECK(p->check(num_classes()), "invariant: huge page metadata inconsistent");
+      LLAMALLOC_CHECK(p->region == r && p->index == j, "invariant: huge page back-pointers wrong");
+      pages_by_class[p->lifetime_class]++;
+      total++;
+      if (p->kind != PageKind::kBlocks) continue;
+      if (p->state == PageState::kOpen) LLAMALLOC_CHECK(open_[p->lifetime_class] == p, "invariant: stray open page");
+      if (p->state == PageState::kActive) {
+        LLAMALLOC_CHECK(!p->live.none(), "invariant: an active page with no live block was not released");
+        LLAMALLOC_CHECK(bool(p->in_recyclable) == !p->live.all(), "invariant: recyclable list membership");
+      }
+    }
+  }
+  for (unsigned c = 0; c < kMaxClasses; ++c) {
+    LLAMALLOC_CHECK(pages_by_class[c] == gauges_.huge_pages_by_class[c], "invariant: pages by class miscounted");
+    uint64_t last_deadline = 0;
+    for (HugePageMeta* p = active_head_[c]; p; p = p->active_next) {
+      LLAMALLOC_CHECK(p->state == PageState::kActive && p->lifetime_class == c, "invariant: active list entry");
+      LLAMALLOC_CHECK(p->deadline_ns >= last_deadline, "invariant: active list not in deadline order");
+      last_deadline = p->deadline_ns;
+    }
+    for (HugePageMeta* p = recyclable_head_[c]; p; p = p->recyclable_next)
+      LLAMALLOC_CHECK(p->in_recyclable && p->lifetime_class == c && p->state == PageState::kActive,
+                      "invariant: recyclable list entry");
+    for (SpanMeta* s = partial_head_[c]; s; s = s->partial_next)
+      LLAMALLOC_CHECK(s->in_partial_list && !s->owned && s->page->lifetime_class == c,
+                      "invariant: partial span list entry");
+    if (open_[c]) LLAMALLOC_CHECK(open_[c]->state == PageState::kOpen, "invariant: open page not open");
+  }
+  LLAMALLOC_CHECK(total * kHugePageBytes == gauges_.footprint_bytes, "invariant: footprint miscounted");
+}
+
+}  // namespace llamalloc

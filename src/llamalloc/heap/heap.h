@@ -1,0 +1,227 @@
+// The global allocator (papers/000 sections 6.1-6.5 and 8): huge pages in lifetime-class regions, their
+// blocks, deadlines, promotion and demotion, block and span recycling, large and huge objects. It owns the one
+// global lock. It takes a Platform and a Clock, never touches the memory it hands out (only its metadata),
+// and is therefore the same code in the process, in tests on fake pages, and in the trace simulator.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "base.h"
+#include "config.h"
+#include "pal/pal.h"
+#include "stats.h"
+
+namespace llamalloc {
+
+// Huge page states of section 6.2. A free huge page has been given back (or was never used): kUnused.
+enum class PageState : uint8_t { kUnused = 0, kOpen = 1, kActive = 2 };
+// A page holds blocks (small spans and large objects) or is part of one huge object.
+enum class PageKind : uint8_t { kBlocks = 0, kHugeHead = 1, kHugeTail = 2 };
+
+struct Region;
+
+// One 16 KiB block span. Line counts are the objects overlapping each line (section 6.6). live_lines counts the
+// lines with objects, plus one while a thread-local allocator owns the span, so that it reaches zero exactly
+// once, in the thread that must give the span back.
+struct SpanMeta {
+  std::atomic<uint8_t> line_objects[kLinesPerSpan];
+  std::atomic<int32_t> live_lines;
+  std::atomic<uint8_t> small;  // 1 while the span holds small objects: read by free() without the lock
+  uint8_t owned;               // a thread-local allocator bump allocates in it (global lock)
+  uint8_t in_partial_list;     // closed, partially free, on a page past its deadline (global lock)
+  uint8_t lifetime_class;      // the class its current or last owner allocated
+  SpanMeta* partial_prev;
+  SpanMeta* partial_next;
+  struct HugePageMeta* page;   // set when the span is handed out
+
+  bool check() const;  // invariant checker: counts within bounds, owner reference consistent
+};
+
+struct HugePageMeta {
+  Bitmap256 live;         // blocks that hold objects or are handed out as spans
+  Bitmap256 residual;     // live blocks predicted to match the page's class (section 6.5)
+  Bitmap256 large_start;  // first block of each large object
+  Bitmap256 large_end;    // last block of each large object: free() finds the size (section 8)
+  uint64_t deadline_ns;
+  HugePageMeta* active_prev;  // per class, in deadline order
+  HugePageMeta* active_next;
+  HugePageMeta* recyclable_prev;  // per class: active pages with at least one free block
+  HugePageMeta* recyclable_next;
+  Region* region;
+  uint32_t index;       // in its region
+  uint32_t huge_pages;  // kHugeHead: the object's length in huge pages
+  uint64_t huge_requested_bytes;
+  PageState state;
+  PageKind kind;
+  uint8_t lifetime_class;
+  uint8_t deadline_passed;  // partially free spans may be recycled (section 6.6)
+  uint8_t in_recyclable;
+  uint32_t large_requested_bytes[kBlocksPerHugePage];  // by first block
+  SpanMeta spans[kSpansPerHugePage];
+
+  bool check(unsigned num_classes) const;
+};
+
+inline constexpr size_t kPageMetaStride =
+    (sizeof(HugePageMeta) + kSmallPageBytes - 1) / kSmallPageBytes * kSmallPageBytes;
+static_assert(kPageMetaStride % kSmallPageBytes == 0, "metadata of a released page is dropped page by page");
+
+struct Region {
+  uintptr_t base;  // kRegionBytes aligned
+  char* metadata;  // kHugePagesPerRegion strides
+  uint32_t next_fresh;  // huge pages below have been used once: their addresses are never handed out again
+  uint8_t lifetime_class;
+
+  HugePageMeta* page(size_t i) const { return reinterpret_cast<HugePageMeta*>(metadata + i * kPageMetaStride); }
+  uintptr_t page_address(size_t i) const { return base + (i << kHugePageShift); }
+};
+
+struct SpanGrant {
+  SpanMeta* span = nullptr;
+  uintptr_t address = 0;
+  bool partially_free = false;  // recycled with live lines in it
+  bool residual = false;        // taken from the open page of its class
+};
+
+struct HeapConfig {
+  unsigned num_classes = kMaxClasses;  // the last one is "never freed"
+  unsigned deadline_k = 4;             // deadline = now + K x class duration
+};
+
+// A snapshot of one huge page for tests and the simulator.
+struct PageInfo {
+  PageState state = PageState::kUnused;
+  PageKind kind = PageKind::kBlocks;
+  unsigned lifetime_class = 0;
+  uint64_t deadline_ns = 0;
+  Bitmap256 live, residual;
+  uintptr_t address = 0;
+};
+
+class GlobalAllocator {
+ public:
+  // constexpr: the process-wide instance is constant-initialised, usable before any constructor runs.
+  constexpr GlobalAllocator(Platform& platform, Clock& clock, HeapConfig config)
+      : platform_(platform), clock_(clock), config_(config) {
+    configure(config);
+  }
+  // Sets the class count and K; only before the first allocation.
+  constexpr void configure(HeapConfig config) {
+    if (config.num_classes < 2) config.num_classes = 2;
+    if (config.num_classes > kMaxClasses) config.num_classes = kMaxClasses;
+    if (config.deadline_k == 0) config.deadline_k = 1;
+    config_ = config;
+  }
+  GlobalAllocator(const GlobalAllocator&) = delete;
+  GlobalAllocator& operator=(const GlobalAllocator&) = delete;
+
+  unsigned num_classes() const { return config_.num_classes; }
+  unsigned never_freed_class() const { return config_.num_classes - 1; }
+  // The class duration that deadlines are computed from: 10 ms x 10^c; "never freed" has none (UINT64_MAX).
+  uint64_t class_duration_ns(unsigned lifetime_class) const;
+
+  // --- for thread-local allocators -------------------------------------------------------------------
+  // A block span for objects of `lifetime_class`, owned by the caller (live_lines includes its reference).
+  // fresh_only: completely free spans only (overflow spans). false when memory is exhausted.
+  bool acquire_span(unsigned lifetime_class, bool fresh_only, SpanGrant* grant);
+  // The owner is done with the span: drops its reference; frees or queues it for recycling.
+  void close_span(SpanMeta* span);
+  // Called by the thread whose decrement brought live_lines to zero.
+  void free_span(SpanMeta* span);
+
+  // --- large (blocks) and huge (whole huge pages) objects ---------------------------------------------
+  // bytes > kSmallMaxBytes or alignment too large for a span. nullptr when exhausted.
+  void* alloc_large(unsigned lifetime_class, size_t bytes, size_t alignment);
+  // Aborts with one line if `p` is not a live large or huge object of this heap. Returns the bytes that were
+  // asked for when it was allocated.
+  size_t free_large(void* p);
+  // Usable bytes of the large or huge object starting at p; 0 if p is not one.
+  size_t large_usable_size(const void* p);
+  // The bytes that were asked for (live accounting).
+  size_t large_requested_size(const void* p);
+
+  // --- lookups without the lock -------------------------------------------------------------------------
+  LLAMALLOC_FAST Region* region_of(uintptr_t address) const {
+    size_t slot = address >> kRegionShift;
+    if (LLAMALLOC_UNLIKELY(slot >= kRegionSlots)) return nullptr;
+    return region_table_[slot].load(std::memory_order_acquire);
+  }
+  LLAMALLOC_FAST SpanMeta* span_of(uintptr_t address) const {
+    Region* r = region_of(address);
+    if (LLAMALLOC_UNLIKELY(r == nullptr)) return nullptr;
+    uintptr_t offset = address - r->base;
+    return &r->page(offset >> kHugePageShift)->spans[(offset >> kBlockSpanShift) & (kSpansPerHugePage - 1)];
+  }
+  LLAMALLOC_FAST HugePageMeta* page_of(uintptr_t address) const {
+    Region* r = region_of(address);
+    return r ? r->page((address - r->base) >> kHugePageShift) : nullptr;
+  }
+  bool owns(const void* p) const { return region_of(reinterpret_cast<uintptr_t>(p)) != nullptr; }
+
+  // Processes the deadlines that have expired by now (every entry point does this first).
+  void tick();
+  // Checks every structure; on the first broken invariant prints it and aborts.
+  void check_invariants();
+  PageInfo page_info(uintptr_t address);
+  // Huge pages that are open or active (the footprint in pages), per class and in all.
+  size_t pages_in_use(unsigned lifetime_class);
+
+  Counters& counters() { return counters_; }
+  Gauges& gauges() { return gauges_; }
+  Lock& lock() { return lock_; }
+
+ private:
+  Region* new_region(unsigned lc);
+  HugePageMeta* open_new_page(unsigned lc);
+  HugePageMeta* ensure_open_page(unsigned lc);
+  void activate(HugePageMeta* page);
+  void release_page(HugePageMeta* page);
+  void after_blocks_freed(HugePageMeta* page);
+  void change_class(HugePageMeta* page, unsigned new_class);
+  void promote(HugePageMeta* page);
+  void demote(HugePageMeta* page);
+  void expire_deadlines(uint64_t now);
+  void free_span_locked(SpanMeta* span);
+  void* alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment);
+  void free_huge_locked(HugePageMeta* head);
+  bool take_blocks(HugePageMeta* page, size_t count, size_t align_blocks, size_t* first);
+  void mark_allocated(HugePageMeta* page, size_t first, size_t count, bool residual);
+  SpanMeta* pop_partial_span(unsigned lc);
+
+  void active_push(HugePageMeta* p);
+  void active_remove(HugePageMeta* p);
+  void recyclable_push(HugePageMeta* p);
+  void recyclable_remove(HugePageMeta* p);
+  void partial_push(SpanMeta* s, unsigned lc);
+  void partial_remove(SpanMeta* s, unsigned lc);
+  void queue_partial_spans(HugePageMeta* page);
+  void debug_check() {
+    if (LLAMALLOC_DEBUG_CHECKS) check_invariants_locked();
+  }
+  void check_invariants_locked();
+
+  static HugePageMeta* page_of_span(SpanMeta* span) { return span->page; }
+  static size_t span_index(SpanMeta* span) { return span - page_of_span(span)->spans; }
+  uintptr_t page_address(const HugePageMeta* p) const { return p->region->page_address(p->index); }
+  void account_page(HugePageMeta* p, int64_t pages);
+
+  Platform& platform_;
+  Clock& clock_;
+  HeapConfig config_;
+  Lock lock_;
+  Counters counters_;
+  Gauges gauges_;
+  HugePageMeta* open_[kMaxClasses] = {};
+  HugePageMeta* active_head_[kMaxClasses] = {};
+  HugePageMeta* active_tail_[kMaxClasses] = {};
+  HugePageMeta* recyclable_head_[kMaxClasses] = {};
+  SpanMeta* partial_head_[kMaxClasses] = {};
+  Region* current_region_[kMaxClasses] = {};
+  size_t region_count_ = 0;
+  Region regions_[kMaxRegions] = {};
+  std::atomic<Region*> region_table_[kRegionSlots] = {};
+};
+
+}  // namespace llamalloc

@@ -1,0 +1,125 @@
+// Thread-local span allocators (papers/000 sections 6.1 and 6.6): per lifetime class one primary span
+// (fresh or partially free, bump allocated run of free lines by run of free lines) and one overflow span for
+// small objects that do not fit the current run of a partially free span. The allocation fast path is a bump
+// and one store; the free fast path is a header check and one atomic decrement per line the object covers.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "base.h"
+#include "config.h"
+#include "heap/heap.h"
+#include "predictor/predictor.h"
+
+namespace llamalloc {
+
+// 8 bytes before every small object.
+struct SmallHeader {
+  uint32_t requested_bytes;
+  uint16_t tag;
+  uint16_t unused;
+};
+static_assert(sizeof(SmallHeader) == kSmallHeaderBytes);
+
+inline constexpr uint16_t kTagLive = 0x11A3;   // allocated
+inline constexpr uint16_t kTagFreed = 0xF4EE;  // freed (a second free is reported)
+inline constexpr uint16_t kTagPad = 0x9AD0;    // alignment padding before an aligned object
+
+// Bytes a small object of `size` occupies in its span, header included; a multiple of 16.
+LLAMALLOC_FAST constexpr size_t small_total_bytes(size_t size) {
+  return (size + kSmallHeaderBytes + kMinAlignBytes - 1) & ~(kMinAlignBytes - 1);
+}
+
+struct SpanCursor {
+  uintptr_t bump = 0;       // address of the next header; ≡ 8 (mod 16)
+  uintptr_t run_end = 0;    // end of the run of free lines being filled
+  uintptr_t run_start = 0;  // first header of the run
+  uintptr_t span_base = 0;
+  SpanMeta* span = nullptr;
+  uint32_t next_line = 0;  // first line after the current run
+  bool partially_free = false;
+
+  bool check() const;  // invariant checker
+};
+
+struct ClassAllocator {
+  SpanCursor primary;
+  SpanCursor overflow;
+};
+
+struct LocalHeap {
+  // One more than the classes: the fast path indexes classes[fast_class]; when the predictor must see every
+  // allocation fast_class is kMaxClasses, an allocator that never has a span, so the fast path always misses.
+  ClassAllocator classes[kMaxClasses + 1];
+  uint8_t fast_class = kMaxClasses;
+  LocalHeap* next_free = nullptr;
+
+  bool check(GlobalAllocator& global) const;
+};
+
+// The heap a thread allocates from. Starts (and after thread exit returns) at the static empty heap, whose
+// cursors are all empty: the first allocation misses into the slow path, which gives the thread its own heap.
+extern __thread LocalHeap* tl_heap __attribute__((tls_model("initial-exec")));
+// Live bytes allocated minus freed by this thread, not yet added to the heap's gauge.
+extern __thread int64_t tl_live_delta __attribute__((tls_model("initial-exec")));
+extern LocalHeap g_empty_heap;
+
+// Bump allocates in the cursor's run; nullptr when the object does not fit.
+LLAMALLOC_FAST void* cursor_bump(SpanCursor& c, size_t size) {
+  size_t total = small_total_bytes(size);
+  uintptr_t p = c.bump;
+  if (LLAMALLOC_LIKELY(p + total <= c.run_end)) {
+    c.bump = p + total;
+    *reinterpret_cast<uint64_t*>(p) = uint64_t(uint32_t(size)) | (uint64_t(kTagLive) << 32);
+    return reinterpret_cast<void*>(p + kSmallHeaderBytes);
+  }
+  return nullptr;
+}
+
+// Operations of one thread's heap on one global allocator.
+class LocalAllocator {
+ public:
+  // A small object (size <= kSmallMaxBytes, alignment <= kMaxSmallAlignment) of the class; nullptr + ENOMEM.
+  static void* alloc_small(GlobalAllocator& global, LocalHeap& heap, unsigned lc, size_t size, size_t alignment);
+  // Frees a small object; `span` is its span. Reports bad and double frees.
+  LLAMALLOC_FAST static void free_small(GlobalAllocator& global, SpanMeta* span, void* p);
+  // Gives every span of the heap back (thread exit).
+  static void release_all(GlobalAllocator& global, LocalHeap& heap);
+  static size_t usable_size(const void* p) {
+    const SmallHeader* h = reinterpret_cast<const SmallHeader*>(static_cast<const char*>(p) - kSmallHeaderBytes);
+    return small_total_bytes(h->requested_bytes) - kSmallHeaderBytes;
+  }
+
+  // Internals, exposed for tests.
+  static bool open_run(GlobalAllocator& global, SpanCursor& c);
+  static void close_run(SpanCursor& c);
+  static bool refill(GlobalAllocator& global, SpanCursor& c, unsigned lc, bool fresh_only);
+  static void release(GlobalAllocator& global, SpanCursor& c);
+  LLAMALLOC_SLOW static void line_emptied(GlobalAllocator& global, SpanMeta* span);
+  [[noreturn]] LLAMALLOC_SLOW static void bad_small_free(const void* p, uint16_t tag);
+};
+
+inline constexpr size_t kMaxSmallAlignment = 4096;
+
+LLAMALLOC_FAST void LocalAllocator::free_small(GlobalAllocator& global, SpanMeta* span, void* p) {
+  SmallHeader* h = reinterpret_cast<SmallHeader*>(static_cast<char*>(p) - kSmallHeaderBytes);
+  if (LLAMALLOC_UNLIKELY(h->tag != kTagLive)) bad_small_free(p, h->tag);
+  uint32_t size = h->requested_bytes;
+  h->tag = kTagFreed;
+  uintptr_t offset = reinterpret_cast<uintptr_t>(h) & (kBlockSpanBytes - 1);
+  size_t first = offset >> kLineShift;
+  size_t last = (offset + small_total_bytes(size) - 1) >> kLineShift;
+  if (LLAMALLOC_UNLIKELY(last >= kLinesPerSpan)) bad_small_free(p, 0);
+  for (size_t line = first; line <= last; ++line) {
+    uint8_t before = span->line_objects[line].fetch_sub(1, std::memory_order_acq_rel);
+    if (LLAMALLOC_UNLIKELY(before <= 1)) {
+      if (before == 0) fatal_pointer("free of", p, "double free (line object count already zero)");
+      line_emptied(global, span);
+    }
+  }
+  tl_live_delta -= int64_t(size);
+}
+
+}  // namespace llamalloc

@@ -1,0 +1,187 @@
+#include <errno.h>
+
+#include <cstring>
+
+#include "local/local.h"
+
+namespace llamalloc {
+
+__thread LocalHeap* tl_heap __attribute__((tls_model("initial-exec"))) = &g_empty_heap;
+__thread int64_t tl_live_delta __attribute__((tls_model("initial-exec"))) = 0;
+constinit LocalHeap g_empty_heap;
+
+// The next run of free lines of the span at or after c.next_line. The owner adds kLineBias to each of its
+// lines, so that frees of objects placed there cannot bring a count to zero before close_run() settles it.
+bool LocalAllocator::open_run(GlobalAllocator& global, SpanCursor& c) {
+  SpanMeta* s = c.span;
+  size_t line = c.next_line;
+  while (line < kLinesPerSpan && s->line_objects[line].load(std::memory_order_acquire) != 0) ++line;
+  if (line == kLinesPerSpan) {
+    c.bump = c.run_end = c.run_start = 0;
+    c.next_line = kLinesPerSpan;
+    return false;
+  }
+  size_t end = line;
+  // A line with count zero in a span this thread owns has no objects, so nobody else writes its count.
+  while (end < kLinesPerSpan && s->line_objects[end].load(std::memory_order_acquire) == 0) {
+    s->line_objects[end].store(kLineBias, std::memory_order_relaxed);
+    ++end;
+  }
+  s->live_lines.fetch_add(int32_t(end - line), std::memory_order_acq_rel);
+  if (c.partially_free) global.counters().lines_recycled.fetch_add(end - line, std::memory_order_relaxed);
+  c.run_start = c.bump = c.span_base + line * kLineBytes + kSmallHeaderBytes;
+  c.run_end = c.span_base + end * kLineBytes;
+  c.next_line = uint32_t(end);
+  return true;
+}
+
+// Settles the line counts of the run: walks the objects placed in it (their headers survive free) and
+// replaces each line's bias by the number of objects that overlap it.
+void LocalAllocator::close_run(SpanCursor& c) {
+  if (c.run_end == 0) return;
+  SpanMeta* s = c.span;
+  size_t first_line = (c.run_start - c.span_base) >> kLineShift;
+  size_t end_line = (c.run_end - c.span_base) >> kLineShift;
+  uint8_t counts[kLinesPerSpan];
+  memset(counts + first_line, 0, end_line - first_line);
+  for (uintptr_t h = c.run_start; h < c.bump;) {
+    const SmallHeader* header = reinterpret_cast<const SmallHeader*>(h);
+    size_t total = small_total_bytes(header->requested_bytes);
+    if (header->tag != kTagPad) {
+      size_t a = (h - c.span_base) >> kLineShift, b = (h + total - 1 - c.span_base) >> kLineShift;
+      for (size_t l = a; l <= b; ++l) counts[l]++;
+    }
+    h += total;
+  }
+  int32_t emptied = 0;
+  for (size_t l = first_line; l < end_line; ++l) {
+    uint8_t delta = uint8_t(counts[l] - kLineBias);  // modulo 256: subtracts the bias
+    uint8_t after = uint8_t(s->line_objects[l].fetch_add(delta, std::memory_order_acq_rel) + delta);
+    if (after == 0) ++emptied;
+  }
+  // The owner still holds its reference, so this cannot reach zero here.
+  if (emptied) s->live_lines.fetch_sub(emptied, std::memory_order_acq_rel);
+  c.bump = c.run_end = c.run_start = 0;
+}
+
+bool LocalAllocator::refill(GlobalAllocator& global, SpanCursor& c, unsigned lc, bool fresh_only) {
+  SpanGrant grant;
+  if (!global.acquire_span(lc, fresh_only, &grant)) return false;
+  c.span = grant.span;
+  c.span_base = grant.address;
+  c.next_line = 0;
+  c.partially_free = grant.partially_free;
+  if (!open_run(global, c)) {
+    // A partially free span always has a free line when queued; lines only become free afterwards.
+    fatal("invariant: a span handed out without a free line");
+  }
+  return true;
+}
+
+void LocalAllocator::release(GlobalAllocator& global, SpanCursor& c) {
+  if (c.span == nullptr) return;
+  close_run(c);
+  global.close_span(c.span);
+  c = SpanCursor{};
+}
+
+void LocalAllocator::line_emptied(GlobalAllocator& global, SpanMeta* span) {
+  if (span->live_lines.fetch_sub(1, std::memory_order_acq_rel) == 1) global.free_span(span);
+}
+
+void LocalAllocator::bad_small_free(const void* p, uint16_t tag) {
+  if (tag == kTagFreed) fatal_pointer("free of", p, "double free (object already freed)");
+  fatal_pointer("free of", p, "pointer not allocated by llamalloc (no object header)");
+}
+
+namespace {
+
+// Places an object with `alignment` > 16 in the current run, padding before it; nullptr if it does not fit.
+void* cursor_bump_aligned(SpanCursor& c, size_t size, size_t alignment) {
+  if (c.run_end == 0) return nullptr;
+  uintptr_t user = (c.bump + kSmallHeaderBytes + alignment - 1) & ~(uintptr_t(alignment) - 1);
+  uintptr_t header = user - kSmallHeaderBytes;
+  size_t total = small_total_bytes(size);
+  if (header + total > c.run_end) return nullptr;
+  if (header > c.bump) {
+    // A padding record so that close_run() can walk past the gap (a multiple of 16 bytes).
+    *reinterpret_cast<uint64_t*>(c.bump) =
+        uint64_t(uint32_t(header - c.bump - kSmallHeaderBytes)) | (uint64_t(kTagPad) << 32);
+  }
+  c.bump = header;
+  return cursor_bump(c, size);
+}
+
+void* bump(SpanCursor& c, size_t size, size_t alignment) {
+  return alignment <= kMinAlignBytes ? cursor_bump(c, size) : cursor_bump_aligned(c, size, alignment);
+}
+
+}  // namespace
+
+void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsigned lc, size_t size,
+                                  size_t alignment) {
+  ClassAllocator& ca = heap.classes[lc];
+  bool tiny = small_total_bytes(size) + (alignment > kMinAlignBytes ? alignment : 0) <= kLineBytes;
+  for (;;) {
+    SpanCursor& p = ca.primary;
+    if (p.span != nullptr) {
+      if (void* r = bump(p, size, alignment)) return r;
+      if (!tiny && p.partially_free) {
+        // Overflow allocation (section 6.6): a small object that does not fit the current run of a partially
+        // free span goes to a completely free overflow span instead of searching for a large enough run.
+        if (ca.overflow.span != nullptr) {
+          if (void* r = bump(ca.overflow, size, alignment)) {
+            global.counters().overflow_allocations.fetch_add(1, std::memory_order_relaxed);
+            return r;
+          }
+          release(global, ca.overflow);
+        }
+        if (!refill(global, ca.overflow, lc, /*fresh_only=*/true)) return nullptr;
+        global.counters().overflow_allocations.fetch_add(1, std::memory_order_relaxed);
+        if (void* r = bump(ca.overflow, size, alignment)) return r;
+        fatal("invariant: a small object does not fit a fresh overflow span");
+      }
+      // Tiny objects skip to the next free line(s), which always have room.
+      close_run(p);
+      if (open_run(global, p)) continue;
+      release(global, p);
+      if (ca.overflow.span != nullptr) {
+        // Fill the overflow span before asking for a new one.
+        p = ca.overflow;
+        ca.overflow = SpanCursor{};
+        p.partially_free = false;
+        continue;
+      }
+    }
+    if (!refill(global, p, lc, /*fresh_only=*/false)) return nullptr;
+  }
+}
+
+void LocalAllocator::release_all(GlobalAllocator& global, LocalHeap& heap) {
+  for (ClassAllocator& ca : heap.classes) {
+    release(global, ca.primary);
+    release(global, ca.overflow);
+  }
+}
+
+bool SpanCursor::check() const {
+  if (span == nullptr) return bump == 0 && run_end == 0;
+  if (!span->owned || !span->small.load(std::memory_order_relaxed)) return false;
+  if (span->live_lines.load(std::memory_order_relaxed) < 1) return false;
+  if (run_end == 0) return true;
+  if ((bump & (kMinAlignBytes - 1)) != kSmallHeaderBytes) return false;
+  if (bump < run_start || bump > run_end + kSmallHeaderBytes) return false;
+  if (run_start < span_base || run_end > span_base + kBlockSpanBytes) return false;
+  // Lines of the current run carry the owner's bias.
+  for (uintptr_t l = (run_start - span_base) >> kLineShift; l < ((run_end - span_base) >> kLineShift); ++l)
+    if (span->line_objects[l].load(std::memory_order_relaxed) == 0) return false;
+  return true;
+}
+
+bool LocalHeap::check(GlobalAllocator&) const {
+  for (const ClassAllocator& ca : classes)
+    if (!ca.primary.check() || !ca.overflow.check()) return false;
+  return classes[kMaxClasses].primary.span == nullptr;
+}
+
+}  // namespace llamalloc

@@ -1,0 +1,47 @@
+// Runtime options: one table of name, type, default, bounds and help. Read once, at start, from
+// LLAMALLOC_<NAME>; a bad value gives a one-line warning naming it and the default is used. docs/options.md is
+// generated from this table (llamalloc-options --markdown) and checked against it by a test.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llamalloc {
+
+// X(NAME, field, kind, default, min, max, help): kind is Uint (an integer in [min, max]) or String (a path).
+#define LLAMALLOC_OPTIONS(X)                                                                                      \
+  X(CLASSES, classes, Uint, 8, 2, 8,                                                                             \
+    "Number of lifetime classes. Class 0 holds objects living < 10 ms, each next class ten times longer; the "    \
+    "last class is 'never freed'. With the default 8: 0 < 10 ms, 1 < 100 ms, 2 < 1 s, 3 < 10 s, 4 < 100 s, "     \
+    "5 < 1000 s, 6 >= 1000 s, 7 never freed.")                                                                   \
+  X(DEFAULT_CLASS, default_class, Uint, 0, 0, 7,                                                                 \
+    "Lifetime class given to every allocation when no model is loaded. Huge pages whose objects outlive their "  \
+    "deadline are promoted, so a short default adapts upward. Clamped to CLASSES-1.")                           \
+  X(DEADLINE_K, deadline_k, Uint, 4, 1, 1000,                                                                    \
+    "K in deadline = now + K x class duration, given to a huge page when it becomes active or changes class "    \
+    "(papers/000 section 6.4 tried 2 and 4).")                                                                   \
+  X(STATS, stats, String, "", 0, 0,                                                                              \
+    "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \
+    "RSS, event counters). Empty: none.")                                                                        \
+  X(MODEL, model, String, "", 0, 0,                                                                              \
+    "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS).")
+
+struct Options {
+#define LLAMALLOC_OPTION_FIELD_Uint(field, def) uint64_t field = def;
+#define LLAMALLOC_OPTION_FIELD_String(field, def) const char* field = def;
+#define LLAMALLOC_OPTION_FIELD(NAME, field, kind, def, lo, hi, help) LLAMALLOC_OPTION_FIELD_##kind(field, def)
+  LLAMALLOC_OPTIONS(LLAMALLOC_OPTION_FIELD)
+#undef LLAMALLOC_OPTION_FIELD
+};
+
+// Parses the options from `getenv_fn` (getenv in the process; a fake in tests). Warnings go to stderr with
+// write(2). Never allocates.
+Options read_options(const char* (*getenv_fn)(const char*));
+// The process's options (read once at start).
+const Options& options();
+void init_options();
+
+// One line per option, as Markdown (docs/options.md). Writes into buf; returns the length needed.
+size_t format_options_markdown(char* buf, size_t capacity);
+
+}  // namespace llamalloc

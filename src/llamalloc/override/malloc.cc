@@ -1,0 +1,21 @@
+// The C allocation API: one forwarding line per entry point, nothing else (snmalloc override/malloc.cc).
+#include <cstddef>
+
+#include "alloc/alloc.h"
+#include "llamalloc.h"
+
+using namespace llamalloc;
+
+LLAMALLOC_EXPORT void* malloc(size_t size) { return heap_malloc(size); }
+LLAMALLOC_EXPORT void free(void* p) { heap_free(p); }
+LLAMALLOC_EXPORT void cfree(void* p) { heap_free(p); }
+LLAMALLOC_EXPORT void* calloc(size_t count, size_t size) { return heap_calloc(count, size); }
+LLAMALLOC_EXPORT void* realloc(void* p, size_t size) { return heap_realloc(p, size); }
+LLAMALLOC_EXPORT void* reallocarray(void* p, size_t count, size_t size) { return heap_reallocarray(p, count, size); }
+LLAMALLOC_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) { return heap_posix_memalign(out, alignment, size); }
+LLAMALLOC_EXPORT void* aligned_alloc(size_t alignment, size_t size) { return heap_aligned_alloc(alignment, size); }
+LLAMALLOC_EXPORT void* memalign(size_t alignment, size_t size) { return heap_memalign(alignment, size); }
+LLAMALLOC_EXPORT void* valloc(size_t size) { return heap_valloc(size); }
+LLAMALLOC_EXPORT void* pvalloc(size_t size) { return heap_pvalloc(size); }
+LLAMALLOC_EXPORT size_t malloc_usable_size(void* p) { return heap_usable_size(p); }
+LLAMALLOC_EXPORT void* llamalloc_malloc_class(size_t size, unsigned lifetime_class) { return heap_malloc_class(size, lifetime_class); }

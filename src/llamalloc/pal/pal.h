@@ -1,0 +1,61 @@
+// Platform layer: the only code that talks to the OS about memory and time. The heap policy above takes a
+// Platform and a Clock by reference, so that tests and the simulator run the real policy on fake pages with a
+// trace clock (as TCMalloc's huge page filler takes its unback function and clock).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llamalloc {
+
+class Platform {
+ public:
+  // Address space only: `bytes` aligned to `alignment`, not yet usable, charging no memory. The heap never
+  // dereferences data addresses itself, so a fake platform may hand out addresses that map nothing.
+  // nullptr when the address space is exhausted.
+  virtual void* reserve(size_t bytes, size_t alignment) = 0;
+  // Makes [address, address + bytes) of a reservation usable memory, as huge pages. false when refused.
+  virtual bool back(void* address, size_t bytes) = 0;
+  // Gives the memory of [address, address + bytes) back to the OS at once. The heap never uses these
+  // addresses again (papers/000 section 8), so nothing needs to be usable afterwards.
+  virtual void release(void* address, size_t bytes) = 0;
+  // Zeroed, usable memory for the heap's own metadata (small pages, backed on first touch); nullptr if refused.
+  virtual void* map_metadata(size_t bytes) = 0;
+  // Drops the memory behind whole small pages of metadata; they read as zero afterwards.
+  virtual void release_metadata(void* address, size_t bytes) = 0;
+
+ protected:
+  ~Platform() = default;
+};
+
+class Clock {
+ public:
+  virtual uint64_t now_ns() = 0;
+
+ protected:
+  ~Clock() = default;
+};
+
+// Linux: mmap/mprotect/madvise. Constant-initialisable, so the process-wide instance exists before any
+// constructor runs (malloc is called before them).
+class LinuxPlatform final : public Platform {
+ public:
+  constexpr LinuxPlatform() = default;
+  void* reserve(size_t bytes, size_t alignment) override;
+  bool back(void* address, size_t bytes) override;
+  void release(void* address, size_t bytes) override;
+  void* map_metadata(size_t bytes) override;
+  void release_metadata(void* address, size_t bytes) override;
+};
+
+// CLOCK_MONOTONIC through the vDSO: no system call, no allocation, unaffected by wall-clock changes.
+class MonotonicClock final : public Clock {
+ public:
+  constexpr MonotonicClock() = default;
+  uint64_t now_ns() override;
+};
+
+// Reads Rss and AnonHugePages of this process from /proc/self/smaps_rollup without allocating. false if unreadable.
+bool read_resident(uint64_t* rss_bytes, uint64_t* anon_huge_pages_bytes);
+
+}  // namespace llamalloc
