@@ -1,0 +1,376 @@
+// The global allocator's policy on fake pages with a fake clock: papers/000 Figure 6 (a) to (e) step by step,
+// promotion and demotion chains to both ends, span recycling, huge objects, exhaustion.
+#include <errno.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "fake_platform.h"
+#include "heap/heap.h"
+
+namespace llamalloc::testing {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr unsigned kK = 2;
+
+class GlobalAllocatorTest : public ::testing::Test {
+ protected:
+  // Figure 6 has three classes (< 10 ms, < 100 ms, < 1 s); the fourth is "never freed".
+  GlobalAllocatorTest() : heap(std::make_unique<GlobalAllocator>(platform, clock, HeapConfig{4, kK})) {}
+
+  uintptr_t blocks(unsigned lc, size_t n) {
+    void* p = heap->alloc_large(lc, n * kBlockBytes, kBlockBytes);
+    EXPECT_NE(p, nullptr);
+    heap->check_invariants();
+    return reinterpret_cast<uintptr_t>(p);
+  }
+  void free(uintptr_t p) {
+    heap->free_large(reinterpret_cast<void*>(p));
+    heap->check_invariants();
+  }
+  PageInfo info(uintptr_t a) { return heap->page_info(a); }
+  static uintptr_t page_of(uintptr_t a) { return a & ~(kHugePageBytes - 1); }
+  static size_t block_of(uintptr_t a) { return (a & (kHugePageBytes - 1)) / kBlockBytes; }
+  void advance(uint64_t ns) {
+    clock.now += ns;
+    heap->tick();
+    heap->check_invariants();
+  }
+
+  FakePlatform platform;
+  FakeClock clock;
+  std::unique_ptr<GlobalAllocator> heap;
+};
+
+TEST_F(GlobalAllocatorTest, ClassDurationsRiseTenfoldAndNeverFreedHasNoDeadline) {
+  EXPECT_EQ(heap->class_duration_ns(0), 10 * kMs);
+  EXPECT_EQ(heap->class_duration_ns(1), 100 * kMs);
+  EXPECT_EQ(heap->class_duration_ns(2), 1000 * kMs);
+  EXPECT_EQ(heap->class_duration_ns(3), ~uint64_t{0});
+}
+
+// Figure 6 as one story. Each huge page is filled with same-class blocks first; pages are named as in the
+// figure where they play its part.
+TEST_F(GlobalAllocatorTest, Figure6StepByStep) {
+  const uint64_t t0 = clock.now;
+  // ---- (a) initial allocations: huge pages bump allocated in per-class regions, filled with one class.
+  // Class 0: page "1" filled (active), page "2" filled (active), page "5" open.
+  std::vector<uintptr_t> c0_p1, c0_p2;
+  for (int i = 0; i < 128; ++i) c0_p1.push_back(blocks(0, 2));
+  for (int i = 0; i < 128; ++i) c0_p2.push_back(blocks(0, 2));
+  uintptr_t c0_p5 = blocks(0, 4);
+  // Class 1: page "6" (active), page "7" (active), page "8" open.
+  std::vector<uintptr_t> c1_p6, c1_p7;
+  for (int i = 0; i < 64; ++i) c1_p6.push_back(blocks(1, 4));
+  for (int i = 0; i < 64; ++i) c1_p7.push_back(blocks(1, 4));
+  uintptr_t c1_p8 = blocks(1, 8);
+  // Class 2: pages "9" and "10" (active), and a large object over two huge pages ("11" and "12").
+  std::vector<uintptr_t> c2_p9, c2_p10;
+  for (int i = 0; i < 32; ++i) c2_p9.push_back(blocks(2, 8));
+  for (int i = 0; i < 32; ++i) c2_p10.push_back(blocks(2, 8));
+  uintptr_t c2_open = blocks(2, 1);  // the open page of class 2
+  uintptr_t c2_huge = reinterpret_cast<uintptr_t>(heap->alloc_large(2, 3 * kHugePageBytes / 2, kBlockBytes));
+  ASSERT_NE(c2_huge, 0u);
+
+  const uintptr_t p1 = page_of(c0_p1[0]), p2 = page_of(c0_p2[0]), p5 = page_of(c0_p5);
+  const uintptr_t p6 = page_of(c1_p6[0]), p7 = page_of(c1_p7[0]), p8 = page_of(c1_p8);
+  const uintptr_t p9 = page_of(c2_p9[0]), p10 = page_of(c2_p10[0]), p_open2 = page_of(c2_open);
+  // Bump allocation: consecutive huge pages inside one region per class, regions distinct.
+  EXPECT_EQ(p2, p1 + kHugePageBytes);
+  EXPECT_EQ(p5, p2 + kHugePageBytes);
+  EXPECT_EQ(p7, p6 + kHugePageBytes);
+  EXPECT_EQ(p10, p9 + kHugePageBytes);
+  EXPECT_NE(p1 >> kRegionShift, p6 >> kRegionShift);
+  EXPECT_NE(p6 >> kRegionShift, p9 >> kRegionShift);
+  for (uintptr_t p : {p1, p2, p6, p7, p9, p10}) {
+    PageInfo i = info(p);
+    EXPECT_EQ(i.state, PageState::kActive);
+    EXPECT_TRUE(i.live.all());
+    EXPECT_TRUE(i.residual == i.live) << "every block of a freshly filled page is residual";
+    EXPECT_EQ(i.deadline_ns, t0 + kK * heap->class_duration_ns(i.lifetime_class));
+  }
+  EXPECT_EQ(info(p1).lifetime_class, 0u);
+  EXPECT_EQ(info(p6).lifetime_class, 1u);
+  EXPECT_EQ(info(p9).lifetime_class, 2u);
+  for (uintptr_t p : {p5, p8, p_open2}) {
+    EXPECT_EQ(info(p).state, PageState::kOpen);
+    EXPECT_EQ(info(p).deadline_ns, ~uint64_t{0}) << "open pages have no deadline";
+  }
+  PageInfo huge = info(c2_huge);
+  EXPECT_EQ(huge.kind, PageKind::kHugeHead);
+  EXPECT_EQ(info(c2_huge + kHugePageBytes).kind, PageKind::kHugeTail);
+  EXPECT_EQ(heap->pages_in_use(0), 3u);
+  EXPECT_EQ(heap->pages_in_use(1), 3u);
+  EXPECT_EQ(heap->pages_in_use(2), 5u);
+
+  // ---- (b) frees: pages "2" and "6" become entirely free and go back to the OS at once; others get holes.
+  for (uintptr_t a : c0_p2) free(a);
+  for (uintptr_t a : c1_p6) free(a);
+  EXPECT_EQ(info(p2).state, PageState::kUnused);
+  EXPECT_EQ(info(p6).state, PageState::kUnused);
+  EXPECT_TRUE(platform.released.count(p2) && platform.released.count(p6));
+  for (int i = 0; i < 64; ++i) free(c0_p1[2 * i]);        // page 1 keeps half its objects
+  for (int i = 0; i < 32; ++i) free(c1_p7[2 * i]);        // page 7 keeps half
+  for (int i = 0; i < 16; ++i) free(c2_p9[i]);            // page 9 loses its first half
+  for (int i = 0; i < 16; ++i) free(c2_p10[2 * i]);       // page 10 keeps every other object
+  for (uintptr_t p : {p1, p7, p9, p10}) {
+    PageInfo i = info(p);
+    EXPECT_EQ(i.state, PageState::kActive);
+    EXPECT_EQ(i.live.count(), 128u);
+    EXPECT_TRUE(i.residual == i.live) << "freeing clears both bitmaps";
+  }
+
+  // ---- (c) shorter-lived allocations recycle free blocks of longer-lived active pages, non-residual.
+  // A two-block large object of class 0 prefers class 1 (lr + 1): page 7.
+  uintptr_t large0 = blocks(0, 2);
+  EXPECT_EQ(page_of(large0), p7);
+  EXPECT_TRUE(info(p7).live.test(block_of(large0)));
+  EXPECT_FALSE(info(p7).residual.test(block_of(large0))) << "recycled blocks are not residual";
+  EXPECT_EQ(info(p7).lifetime_class, 1u) << "the page keeps its class";
+  // A block span for class 0 prefers the longest class: page 9 or 10 (class 2), never an open page.
+  SpanGrant span0;
+  ASSERT_TRUE(heap->acquire_span(0, false, &span0));
+  EXPECT_EQ(info(span0.address).lifetime_class, 2u);
+  EXPECT_TRUE(page_of(span0.address) == p9 || page_of(span0.address) == p10);
+  EXPECT_FALSE(span0.residual);
+  EXPECT_FALSE(info(span0.address).residual.test(block_of(span0.address)));
+  EXPECT_NE(page_of(span0.address), p_open2) << "open pages are not recycled";
+  // A class 1 span also goes to class 2, a class 2 span to its own open page, residual.
+  SpanGrant span2;
+  ASSERT_TRUE(heap->acquire_span(2, false, &span2));
+  EXPECT_EQ(page_of(span2.address), p_open2);
+  EXPECT_TRUE(span2.residual);
+  EXPECT_TRUE(info(span2.address).residual.test(block_of(span2.address)));
+  heap->close_span(span0.span);  // no objects: the span is free again
+  heap->close_span(span2.span);
+  heap->check_invariants();
+  EXPECT_FALSE(info(span0.address).live.test(block_of(span0.address)));
+
+  // ---- (d) page 1's deadline expires with live residual blocks: promoted to 100 ms, residual stays.
+  Bitmap256 residual_before = info(p1).residual;
+  advance(kK * 10 * kMs);
+  PageInfo i1 = info(p1);
+  EXPECT_EQ(i1.lifetime_class, 1u);
+  EXPECT_TRUE(i1.residual == residual_before);
+  EXPECT_EQ(i1.deadline_ns, clock.now + kK * 100 * kMs);
+
+  // ---- (e) page 9 ends up holding only non-residual blocks: it drops one class and they become residual.
+  std::vector<uintptr_t> recycled_on_9;
+  while (true) {  // fill the free blocks of pages 9 and 10 with class-1 objects (class 2 is lr + 1)
+    uintptr_t a = blocks(1, 8);
+    if (page_of(a) == p9 || page_of(a) == p10) EXPECT_FALSE(info(a).residual.test(block_of(a)));
+    if (page_of(a) == p9) recycled_on_9.push_back(a);
+    if (page_of(a) != p9 && page_of(a) != p10) {
+      EXPECT_EQ(page_of(a), p8) << "then the open page of the class, residual";
+      EXPECT_TRUE(info(a).residual.test(block_of(a)));
+      free(a);
+      break;
+    }
+  }
+  ASSERT_FALSE(recycled_on_9.empty());
+  for (int i = 16; i < 32; ++i) free(c2_p9[i]);  // the residual (class 2) blocks all die
+  PageInfo i9 = info(p9);
+  EXPECT_EQ(i9.state, PageState::kActive);
+  EXPECT_EQ(i9.lifetime_class, 1u);
+  EXPECT_TRUE(i9.residual == i9.live) << "after demotion the live blocks are residual";
+  EXPECT_EQ(i9.deadline_ns, clock.now + kK * 100 * kMs);
+  EXPECT_GE(heap->counters().demotions.load(), 1u);
+  EXPECT_GE(heap->counters().promotions.load(), 1u);
+  EXPECT_FALSE(platform.reused_address);
+}
+
+TEST_F(GlobalAllocatorTest, PromotionChainEndsAtTheLongestFiniteClass) {
+  uintptr_t keep = blocks(0, 128);
+  uintptr_t fill = blocks(0, 128);  // page full: active with deadline
+  uintptr_t p = page_of(keep);
+  ASSERT_EQ(page_of(fill), p);
+  ASSERT_EQ(info(p).state, PageState::kActive);
+  free(fill);  // residual blocks (keep) still live
+  for (unsigned expected = 1; expected <= 2; ++expected) {
+    advance(info(p).deadline_ns - clock.now - 1);
+    EXPECT_EQ(info(p).lifetime_class, expected - 1) << "not before the deadline";
+    advance(1);
+    EXPECT_EQ(info(p).lifetime_class, expected);
+    EXPECT_EQ(info(p).deadline_ns, clock.now + kK * heap->class_duration_ns(expected));
+  }
+  // The top finite class is the end: never promoted into "never freed".
+  advance(info(p).deadline_ns - clock.now);
+  EXPECT_EQ(info(p).lifetime_class, 2u);
+  EXPECT_EQ(info(p).deadline_ns, clock.now + kK * heap->class_duration_ns(2));
+  EXPECT_EQ(heap->counters().promotions.load(), 2u);
+  EXPECT_EQ(heap->counters().deadlines_expired.load(), 3u);
+  free(keep);
+  EXPECT_EQ(info(p).state, PageState::kUnused);
+}
+
+TEST_F(GlobalAllocatorTest, DemotionChainEndsAtTheShortestClass) {
+  // A class 2 page with residual blocks R and free blocks that shorter classes recycle.
+  uintptr_t residual = blocks(2, 128);
+  uintptr_t filler = blocks(2, 128);
+  uintptr_t p = page_of(residual);
+  free(filler);
+  ASSERT_EQ(info(p).state, PageState::kActive);
+  // A class 1 large object lands here (lr + 1 = 2), non-residual.
+  uintptr_t n1 = blocks(1, 1);
+  ASSERT_EQ(page_of(n1), p);
+  free(residual);  // only non-residual left: 2 -> 1, n1 residual
+  EXPECT_EQ(info(p).lifetime_class, 1u);
+  EXPECT_TRUE(info(p).residual.test(block_of(n1)));
+  uintptr_t n0 = blocks(0, 1);  // class 0 prefers class 1 now: this page
+  ASSERT_EQ(page_of(n0), p);
+  EXPECT_FALSE(info(p).residual.test(block_of(n0)));
+  free(n1);  // 1 -> 0
+  EXPECT_EQ(info(p).lifetime_class, 0u);
+  EXPECT_TRUE(info(p).residual.test(block_of(n0)));
+  EXPECT_EQ(heap->counters().demotions.load(), 2u);
+  // Nothing is shorter than class 0, and no class 0 request recycles a class 0 page.
+  uintptr_t other = blocks(0, 1);
+  EXPECT_NE(page_of(other), p);
+  free(n0);
+  EXPECT_EQ(info(p).state, PageState::kUnused) << "the empty page goes back to the OS";
+  free(other);
+}
+
+TEST_F(GlobalAllocatorTest, DeadlineWithoutResidualBlocksDemotes) {
+  // Recycling a partially free span clears residual bits (section 6.3), which can leave none.
+  uintptr_t big = blocks(1, 254);
+  SpanGrant g;
+  ASSERT_TRUE(heap->acquire_span(1, false, &g));
+  ASSERT_EQ(page_of(g.address), page_of(big));
+  uintptr_t p = page_of(big);
+  ASSERT_EQ(info(p).state, PageState::kActive);
+  // The span keeps one live line when its owner closes it.
+  g.span->line_objects[5].store(1);
+  g.span->live_lines.fetch_add(1);
+  heap->close_span(g.span);
+  free(big);
+  EXPECT_EQ(info(p).lifetime_class, 1u);
+  advance(kK * 100 * kMs);  // deadline: the closed partially free span is queued for recycling
+  EXPECT_EQ(info(p).lifetime_class, 2u) << "residual span still live: promoted";
+  SpanGrant again;
+  ASSERT_TRUE(heap->acquire_span(0, false, &again));
+  EXPECT_EQ(again.span, g.span) << "partially free spans are recycled after their page's deadline";
+  EXPECT_TRUE(again.partially_free);
+  EXPECT_EQ(info(p).lifetime_class, 1u) << "recycled span made non-residual: no residual block left, demoted";
+  EXPECT_GE(heap->counters().demotions.load(), 1u);
+  // Give the line back: the span and then the page are free.
+  again.span->line_objects[5].store(0);
+  again.span->live_lines.fetch_sub(1);
+  heap->close_span(again.span);
+  heap->check_invariants();
+  EXPECT_EQ(info(p).state, PageState::kUnused);
+}
+
+TEST_F(GlobalAllocatorTest, OpenPageBecomesActiveWhenARequestNoLongerFits) {
+  uintptr_t a = blocks(0, 200);
+  uintptr_t b = blocks(0, 100);  // does not fit in the 56 free blocks left
+  EXPECT_NE(page_of(a), page_of(b));
+  EXPECT_EQ(info(a).state, PageState::kActive);
+  EXPECT_EQ(info(b).state, PageState::kOpen);
+  uintptr_t c = blocks(1, 56);  // a class 1 request may not use a class 0 page (shorter classes only)
+  EXPECT_NE(page_of(c), page_of(a));
+  uintptr_t d = blocks(0, 1);  // class 0 goes to its open page, not to the active one
+  EXPECT_EQ(page_of(d), page_of(b));
+}
+
+TEST_F(GlobalAllocatorTest, LargeObjectAlignment) {
+  for (size_t align : {kBlockBytes * 2, kBlockBytes * 8, kHugePageBytes}) {
+    uintptr_t small = blocks(0, 1);
+    void* p = heap->alloc_large(0, 3 * kBlockBytes, align);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u);
+    EXPECT_EQ(heap->large_usable_size(p), 3 * kBlockBytes);
+    free(reinterpret_cast<uintptr_t>(p));
+    free(small);
+  }
+  void* huge_aligned = heap->alloc_large(0, kBlockBytes, 4 * kHugePageBytes);
+  ASSERT_NE(huge_aligned, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(huge_aligned) % (4 * kHugePageBytes), 0u);
+  free(reinterpret_cast<uintptr_t>(huge_aligned));
+}
+
+TEST_F(GlobalAllocatorTest, HugeObjectsUseWholeFreshHugePagesAndReleaseThemAtOnce) {
+  size_t before = platform.backed_bytes;
+  void* p = heap->alloc_large(3, 5 * kHugePageBytes + 1, kBlockBytes);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(platform.backed_bytes - before, 6 * kHugePageBytes);
+  EXPECT_EQ(heap->large_usable_size(p), 6 * kHugePageBytes);
+  EXPECT_EQ(heap->large_requested_size(p), 5 * kHugePageBytes + 1);
+  EXPECT_EQ(heap->pages_in_use(3), 6u);
+  EXPECT_EQ(heap->free_large(p), 5 * kHugePageBytes + 1);
+  EXPECT_EQ(platform.backed_bytes, before);
+  EXPECT_EQ(heap->pages_in_use(3), 0u);
+  void* q = heap->alloc_large(3, 2 * kHugePageBytes, kBlockBytes);
+  EXPECT_GT(reinterpret_cast<uintptr_t>(q), reinterpret_cast<uintptr_t>(p)) << "addresses are never reused";
+  heap->free_large(q);
+  heap->check_invariants();
+}
+
+TEST_F(GlobalAllocatorTest, FullRegionGetsAFreshRegion) {
+  void* a = heap->alloc_large(0, kRegionBytes - kHugePageBytes, kBlockBytes);
+  ASSERT_NE(a, nullptr);
+  void* b = heap->alloc_large(0, 2 * kHugePageBytes, kBlockBytes);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(reinterpret_cast<uintptr_t>(a) >> kRegionShift, reinterpret_cast<uintptr_t>(b) >> kRegionShift);
+  heap->free_large(a);
+  heap->free_large(b);
+  heap->check_invariants();
+}
+
+TEST_F(GlobalAllocatorTest, MemoryExhaustionGivesEnomemAndKeepsTheHeapConsistent) {
+  platform.back_budget_bytes = 2 * kHugePageBytes;
+  std::vector<uintptr_t> got;
+  for (;;) {
+    errno = 0;
+    void* p = heap->alloc_large(0, 64 * kBlockBytes, kBlockBytes);
+    if (p == nullptr) {
+      EXPECT_EQ(errno, ENOMEM);
+      break;
+    }
+    got.push_back(reinterpret_cast<uintptr_t>(p));
+    ASSERT_LT(got.size(), 100u);
+  }
+  EXPECT_EQ(got.size(), 8u);
+  SpanGrant g;
+  errno = 0;
+  EXPECT_FALSE(heap->acquire_span(0, false, &g));
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(heap->alloc_large(0, 10 * kHugePageBytes, kBlockBytes), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_EQ(heap->alloc_large(0, ~size_t{0} / 2, kBlockBytes), nullptr) << "a giant request";
+  heap->check_invariants();
+  for (uintptr_t a : got) free(a);
+  platform.back_budget_bytes = ~size_t{0};
+  EXPECT_NE(heap->alloc_large(0, 64 * kBlockBytes, kBlockBytes), nullptr) << "works again after memory returns";
+  heap->check_invariants();
+}
+
+TEST_F(GlobalAllocatorTest, AddressSpaceExhaustion) {
+  platform.reservations_left = 0;
+  errno = 0;
+  EXPECT_EQ(heap->alloc_large(1, kBlockBytes, kBlockBytes), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  heap->check_invariants();
+}
+
+using GlobalAllocatorDeathTest = GlobalAllocatorTest;
+
+TEST_F(GlobalAllocatorDeathTest, BadLargeFreesAbortWithOneLine) {
+  uintptr_t a = blocks(0, 4);
+  uintptr_t b = blocks(0, 1);
+  EXPECT_DEATH(heap->free_large(reinterpret_cast<void*>(a + kBlockBytes)), "llamalloc: free of 0x[0-9a-f]+: pointer not the start of an object");
+  EXPECT_DEATH(heap->free_large(reinterpret_cast<void*>(a + 16)), "pointer not the start of an object");
+  free(b);
+  EXPECT_DEATH(heap->free_large(reinterpret_cast<void*>(b)), "double free");
+  EXPECT_DEATH(heap->free_large(reinterpret_cast<void*>(0x1234)), "pointer not allocated by llamalloc");
+  void* h = heap->alloc_large(0, 3 * kHugePageBytes, kBlockBytes);
+  EXPECT_DEATH(heap->free_large(static_cast<char*>(h) + kHugePageBytes), "inside a huge object");
+  heap->free_large(h);
+  EXPECT_DEATH(heap->free_large(h), "free huge page");
+}
+
+}  // namespace
+}  // namespace llamalloc::testing
