@@ -586,9 +586,30 @@ void AbortFree(const FreeTicket& ticket) {
   if (CurrentMode() == Mode::kProfile && ticket.sampled) g_live.Insert(ticket.object);
 }
 
+namespace {
+
+void PrintStatistics() {
+  StackCaptureStats st = GetStackCaptureStats();
+  char line[256];
+  int n = snprintf(line, sizeof(line),
+                   "llamalloc_prof[%llu]: sampled %llu, events %llu, dropped %llu, stacks %u, "
+                   "frame-pointer walks %llu, dwarf walks %llu\n",
+                   static_cast<unsigned long long>(g_pid),
+                   static_cast<unsigned long long>(g_sampled.load()),
+                   static_cast<unsigned long long>(g_events.load()),
+                   static_cast<unsigned long long>(g_dropped.load()), g_stacks.Count(),
+                   static_cast<unsigned long long>(st.frame_pointer_walks),
+                   static_cast<unsigned long long>(st.dwarf_walks));
+  if (n > 0) WriteAll(2, line, static_cast<size_t>(n));
+}
+
+}  // namespace
+
 void ProfilerAtExit() {
   Mode mode = CurrentMode();
   if (mode == Mode::kOff) return;
+  const char* debug = getenv("LLAMALLOC_PROF_DEBUG");
+  bool print_statistics = debug != nullptr && debug[0] == '1';
   if (mode == Mode::kProfile) {
     g_dump_lock.Lock();
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
@@ -598,6 +619,7 @@ void ProfilerAtExit() {
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
     CloseTrace();
   }
+  if (print_statistics) PrintStatistics();
 }
 
 }  // namespace llamalloc::prof

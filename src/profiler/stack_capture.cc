@@ -6,6 +6,7 @@
 #include <unwind.h>
 
 #include <atomic>
+#include <cstring>
 
 #include "platform.h"
 
@@ -32,6 +33,95 @@ std::atomic<uint64_t> g_last_refresh_ns{0};
 constexpr uint64_t kRefreshIntervalNs = 200'000'000;  // a stray pointer must not make every walk re-scan
 
 CodeRange g_self{0, 0};
+
+constexpr int kMaxDepthBound = 64;
+constexpr int kRootFrames = 2;
+
+uint64_t HashStack(const uint64_t* pcs, int depth) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ static_cast<uint64_t>(depth);
+  for (int i = 0; i < depth; ++i) {
+    h ^= pcs[i] + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdULL;
+  }
+  h ^= h >> 33;
+  return h == 0 ? 1 : h;
+}
+
+// Frame-pointer stacks that the DWARF unwinder confirmed, each with the full stack DWARF gave. A
+// frame-pointer walk can look intact and still be wrong: a function built without frame pointers may use rbp
+// for data that happens to end the chain, or leave rbp alone so that the walk silently skips its caller. And
+// where it is right it stops early, at the first caller without frame pointers (glibc's
+// __libc_start_call_main, start_thread). So a walk is used only when the same walk was once confirmed as a
+// prefix of the DWARF stack, and it then stands for that DWARF stack, so that both unwinders give one stack.
+// Lock-free lookup; inserts take a lock (after unwinding, never during). When full, new stacks stay on DWARF.
+class ConfirmedStacks {
+ public:
+  static constexpr uint32_t kSlots = 1u << 16;
+  static constexpr uint32_t kMaxEntries = kSlots / 2;
+  static constexpr uint64_t kArenaWords = uint64_t{kMaxEntries} * 32;
+
+  bool Init() {
+    slots_ = static_cast<Slot*>(MapZeroed(sizeof(Slot) * kSlots));
+    arena_ = static_cast<uint64_t*>(MapZeroed(sizeof(uint64_t) * kArenaWords));
+    return slots_ != nullptr && arena_ != nullptr;
+  }
+
+  // The confirmed DWARF stack of this frame-pointer walk, copied into pcs; -1 if unknown.
+  int Find(uint64_t h, const uint64_t* fp_pcs, int fp_depth, uint64_t* pcs, int max_depth) const {
+    if (slots_ == nullptr) return -1;
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      const Slot& s = slots_[(static_cast<uint32_t>(h) + i) & (kSlots - 1)];
+      uint64_t v = s.hash.load(std::memory_order_acquire);
+      if (v == 0) return -1;
+      if (v != h || s.fp_depth != static_cast<uint32_t>(fp_depth) || s.depth > static_cast<uint32_t>(max_depth))
+        continue;
+      const uint64_t* stored = arena_ + s.offset;
+      if (memcmp(stored, fp_pcs, sizeof(uint64_t) * fp_depth) != 0) continue;  // the walk is a prefix
+      memcpy(pcs, stored, sizeof(uint64_t) * s.depth);
+      return static_cast<int>(s.depth);
+    }
+    return -1;
+  }
+
+  void Insert(uint64_t h, int fp_depth, const uint64_t* pcs, int depth) {
+    if (slots_ == nullptr) return;
+    SpinLockHolder hold(lock_);
+    if (count_ >= kMaxEntries || used_ + static_cast<uint64_t>(depth) > kArenaWords) return;
+    for (uint32_t i = 0;; ++i) {
+      Slot& s = slots_[(static_cast<uint32_t>(h) + i) & (kSlots - 1)];
+      uint64_t v = s.hash.load(std::memory_order_relaxed);
+      if (v == h && s.fp_depth == static_cast<uint32_t>(fp_depth) &&
+          memcmp(arena_ + s.offset, pcs, sizeof(uint64_t) * fp_depth) == 0) {
+        return;  // another thread confirmed it first
+      }
+      if (v != 0) continue;
+      memcpy(arena_ + used_, pcs, sizeof(uint64_t) * depth);
+      s.offset = used_;
+      s.depth = static_cast<uint32_t>(depth);
+      s.fp_depth = static_cast<uint32_t>(fp_depth);
+      used_ += static_cast<uint64_t>(depth);
+      ++count_;
+      s.hash.store(h, std::memory_order_release);
+      return;
+    }
+  }
+
+  void ResetAfterFork() { lock_.ResetAfterFork(); }
+
+ private:
+  struct Slot {
+    std::atomic<uint64_t> hash;  // of the frame-pointer walk; published last
+    uint64_t offset;
+    uint32_t depth;
+    uint32_t fp_depth;
+  };
+  Slot* slots_ = nullptr;
+  uint64_t* arena_ = nullptr;
+  uint64_t used_ = 0;
+  uint32_t count_ = 0;
+  SpinLock lock_;
+};
+ConfirmedStacks g_confirmed;
 UnwindMode g_mode = UnwindMode::kAuto;
 std::atomic<uint64_t> g_fp_walks{0};
 std::atomic<uint64_t> g_dwarf_walks{0};
@@ -104,7 +194,8 @@ void LearnStackLimit() {
 
 // Walks the rbp chain. Returns the depth, and sets *intact when the chain ended where a chain should end
 // (a zero frame pointer, as set by _start and clone, or the top of the stack) with every return address
-// inside loaded code. A broken chain means some caller keeps no frame pointer: the DWARF unwinder is needed.
+// inside loaded code. (A zero return address does not count as an end: a function without frame pointer may
+// leave rbp pointing at any zero word of its frame.) A broken chain means some caller keeps no frame pointer: the DWARF unwinder is needed.
 int WalkFramePointers(uint64_t* pcs, int max_depth, bool* intact) {
   *intact = false;
   if (!t_stack_known) LearnStackLimit();
@@ -122,11 +213,7 @@ int WalkFramePointers(uint64_t* pcs, int max_depth, bool* intact) {
     const auto* frame = reinterpret_cast<const uintptr_t*>(fp);
     uintptr_t next = frame[0];
     uintptr_t ret = frame[1];
-    if (ret == 0) {
-      *intact = true;
-      break;
-    }
-    if (!InCode(ret)) break;
+    if (!InCode(ret)) break;  // a saved rbp that was not a frame pointer
     if (!InSelf(ret)) {
       if (depth == max_depth) {
         *intact = true;
@@ -172,6 +259,7 @@ int WalkDwarf(uint64_t* pcs, int max_depth) {
 
 void InitStackCapture(UnwindMode mode) {
   g_mode = mode;
+  if (mode == UnwindMode::kAuto) g_confirmed.Init();
   dl_iterate_phdr(FindSelf, nullptr);
   g_last_refresh_ns.store(0);
   RefreshCodeRanges();
@@ -181,14 +269,38 @@ void InitStackCapture(UnwindMode mode) {
 }
 
 int CaptureStack(uint64_t* pcs, int max_depth) {
-  if (g_mode != UnwindMode::kDwarf) {
+  if (g_mode == UnwindMode::kFramePointers) {
     bool intact = false;
-    int depth = WalkFramePointers(pcs, max_depth, &intact);
-    if (intact || g_mode == UnwindMode::kFramePointers) {
-      g_fp_walks.fetch_add(1, std::memory_order_relaxed);
-      return depth;
+    g_fp_walks.fetch_add(1, std::memory_order_relaxed);
+    return WalkFramePointers(pcs, max_depth, &intact);
+  }
+  if (g_mode == UnwindMode::kAuto) {
+    uint64_t fp_pcs[kMaxDepthBound];
+    int limit = max_depth < kMaxDepthBound ? max_depth : kMaxDepthBound;
+    bool intact = false;
+    int fp_depth = WalkFramePointers(fp_pcs, limit, &intact);
+    uint64_t h = HashStack(fp_pcs, fp_depth);
+    if (fp_depth > 0) {
+      int depth = g_confirmed.Find(h, fp_pcs, fp_depth, pcs, limit);
+      if (depth >= 0) {
+        g_fp_walks.fetch_add(1, std::memory_order_relaxed);
+        return depth;
+      }
     }
-    RefreshCodeRanges();  // perhaps a newly loaded object; rate-limited
+    // Not confirmed yet: the DWARF unwinder decides. The walk is confirmed when it is a prefix of the DWARF
+    // stack that stops at most kRootFrames short of its bottom, that is, where the program's own frames end
+    // and the C library's thread start begins (__libc_start_main and _start, or clone3 after start_thread).
+    // A walk that broke higher up, in a caller without frame pointers, is never trusted: the frames above
+    // the break could differ from one call to the next.
+    int depth = WalkDwarf(pcs, limit);
+    g_dwarf_walks.fetch_add(1, std::memory_order_relaxed);
+    if (fp_depth > 0 && fp_depth <= depth && depth - fp_depth <= kRootFrames &&
+        memcmp(fp_pcs, pcs, sizeof(uint64_t) * fp_depth) == 0) {
+      g_confirmed.Insert(h, fp_depth, pcs, depth);
+    } else if (!intact) {
+      RefreshCodeRanges();  // perhaps a newly loaded object; rate-limited
+    }
+    return depth;
   }
   g_dwarf_walks.fetch_add(1, std::memory_order_relaxed);
   return WalkDwarf(pcs, max_depth);
@@ -198,6 +310,9 @@ StackCaptureStats GetStackCaptureStats() {
   return {g_fp_walks.load(std::memory_order_relaxed), g_dwarf_walks.load(std::memory_order_relaxed)};
 }
 
-void StackCaptureAfterFork() { g_last_refresh_ns.store(0, std::memory_order_relaxed); }
+void StackCaptureAfterFork() {
+  g_last_refresh_ns.store(0, std::memory_order_relaxed);
+  g_confirmed.ResetAfterFork();
+}
 
 }  // namespace llamalloc::prof

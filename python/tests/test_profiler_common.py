@@ -1,0 +1,97 @@
+"""Helpers shared by the profiler's and tracer's tests (test_profiler_*.py, test_trace_*.py). No tests here."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llamalloc import paths
+
+PEERS = {
+    "glibc": None,
+    "jemalloc": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+    "tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+    "mimalloc": "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2",
+    "llamalloc": "libllamalloc.so",  # found through llamalloc.paths
+}
+
+# The exact-profile contract of tests/profiler/prof_sites.cc: site -> (count, request size class, class index,
+# alignment).
+SITES = {
+    "site_short": (200, 48, 0, 16),
+    "site_tens": (10, 1008, 1, 16),
+    "site_medium": (30, 128, 2, 16),
+    "site_never": (7, 5120, 7, 16),
+    "site_aligned": (5, 512, 0, 256),
+    "site_inlined": (3, 64, 0, 16),
+}
+
+
+def program(name: str = "prof-sites") -> Path:
+    p = paths.build_dir() / "tests" / "profiler" / name
+    assert p.exists(), f"{p} is not built: build the project (scripts/build.sh) before the tests"
+    return p
+
+
+def peer_library(name: str) -> str | None:
+    lib = PEERS[name]
+    if lib is None:
+        return None
+    if name == "llamalloc":
+        return str(paths.native_library(lib))  # UserError (a failure, not a skip) when it is not built
+    assert Path(lib).exists(), f"{lib} is missing: scripts/setup.sh installs it"
+    return lib
+
+
+def llamalloc(*args, env=None, cwd=None, check_rc=None) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
+                       env=env, cwd=cwd, timeout=300)
+    if check_rc is not None:
+        assert r.returncode == check_rc, f"rc={r.returncode}\nstdout={r.stdout}\nstderr={r.stderr}"
+    return r
+
+
+def pprof() -> str:
+    found = shutil.which("pprof")
+    if found:
+        return found
+    gopath = subprocess.run(["go", "env", "GOPATH"], capture_output=True, text=True).stdout.strip()
+    candidate = Path(gopath or os.path.expanduser("~/go")) / "bin" / "pprof"
+    assert candidate.exists(), "pprof is not installed: scripts/setup.sh installs it"
+    return str(candidate)
+
+
+def site_samples(prof, site: str):
+    """Samples whose innermost frames include the site function (symbolized profile)."""
+    return [s for s in prof.samples if site in s.stack[:3]]
+
+
+def assert_exact_sites(prof) -> None:
+    for site, (count, size_class, lifetime_class, alignment) in SITES.items():
+        found = site_samples(prof, site)
+        assert len(found) == 1, f"{site}: {len(found)} samples: {[s.stack[:4] for s in found]}"
+        s = found[0]
+        assert s.values["alloc_objects"] == count, site
+        assert s.request_size == size_class, site
+        assert s.alignment == alignment, site
+        expected_classes = [0] * 8
+        expected_classes[lifetime_class] = count
+        assert s.class_counts == expected_classes, site
+        if lifetime_class == 7:
+            assert s.values["live_at_exit_objects"] == count and s.values["freed_objects"] == 0, site
+        else:
+            assert s.values["freed_objects"] == count and s.values["live_at_exit_objects"] == 0, site
+            assert 0 <= s.min_lifetime_ns <= s.max_lifetime_ns, site
+            assert s.values["lifetime_sum"] >= s.min_lifetime_ns * count, site
+        assert "main" in s.stack, f"{site}: stack does not reach main: {s.stack}"
+    # Known lifetimes: 30 ms and 150 ms sleeps.
+    tens = site_samples(prof, "site_tens")[0]
+    assert 30e6 <= tens.min_lifetime_ns and tens.max_lifetime_ns < 100e6
+    medium = site_samples(prof, "site_medium")[0]
+    assert 150e6 <= medium.min_lifetime_ns and medium.max_lifetime_ns < 1e9
+    inlined = site_samples(prof, "site_inlined")[0]
+    assert inlined.stack[:2] == ["inlined_helper", "site_inlined"], inlined.stack
