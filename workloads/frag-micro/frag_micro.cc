@@ -238,12 +238,14 @@ class Benchmark {
     const bool intact = long_lived_intact();
     std::printf(
         "{\"workload\": \"frag-micro\", \"ok\": %s, \"seconds\": %.3f, \"allocations\": %zu, "
+        "\"allocations_per_second\": %.0f, "
         "\"object_bytes\": %zu, \"bottom_bytes\": %zu, \"top_bytes\": %zu, \"swings\": %d, "
         "\"long_lived_objects\": %zu, \"long_lived_object_bytes\": %zu, \"long_lived_placement\": \"%s\", "
         "\"long_lived_class\": %d, \"live_bytes\": %" PRIu64 ", \"footprint_bytes\": %" PRIu64
         ", \"footprint4k_bytes\": %" PRIu64 ", \"rss_bytes\": %" PRIu64 ", \"anon_huge_pages_bytes\": %" PRIu64
         ", \"peak_rss_bytes\": %" PRIu64 "}\n",
-        intact ? "true" : "false", seconds, allocations_, options_.object_bytes, options_.bottom_bytes,
+        intact ? "true" : "false", seconds, allocations_,
+        seconds > 0 ? static_cast<double>(allocations_) / seconds : 0.0, options_.object_bytes, options_.bottom_bytes,
         options_.top_bytes, options_.swings, long_lived_.size(), long_lived_object_bytes_,
         class_malloc_ != nullptr ? "llamalloc_malloc_class" : "malloc", options_.long_lived_class, live_bytes,
         touched_page_bytes(long_lived_, kHugePageBytes), touched_page_bytes(long_lived_, kSmallPageBytes),

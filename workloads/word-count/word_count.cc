@@ -223,7 +223,7 @@ class PartitionedTable {
 
 struct Config {
   corpus::Config corpus;
-  int rounds = 20;
+  int rounds = 12;
   std::size_t shards_per_round = 128;
   int threads = 64;
   std::size_t partitions = 32;

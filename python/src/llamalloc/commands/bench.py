@@ -1,0 +1,48 @@
+"""`llamalloc bench`: the workloads under every allocator, side by side (docs/bench.md)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import bench as _bench, workloads as _workloads
+from ..errors import UserError
+
+
+@click.command("bench")
+@click.option("--workload", "-w", "workload_names", multiple=True, metavar="NAME",
+              help=f"Workload to run (repeatable). Default: {', '.join(_workloads.DEFAULT_WORKLOADS)}. "
+                   f"Known: {', '.join(_workloads.WORKLOADS)}.")
+@click.option("--allocators", default=",".join(_bench.ALLOCATORS), show_default=True,
+              help="Comma-separated allocators; NAME=/path/lib.so preloads any library under a name.")
+@click.option("--repeat", default=3, show_default=True, type=int, help="Runs per workload and allocator (median).")
+@click.option("--scale", type=click.Choice(_workloads.SCALES), default="default", show_default=True,
+              help="small: seconds per run (tests); default: about a minute per run.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-out"),
+              show_default=True, help="Folder for plots, llamalloc statistics files and the JSON.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the JSON results (default: OUT/bench.json).")
+@click.option("--interval", default=0.1, show_default=True, type=float, help="RSS sampling interval, seconds.")
+@click.option("--no-plots", is_flag=True, help="Skip the matplotlib plots.")
+def command(workload_names, allocators, repeat, scale, out_dir, json_path, interval, no_plots):
+    """Run workloads under glibc, jemalloc, tcmalloc, mimalloc and llamalloc (LD_PRELOAD) and compare time,
+    throughput, peak and final RSS and AnonHugePages, as ratios to glibc."""
+    if interval <= 0:
+        raise UserError("--interval must be positive")
+    names = list(workload_names) or list(_workloads.DEFAULT_WORKLOADS)
+    json_path = json_path or out_dir / "bench.json"
+
+    def progress(line: str) -> None:
+        click.echo(f"bench: {line}", err=True)
+
+    result = _bench.run_bench(names, allocators, repeat, scale, out_dir, progress=progress,
+                              interval_seconds=interval)
+    _bench.write_json(result, json_path)
+    click.echo(_bench.format_table(result))
+    click.echo(f"bench: results written to {json_path}", err=True)
+    if not no_plots:
+        for path in _bench.plot_rss(result, out_dir):
+            click.echo(f"bench: plot {path}", err=True)
+    if result.problems:
+        raise UserError(f"bench: {len(result.problems)} problem(s), what completed is in {json_path}: "
+                        + "; ".join(result.problems), exit_code=1)
