@@ -1,0 +1,37 @@
+"""`llamalloc train PROFILE... -o MODEL`: label calling contexts, train the lifetime model, report, export."""
+from __future__ import annotations
+
+import click
+
+from ..errors import UserError
+from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
+
+
+@click.command("train")
+@click.argument("profiles", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Model file to write.")
+@click.option("--holdout", type=float, default=0.2, show_default=True,
+              help="Fraction of the stacks kept out of training and reported on (0: report on training data).")
+@click.option("--holdout-profile", "holdout_profiles", multiple=True, type=click.Path(dir_okay=False),
+              help="Report on the contexts of this profile instead (repeatable); all PROFILES train.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
+@click.option("--epochs", type=click.IntRange(1, 10000), default=40, show_default=True,
+              help="Most epochs; training stops earlier on a validation plateau.")
+@click.option("--hidden", type=click.Choice(["64", "16"]), default="64", show_default=True,
+              help="LSTM hidden state size (the paper's 64, or its small 16 variant).")
+@click.option("--vocab", "vocab_words", type=click.IntRange(0, 10_000_000), default=DEFAULT_VOCAB_WORDS,
+              show_default=True, help="Number of most common tokens kept; the others are <unk>.")
+@click.option("--max-tokens", type=click.IntRange(2, 4096), default=DEFAULT_MAX_TOKENS, show_default=True,
+              help="Longest token sequence of a context (outermost frames are cut).")
+@click.pass_context
+def command(ctx, profiles, output, holdout, holdout_profiles, seed, epochs, hidden, vocab_words, max_tokens):
+    """Train the lifetime model on PROFILE... (from `llamalloc record`, symbolized) and write MODEL.
+
+    Prints, for the LSTM and the exact-match and allocation-site baselines, the weighted and unweighted
+    accuracy, off-by-one accuracy and confusion matrix on held-out contexts. Progress goes to stderr."""
+    if holdout_profiles and ctx.get_parameter_source("holdout") is not click.core.ParameterSource.DEFAULT:
+        raise UserError("give either --holdout or --holdout-profile, not both")
+    from ..model.pipeline import run_train  # JAX loads only when training
+
+    run_train(profiles, output, holdout=0.0 if holdout_profiles else holdout, holdout_profiles=holdout_profiles,
+              seed=seed, epochs=epochs, hidden=int(hidden), vocab_words=vocab_words, max_tokens=max_tokens)

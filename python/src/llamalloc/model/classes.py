@@ -1,0 +1,28 @@
+"""Lifetime classes and size classes, numbered as docs/architecture.md fixes them for every part."""
+from __future__ import annotations
+
+import numpy as np
+
+NUM_CLASSES = 8
+#: Upper bounds (exclusive) of classes 0..5 in nanoseconds: 10 ms, 100 ms, 1 s, 10 s, 100 s, 1000 s.
+#: Class 6 is ">= 1000 s" (freed, but late); class 7 is "never freed".
+CLASS_UPPER_BOUNDS_NS = tuple(10 ** (7 + k) for k in range(6))
+CLASS_NAMES = ("<10ms", "<100ms", "<1s", "<10s", "<100s", "<1000s", ">=1000s", "never")
+NEVER_FREED = 7
+
+#: Labels use the 95th percentile of a context's lifetimes (papers/000 section 5.1).
+LABEL_PERCENTILE = 0.95
+
+#: Request sizes are bucketed by powers of two: size class k holds sizes in (2^(k-1), 2^k], class 0 holds 0 and 1.
+#: 48 classes reach 128 TiB; larger requests share the last class. The allocator computes the same with
+#: `size <= 1 ? 0 : min(64 - clz(size - 1), 47)`.
+NUM_SIZE_CLASSES = 48
+
+
+def size_class(request_size_bytes) -> np.ndarray:
+    """Power-of-two size class of each request size (vectorised, exact for sizes below 2^53)."""
+    sizes = np.asarray(request_size_bytes, dtype=np.int64)
+    minus_one = np.maximum(sizes - 1, 0).astype(np.float64)
+    _, exponent = np.frexp(minus_one)  # minus_one = m * 2**exponent with m in [0.5, 1): exponent == bit_length
+    return np.minimum(exponent.astype(np.int64), NUM_SIZE_CLASSES - 1)
+

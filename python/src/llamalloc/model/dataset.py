@@ -1,0 +1,197 @@
+"""From profile samples to labelled calling contexts (papers/000 section 5.1).
+
+A *calling context* is the symbolised stack (innermost frame first) together with the power-of-two size class
+of the request. The size is part of the context because the allocator knows it at no cost when it predicts
+(section 7 keys its cache on it too), and because one stack often allocates both short-lived small objects and
+long-lived large ones (a growing buffer). Each context gets
+
+* its per-class counts: the sum over every profile of the samples' `class_counts`,
+* its weight: the number of sampled objects observed (the sum of those counts),
+* its label: the lifetime class holding the 95th percentile of its lifetimes, i.e. the smallest class whose
+  cumulative count reaches 95% of the weight.
+
+The merge of any number of profiles is one DuckDB group-by over the Arrow table that `llamalloc.profile`
+returns, so it scales to many large profiles without Python loops.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from ..errors import UserError
+from .classes import NUM_CLASSES, size_class
+
+#: Columns of `llamalloc.profile.samples_table` that the model uses.
+REQUIRED_COLUMNS = ("profile", "program", "build_id", "stack", "request_size", "class_counts")
+
+Warn = Callable[[str], None]
+
+
+def warn_on_stderr(message: str) -> None:
+    print(f"llamalloc: warning: {message}", file=sys.stderr)
+
+
+@dataclass
+class Contexts:
+    """Labelled calling contexts, in a deterministic order (sorted by stack, then size class)."""
+
+    stacks: list[tuple[str, ...]]
+    size_classes: np.ndarray  # int64 [n]
+    class_counts: np.ndarray  # int64 [n, 8]
+    weights: np.ndarray  # int64 [n]: observed (sampled) objects
+    labels: np.ndarray  # int64 [n]: lifetime class of the 95th percentile
+    programs: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.stacks)
+
+    def subset(self, index) -> "Contexts":
+        index = np.asarray(index, dtype=np.int64)
+        return Contexts([self.stacks[i] for i in index], self.size_classes[index], self.class_counts[index],
+                        self.weights[index], self.labels[index], list(self.programs))
+
+
+def _is_unsymbolized_sql(column: str) -> str:
+    return f"regexp_full_match({column}, '0x[0-9a-fA-F]+')"
+
+
+def check_samples(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "the profiles",
+                  profiles: Sequence[str] = ()) -> None:
+    """Refuses tables the model cannot learn from, and warns about suspicious mixes.
+
+    Errors: a missing column, no samples at all (or none from one of `profiles`), a profile whose frames are
+    all unsymbolised addresses. Warnings: samples of different programs mixed together; most frames
+    unsymbolised."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in samples.column_names]
+    if missing:
+        raise UserError(f"{what}: samples lack the column(s) {', '.join(missing)}")
+    if samples.num_rows == 0:
+        raise UserError(f"{what}: no allocation samples (empty profile)")
+    con = duckdb.connect()
+    con.register("samples", samples)
+    if profiles:
+        present = {r[0] for r in con.execute("SELECT DISTINCT profile FROM samples").fetchall()}
+        empty = [str(p) for p in profiles if str(p) not in present]
+        if empty:
+            raise UserError(f"{', '.join(empty)}: no allocation samples (empty profile)")
+    empty_stacks = con.execute("SELECT count(*) FROM samples WHERE stack IS NULL OR len(stack) = 0").fetchone()[0]
+    if empty_stacks == samples.num_rows:
+        raise UserError(f"{what}: no sample has a stack")
+    per_profile = con.execute(f"""
+        SELECT profile, count(*) FILTER (WHERE {_is_unsymbolized_sql('frame')}) AS unsymbolized, count(*) AS frames
+        FROM (SELECT profile, unnest(stack) AS frame FROM samples)
+        GROUP BY profile ORDER BY profile""").fetchall()
+    bare = [p for p, unsym, total in per_profile if total > 0 and unsym == total]
+    if bare:
+        raise UserError(f"{', '.join(bare)}: no symbols (every frame is a raw address): "
+                        f"run `llamalloc symbolize` on the profile first")
+    unsym_frames = sum(r[1] for r in per_profile)
+    all_frames = sum(r[2] for r in per_profile)
+    if all_frames and unsym_frames * 2 > all_frames:
+        warn(f"{what}: {100.0 * unsym_frames / all_frames:.0f}% of frames are unsymbolised addresses; "
+             f"the model learns little from them (run `llamalloc symbolize`)")
+    programs = con.execute("""
+        SELECT program, string_agg(DISTINCT profile, ', ' ORDER BY profile) FROM samples
+        GROUP BY program ORDER BY program""").fetchall()
+    if len(programs) > 1:
+        listing = "; ".join(f"{prog or '?'} ({profs})" for prog, profs in programs)
+        warn(f"profiles of different programs are mixed: {listing}")
+
+
+def label_sql(weight: str = "weight") -> str:
+    """SQL for the 95th percentile class of columns c0..c7 whose sum is `weight`: the first class whose
+    cumulative count reaches 95% of the total (integer arithmetic, no rounding)."""
+    cumulative = [" + ".join(f"c{j}" for j in range(k + 1)) for k in range(NUM_CLASSES)]
+    return "CASE " + " ".join(f"WHEN 100 * ({cumulative[k]}) >= 95 * {weight} THEN {k}"
+                              for k in range(NUM_CLASSES - 1)) + f" ELSE {NUM_CLASSES - 1} END"
+
+
+def build_contexts(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "the profiles",
+                   profiles: Sequence[str] = ()) -> Contexts:
+    """Merges samples into labelled contexts (one SQL group-by over the Arrow table). `profiles`, when given,
+    are the files the samples come from: each must contribute samples."""
+    check_samples(samples, warn, what, profiles)
+    sizes = samples.column("request_size").to_numpy(zero_copy_only=False)
+    table = pa.table({
+        "stack": samples.column("stack"),
+        "size_class": pa.array(size_class(sizes), pa.int64()),
+        "class_counts": samples.column("class_counts"),
+        "program": samples.column("program"),
+    })
+    con = duckdb.connect()
+    con.register("samples", table)
+    sums = ", ".join(f"sum(coalesce(class_counts[{k + 1}], 0))::BIGINT AS c{k}" for k in range(NUM_CLASSES))
+    cumulative = [" + ".join(f"c{j}" for j in range(k + 1)) for k in range(NUM_CLASSES)]
+    label = label_sql()
+    result = con.sql(f"""
+        WITH grouped AS (
+            SELECT stack, size_class, {sums}
+            FROM samples WHERE stack IS NOT NULL AND len(stack) > 0
+            GROUP BY stack, size_class),
+        weighted AS (SELECT *, ({cumulative[-1]}) AS weight FROM grouped)
+        SELECT stack, size_class, {', '.join(f'c{k}' for k in range(NUM_CLASSES))}, weight, {label} AS label
+        FROM weighted WHERE weight > 0
+        ORDER BY stack, size_class""").to_arrow_table()
+    if result.num_rows == 0:
+        raise UserError(f"{what}: no sample has a lifetime observation (all class counts are zero)")
+    programs = [r[0] for r in con.execute("SELECT DISTINCT program FROM samples ORDER BY 1").fetchall()]
+    counts = np.stack([result.column(f"c{k}").to_numpy() for k in range(NUM_CLASSES)], axis=1).astype(np.int64)
+    return Contexts(
+        stacks=[tuple(s) for s in result.column("stack").to_pylist()],
+        size_classes=result.column("size_class").to_numpy().astype(np.int64),
+        class_counts=counts,
+        weights=result.column("weight").to_numpy().astype(np.int64),
+        labels=result.column("label").to_numpy().astype(np.int64),
+        programs=[p for p in programs if p is not None],
+    )
+
+
+def split_by_stack(contexts: Contexts, holdout_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of training and held-out contexts. Whole stacks are held out (all their size classes), so a
+    held-out context is a stack the model never saw, as in the paper's generalisation experiment."""
+    if not 0.0 <= holdout_fraction < 1.0:
+        raise UserError(f"--holdout must be in [0, 1), got {holdout_fraction}")
+    unique_stacks = sorted(set(contexts.stacks))
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(unique_stacks))
+    n_held = int(round(holdout_fraction * len(unique_stacks)))
+    if holdout_fraction > 0 and n_held == 0 and len(unique_stacks) > 1:
+        n_held = 1
+    held = {unique_stacks[i] for i in order[:n_held]}
+    is_held = np.array([s in held for s in contexts.stacks], dtype=bool)
+    return np.flatnonzero(~is_held), np.flatnonzero(is_held)
+
+
+def samples_from_rows(rows: Sequence[dict]) -> pa.Table:
+    """An Arrow table with the schema of `llamalloc.profile.samples_table`, from plain rows (tests, tools).
+    Missing figures default to what the class counts imply."""
+    schema = samples_schema()
+    columns: dict[str, list] = {f.name: [] for f in schema}
+    for row in rows:
+        counts = list(row["class_counts"])
+        freed = sum(counts[:NUM_CLASSES - 1])
+        size = int(row.get("request_size", 16))
+        defaults = {
+            "profile": "test.prof", "program": "test", "build_id": "", "request_size": size,
+            "alloc_objects": sum(counts), "alloc_bytes": sum(counts) * size, "freed_objects": freed,
+            "freed_bytes": freed * size, "lifetime_sum_ns": 0, "live_at_exit_objects": counts[NUM_CLASSES - 1],
+            "min_lifetime_ns": 0, "max_lifetime_ns": 0,
+        }
+        for name in columns:
+            columns[name].append(row[name] if name in row else defaults.get(name))
+    return pa.table(columns, schema=schema)
+
+
+def samples_schema() -> pa.Schema:
+    i64 = pa.int64()
+    return pa.schema([
+        ("profile", pa.string()), ("program", pa.string()), ("build_id", pa.string()),
+        ("stack", pa.list_(pa.string())), ("request_size", i64), ("alloc_objects", i64), ("alloc_bytes", i64),
+        ("freed_objects", i64), ("freed_bytes", i64), ("lifetime_sum_ns", i64), ("live_at_exit_objects", i64),
+        ("class_counts", pa.list_(i64)), ("min_lifetime_ns", i64), ("max_lifetime_ns", i64),
+    ])

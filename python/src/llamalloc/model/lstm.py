@@ -1,0 +1,256 @@
+"""The paper's lifetime model: a one-layer LSTM over the tokens of a calling context, its final state through a
+dense layer, softmax over the 8 lifetime classes (papers/000 section 5.2), written directly in JAX.
+
+Gates are laid out [input, forget, cell, output], each `hidden` wide. The input side of every step is read from
+the *folded* table `embedding @ w_input + bias` ([vocab, 4*hidden]), the partial evaluation of section 10: the
+allocator's inference uses exactly this table, and training through it keeps both sides computing the same sums.
+A padded step (past the context's length) leaves the state unchanged.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from .classes import NUM_CLASSES
+
+Params = dict  # name -> jnp.ndarray (float32)
+PARAM_NAMES = ("embedding", "w_input", "w_hidden", "bias", "dense_w", "dense_b")
+
+
+@dataclass
+class TrainConfig:
+    embedding_dim: int = 32
+    hidden_dim: int = 64
+    learning_rate: float = 1e-3
+    clip_norm: float = 5.0
+    batch_size: int = 128
+    max_epochs: int = 40
+    #: stop when the validation loss has not improved for this many epochs; the best epoch's weights are kept
+    patience: int = 4
+    #: weight of a context in the loss is count**weight_power. 1.0 is pure count weighting; it lets a handful of
+    #: hot contexts drown the rest, which the model then memorises instead of learning what the tokens mean
+    #: (docs/model.md has the measurements). 0.5 keeps hot contexts more important and every context heard.
+    weight_power: float = 0.5
+    #: frequent contexts are repeated up to this many times per epoch (the paper samples copies of them)
+    max_copies: int = 16
+    #: an epoch holds about this many examples (copies included), and at least one of every context
+    examples_per_epoch: int = 8192
+    seed: int = 0
+
+
+@dataclass
+class TrainResult:
+    params: Params
+    epochs_run: int
+    best_epoch: int
+    seconds: float
+    history: list = field(default_factory=list)
+
+
+def init_params(key, vocab_size: int, embedding_dim: int, hidden_dim: int) -> Params:
+    k_emb, k_in, k_hid, k_out = jax.random.split(key, 4)
+
+    def glorot(k, shape):
+        limit = math.sqrt(6.0 / (shape[0] + shape[1]))
+        return jax.random.uniform(k, shape, jnp.float32, -limit, limit)
+
+    bias = jnp.zeros(4 * hidden_dim, jnp.float32).at[hidden_dim:2 * hidden_dim].set(1.0)  # remember by default
+    return {
+        "embedding": 0.1 * jax.random.normal(k_emb, (vocab_size, embedding_dim), jnp.float32),
+        "w_input": glorot(k_in, (embedding_dim, 4 * hidden_dim)),
+        "w_hidden": glorot(k_hid, (hidden_dim, 4 * hidden_dim)),
+        "bias": bias,
+        "dense_w": glorot(k_out, (hidden_dim, NUM_CLASSES)),
+        "dense_b": jnp.zeros(NUM_CLASSES, jnp.float32),
+    }
+
+
+def folded_table(params: Params) -> jnp.ndarray:
+    """Per-token gate pre-activations from the input side: embedding @ w_input + bias, [vocab, 4*hidden]."""
+    return params["embedding"] @ params["w_input"] + params["bias"]
+
+
+def logits_fn(params: Params, ids: jnp.ndarray, lengths: jnp.ndarray) -> jnp.ndarray:
+    """Class logits [batch, 8] for right-padded token ids [batch, steps] with the given lengths."""
+    hidden = params["w_hidden"].shape[0]
+    x = folded_table(params)[ids]  # [batch, steps, 4h]
+    steps = ids.shape[1]
+    live = jnp.arange(steps)[None, :] < lengths[:, None]  # [batch, steps]
+
+    def step(carry, inputs):
+        h, c = carry
+        x_t, live_t = inputs
+        z = x_t + h @ params["w_hidden"]
+        i = jax.nn.sigmoid(z[:, :hidden])
+        f = jax.nn.sigmoid(z[:, hidden:2 * hidden])
+        g = jnp.tanh(z[:, 2 * hidden:3 * hidden])
+        o = jax.nn.sigmoid(z[:, 3 * hidden:])
+        c_new = f * c + i * g
+        h_new = o * jnp.tanh(c_new)
+        keep = live_t[:, None]
+        return (jnp.where(keep, h_new, h), jnp.where(keep, c_new, c)), None
+
+    batch = ids.shape[0]
+    zeros = jnp.zeros((batch, hidden), jnp.float32)
+    (h, _), _ = jax.lax.scan(step, (zeros, zeros), (jnp.swapaxes(x, 0, 1), jnp.swapaxes(live, 0, 1)))
+    return h @ params["dense_w"] + params["dense_b"]
+
+
+def _loss(params, ids, lengths, labels, weights):
+    logits = logits_fn(params, ids, lengths)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    total = jnp.maximum(jnp.sum(weights), 1e-12)
+    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    return jnp.sum(weights * ce) / total, (jnp.sum(weights * correct), total)
+
+
+_predict_jit = jax.jit(logits_fn)
+
+
+def _bucket_lengths(max_tokens: int) -> list[int]:
+    """Padded lengths the batches are cut to, so that short stacks do not pay for 128 steps (each one jit)."""
+    buckets, n = [], 16
+    while n < max_tokens:
+        buckets.append(n)
+        n *= 2
+    return buckets + [max_tokens]
+
+
+def _batches(index: np.ndarray, lengths: np.ndarray, batch_size: int, buckets: list[int],
+             rng: np.random.Generator | None) -> list[tuple[int, np.ndarray]]:
+    """(bucket length, example indices) batches; each batch holds examples of one length bucket."""
+    bucket_of = np.searchsorted(np.asarray(buckets), lengths[index])
+    out = []
+    for b, length in enumerate(buckets):
+        members = index[bucket_of == b]
+        if rng is not None:
+            members = members[rng.permutation(len(members))]
+        for start in range(0, len(members), batch_size):
+            out.append((length, members[start:start + batch_size]))
+    if rng is not None:
+        out = [out[i] for i in rng.permutation(len(out))]
+    return out
+
+
+def _padded(ids, lengths, members, length, batch_size, *extra):
+    """Arrays of one batch padded to batch_size rows (padding rows have length 0 and weight 0), so that each
+    bucket compiles once."""
+    n = len(members)
+    pad = batch_size - n
+    rows = np.concatenate([members, np.zeros(pad, dtype=members.dtype)]) if pad else members
+    out = [ids[rows, :length], np.where(np.arange(batch_size) < n, lengths[rows], 0).astype(np.int32)]
+    for arr in extra:
+        a = arr[rows].copy()
+        if pad:
+            a[n:] = 0
+        out.append(a)
+    return out
+
+
+def predict_logits(params: Params, ids: np.ndarray, lengths: np.ndarray, batch_size: int = 512) -> np.ndarray:
+    """Logits [n, 8] for encoded contexts, batched by length bucket."""
+    n = len(lengths)
+    result = np.zeros((n, NUM_CLASSES), np.float32)
+    if n == 0:
+        return result
+    buckets = _bucket_lengths(ids.shape[1])
+    for length, members in _batches(np.arange(n), lengths, batch_size, buckets, None):
+        b_ids, b_len = _padded(ids, lengths, members, length, batch_size)
+        logits = np.asarray(_predict_jit(params, jnp.asarray(b_ids), jnp.asarray(b_len)))
+        result[members] = logits[:len(members)]
+    return result
+
+
+def _example_copies(weights: np.ndarray, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """How many copies of each context an epoch holds, and the loss weight of each copy, such that a context's
+    total weight is count**weight_power (normalised to a mean of 1 per example)."""
+    effective = np.power(weights.astype(np.float64), config.weight_power)
+    target = max(len(weights), config.examples_per_epoch)
+    copies = np.clip(np.rint(effective * target / effective.sum()), 1, config.max_copies).astype(np.int64)
+    per_copy = effective / copies
+    per_copy *= copies.sum() / effective.sum()
+    return copies, per_copy.astype(np.float32)
+
+
+def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.ndarray, vocab_size: int,
+          config: TrainConfig, validation: tuple | None = None,
+          progress: Callable[[str], None] | None = None) -> TrainResult:
+    """Trains on encoded contexts. `validation` is (ids, lengths, labels, weights) of contexts kept out of
+    training, used only to stop early; without it the training loss decides the plateau."""
+    if progress is None:
+        def progress(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    key = jax.random.PRNGKey(config.seed)
+    params = init_params(key, vocab_size, config.embedding_dim, config.hidden_dim)
+    optimiser = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.adam(config.learning_rate))
+    opt_state = optimiser.init(params)
+
+    @jax.jit
+    def train_step(params, opt_state, b_ids, b_len, b_labels, b_weights):
+        (loss, (correct, total)), grads = jax.value_and_grad(_loss, has_aux=True)(
+            params, b_ids, b_len, b_labels, b_weights)
+        updates, opt_state = optimiser.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss * total, correct, total
+
+    rng = np.random.default_rng(config.seed)
+    buckets = _bucket_lengths(ids.shape[1])
+    copies, per_copy = _example_copies(weights, config)
+    # Small datasets are passed over several times per epoch, so that an epoch is worth a validation check.
+    passes = max(1, int(round(config.examples_per_epoch / copies.sum())))
+    copies = copies * passes
+    examples = np.repeat(np.arange(len(lengths)), copies)
+    ex_weights = np.repeat(per_copy, copies)
+    ex_labels = labels.astype(np.int32)[examples]
+    ex_ids, ex_lengths = ids[examples], lengths[examples]
+
+    def evaluate(v_ids, v_len, v_labels, v_weights):
+        logits = predict_logits(params, v_ids, v_len)
+        ce = np.asarray(optax.softmax_cross_entropy_with_integer_labels(jnp.asarray(logits),
+                                                                        jnp.asarray(v_labels.astype(np.int32))))
+        w = np.power(v_weights.astype(np.float64), config.weight_power)
+        acc = float(np.sum(w * (logits.argmax(1) == v_labels)) / w.sum())
+        return float(np.sum(w * ce) / w.sum()), acc
+
+    best = (math.inf, params, 0)
+    history = []
+    stale = 0
+    epoch = 0
+    for epoch in range(1, config.max_epochs + 1):
+        loss_sum = correct_sum = weight_sum = 0.0
+        for length, members in _batches(np.arange(len(examples)), ex_lengths, config.batch_size, buckets, rng):
+            b_ids, b_len, b_labels, b_weights = _padded(ex_ids, ex_lengths, members, length, config.batch_size,
+                                                        ex_labels, ex_weights)
+            params, opt_state, loss, correct, total = train_step(params, opt_state, b_ids, b_len, b_labels,
+                                                                 b_weights)
+            loss_sum += float(loss)
+            correct_sum += float(correct)
+            weight_sum += float(total)
+        train_loss, train_acc = loss_sum / weight_sum, correct_sum / weight_sum
+        if validation is not None and len(validation[1]):
+            val_loss, val_acc = evaluate(*validation)
+            line = (f"epoch {epoch:3d}/{config.max_epochs}  loss {train_loss:.4f}  accuracy {train_acc:.3f}  "
+                    f"validation loss {val_loss:.4f}  accuracy {val_acc:.3f}")
+        else:
+            val_loss, val_acc = train_loss, train_acc
+            line = f"epoch {epoch:3d}/{config.max_epochs}  loss {train_loss:.4f}  accuracy {train_acc:.3f}"
+        history.append((epoch, train_loss, train_acc, val_loss, val_acc))
+        progress(f"{line}  ({time.perf_counter() - t0:.1f} s)")
+        if val_loss < best[0] - 1e-4:
+            best = (val_loss, params, epoch)
+            stale = 0
+        else:
+            stale += 1
+            if stale >= config.patience:
+                progress(f"stopping: no improvement for {config.patience} epochs; keeping epoch {best[2]}")
+                break
+    params = {k: np.asarray(v) for k, v in best[1].items()}
+    return TrainResult(params, epoch, best[2], time.perf_counter() - t0, history)

@@ -1,0 +1,175 @@
+"""`llamalloc train` and `llamalloc evaluate` end to end on profile files, and their error paths."""
+import gzip
+
+import numpy as np
+import pytest
+
+from llamalloc import profile
+from llamalloc.cli import main
+from llamalloc.model import modelfile, reference
+from llamalloc.model.synthetic import synthetic_samples
+from llamalloc.proto import profile_pb2
+
+
+def write_profile(path, samples_table=None, program="synthetic-server", symbolized=True, version=profile.VERSION):
+    """A profile file in the format `llamalloc record` writes (docs/formats/profile.md), from samples rows."""
+    p = profile_pb2.Profile()
+    strings = {"": 0}
+    p.string_table.append("")
+
+    def s(text):
+        if text not in strings:
+            strings[text] = len(p.string_table)
+            p.string_table.append(text)
+        return strings[text]
+
+    for name, unit in profile.SAMPLE_TYPES:
+        vt = p.sample_type.add()
+        vt.type, vt.unit = s(name), s(unit)
+    p.comment.append(s(f"{profile.MARKER} v{version}"))
+    p.comment.append(s(f"program={program}"))
+    m = p.mapping.add()
+    m.id, m.memory_start, m.memory_limit, m.filename, m.build_id = 1, 0x400000, 0x800000, s(program), s("abc123")
+    m.has_functions = symbolized
+    functions, locations = {}, {}
+    rows = samples_table.to_pylist() if samples_table is not None else []
+    for row in rows:
+        sample = p.sample.add()
+        for frame in row["stack"]:
+            if frame not in locations:
+                loc = p.location.add()
+                loc.id = len(locations) + 1
+                loc.address = 0x400000 + 16 * loc.id
+                loc.mapping_id = 1
+                if symbolized:
+                    if frame not in functions:
+                        f = p.function.add()
+                        f.id, f.name, f.filename = len(functions) + 1, s(frame), s("server.cc")
+                        functions[frame] = f.id
+                    loc.line.add(function_id=functions[frame], line=1)
+                locations[frame] = loc.id
+            sample.location_id.append(locations[frame])
+        counts = row["class_counts"]
+        values = {"alloc_objects": sum(counts), "alloc_space": sum(counts) * row["request_size"],
+                  "live_at_exit_objects": counts[7]}
+        values.update({f"class_{k}": counts[k] for k in range(8)})
+        sample.value.extend(values.get(name, 0) for name, _ in profile.SAMPLE_TYPES)
+        label = sample.label.add()
+        label.key, label.num = s("request_size"), row["request_size"]
+    path.write_bytes(gzip.compress(p.SerializeToString()))
+    return path
+
+
+def run(argv, capsys):
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    d = tmp_path_factory.mktemp("profiles")
+    rev1 = write_profile(d / "rev1.prof", synthetic_samples(150, seed=11))
+    rev2 = write_profile(d / "rev2.prof", synthetic_samples(150, seed=12))
+    return d, rev1, rev2
+
+
+@pytest.fixture(scope="module")
+def trained_model(profiles):
+    d, rev1, _ = profiles
+    model = d / "rev1.model"
+    rc = main(["train", str(rev1), "-o", str(model), "--hidden", "16", "--epochs", "3", "--max-tokens", "32",
+               "--seed", "4"])
+    assert rc == 0
+    return model
+
+
+def test_train_reports_every_predictor_and_writes_the_model(profiles, tmp_path, capsys):
+    _, rev1, _ = profiles
+    model = tmp_path / "m.model"
+    rc, out, err = run(["train", str(rev1), "-o", str(model), "--hidden", "16", "--epochs", "2",
+                        "--max-tokens", "32", "--holdout", "0.3"], capsys)
+    assert rc == 0, err
+    for predictor in ("lstm (hidden 16)", "exact-match lookup", "allocation site + size"):
+        assert predictor in out
+    assert "held-out contexts (30% of the stacks" in out and "confusion matrix of lstm" in out
+    assert "epoch   1/2" in err and "epoch   2/2" in err  # progress on stderr
+    m = modelfile.read(model)
+    assert m.hidden_dim == 16 and m.max_tokens == 32 and m.program == "synthetic-server"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.model"]  # no temporary file left behind
+
+
+def test_evaluate_reports_on_another_revision_with_matching_traces(profiles, trained_model, capsys):
+    _, rev1, rev2 = profiles
+    rc, out, err = run(["evaluate", str(trained_model), str(rev2)], capsys)
+    assert rc == 0, err
+    assert "lstm (hidden 16)" in out and "exact-match lookup" in out
+    line = [l for l in out.splitlines() if l.startswith("matching stack traces")][0]
+    matched, total = line.split(": ")[1].split(" (")[0].split(" / ")
+    assert 0 <= int(matched) < int(total)
+    rc, out, _ = run(["evaluate", str(trained_model), str(rev1)], capsys)
+    line = [l for l in out.splitlines() if l.startswith("matching stack traces")][0]
+    assert "(100.00%)" not in line  # 20% of rev1's stacks were held out of training
+
+
+def test_reference_predicts_from_the_trained_file(profiles, trained_model):
+    _, _, rev2 = profiles
+    rows = profile.samples_table([rev2]).to_pylist()[:20]
+    classes, logits = reference.predict(trained_model, [r["stack"] for r in rows], [r["request_size"] for r in rows])
+    assert classes.shape == (20,) and np.all((classes >= 0) & (classes < 8))
+
+
+def test_holdout_profile_trains_on_all_and_reports_on_the_other(profiles, tmp_path, capsys):
+    _, rev1, rev2 = profiles
+    model = tmp_path / "m.model"
+    rc, out, err = run(["train", str(rev1), "--holdout-profile", str(rev2), "-o", str(model), "--hidden", "16",
+                        "--epochs", "1", "--max-tokens", "32"], capsys)
+    assert rc == 0, err
+    assert f"contexts of {rev2}" in out and "matching stack traces" in out
+
+
+def expect_error(argv, capsys, *fragments):
+    rc, out, err = run(argv, capsys)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llamalloc: error: "), err
+    for f in fragments:
+        assert f in lines[0]
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("make, fragments", [
+    (lambda p: p.write_bytes(b"not a profile at all"), ["not a llamalloc profile"]),
+    (lambda p: p.write_bytes(gzip.compress(b"\x00\x01garbage")[:-6]), ["corrupt"]),
+    (lambda p: write_profile(p, synthetic_samples(5), version=9), ["version 9"]),
+    (lambda p: write_profile(p, None), ["no allocation samples"]),
+    (lambda p: write_profile(p, synthetic_samples(5), symbolized=False), ["no symbols", "llamalloc symbolize"]),
+])
+def test_bad_profiles_fail_in_one_line_and_write_no_model(tmp_path, capsys, make, fragments):
+    bad = tmp_path / "bad.prof"
+    make(bad)
+    model = tmp_path / "out.model"
+    expect_error(["train", str(bad), "-o", str(model)], capsys, str(bad), *fragments)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.prof"]
+
+
+def test_missing_profile_and_overlapping_holdout(profiles, tmp_path, capsys):
+    _, rev1, _ = profiles
+    expect_error(["train", str(tmp_path / "nope.prof"), "-o", str(tmp_path / "m")], capsys, "no such file")
+    expect_error(["train", str(rev1), "--holdout-profile", str(rev1), "-o", str(tmp_path / "m")], capsys,
+                 "both for training and as --holdout-profile")
+    expect_error(["train", str(rev1), "--holdout", "1.5", "-o", str(tmp_path / "m")], capsys, "--holdout")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_evaluate_refuses_bad_model_files(profiles, trained_model, tmp_path, capsys):
+    _, _, rev2 = profiles
+    missing = tmp_path / "missing.model"
+    expect_error(["evaluate", str(missing), str(rev2)], capsys, str(missing), "no such file")
+    truncated = tmp_path / "truncated.model"
+    truncated.write_bytes(trained_model.read_bytes()[:1000])
+    expect_error(["evaluate", str(truncated), str(rev2)], capsys, str(truncated), "truncated")
+    not_model = tmp_path / "profile-as-model"
+    not_model.write_bytes(rev2.read_bytes())
+    expect_error(["evaluate", str(not_model), str(rev2)], capsys, "not a llamalloc model file")

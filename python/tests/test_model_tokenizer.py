@@ -1,0 +1,79 @@
+"""The tokeniser of symbolised stack traces (papers/000 section 5.2, Figure 5)."""
+from llamalloc.model.tokenizer import (FIRST_SIZE_TOKEN, FIRST_WORD_TOKEN, SEP, SPECIAL_TOKENS, UNK, UNSYMBOLIZED,
+                                       Vocabulary, frame_words)
+
+# Figure 5 of the paper, innermost frame first (the figure drops the angle brackets of the templates; the
+# demangler does not, so they are put back here).
+FIGURE_5 = [
+    "__gnu_cxx::__g::__string_base<char, std::__g::char_traits<char>, std::__g::allocator<char> >"
+    "::_M_reserve(unsigned long)",
+    "proto2::internal::InlineGreedyStringParser(std::__g::basic_string<char, std::__g::char_traits<char>, "
+    "std::__g::allocator<char> >*, char const*, proto2::internal::ParseContext*)",
+    "proto2::FileDescriptorProto::_InternalParse(char const*, proto2::internal::ParseContext*)",
+    "proto2::MessageLite::ParseFromArray(void const*, int)",
+    "proto2::DescriptorPool::TryFindFileInFallbackDatabase(std::__g::basic_string<char, "
+    "std::__g::char_traits<char>, std::__g::allocator<char> > const&) const",
+    "proto2::DescriptorPool::FindFileByName(std::__g::basic_string<char, std::__g::char_traits<char>, "
+    "std::__g::allocator<char> > const&) const",
+    "proto2::internal::AssignDescriptors(proto2::internal::AssignDescriptorsTable*)",
+    "system2::Algorithm_descriptor()",
+    "system2::init_module_algorithm_parse()",
+    "Initializer::TypeData::RunIfNecessary(Initializer*)",
+    "Initializer::RunInitializers(char const*)",
+    "RealInit(char const*, int*, char***, bool, bool)",
+    "main",
+]
+
+
+def test_frames_split_on_special_characters():
+    assert frame_words(FIGURE_5[3]) == ["proto2", "MessageLite", "ParseFromArray", "void", "const", "int"]
+    assert frame_words(FIGURE_5[0]) == [
+        "__gnu_cxx", "__g", "__string_base", "char", "std", "__g", "char_traits", "char", "std", "__g",
+        "allocator", "char", "_M_reserve", "unsigned", "long"]
+    assert frame_words(FIGURE_5[11]) == ["RealInit", "char", "const", "int", "char", "bool", "bool"]
+    assert frame_words("Foo::~Foo() [clone .cold]") == ["Foo", "Foo", "clone", "cold"]
+    assert frame_words("0x7f3a00401a2b") == ["<unsymbolized>"]
+    assert frame_words("main") == ["main"]
+
+
+def test_figure_5_sequence_is_innermost_first_with_frame_separators():
+    vocab = Vocabulary.build([FIGURE_5])
+    ids = vocab.encode(FIGURE_5, size_class=6, max_tokens=1000)
+    words = [vocab.tokens[i] for i in ids]
+    assert words[0] == "<size:6>"
+    frames = " ".join(words[1:]).split(" @ ")
+    assert len(frames) == len(FIGURE_5) and ids.count(SEP) == len(FIGURE_5) - 1
+    assert frames[0].startswith("__gnu_cxx __g __string_base") and frames[0].endswith("_M_reserve unsigned long")
+    assert frames[3] == "proto2 MessageLite ParseFromArray void const int"
+    assert frames[-1] == "main"
+    assert UNK not in ids
+
+
+def test_vocabulary_keeps_the_most_common_tokens_and_maps_the_rest_to_unk():
+    vocab = Vocabulary.build([FIGURE_5], max_words=3)
+    assert vocab.tokens[:FIRST_WORD_TOKEN] == SPECIAL_TOKENS
+    # The most frequent tokens of Figure 5: "char" (17 times), "__g" (12), "std" (11), then "proto2" and
+    # "const" (9 each, ties in string order).
+    assert vocab.tokens[FIRST_WORD_TOKEN:] == ["char", "__g", "std"]
+    ids = vocab.encode(["proto2::MessageLite::ParseFromArray(char const*)"], size_class=0)
+    assert ids == [FIRST_SIZE_TOKEN, UNK, UNK, UNK, FIRST_WORD_TOKEN, UNK]
+    assert Vocabulary.build([FIGURE_5], max_words=5).tokens[FIRST_WORD_TOKEN:] == [
+        "char", "__g", "std", "const", "proto2"]
+
+
+def test_unseen_context_encodes_with_unknown_tokens():
+    vocab = Vocabulary.build([FIGURE_5])
+    ids = vocab.encode(["brand_new::Allocate(unsigned long)", "0xdeadbeef", "main"], size_class=3)
+    assert ids == [FIRST_SIZE_TOKEN + 3, UNK, UNK, vocab.ids["unsigned"], vocab.ids["long"], SEP, UNSYMBOLIZED,
+                   SEP, vocab.ids["main"]]
+
+
+def test_sequences_are_cut_to_max_tokens_dropping_outer_frames():
+    vocab = Vocabulary.build([FIGURE_5])
+    ids = vocab.encode(FIGURE_5, size_class=60, max_tokens=20)
+    assert len(ids) == 20
+    assert ids[0] == FIRST_SIZE_TOKEN + 47  # size classes saturate
+    assert ids == vocab.encode(FIGURE_5, size_class=47, max_tokens=1000)[:20]
+    batch, lengths = vocab.encode_batch([FIGURE_5, ["main"]], [1, 2], max_tokens=20)
+    assert batch.shape == (2, 20) and lengths.tolist() == [20, 2]
+    assert batch[1].tolist()[:3] == [FIRST_SIZE_TOKEN + 2, vocab.ids["main"], 0]
