@@ -112,8 +112,12 @@ void child_after_fork() { g_global.lock().reset_after_fork(); }
 
 void ensure_init() { pthread_once(&g_init_once, init_once); }
 void set_predictor(Predictor* p) {
+  ensure_init();
   g_predictor_ptr = p;
   g_every_allocation = p->consult() == Consult::kEveryAllocation;
+  // Threads pick this up at their next slow path; the calling thread at once.
+  LocalHeap* h = tl_heap;
+  if (h != &g_empty_heap) h->fast_class = g_every_allocation ? kMaxClasses : uint8_t(clamp_class(p->predict({0, 0, 0})));
 }
 Predictor* predictor() { return g_predictor_ptr; }
 
@@ -139,7 +143,7 @@ void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_a
   if (lc == kPredictClass) {
     AllocationContext context{return_address, reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), size};
     lc = clamp_class(g_predictor_ptr->predict(context));
-    if (!g_every_allocation) h->fast_class = uint8_t(lc);
+    h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(lc);
   } else {
     lc = clamp_class(lc);
   }

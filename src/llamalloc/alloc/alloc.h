@@ -47,7 +47,7 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
 LLAMALLOC_FAST void heap_free(void* p) {
   SpanMeta* s = g_global.span_of(reinterpret_cast<uintptr_t>(p));
   if (LLAMALLOC_LIKELY(s != nullptr && s->small.load(std::memory_order_relaxed))) {
-    LocalAllocator::free_small(g_global, s, p);
+    tl_live_delta -= int64_t(LocalAllocator::free_small(g_global, s, p));
     debug_check_heap();
     return;
   }

@@ -363,7 +363,6 @@ void GlobalAllocator::free_span_locked(SpanMeta* span) {
 void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
   if (lc >= num_classes()) lc = never_freed_class();
   if (alignment < kBlockBytes) alignment = kBlockBytes;
-  if (bytes == 0) bytes = 1;
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());
   if (bytes > kHugePageBytes || alignment > kHugePageBytes) {
@@ -371,7 +370,7 @@ void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) 
     debug_check();
     return p;
   }
-  size_t count = (bytes + kBlockBytes - 1) / kBlockBytes;
+  size_t count = bytes == 0 ? 1 : (bytes + kBlockBytes - 1) / kBlockBytes;
   size_t align_blocks = alignment / kBlockBytes;
   HugePageMeta* page = nullptr;
   size_t first = 0;
@@ -413,7 +412,7 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
     errno = ENOMEM;
     return nullptr;
   }
-  size_t pages = (bytes + kHugePageBytes - 1) / kHugePageBytes;
+  size_t pages = bytes == 0 ? 1 : (bytes + kHugePageBytes - 1) / kHugePageBytes;
   size_t align_pages = alignment > kHugePageBytes ? alignment / kHugePageBytes : 1;
   Region* r = current_region_[lc];
   auto first_fit = [&](Region* region) {

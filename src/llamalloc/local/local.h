@@ -83,8 +83,8 @@ class LocalAllocator {
  public:
   // A small object (size <= kSmallMaxBytes, alignment <= kMaxSmallAlignment) of the class; nullptr + ENOMEM.
   static void* alloc_small(GlobalAllocator& global, LocalHeap& heap, unsigned lc, size_t size, size_t alignment);
-  // Frees a small object; `span` is its span. Reports bad and double frees.
-  LLAMALLOC_FAST static void free_small(GlobalAllocator& global, SpanMeta* span, void* p);
+  // Frees a small object; `span` is its span. Reports bad and double frees. Returns the size asked for.
+  LLAMALLOC_FAST static size_t free_small(GlobalAllocator& global, SpanMeta* span, void* p);
   // Gives every span of the heap back (thread exit).
   static void release_all(GlobalAllocator& global, LocalHeap& heap);
   static size_t usable_size(const void* p) {
@@ -103,7 +103,7 @@ class LocalAllocator {
 
 inline constexpr size_t kMaxSmallAlignment = 4096;
 
-LLAMALLOC_FAST void LocalAllocator::free_small(GlobalAllocator& global, SpanMeta* span, void* p) {
+LLAMALLOC_FAST size_t LocalAllocator::free_small(GlobalAllocator& global, SpanMeta* span, void* p) {
   SmallHeader* h = reinterpret_cast<SmallHeader*>(static_cast<char*>(p) - kSmallHeaderBytes);
   if (LLAMALLOC_UNLIKELY(h->tag != kTagLive)) bad_small_free(p, h->tag);
   uint32_t size = h->requested_bytes;
@@ -119,7 +119,7 @@ LLAMALLOC_FAST void LocalAllocator::free_small(GlobalAllocator& global, SpanMeta
       line_emptied(global, span);
     }
   }
-  tl_live_delta -= int64_t(size);
+  return size;
 }
 
 }  // namespace llamalloc

@@ -1,0 +1,353 @@
+// The whole heap through its C and C++ entry points (the process-wide instance, built with the invariant
+// checkers after every change): randomised single- and multi-threaded sequences with content patterns,
+// alignment, realloc and calloc semantics, bad frees, exhaustion, thread exit and fork.
+#include <errno.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "alloc/alloc.h"
+
+namespace llamalloc {
+namespace {
+
+struct Object {
+  unsigned char* p;
+  size_t size;
+  unsigned char seed;
+  size_t alignment;
+};
+
+void fill(const Object& o) {
+  for (size_t i = 0; i < o.size; ++i) o.p[i] = static_cast<unsigned char>(o.seed + i * 7);
+}
+
+void expect_pattern(const Object& o, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (o.p[i] != static_cast<unsigned char>(o.seed + i * 7)) {
+      ADD_FAILURE() << "object " << static_cast<void*>(o.p) << " of " << o.size << " bytes corrupted at byte " << i;
+      return;
+    }
+}
+
+size_t random_size(std::mt19937_64& rng) {
+  unsigned r = rng() % 1000;
+  if (r < 600) return rng() % 129;                       // tiny: within a line
+  if (r < 900) return 129 + rng() % (kSmallMaxBytes - 128);  // small: several lines
+  if (r < 995) return kSmallMaxBytes + 1 + rng() % (256 * 1024);  // large: blocks
+  return kHugePageBytes + rng() % (3 * kHugePageBytes);        // huge: whole huge pages
+}
+
+// One random step on `live`: allocate with a random entry point, or free / realloc / check a random object.
+void random_step(std::mt19937_64& rng, std::vector<Object>& live) {
+  unsigned op = rng() % 16;
+  if (live.empty() || op < 8) {
+    size_t size = random_size(rng);
+    size_t alignment = 16;
+    void* p = nullptr;
+    switch (rng() % 9) {
+      case 0: {
+        size_t count = 1 + rng() % 8, each = size / 8 + 1;
+        p = heap_calloc(count, each);
+        size = count * each;
+        for (size_t i = 0; p != nullptr && i < size; ++i)
+          if (static_cast<unsigned char*>(p)[i] != 0) {
+            ADD_FAILURE() << "calloc memory not zero at byte " << i;
+            break;
+          }
+        break;
+      }
+      case 1: alignment = size_t{32} << (rng() % 8); p = heap_memalign(alignment, size); break;
+      case 2: alignment = size_t{16} << (rng() % 14);
+        EXPECT_EQ(heap_posix_memalign(&p, alignment, size), 0); break;
+      case 3: alignment = size_t{64} << (rng() % 6); p = heap_aligned_alloc(alignment, size); break;
+      case 4: alignment = 4096; p = heap_valloc(size); break;
+      case 5: p = heap_malloc_class(size, rng() % 8); break;
+      case 6: p = heap_new(size); break;
+      default: p = heap_malloc(size); break;
+    }
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignment, 0u) << "alignment " << alignment;
+    Object o{static_cast<unsigned char*>(p), size, static_cast<unsigned char>(rng()), alignment};
+    EXPECT_GE(heap_usable_size(p), o.size);
+    fill(o);
+    live.push_back(o);
+  } else if (op < 13) {
+    size_t i = rng() % live.size();
+    expect_pattern(live[i], live[i].size);
+    heap_free(live[i].p);
+    live[i] = live.back();
+    live.pop_back();
+  } else {
+    size_t i = rng() % live.size();
+    Object& o = live[i];
+    if (o.alignment > 16) return;  // realloc keeps only malloc's alignment
+    size_t n = rng() % 2 ? o.size / 2 : random_size(rng);
+    void* q = heap_realloc(o.p, n);
+    if (n == 0) {
+      EXPECT_EQ(q, nullptr);
+      live[i] = live.back();
+      live.pop_back();
+      return;
+    }
+    ASSERT_NE(q, nullptr);
+    Object moved{static_cast<unsigned char*>(q), n, o.seed, 16};
+    expect_pattern(moved, n < o.size ? n : o.size);
+    EXPECT_GE(heap_usable_size(q), n);
+    fill(moved);
+    o = moved;
+  }
+}
+
+TEST(HeapTest, RandomisedSingleThread) {
+  std::mt19937_64 rng(1234);
+  std::vector<Object> live;
+  for (int step = 0; step < 6000; ++step) random_step(rng, live);
+  for (const Object& o : live) {
+    expect_pattern(o, o.size);
+    heap_free(o.p);
+  }
+  check_heap();
+}
+
+TEST(HeapTest, RandomisedThreadsWithCrossThreadFrees) {
+  std::mutex mu;
+  std::vector<Object> shared;  // objects handed from one thread to another
+  auto worker = [&](int id) {
+    std::mt19937_64 rng(99 + id);
+    std::vector<Object> live;
+    for (int step = 0; step < 2500; ++step) {
+      random_step(rng, live);
+      if (rng() % 8 == 0 && !live.empty()) {
+        std::lock_guard<std::mutex> g(mu);
+        shared.push_back(live.back());
+        live.pop_back();
+      } else if (rng() % 8 == 0) {
+        Object o{};
+        {
+          std::lock_guard<std::mutex> g(mu);
+          if (shared.empty()) continue;
+          o = shared.back();
+          shared.pop_back();
+        }
+        expect_pattern(o, o.size);
+        heap_free(o.p);
+      }
+    }
+    for (const Object& o : live) {
+      expect_pattern(o, o.size);
+      heap_free(o.p);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back(worker, i);
+  for (auto& t : threads) t.join();
+  for (const Object& o : shared) {
+    expect_pattern(o, o.size);
+    heap_free(o.p);
+  }
+  check_heap();
+}
+
+TEST(HeapTest, MallocZeroAndUsableSize) {
+  void* p = heap_malloc(0);
+  ASSERT_NE(p, nullptr);
+  void* q = heap_malloc(0);
+  EXPECT_NE(p, q) << "distinct unique pointers";
+  heap_free(p);
+  heap_free(q);
+  heap_free(nullptr);
+  EXPECT_EQ(heap_usable_size(nullptr), 0u);
+  for (size_t n : {1, 8, 9, 24, 100, 128, 1000, 8000, 8184, 8185, 8192, 100000, 3000000}) {
+    void* r = heap_malloc(n);
+    ASSERT_NE(r, nullptr);
+    EXPECT_GE(heap_usable_size(r), n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(r) % 16, 0u);
+    memset(r, 0xAB, heap_usable_size(r));  // the whole usable size is writable
+    heap_free(r);
+  }
+}
+
+TEST(HeapTest, CallocZeroesRecycledMemoryAndChecksOverflow) {
+  for (int round = 0; round < 50; ++round) {
+    std::vector<void*> dirty;
+    for (int i = 0; i < 100; ++i) {
+      void* d = heap_malloc(200);
+      memset(d, 0xFF, 200);
+      dirty.push_back(d);
+    }
+    for (void* d : dirty) heap_free(d);
+    unsigned char* z = static_cast<unsigned char*>(heap_calloc(25, 8));
+    for (int i = 0; i < 200; ++i) ASSERT_EQ(z[i], 0);
+    unsigned char* big = static_cast<unsigned char*>(heap_calloc(3, 10000));
+    for (int i = 0; i < 30000; ++i) ASSERT_EQ(big[i], 0);
+    heap_free(z);
+    heap_free(big);
+  }
+  errno = 0;
+  EXPECT_EQ(heap_calloc(~size_t{0} / 2, 3), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(heap_reallocarray(nullptr, ~size_t{0} / 2, 3), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+}
+
+TEST(HeapTest, ReallocGrowsAndShrinksKeepingContents) {
+  unsigned char* p = static_cast<unsigned char*>(heap_malloc(10));
+  for (int i = 0; i < 10; ++i) p[i] = static_cast<unsigned char>(i);
+  size_t sizes[] = {20, 100, 5000, 9000, 70000, 3 * kHugePageBytes, 50000, 300, 12, 11};
+  size_t keep = 10;
+  for (size_t n : sizes) {
+    p = static_cast<unsigned char*>(heap_realloc(p, n));
+    ASSERT_NE(p, nullptr);
+    for (size_t i = 0; i < keep && i < n; ++i) ASSERT_EQ(p[i], static_cast<unsigned char>(i)) << "size " << n << " byte " << i;
+    for (size_t i = keep; i < n && i < 64; ++i) p[i] = static_cast<unsigned char>(i);
+    keep = n < 64 ? n : 64;
+    EXPECT_GE(heap_usable_size(p), n);
+  }
+  EXPECT_EQ(heap_realloc(p, 0), nullptr);
+}
+
+TEST(HeapTest, AlignedEntryPoints) {
+  for (size_t a = 16; a <= (size_t{1} << 23); a <<= 1) {
+    void* p = heap_memalign(a, 100);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % a, 0u) << a;
+    heap_free(p);
+    void* q = nullptr;
+    ASSERT_EQ(heap_posix_memalign(&q, a, 20000), 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % a, 0u) << a;
+    heap_free(q);
+  }
+  void* q = nullptr;
+  EXPECT_EQ(heap_posix_memalign(&q, 24, 10), EINVAL);
+  EXPECT_EQ(heap_posix_memalign(&q, 4, 10), EINVAL);
+  errno = 0;
+  EXPECT_EQ(heap_aligned_alloc(48, 10), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  void* m = heap_memalign(48, 10);  // glibc semantics: rounded up to 64
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(m) % 64, 0u);
+  heap_free(m);
+  void* v = heap_pvalloc(1);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v) % 4096, 0u);
+  EXPECT_GE(heap_usable_size(v), 4096u);
+  heap_free(v);
+}
+
+TEST(HeapTest, ExplicitLifetimeClassPlacesObjectsOnPagesOfThatClassOrLonger) {
+  for (unsigned c = 0; c < g_global.num_classes(); ++c) {
+    void* p = heap_malloc_class(64, c);
+    void* big = heap_malloc_class(100000, c);
+    EXPECT_GE(g_global.page_info(reinterpret_cast<uintptr_t>(p)).lifetime_class, c);
+    EXPECT_GE(g_global.page_info(reinterpret_cast<uintptr_t>(big)).lifetime_class, c);
+    heap_free(p);
+    heap_free(big);
+  }
+  void* never = heap_malloc_class(64, 1000);  // beyond the classes: never freed
+  EXPECT_EQ(g_global.page_info(reinterpret_cast<uintptr_t>(never)).lifetime_class, g_global.num_classes() - 1);
+  heap_free(never);
+}
+
+TEST(HeapTest, ExhaustionGivesEnomemAndBadAlloc) {
+  errno = 0;
+  EXPECT_EQ(heap_malloc(size_t{1} << 46), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(heap_malloc(~size_t{0}), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_EQ(heap_memalign(4096, ~size_t{0} - 100), nullptr);
+  EXPECT_THROW(heap_new(~size_t{0} / 2), std::bad_alloc);
+  EXPECT_THROW(heap_new_aligned(~size_t{0} / 2, 64), std::bad_alloc);
+  EXPECT_EQ(heap_new_nothrow(~size_t{0} / 2), nullptr);
+  void* ok = heap_malloc(100);  // still works
+  ASSERT_NE(ok, nullptr);
+  heap_free(ok);
+  check_heap();
+}
+
+TEST(HeapTest, ThreadExitReturnsItsSpans) {
+  std::vector<void*> objects;
+  uint64_t spans_before = g_global.counters().block_spans_handed_out.load();
+  std::thread t([&] {
+    for (int i = 0; i < 20000; ++i) objects.push_back(heap_malloc(100));
+  });
+  t.join();
+  EXPECT_GT(g_global.counters().block_spans_handed_out.load(), spans_before);
+  std::set<SpanMeta*> spans;
+  for (void* p : objects) spans.insert(g_global.span_of(reinterpret_cast<uintptr_t>(p)));
+  for (SpanMeta* s : spans) EXPECT_EQ(s->owned, 0) << "the exiting thread closed all its spans";
+  for (void* p : objects) heap_free(p);
+  check_heap();
+  // Closed spans whose last object is freed go back to the global allocator.
+  for (SpanMeta* s : spans) EXPECT_EQ(s->small.load(), 0);
+}
+
+TEST(HeapTest, ForkedChildHasAConsistentHeap) {
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop) {
+      void* p = heap_malloc(20000);
+      heap_free(p);
+    }
+  });
+  for (int i = 0; i < 5; ++i) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      for (int j = 0; j < 1000; ++j) heap_free(heap_malloc(j * 37 % 30000));
+      check_heap();
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  stop = true;
+  busy.join();
+}
+
+TEST(HeapDeathTest, BadAndDoubleFreesAbortWithOneLine) {
+  void* p = heap_malloc(100);
+  heap_free(p);
+  EXPECT_DEATH(heap_free(p), "llamalloc: free of 0x[0-9a-f]+: double free");
+  void* q = heap_malloc(100);
+  EXPECT_DEATH(heap_free(static_cast<char*>(q) + 32), "llamalloc: free of 0x[0-9a-f]+: pointer not allocated");
+  int on_stack = 0;
+  EXPECT_DEATH(heap_free(&on_stack), "free of 0x[0-9a-f]+: pointer not allocated by llamalloc");
+  void* big = heap_malloc(50000);
+  EXPECT_DEATH(heap_free(static_cast<char*>(big) + 8192), "not the start of an object");
+  heap_free(big);
+  EXPECT_DEATH(heap_free(big), "double free");
+  EXPECT_DEATH(heap_realloc(p, 10), "realloc of 0x[0-9a-f]+: object already freed");
+  EXPECT_DEATH(heap_realloc(&on_stack, 10), "realloc of 0x[0-9a-f]+: pointer not allocated by llamalloc");
+  heap_free(q);
+}
+
+TEST(HeapDeathTest, DoubleFreeSeenByLineCounts) {
+  // The header of a freed object is rewritten by a recycled allocation that starts at the same address
+  // minus nothing: a stale header tag cannot help, the line count underflow does.
+  void* p = heap_malloc(40);
+  SpanMeta* s = g_global.span_of(reinterpret_cast<uintptr_t>(p));
+  auto* h = reinterpret_cast<SmallHeader*>(static_cast<char*>(p) - kSmallHeaderBytes);
+  EXPECT_DEATH(
+      {
+        // Simulate a lost decrement elsewhere: the line already counts zero objects.
+        size_t line = (reinterpret_cast<uintptr_t>(h) & (kBlockSpanBytes - 1)) >> kLineShift;
+        s->line_objects[line].store(0);
+        LocalAllocator::free_small(g_global, s, p);
+      },
+      "double free \\(line object count already zero\\)");
+  heap_free(p);
+}
+
+}  // namespace
+}  // namespace llamalloc

@@ -1,0 +1,150 @@
+// Thread-local span allocation on real memory with a fake clock: bump allocation in runs of free lines,
+// line counts, line recycling in partially free spans after their page's deadline, overflow spans.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "fake_platform.h"
+#include "local/local.h"
+
+namespace llamalloc::testing {
+namespace {
+
+class LocalAllocatorTest : public ::testing::Test {
+ protected:
+  LocalAllocatorTest() : global(std::make_unique<GlobalAllocator>(platform, clock, HeapConfig{8, 2})) {}
+  ~LocalAllocatorTest() override { LocalAllocator::release_all(*global, heap); }
+
+  void* alloc(unsigned lc, size_t size) {
+    void* p = cursor_bump(heap.classes[lc].primary, size);
+    if (p == nullptr) p = LocalAllocator::alloc_small(*global, heap, lc, size, 16);
+    EXPECT_TRUE(heap.check(*global));
+    return p;
+  }
+  void free(void* p) {
+    SpanMeta* s = global->span_of(reinterpret_cast<uintptr_t>(p));
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->small.load());
+    LocalAllocator::free_small(*global, s, p);
+  }
+  static uintptr_t span_of(const void* p) { return reinterpret_cast<uintptr_t>(p) & ~(kBlockSpanBytes - 1); }
+
+  LinuxPlatform platform;  // objects need real memory: their headers are written
+  FakeClock clock;
+  std::unique_ptr<GlobalAllocator> global;
+  LocalHeap heap;
+};
+
+TEST_F(LocalAllocatorTest, BumpAllocatesContiguouslyWithEightByteHeaders) {
+  char* a = static_cast<char*>(alloc(0, 24));
+  char* b = static_cast<char*>(alloc(0, 24));
+  EXPECT_EQ(b - a, 32) << "24 bytes + 8 header = 32";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 16, 0u);
+  EXPECT_EQ(LocalAllocator::usable_size(a), 24u);
+  free(a);
+  free(b);
+  global->check_invariants();
+}
+
+TEST_F(LocalAllocatorTest, LineCountsFollowObjectsAndAFreedSpanReturnsToTheGlobalAllocator) {
+  std::vector<void*> objs;
+  for (int i = 0; i < 300; ++i) objs.push_back(alloc(0, 100));  // 112 bytes: some straddle lines
+  uintptr_t first_span = span_of(objs[0]);
+  SpanMeta* s = global->span_of(first_span);
+  EXPECT_TRUE(s->owned == 0) << "the first span was filled and closed";
+  EXPECT_GT(s->live_lines.load(), 120);
+  for (void* p : objs)
+    if (span_of(p) == first_span) free(p);
+  EXPECT_EQ(s->small.load(), 0) << "the last free gave the span back";
+  EXPECT_FALSE(global->page_info(first_span).live.test((first_span & (kHugePageBytes - 1)) / kBlockBytes));
+  for (void* p : objs)
+    if (span_of(p) != first_span) free(p);
+  global->check_invariants();
+}
+
+TEST_F(LocalAllocatorTest, PartiallyFreeSpansAreRecycledLineByLineAfterTheDeadline) {
+  // Fill a whole huge page with 64-byte objects of class 2 so that it becomes active with a deadline.
+  std::vector<void*> objs;
+  uintptr_t page = 0;
+  while (true) {
+    void* p = alloc(2, 56);
+    if (page == 0) page = reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1);
+    if ((reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1)) != page) {
+      free(p);
+      break;
+    }
+    objs.push_back(p);
+  }
+  ASSERT_EQ(global->page_info(page).state, PageState::kActive);
+  // Keep the objects that start in every eighth line; free the rest: runs of about six free lines appear.
+  std::vector<void*> kept;
+  for (void* p : objs) {
+    if (((reinterpret_cast<uintptr_t>(p) - 8) >> kLineShift) % 8 != 0) free(p);
+    else kept.push_back(p);
+  }
+  for (void* p : kept) memset(p, 0x5A, 56);
+  uint64_t recycled_before = global->counters().lines_recycled.load();
+  // Before the deadline a class 0 request may take only completely free blocks.
+  void* early = alloc(0, 56);
+  EXPECT_NE(reinterpret_cast<uintptr_t>(early) & ~(kHugePageBytes - 1), page);
+  LocalAllocator::release_all(*global, heap);
+  clock.now += 2 * global->class_duration_ns(2) + 1;
+  global->tick();
+  EXPECT_EQ(global->page_info(page).lifetime_class, 3u) << "live residual blocks at the deadline: promoted";
+  // Now shorter-lived objects go into the free lines of the partially free spans.
+  std::set<uintptr_t> kept_lines;
+  for (void* p : kept) {
+    kept_lines.insert((reinterpret_cast<uintptr_t>(p) - 8) >> kLineShift);
+    kept_lines.insert((reinterpret_cast<uintptr_t>(p) + 55) >> kLineShift);
+  }
+  int recycled_here = 0;
+  std::vector<void*> fresh;
+  for (int i = 0; i < 400; ++i) {
+    void* p = alloc(0, 56);
+    fresh.push_back(p);
+    if ((reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1)) == page) {
+      ++recycled_here;
+      EXPECT_EQ(kept_lines.count((reinterpret_cast<uintptr_t>(p) - 8) >> kLineShift), 0u)
+          << "a recycled object never lands in a live line";
+      EXPECT_EQ(kept_lines.count((reinterpret_cast<uintptr_t>(p) + 55) >> kLineShift), 0u);
+    }
+    memset(p, 0xC3, 56);
+  }
+  EXPECT_GT(recycled_here, 300);
+  EXPECT_GT(global->counters().lines_recycled.load(), recycled_before);
+  for (void* p : kept)
+    for (int i = 0; i < 56; ++i) ASSERT_EQ(static_cast<unsigned char*>(p)[i], 0x5A);
+  // Medium objects do not fit the one-line holes: they go to an overflow span.
+  uint64_t overflow_before = global->counters().overflow_allocations.load();
+  ASSERT_TRUE(heap.classes[0].primary.partially_free);
+  void* medium = alloc(0, 1000);
+  EXPECT_GT(global->counters().overflow_allocations.load(), overflow_before);
+  EXPECT_NE(span_of(medium), span_of(fresh.back()));
+  free(medium);
+  for (void* p : fresh) free(p);
+  for (void* p : kept) free(p);
+  free(early);
+  LocalAllocator::release_all(*global, heap);
+  global->check_invariants();
+  EXPECT_EQ(global->page_info(page).state, PageState::kUnused) << "all objects freed: the page is released";
+}
+
+TEST_F(LocalAllocatorTest, AlignedSmallObjectsLeaveWalkablePadding) {
+  std::vector<void*> objs;
+  for (size_t a = 32; a <= kMaxSmallAlignment; a <<= 1) {
+    void* x = alloc(1, 24);
+    void* p = LocalAllocator::alloc_small(*global, heap, 1, 40, a);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % a, 0u);
+    objs.push_back(x);
+    objs.push_back(p);
+  }
+  LocalAllocator::release_all(*global, heap);  // close_run walks over the padding records
+  for (void* p : objs) free(p);
+  global->check_invariants();
+  EXPECT_EQ(global->gauges().footprint_bytes, kHugePageBytes) << "only the open page is left";
+}
+
+}  // namespace
+}  // namespace llamalloc::testing

@@ -1,0 +1,254 @@
+// Options (one table, LLAMALLOC_<NAME>, one-line warnings) and the statistics JSON of DESIGN.md.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "alloc/alloc.h"
+#include "options.h"
+#include "stats.h"
+
+namespace llamalloc {
+namespace {
+
+// ---- a minimal JSON reader: objects, arrays, strings without escapes, non-negative integers ----
+struct Json {
+  enum Kind { kNumber, kString, kArray, kObject } kind = kNumber;
+  double number = 0;
+  std::string text;
+  std::vector<Json> items;
+  std::map<std::string, Json> fields;
+};
+
+class JsonReader {
+ public:
+  explicit JsonReader(const std::string& s) : s_(s) {}
+  Json parse() {
+    Json v = value();
+    space();
+    if (pos_ != s_.size()) throw std::runtime_error("trailing text");
+    return v;
+  }
+
+ private:
+  void space() {
+    while (pos_ < s_.size() && isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  void expect(char c) {
+    space();
+    if (pos_ >= s_.size() || s_[pos_] != c) throw std::runtime_error(std::string("expected ") + c);
+    ++pos_;
+  }
+  Json value() {
+    space();
+    if (pos_ >= s_.size()) throw std::runtime_error("unexpected end");
+    Json v;
+    char c = s_[pos_];
+    if (c == '{') {
+      v.kind = Json::kObject;
+      ++pos_;
+      space();
+      if (s_[pos_] == '}') return ++pos_, v;
+      for (;;) {
+        std::string key = string();
+        expect(':');
+        if (v.fields.count(key)) throw std::runtime_error("duplicate key " + key);
+        v.fields[key] = value();
+        space();
+        if (s_[pos_] == ',') { ++pos_; continue; }
+        expect('}');
+        return v;
+      }
+    }
+    if (c == '[') {
+      v.kind = Json::kArray;
+      ++pos_;
+      space();
+      if (s_[pos_] == ']') return ++pos_, v;
+      for (;;) {
+        v.items.push_back(value());
+        space();
+        if (s_[pos_] == ',') { ++pos_; continue; }
+        expect(']');
+        return v;
+      }
+    }
+    if (c == '"') {
+      v.kind = Json::kString;
+      v.text = string();
+      return v;
+    }
+    size_t end = pos_;
+    while (end < s_.size() && (isdigit(static_cast<unsigned char>(s_[end])) || s_[end] == '-')) ++end;
+    if (end == pos_) throw std::runtime_error("bad value");
+    v.number = std::stod(s_.substr(pos_, end - pos_));
+    pos_ = end;
+    return v;
+  }
+  std::string string() {
+    expect('"');
+    size_t end = s_.find('"', pos_);
+    if (end == std::string::npos) throw std::runtime_error("unterminated string");
+    std::string r = s_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    return r;
+  }
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+// Every field DESIGN.md names for the statistics file.
+void expect_complete_and_sane(const Json& j) {
+  ASSERT_EQ(j.kind, Json::kObject);
+  EXPECT_EQ(j.fields.at("format").text, "llamalloc-stats");
+  EXPECT_EQ(j.fields.at("version").number, 1);
+  for (const char* f : {"live_bytes", "peak_live_bytes", "footprint_bytes", "peak_footprint_bytes", "rss_bytes",
+                        "anon_huge_pages_bytes", "num_classes"})
+    ASSERT_TRUE(j.fields.count(f)) << "missing " << f;
+  double live = j.fields.at("live_bytes").number, peak_live = j.fields.at("peak_live_bytes").number;
+  double footprint = j.fields.at("footprint_bytes").number;
+  EXPECT_LE(live, peak_live);
+  EXPECT_LE(footprint, j.fields.at("peak_footprint_bytes").number);
+  EXPECT_EQ(std::fmod(footprint, double(kHugePageBytes)), 0.0);
+  const Json& by_class = j.fields.at("huge_pages_by_class");
+  ASSERT_EQ(by_class.kind, Json::kArray);
+  ASSERT_EQ(by_class.items.size(), size_t(j.fields.at("num_classes").number));
+  double pages = 0;
+  for (const Json& n : by_class.items) pages += n.number;
+  EXPECT_EQ(pages * kHugePageBytes, footprint);
+  EXPECT_GT(j.fields.at("rss_bytes").number, 0);
+  const Json& counters = j.fields.at("counters");
+  for (const char* c : {"block_spans_handed_out", "blocks_recycled", "lines_recycled", "overflow_allocations",
+                        "deadlines_expired", "promotions", "demotions", "huge_pages_released",
+                        "prediction_cache_hits", "prediction_cache_misses", "model_runs", "repredictions_changed"})
+    EXPECT_TRUE(counters.fields.count(c)) << "missing counter " << c;
+}
+
+TEST(StatsTest, JsonHasEveryDesignFieldAndTracksLiveBytes) {
+  flush_live_bytes();
+  double live_before = double(g_global.gauges().live_bytes.load());
+  std::vector<void*> objs;
+  for (int i = 0; i < 1000; ++i) objs.push_back(heap_malloc(10000));  // 10 MB live
+  flush_live_bytes();
+  char buf[8192];
+  ASSERT_GT(format_stats_json(g_global, buf, sizeof(buf)), 0u);
+  Json j = JsonReader(buf).parse();
+  expect_complete_and_sane(j);
+  EXPECT_EQ(j.fields.at("live_bytes").number, live_before + 1000 * 10000);
+  EXPECT_GE(j.fields.at("footprint_bytes").number, 1000 * 10000);
+  EXPECT_GE(j.fields.at("counters").fields.at("block_spans_handed_out").number, 0);
+  for (void* p : objs) heap_free(p);
+  flush_live_bytes();
+  ASSERT_GT(format_stats_json(g_global, buf, sizeof(buf)), 0u);
+  Json after = JsonReader(buf).parse();
+  EXPECT_EQ(after.fields.at("live_bytes").number, live_before);
+  EXPECT_GE(after.fields.at("peak_live_bytes").number, 1000 * 10000);
+}
+
+TEST(StatsTest, FileIsWrittenWholeThroughRename) {
+  std::string path = ::testing::TempDir() + "/llamalloc_stats_test.json";
+  ASSERT_TRUE(write_stats_file(g_global, path.c_str()));
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  expect_complete_and_sane(JsonReader(ss.str()).parse());
+  EXPECT_NE(access(path.c_str(), F_OK), -1);
+  EXPECT_EQ(access((path + ".tmp").c_str(), F_OK), -1) << "no temporary left behind";
+  EXPECT_FALSE(write_stats_file(g_global, "/nonexistent-dir/x.json"));
+}
+
+#ifdef LLAMALLOC_SHARED_LIBRARY
+// The preloaded library writes the file at exit of a real program.
+TEST(StatsTest, PreloadedProgramWritesStatsAtExit) {
+  std::string path = ::testing::TempDir() + "/llamalloc_stats_exit.json";
+  std::string out = ::testing::TempDir() + "/llamalloc_stats_exit.out";
+  unlink(path.c_str());
+  std::string cmd = "LLAMALLOC_STATS=" + path + " LD_PRELOAD=" LLAMALLOC_SHARED_LIBRARY
+                    " sh -c 'echo hello; ls / >/dev/null' > " + out;
+  ASSERT_EQ(system(cmd.c_str()), 0);
+  std::ifstream in(path), o(out);
+  std::stringstream ss, os;
+  ss << in.rdbuf();
+  os << o.rdbuf();
+  EXPECT_EQ(os.str(), "hello\n");
+  expect_complete_and_sane(JsonReader(ss.str()).parse());
+}
+#endif
+
+const char* fake_env(const char* name) {
+  static const std::map<std::string, std::string> env = {
+      {"LLAMALLOC_CLASSES", "abc"}, {"LLAMALLOC_DEFAULT_CLASS", "3"}, {"LLAMALLOC_DEADLINE_K", "0"},
+      {"LLAMALLOC_STATS", "/tmp/s.json"}};
+  auto it = env.find(name);
+  return it == env.end() ? nullptr : it->second.c_str();
+}
+
+TEST(OptionsTest, BadValuesWarnOnceEachAndFallBackToTheDefault) {
+  ::testing::internal::CaptureStderr();
+  Options o = read_options(fake_env);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(o.classes, 8u);
+  EXPECT_EQ(o.default_class, 3u);
+  EXPECT_EQ(o.deadline_k, 4u);
+  EXPECT_STREQ(o.stats, "/tmp/s.json");
+  EXPECT_EQ(err,
+            "llamalloc: warning: LLAMALLOC_CLASSES=abc is not an integer in [2, 8]; using the default 8\n"
+            "llamalloc: warning: LLAMALLOC_DEADLINE_K=0 is not an integer in [1, 1000]; using the default 4\n");
+}
+
+TEST(OptionsTest, DefaultsWithoutEnvironment) {
+  Options o = read_options([](const char*) -> const char* { return nullptr; });
+  EXPECT_EQ(o.classes, 8u);
+  EXPECT_EQ(o.default_class, 0u);
+  EXPECT_STREQ(o.stats, "");
+}
+
+TEST(OptionsTest, MarkdownListsEveryOption) {
+  char buf[1 << 16];
+  size_t n = format_options_markdown(buf, sizeof(buf));
+  ASSERT_LT(n, sizeof(buf));
+  std::string md(buf, n);
+  for (const char* name : {"LLAMALLOC_CLASSES", "LLAMALLOC_DEFAULT_CLASS", "LLAMALLOC_DEADLINE_K", "LLAMALLOC_STATS",
+                           "LLAMALLOC_MODEL"})
+    EXPECT_NE(md.find(name), std::string::npos) << name;
+}
+
+// A predictor consulted on every allocation (what the learned predictor does) steers objects by class.
+class BySizePredictor final : public Predictor {
+ public:
+  Consult consult() const override { return Consult::kEveryAllocation; }
+  unsigned predict(const AllocationContext& c) override {
+    ++calls;
+    return c.size_bytes == 777 ? 5 : 0;
+  }
+  int calls = 0;
+};
+
+TEST(PredictorTest, EveryAllocationPredictorSeesEachAllocationAndPlacesByClass) {
+  Predictor* before = predictor();
+  BySizePredictor p;
+  set_predictor(&p);
+  void* a = heap_malloc(777);
+  void* b = heap_malloc(100);
+  void* c = heap_malloc(777);
+  set_predictor(before);
+  EXPECT_EQ(p.calls, 3);
+  EXPECT_GE(g_global.page_info(reinterpret_cast<uintptr_t>(a)).lifetime_class, 5u);
+  EXPECT_GE(g_global.page_info(reinterpret_cast<uintptr_t>(c)).lifetime_class, 5u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(c) & ~(kBlockSpanBytes - 1), reinterpret_cast<uintptr_t>(a) & ~(kBlockSpanBytes - 1))
+      << "same class, same span";
+  heap_free(a);
+  heap_free(b);
+  heap_free(c);
+}
+
+}  // namespace
+}  // namespace llamalloc
