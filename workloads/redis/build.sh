@@ -24,6 +24,15 @@ if [ -x "$out_dir/redis-server" ]; then
   exit 0
 fi
 
+# One build at a time: a second caller waits for the first and then finds the cached binary.
+mkdir -p "$cache_root"
+exec 9>"$cache_root/.lock"
+flock 9
+if [ -x "$out_dir/redis-server" ]; then
+  echo "$out_dir/redis-server"
+  exit 0
+fi
+
 command -v dpkg-source >/dev/null || die "dpkg-source is missing (package dpkg-dev): run scripts/setup.sh"
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 
