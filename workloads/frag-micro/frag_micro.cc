@@ -35,7 +35,7 @@ struct Options {
   std::size_t top_bytes = std::size_t{1} << 30;
   std::size_t long_lived_total_bytes = std::size_t{5} << 20;
   std::size_t long_lived_every = 10000;
-  int swings = 3;
+  int swings = 2;
   int long_lived_class = -1;  // -1: plain malloc
   std::uint64_t seed = 1;
 };
