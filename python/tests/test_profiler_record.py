@@ -138,3 +138,15 @@ def test_pprof_reads_the_profile(tmp_path):
     assert "llamalloc-profile v1" in top.stdout
     raw = subprocess.run([pprof(), "-raw", str(out)], capture_output=True, text=True, timeout=120)
     assert raw.returncode == 0 and "class_7/count" in raw.stdout and "request_size" in raw.stdout
+
+
+def test_killed_by_a_signal_still_writes_its_profile(tmp_path):
+    # SIGTERM left at its default: the profiler writes the profile, then the program dies of the signal.
+    script = ("import os, signal\n"
+              "x = [bytearray(1000) for _ in range(3000)]\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n")
+    out = tmp_path / "k.prof"
+    r = llamalloc("record", "-o", out, "--sample-bytes", 4096, "--", "python3", "-c", script)
+    assert r.returncode == 128 + 15, r.stderr
+    prof = profile.load(out)
+    assert sum(s.values["alloc_space"] for s in prof.samples) >= 3000 * 1000 * 0.8

@@ -111,3 +111,14 @@ def test_command_not_found(tmp_path):
     r = llamalloc("trace", "-o", tmp_path / "x.trace", "--", "no-such-program-xyz")
     assert r.returncode == 127 and "command not found" in r.stderr
     assert not (tmp_path / "x.trace").exists()
+
+
+def test_killed_by_a_signal_still_writes_a_complete_trace(tmp_path):
+    script = ("import os, signal\n"
+              "x = [bytearray(1000) for _ in range(3000)]\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n")
+    out = tmp_path / "k.trace"
+    r = llamalloc("trace", "-o", out, "--", "python3", "-c", script)
+    assert r.returncode == 128 + 15, r.stderr
+    t = trace.load(out)
+    assert (t.events["size_bytes"] >= 1000).sum() >= 3000

@@ -213,7 +213,17 @@ void OutputPath(char* out, size_t capacity) {
 
 char* g_dump_buffer;
 
-void DumpProfile() {
+// In a fatal-signal handler the interrupted thread may hold a lock for good: try for a while, then go on
+// without it (a torn read of one site beats no profile at all).
+bool LockBounded(SpinLock& lock) {
+  for (int i = 0; i < 1'000'000; ++i) {
+    if (lock.TryLock()) return true;
+    __builtin_ia32_pause();
+  }
+  return false;
+}
+
+void DumpProfile(bool in_signal = false) {
   char path[kPathBytes];
   char tmp[kPathBytes + 32];
   OutputPath(path, sizeof(path));
@@ -233,7 +243,11 @@ void DumpProfile() {
   for (uint32_t i = 0; i < sites; ++i) {
     Site& site = g_sites.At(i);
     SiteRecord r;
-    {
+    if (in_signal) {
+      bool locked = LockBounded(site.lock);
+      r = site.record;
+      if (locked) site.lock.Unlock();
+    } else {
       SpinLockHolder hold(site.lock);
       r = site.record;
     }
@@ -421,20 +435,67 @@ bool OpenTrace() {
   return g_trace_writer.ok();
 }
 
-void CloseTrace() {
+void CloseTrace(bool in_signal = false) {
   uint32_t n = g_buffer_count.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < n; ++i) {
+    if (in_signal) {
+      if (LockBounded(g_buffers[i]->lock)) {
+        FlushBufferLocked(g_buffers[i]);
+        g_buffers[i]->lock.Unlock();
+      }
+      continue;
+    }
     g_buffers[i]->lock.Lock();
     FlushBufferLocked(g_buffers[i]);
     g_buffers[i]->lock.Unlock();
   }
-  pthread_mutex_lock(&g_file_mutex);
+  if (in_signal) {
+    if (pthread_mutex_trylock(&g_file_mutex) != 0) return;  // the interrupted thread is writing: give up
+  } else {
+    pthread_mutex_lock(&g_file_mutex);
+  }
   dl_iterate_phdr(WriteMapping, &g_trace_writer);
   WriteEnd(g_trace_writer, g_events.load(std::memory_order_relaxed));
   g_trace_writer.Flush();
   close(g_trace_fd);
   g_trace_fd = -1;
   pthread_mutex_unlock(&g_file_mutex);
+}
+
+// ---- fatal signals ----------------------------------------------------------------------------------------
+// A program killed by a signal runs no exit handlers. For the signals whose default action ends the process,
+// and that the program leaves at their default, the profiler writes its profile (or closes its trace) first,
+// then restores the default and re-raises, so the program still dies of the same signal.
+
+constexpr int kFatalSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
+
+void OnFatalSignal(int signal_number) {
+  Mode mode = CurrentMode();
+  if (mode == Mode::kProfile && g_dump_lock.TryLock()) {
+    g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
+    DumpProfile(/*in_signal=*/true);
+  } else if (mode == Mode::kTrace) {
+    g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
+    CloseTrace(/*in_signal=*/true);
+  }
+  struct sigaction sa {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  sigaction(signal_number, &sa, nullptr);
+  raise(signal_number);  // delivered when this handler returns (or at once, for a fault: it happens again)
+}
+
+void InstallFatalSignalHandlers() {
+  for (int signal_number : kFatalSignals) {
+    if (signal_number == g_options.signal_number) continue;
+    struct sigaction old {};
+    if (sigaction(signal_number, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa {};
+    sa.sa_handler = OnFatalSignal;
+    sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(signal_number, &sa, nullptr);
+  }
 }
 
 // ---- set-up ------------------------------------------------------------------------------------------------
@@ -529,6 +590,7 @@ void InitProfiler() {
       sigaction(g_options.signal_number, &sa, nullptr);
     }
   }
+  InstallFatalSignalHandlers();
   pthread_atfork(nullptr, nullptr, ChildAfterFork);
   g_mode.store(static_cast<int>(g_options.mode), std::memory_order_release);
 }
