@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -341,6 +342,8 @@ def _one_run(workload, allocator: Allocator, rep: int, scale: str, out_dir: Path
         run = Run(workload.name, allocator.name, rep, ok=True, metrics=metrics)
     except UserError as e:
         run = Run(workload.name, allocator.name, rep, ok=False, error=str(e))
+    except (OSError, subprocess.SubprocessError, ValueError) as e:  # a hung client, a vanished binary, bad output
+        run = Run(workload.name, allocator.name, rep, ok=False, error=f"{type(e).__name__}: {e}")
     finally:
         sampler.stop()
         shutil.rmtree(workdir, ignore_errors=True)
