@@ -190,20 +190,19 @@ class Trace:
         size = ev["size_bytes"].astype(np.int64)
         align = ev["alignment_bytes"].astype(np.int64)
         stack = ev["stack_id"].astype(np.int64)
+        # Pair each free with the allocation just before it at the same address: sorted by (address, order),
+        # an address's events alternate allocation, free, allocation, ...
         alloc_index = np.full(n, -1, dtype=np.int64)
-        live: dict[int, int] = {}
         addr = ev["address"]
-        for i in range(n):
-            a = int(addr[i])
-            if kind[i] == KIND_ALLOC:
-                live[a] = i
-            else:
-                j = live.pop(a, -1)
-                alloc_index[i] = j
-                if j >= 0:
-                    size[i] = size[j]
-                    align[i] = align[j]
-                    stack[i] = stack[j]
+        if n > 1:
+            order = np.lexsort((np.arange(n), addr))
+            a, k = addr[order], kind[order]
+            pair = (k[1:] == KIND_FREE) & (k[:-1] == KIND_ALLOC) & (a[1:] == a[:-1])
+            frees, allocs = order[1:][pair], order[:-1][pair]
+            alloc_index[frees] = allocs
+            size[frees] = size[allocs]
+            align[frees] = align[allocs]
+            stack[frees] = stack[allocs]
         stack[stack == NO_STACK] = -1
         table = pa.table({
             "seq": pa.array(np.arange(n, dtype=np.int64)),
