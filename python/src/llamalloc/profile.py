@@ -15,7 +15,7 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from .errors import FormatError
+from .errors import FormatError, UserError
 from .proto import profile_pb2
 from . import trace as _raw
 
@@ -197,6 +197,8 @@ def write(message: profile_pb2.Profile, out_path) -> None:
         with open(tmp, "wb") as f:
             f.write(gzip.compress(message.SerializeToString(), mtime=0))
         os.replace(tmp, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror}") from None
     finally:
         if tmp.exists():
             tmp.unlink()

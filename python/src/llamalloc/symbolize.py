@@ -181,6 +181,8 @@ def symbolize_trace(path, out, warn) -> int:
     try:
         tmp.write_bytes(b"".join(parts))
         os.replace(tmp, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror}") from None
     finally:
         if tmp.exists():
             tmp.unlink()

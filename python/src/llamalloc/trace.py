@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import FormatError
+from .errors import FormatError, UserError
 
 TRACE_MAGIC = b"LLTRACE\0"
 RAW_PROFILE_MAGIC = b"LLPRAW\0\0"
@@ -256,6 +256,8 @@ def write_parquet(trace_path, out_path) -> int:
     try:
         pq.write_table(table, tmp)
         os.replace(tmp, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -20,6 +20,8 @@ def _finish(raw: Path, out: Path) -> None:
     try:
         shutil.copyfile(raw, tmp)
         os.replace(tmp, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror}") from None
     finally:
         if tmp.exists():
             tmp.unlink()
