@@ -64,6 +64,15 @@ struct Bitmap256 {
     }
     return 256;
   }
+  // Index of the first clear bit at or after `from`, or 256.
+  size_t next_clear(size_t from) const {
+    while (from < 256) {
+      uint64_t w = ~words[from >> 6] >> (from & 63);
+      if (w) return from + __builtin_ctzll(w);
+      from = (from | 63) + 1;
+    }
+    return 256;
+  }
   Bitmap256 operator&(const Bitmap256& o) const {
     Bitmap256 r;
     for (int i = 0; i < 4; ++i) r.words[i] = words[i] & o.words[i];
@@ -84,10 +93,13 @@ struct Bitmap256 {
   }
   // First `count` contiguous clear bits whose start is a multiple of `align`; 256 if none.
   size_t find_clear_run(size_t count, size_t align) const {
-    for (size_t start = 0; start + count <= 256;) {
+    size_t start = next_clear(0);
+    while (start + count <= 256) {
+      start = (start + align - 1) / align * align;
+      if (start + count > 256) break;
       size_t hit = next_set(start);
       if (hit >= start + count) return start;
-      start = (hit + align) / align * align;  // first aligned start after the obstacle
+      start = next_clear(hit);  // skip the whole obstacle: one step per run of set bits
     }
     return 256;
   }

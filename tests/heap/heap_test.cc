@@ -317,8 +317,12 @@ TEST(HeapTest, ForkedChildHasAConsistentHeap) {
 
 TEST(HeapDeathTest, BadAndDoubleFreesAbortWithOneLine) {
   void* p = heap_malloc(100);
+  void* guard = heap_malloc(100);  // p is not the last object, so its bytes are not reused at once
   heap_free(p);
   EXPECT_DEATH(heap_free(p), "llamalloc: free of 0x[0-9a-f]+: double free");
+  void* last = heap_malloc(100);
+  heap_free(last);  // the last object of the run: its bytes are un-bumped, yet a second free is caught
+  EXPECT_DEATH(heap_free(last), "llamalloc: free of 0x[0-9a-f]+: double free");
   void* q = heap_malloc(100);
   EXPECT_DEATH(heap_free(static_cast<char*>(q) + 32), "llamalloc: free of 0x[0-9a-f]+: pointer not allocated");
   int on_stack = 0;
@@ -330,6 +334,7 @@ TEST(HeapDeathTest, BadAndDoubleFreesAbortWithOneLine) {
   EXPECT_DEATH(heap_realloc(p, 10), "realloc of 0x[0-9a-f]+: object already freed");
   EXPECT_DEATH(heap_realloc(&on_stack, 10), "realloc of 0x[0-9a-f]+: pointer not allocated by llamalloc");
   heap_free(q);
+  heap_free(guard);
 }
 
 TEST(HeapDeathTest, DoubleFreeSeenByLineCounts) {
@@ -340,7 +345,9 @@ TEST(HeapDeathTest, DoubleFreeSeenByLineCounts) {
   auto* h = reinterpret_cast<SmallHeader*>(static_cast<char*>(p) - kSmallHeaderBytes);
   EXPECT_DEATH(
       {
-        // Simulate a lost decrement elsewhere: the line already counts zero objects.
+        // Close the thread's runs (so the free takes the counted path), then simulate a lost decrement
+        // elsewhere: the line already counts zero objects.
+        LocalAllocator::release_all(g_global, *tl_heap);
         size_t line = (reinterpret_cast<uintptr_t>(h) & (kBlockSpanBytes - 1)) >> kLineShift;
         s->line_objects[line].store(0);
         LocalAllocator::free_small(g_global, s, p);

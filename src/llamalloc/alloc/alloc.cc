@@ -216,7 +216,7 @@ void* heap_realloc(void* p, size_t size) {
   if (s->small.load(std::memory_order_relaxed)) {
     SmallHeader* h = reinterpret_cast<SmallHeader*>(static_cast<char*>(p) - kSmallHeaderBytes);
     if (h->tag != kTagLive)
-      fatal_pointer("realloc of", p, h->tag == kTagFreed ? "object already freed" : "pointer not allocated by llamalloc");
+      fatal_pointer("realloc of", p, h->tag == kTagFreed || h->tag == kTagFreedLocal ? "object already freed" : "pointer not allocated by llamalloc");
     usable = small_total_bytes(h->requested_bytes) - kSmallHeaderBytes;
     // In place when the object keeps its lines: the same 16-byte granule count.
     if (small_total_bytes(size) == small_total_bytes(h->requested_bytes)) {

@@ -26,7 +26,7 @@ struct Region;
 // lines with objects, plus one while a thread-local allocator owns the span, so that it reaches zero exactly
 // once, in the thread that must give the span back.
 struct SpanMeta {
-  std::atomic<uint8_t> line_objects[kLinesPerSpan];
+  alignas(8) std::atomic<uint8_t> line_objects[kLinesPerSpan];  // settled 8 at a time (close_run)
   std::atomic<int32_t> live_lines;
   std::atomic<uint8_t> small;  // 1 while the span holds small objects: read by free() without the lock
   uint8_t owned;               // a thread-local allocator bump allocates in it (global lock)
@@ -35,6 +35,9 @@ struct SpanMeta {
   SpanMeta* partial_prev;
   SpanMeta* partial_next;
   struct HugePageMeta* page;   // set when the span is handed out
+  // The owning thread's cursor (a local/ SpanCursor) while owned, else null: lets the owner free objects of
+  // its current run without atomics. Written only by the owner; others read it and see a foreign cursor.
+  std::atomic<void*> owner_cursor;
 
   bool check() const;  // invariant checker: counts within bounds, owner reference consistent
 };

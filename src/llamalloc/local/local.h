@@ -26,6 +26,7 @@ static_assert(sizeof(SmallHeader) == kSmallHeaderBytes);
 inline constexpr uint16_t kTagLive = 0x11A3;   // allocated
 inline constexpr uint16_t kTagFreed = 0xF4EE;  // freed (a second free is reported)
 inline constexpr uint16_t kTagPad = 0x9AD0;    // alignment padding before an aligned object
+inline constexpr uint16_t kTagFreedLocal = 0xF10C;  // freed by the owner inside its current run (not counted)
 
 // Bytes a small object of `size` occupies in its span, header included; a multiple of 16.
 LLAMALLOC_FAST constexpr size_t small_total_bytes(size_t size) {
@@ -107,8 +108,18 @@ LLAMALLOC_FAST size_t LocalAllocator::free_small(GlobalAllocator& global, SpanMe
   SmallHeader* h = reinterpret_cast<SmallHeader*>(static_cast<char*>(p) - kSmallHeaderBytes);
   if (LLAMALLOC_UNLIKELY(h->tag != kTagLive)) bad_small_free(p, h->tag);
   uint32_t size = h->requested_bytes;
+  uintptr_t header = reinterpret_cast<uintptr_t>(h);
+  // The owner freeing inside its current run: no counts were settled for the run yet, so nothing atomic is
+  // needed. The last object is simply un-bumped (alloc/free pairs reuse the same bytes); others are marked,
+  // and close_run() does not count them.
+  auto* c = static_cast<SpanCursor*>(span->owner_cursor.load(std::memory_order_relaxed));
+  if (uintptr_t(c) - uintptr_t(tl_heap) < sizeof(LocalHeap) && header >= c->run_start && header < c->bump) {
+    h->tag = kTagFreedLocal;  // a second free of it is reported
+    if (header + small_total_bytes(size) == c->bump) c->bump = header;
+    return size;
+  }
   h->tag = kTagFreed;
-  uintptr_t offset = reinterpret_cast<uintptr_t>(h) & (kBlockSpanBytes - 1);
+  uintptr_t offset = header & (kBlockSpanBytes - 1);
   size_t first = offset >> kLineShift;
   size_t last = (offset + small_total_bytes(size) - 1) >> kLineShift;
   if (LLAMALLOC_UNLIKELY(last >= kLinesPerSpan)) bad_small_free(p, 0);

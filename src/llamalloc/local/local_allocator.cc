@@ -47,17 +47,29 @@ void LocalAllocator::close_run(SpanCursor& c) {
   for (uintptr_t h = c.run_start; h < c.bump;) {
     const SmallHeader* header = reinterpret_cast<const SmallHeader*>(h);
     size_t total = small_total_bytes(header->requested_bytes);
-    if (header->tag != kTagPad) {
+    if (header->tag != kTagPad && header->tag != kTagFreedLocal) {
       size_t a = (h - c.span_base) >> kLineShift, b = (h + total - 1 - c.span_base) >> kLineShift;
       for (size_t l = a; l <= b; ++l) counts[l]++;
     }
     h += total;
   }
+  // Per line, subtract (bias - objects counted). Eight line counts are settled with one 64-bit atomic: no
+  // byte can borrow from its neighbour, because each holds bias - (remote frees of its counted objects)
+  // >= bias - objects counted. (The counts are std::atomic<uint8_t>, laid out as plain bytes; x86 keeps
+  // mixed-size atomic accesses to one cache line coherent.)
   int32_t emptied = 0;
-  for (size_t l = first_line; l < end_line; ++l) {
-    uint8_t delta = uint8_t(counts[l] - kLineBias);  // modulo 256: subtracts the bias
-    uint8_t after = uint8_t(s->line_objects[l].fetch_add(delta, std::memory_order_acq_rel) + delta);
-    if (after == 0) ++emptied;
+  for (size_t word = first_line / 8; word * 8 < end_line; ++word) {
+    uint64_t subtract = 0, in_run = 0;
+    for (size_t b = 0; b < 8; ++b) {
+      size_t l = word * 8 + b;
+      if (l < first_line || l >= end_line) continue;
+      subtract |= uint64_t(uint8_t(kLineBias - counts[l])) << (8 * b);
+      in_run |= uint64_t{0xFF} << (8 * b);
+    }
+    uint64_t* counts_word = reinterpret_cast<uint64_t*>(&s->line_objects[word * 8]);
+    uint64_t after = __atomic_sub_fetch(counts_word, subtract, __ATOMIC_ACQ_REL);
+    for (size_t b = 0; b < 8; ++b)
+      if (((in_run >> (8 * b)) & 0xFF) && ((after >> (8 * b)) & 0xFF) == 0) ++emptied;
   }
   // The owner still holds its reference, so this cannot reach zero here.
   if (emptied) s->live_lines.fetch_sub(emptied, std::memory_order_acq_rel);
@@ -71,6 +83,7 @@ bool LocalAllocator::refill(GlobalAllocator& global, SpanCursor& c, unsigned lc,
   c.span_base = grant.address;
   c.next_line = 0;
   c.partially_free = grant.partially_free;
+  c.span->owner_cursor.store(&c, std::memory_order_relaxed);
   if (!open_run(global, c)) {
     // A partially free span always has a free line when queued; lines only become free afterwards.
     fatal("invariant: a span handed out without a free line");
@@ -81,6 +94,7 @@ bool LocalAllocator::refill(GlobalAllocator& global, SpanCursor& c, unsigned lc,
 void LocalAllocator::release(GlobalAllocator& global, SpanCursor& c) {
   if (c.span == nullptr) return;
   close_run(c);
+  c.span->owner_cursor.store(nullptr, std::memory_order_relaxed);
   global.close_span(c.span);
   c = SpanCursor{};
 }
@@ -90,7 +104,7 @@ void LocalAllocator::line_emptied(GlobalAllocator& global, SpanMeta* span) {
 }
 
 void LocalAllocator::bad_small_free(const void* p, uint16_t tag) {
-  if (tag == kTagFreed) fatal_pointer("free of", p, "double free (object already freed)");
+  if (tag == kTagFreed || tag == kTagFreedLocal) fatal_pointer("free of", p, "double free (object already freed)");
   fatal_pointer("free of", p, "pointer not allocated by llamalloc (no object header)");
 }
 
@@ -150,6 +164,7 @@ void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsi
         p = ca.overflow;
         ca.overflow = SpanCursor{};
         p.partially_free = false;
+        p.span->owner_cursor.store(&p, std::memory_order_relaxed);
         continue;
       }
     }

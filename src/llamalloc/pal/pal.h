@@ -48,7 +48,7 @@ class LinuxPlatform final : public Platform {
   void release_metadata(void* address, size_t bytes) override;
 };
 
-// CLOCK_MONOTONIC through the vDSO: no system call, no allocation, unaffected by wall-clock changes.
+// CLOCK_MONOTONIC(_COARSE) through the vDSO: no system call, no allocation, unaffected by wall-clock changes.
 class MonotonicClock final : public Clock {
  public:
   constexpr MonotonicClock() = default;
