@@ -265,6 +265,9 @@ TEST(HeapTest, ExhaustionGivesEnomemAndBadAlloc) {
   EXPECT_EQ(heap_malloc(~size_t{0}), nullptr);
   EXPECT_EQ(errno, ENOMEM);
   EXPECT_EQ(heap_memalign(4096, ~size_t{0} - 100), nullptr);
+  errno = 0;
+  EXPECT_EQ(heap_memalign(size_t{1} << 40, 100), nullptr) << "an alignment larger than a region";
+  EXPECT_EQ(errno, ENOMEM);
   EXPECT_THROW(heap_new(~size_t{0} / 2), std::bad_alloc);
   EXPECT_THROW(heap_new_aligned(~size_t{0} / 2, 64), std::bad_alloc);
   EXPECT_EQ(heap_new_nothrow(~size_t{0} / 2), nullptr);

@@ -408,7 +408,8 @@ void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) 
 }
 
 void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
-  if (bytes > kRegionBytes - alignment) {
+  // A huge object must fit one region, with its alignment: regions are only kRegionBytes aligned.
+  if (alignment > kRegionBytes / 2 || bytes > kRegionBytes - alignment) {
     errno = ENOMEM;
     return nullptr;
   }

@@ -99,6 +99,8 @@ class LocalAllocator {
   static bool refill(GlobalAllocator& global, SpanCursor& c, unsigned lc, bool fresh_only);
   static void release(GlobalAllocator& global, SpanCursor& c);
   LLAMALLOC_SLOW static void line_emptied(GlobalAllocator& global, SpanMeta* span);
+  // A free outside the owner's current run: one atomic decrement per line the object covers.
+  LLAMALLOC_NOINLINE static void free_counted(GlobalAllocator& global, SpanMeta* span, SmallHeader* h);
   [[noreturn]] LLAMALLOC_SLOW static void bad_small_free(const void* p, uint16_t tag);
 };
 
@@ -118,18 +120,7 @@ LLAMALLOC_FAST size_t LocalAllocator::free_small(GlobalAllocator& global, SpanMe
     if (header + small_total_bytes(size) == c->bump) c->bump = header;
     return size;
   }
-  h->tag = kTagFreed;
-  uintptr_t offset = header & (kBlockSpanBytes - 1);
-  size_t first = offset >> kLineShift;
-  size_t last = (offset + small_total_bytes(size) - 1) >> kLineShift;
-  if (LLAMALLOC_UNLIKELY(last >= kLinesPerSpan)) bad_small_free(p, 0);
-  for (size_t line = first; line <= last; ++line) {
-    uint8_t before = span->line_objects[line].fetch_sub(1, std::memory_order_acq_rel);
-    if (LLAMALLOC_UNLIKELY(before <= 1)) {
-      if (before == 0) fatal_pointer("free of", p, "double free (line object count already zero)");
-      line_emptied(global, span);
-    }
-  }
+  free_counted(global, span, h);
   return size;
 }
 

@@ -99,6 +99,21 @@ void LocalAllocator::release(GlobalAllocator& global, SpanCursor& c) {
   c = SpanCursor{};
 }
 
+void LocalAllocator::free_counted(GlobalAllocator& global, SpanMeta* span, SmallHeader* h) {
+  h->tag = kTagFreed;
+  uintptr_t offset = reinterpret_cast<uintptr_t>(h) & (kBlockSpanBytes - 1);
+  size_t first = offset >> kLineShift;
+  size_t last = (offset + small_total_bytes(h->requested_bytes) - 1) >> kLineShift;
+  if (LLAMALLOC_UNLIKELY(last >= kLinesPerSpan)) bad_small_free(h + 1, 0);
+  for (size_t line = first; line <= last; ++line) {
+    uint8_t before = span->line_objects[line].fetch_sub(1, std::memory_order_acq_rel);
+    if (LLAMALLOC_UNLIKELY(before <= 1)) {
+      if (before == 0) fatal_pointer("free of", h + 1, "double free (line object count already zero)");
+      line_emptied(global, span);
+    }
+  }
+}
+
 void LocalAllocator::line_emptied(GlobalAllocator& global, SpanMeta* span) {
   if (span->live_lines.fetch_sub(1, std::memory_order_acq_rel) == 1) global.free_span(span);
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# papers/000 Table 4 side by side: the same benchmark binary under glibc, jemalloc, mimalloc and llamalloc
+# (LD_PRELOAD), interleaved for several repetitions; prints the median ns per alloc+free pair and the ratios of
+# llamalloc to mimalloc and jemalloc. CPU time is the primary figure (a shared machine deschedules threads, which
+# inflates wall time); wall time medians are printed too.
+#   usage: bench/heap/run_table4.sh [BUILD_DIR] [REPETITIONS]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-${LLAMALLOC_BUILD_DIR:-$repo/build}}
+reps=${2:-5}
+bench=$build/bench/heap/heap_table4_bench
+llamalloc=$build/src/llamalloc/libllamalloc.so
+for f in "$bench" "$llamalloc"; do
+  [ -e "$f" ] || { echo "run_table4.sh: error: $f not found (build the heap_table4_bench and llamalloc_shared targets)" >&2; exit 2; }
+done
+declare -A libs=([glibc]="" [jemalloc]=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+                 [mimalloc]=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 [llamalloc]=$llamalloc)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for ((r = 0; r < reps; r++)); do
+  for name in glibc jemalloc mimalloc llamalloc; do
+    lib=${libs[$name]}
+    if [ -n "$lib" ] && [ ! -e "$lib" ]; then echo "run_table4.sh: warning: $lib missing, $name skipped" >&2; continue; fi
+    LD_PRELOAD=$lib "$bench" --benchmark_min_time=0.2 --benchmark_format=json > "$out/$name.$r.json"
+  done
+done
+python3 - "$out" <<'PY'
+import json, statistics, sys, pathlib, collections
+out = pathlib.Path(sys.argv[1])
+cpu, real = collections.defaultdict(list), collections.defaultdict(list)
+for f in sorted(out.glob("*.json")):
+    alloc = f.name.split(".")[0]
+    for b in json.loads(f.read_text())["benchmarks"]:
+        cpu[(b["name"], alloc)].append(b["cpu_time"])
+        real[(b["name"], alloc)].append(b["real_time"])
+names = list(dict.fromkeys(n for n, _ in cpu))
+allocs = [a for a in ["glibc", "jemalloc", "mimalloc", "llamalloc"] if any((n, a) in cpu for n in names)]
+med = lambda d, k: statistics.median(d[k]) if k in d else float("nan")
+print(f"median ns per alloc+free pair, CPU time (wall time in parentheses), {len(next(iter(cpu.values())))} runs each")
+print(f"{'benchmark':42}" + "".join(f"{a:>20}" for a in allocs) + f"{'llama/mi':>10}{'llama/je':>10}")
+for n in names:
+    row = "".join(f"{med(cpu, (n, a)):>11.1f} ({med(real, (n, a)):>5.1f})" for a in allocs)
+    l, m, j = med(cpu, (n, "llamalloc")), med(cpu, (n, "mimalloc")), med(cpu, (n, "jemalloc"))
+    print(f"{n:42}{row}{l / m:>10.2f}{l / j:>10.2f}")
+PY
