@@ -1,0 +1,28 @@
+"""`llamalloc prepare MODEL BINARY... -o FILE`: token tables for the in-process predictor."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..prepare import prepare, program_binaries
+
+
+@click.command("prepare")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("binaries", nargs=-1, required=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Token table file to write (default: MODEL.tokens).")
+@click.option("--with-libraries/--no-libraries", default=True, show_default=True,
+              help="Also prepare the shared libraries each BINARY links (ldd).")
+def command(model, binaries, output, with_libraries):
+    """Write the token tables of BINARY... (and the libraries they load) for MODEL.
+
+    The allocator maps them with LLAMALLOC_TOKENS=FILE (beside LLAMALLOC_MODEL=MODEL); `llamalloc run --model`
+    does all this by itself. See docs/prediction.md."""
+    paths: list[str] = []
+    for b in binaries:
+        paths.extend(program_binaries(b) if with_libraries else [b])
+    out = output or f"{model}.tokens"
+    n = prepare(model, paths, out, log=lambda m: print(f"llamalloc: {m}", file=sys.stderr))
+    print(f"{out}: token tables of {n} binaries", file=sys.stderr)

@@ -1,0 +1,295 @@
+"""Token tables for the in-process predictor (docs/formats/tokens.md, docs/prediction.md).
+
+For every binary of a program (the executable and the shared libraries it loads), the model's token ids of each
+frame the allocator may meet, computed ahead of time so that the allocation path only binary-searches a mapped
+file. Names come from the same tool as training's symbolisation (`eu-addr2line -f -C -i`, through
+`llamalloc.symbolize`), and tokens from the model's own vocabulary (`Vocabulary.frame_ids`), so a frame gets the
+tokens it would have had in a profile:
+
+* call sites: every `call` instruction (found with `objdump -d`) keyed by its return address; its tokens are the
+  words of each (inlined) frame eu-addr2line gives for return address - 1, innermost first, separated by `@`:
+  exactly what a profile's stack holds for that return address;
+* functions (from `nm`), the fallback for a return address that is not after a call we know: the function's
+  name as eu-addr2line gives it at its entry;
+* an address no symbol covers is `<unsymbolized>`, as in a profile.
+
+The C library's start routines keep no frame pointer, so a frame-pointer walk ends at them while the profiler's
+DWARF unwinder continues to `_start` (or to `clone3` for threads). Their entries carry the missing root frames
+and a *terminal* flag: the allocator stops its walk there, with the same tokens as the profile.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import symbolize
+from .errors import FormatError, UserError
+from .model import modelfile
+from .model.tokenizer import SEP, UNSYMBOLIZED, Vocabulary
+
+MAGIC = b"LLATOKEN"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQIIII24x")  # magic, version, header_bytes, file_bytes, crc, binaries, vocab crc, size
+BINARY_BYTES = 512
+PATH_BYTES = 304
+MAX_SEGMENTS = 4
+MAX_BINARIES = 256
+TERMINAL = 0x80000000
+assert HEADER.size == 64
+
+#: Root frames the profiler's DWARF unwinder finds above a C-library function that a frame-pointer walk cannot
+#: leave (glibc is built without frame pointers): outermost function name -> the frames that follow it.
+ROOT_CHAINS = {
+    "__libc_start_call_main": ["__libc_start_main_impl", "_start"],
+    "start_thread": ["clone3"],
+}
+
+
+@dataclass
+class BinaryTable:
+    path: str
+    file_bytes: int
+    mtime_ns: int
+    build_id: str
+    segments: list[tuple[int, int, int]]  # executable PT_LOADs: (file offset, vaddr, file size)
+    sites: list[tuple[int, list[int], bool]] = field(default_factory=list)      # (return vaddr, ids, terminal)
+    functions: list[tuple[int, int, list[int], bool]] = field(default_factory=list)  # (start, end, ids, terminal)
+
+
+def vocab_crc(model: modelfile.ModelFile) -> int:
+    """CRC-32 of the vocabulary sections as the model file stores them (the allocator computes the same)."""
+    encoded = [t.encode("utf-8", "surrogatepass") + b"\0" for t in model.vocabulary]
+    offsets = np.zeros(len(encoded) + 1, "<u4")
+    offsets[1:] = np.cumsum([len(b) for b in encoded])
+    return zlib.crc32(b"".join(encoded), zlib.crc32(offsets.tobytes()))
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise UserError(f"{name} not found: install binutils and elfutils (scripts/setup.sh does)")
+    return path
+
+
+def _run(args: list[str]) -> str:
+    r = subprocess.run(args, capture_output=True, text=True, errors="replace")
+    return r.stdout if r.returncode == 0 else ""
+
+
+_CALL = re.compile(r"^\s*([0-9a-f]+):\s+(?:notrack\s+|bnd\s+)?call")
+_INSN = re.compile(r"^\s*([0-9a-f]+):\s")
+
+
+def call_return_addresses(binary: str) -> list[int]:
+    """Return addresses (ELF vaddrs) of every call instruction in the binary's code."""
+    out = _run([_tool("objdump"), "-d", "--no-show-raw-insn", "-w", binary])
+    rets: list[int] = []
+    pending = False
+    for line in out.splitlines():
+        m = _INSN.match(line)
+        if not m:
+            continue
+        if pending:
+            rets.append(int(m.group(1), 16))
+        pending = _CALL.match(line) is not None
+    return sorted(set(rets))
+
+
+def function_ranges(binary: str) -> list[tuple[int, int]]:
+    """Non-overlapping [start, end) of the code symbols (nm, dynamic symbols too), sorted."""
+    ranges: set[tuple[int, int]] = set()
+    for extra in ([], ["-D"]):
+        for line in _run([_tool("nm"), "--defined-only", "-S", "-P", *extra, binary]).splitlines():
+            f = line.split()
+            if len(f) >= 4 and f[1] in "tTwWiI" and f[1] != "":
+                start, size = int(f[2], 16), int(f[3], 16)
+                if size > 0:
+                    ranges.add((start, start + size))
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start < out[-1][1]:
+            continue  # an alias or a symbol nested in the previous one: the outer range names it
+        out.append((start, end))
+    return out
+
+
+def _frame_tokens(vocab: Vocabulary, names: list[str]) -> list[int]:
+    ids: list[int] = []
+    for i, name in enumerate(names):
+        if i:
+            ids.append(SEP)
+        ids.extend(vocab.frame_ids(name))
+    return ids
+
+
+def _with_root(names: list[str]) -> tuple[list[str], bool]:
+    chain = ROOT_CHAINS.get(names[-1]) if names else None
+    return (names + chain, True) if chain else (names, False)
+
+
+def build_binary_table(binary: str, vocab: Vocabulary) -> BinaryTable:
+    path = os.path.realpath(binary)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise FormatError(binary, f"cannot read: {e.strerror}") from None
+    if len(path.encode()) >= PATH_BYTES:
+        raise UserError(f"{path}: path longer than {PATH_BYTES - 1} bytes, cannot be recorded in a token table")
+    with open(path, "rb") as f:
+        if f.read(4) != b"\x7fELF":
+            raise FormatError(binary, "not an ELF binary")
+    segments = [(s.file_offset, s.vaddr, s.filesz) for s in symbolize.load_segments(path) if s.executable]
+    if not segments:
+        raise FormatError(binary, "no executable segment (not a program or shared library?)")
+    if len(segments) > MAX_SEGMENTS:
+        raise FormatError(binary, f"{len(segments)} executable segments, at most {MAX_SEGMENTS} are supported")
+    table = BinaryTable(path, st.st_size, st.st_mtime_ns, symbolize.build_id(path), segments)
+    rets = call_return_addresses(path)
+    funcs = function_ranges(path)
+    frames = symbolize.addr2line(path, [r - 1 for r in rets] + [s for s, _ in funcs])
+    for ret, fr in zip(rets, frames[:len(rets)]):
+        names, terminal = _with_root([f[0] for f in fr])
+        ids = _frame_tokens(vocab, names) if names else [UNSYMBOLIZED]
+        table.sites.append((ret, ids, terminal))
+    for (start, end), fr in zip(funcs, frames[len(rets):]):
+        if not fr:
+            continue
+        names, terminal = _with_root([fr[-1][0]])
+        table.functions.append((start, end, _frame_tokens(vocab, names), terminal))
+    return table
+
+
+def encode_tables(tables: list[BinaryTable], crc: int, vocab_size: int) -> bytes:
+    if len(tables) > MAX_BINARIES:
+        raise UserError(f"{len(tables)} binaries, a token table holds at most {MAX_BINARIES}")
+    records = bytearray()
+    body = bytearray()
+    base = HEADER.size + BINARY_BYTES * len(tables)
+
+    def place(data: bytes) -> int:
+        body.extend(b"\0" * (-(base + len(body)) % 8))
+        offset = base + len(body)
+        body.extend(data)
+        return offset
+
+    for t in tables:
+        pool: list[int] = []
+        site_rows = []
+        for addr, ids, terminal in t.sites:
+            site_rows.append(struct.pack("<QII", addr, len(pool), len(ids) | (TERMINAL if terminal else 0)))
+            pool.extend(ids)
+        func_rows = []
+        for start, end, ids, terminal in t.functions:
+            func_rows.append(struct.pack("<QQII", start, end, len(pool), len(ids) | (TERMINAL if terminal else 0)))
+            pool.extend(ids)
+        sites_off = place(b"".join(site_rows))
+        funcs_off = place(b"".join(func_rows))
+        tokens_off = place(np.asarray(pool, "<u4").tobytes())
+        build_id = bytes.fromhex(t.build_id)[:32] if t.build_id else b""
+        segs = b"".join(struct.pack("<QQQ", *s) for s in t.segments) + b"\0" * (24 * (MAX_SEGMENTS - len(t.segments)))
+        rec = (t.path.encode().ljust(PATH_BYTES, b"\0")
+               + struct.pack("<QqII", t.file_bytes, t.mtime_ns, len(t.segments), len(build_id))
+               + build_id.ljust(32, b"\0") + segs
+               + struct.pack("<QQQIII", sites_off, funcs_off, tokens_off, len(t.sites), len(t.functions), len(pool)))
+        records.extend(rec.ljust(BINARY_BYTES, b"\0"))
+    payload = bytes(records) + bytes(body)
+    header = HEADER.pack(MAGIC, VERSION, HEADER.size, HEADER.size + len(payload), zlib.crc32(payload), len(tables),
+                         crc, vocab_size)
+    return header + payload
+
+
+def linked_libraries(binary: str) -> list[str]:
+    """The shared libraries the dynamic loader maps for `binary` (ldd), as real paths; [] for a static one."""
+    r = subprocess.run([_tool("ldd"), binary], capture_output=True, text=True)
+    libs = []
+    for line in r.stdout.splitlines():
+        m = re.search(r"=>\s*(/\S+)\s+\(", line) or re.match(r"\s*(/\S+)\s+\(", line)
+        if m and os.path.exists(m.group(1)):
+            libs.append(os.path.realpath(m.group(1)))
+    return libs
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("LLAMALLOC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llamalloc")
+    return Path(base) / "tokens"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def prepare(model_path, binaries: list[str], output, log=lambda msg: None) -> int:
+    """Writes the token tables of `binaries` for the model at `model_path` into `output`; returns their count.
+    Per-binary tables are cached (LLAMALLOC_CACHE_DIR, default ~/.cache/llamalloc/tokens) by model vocabulary,
+    path, size and mtime."""
+    model = modelfile.read(model_path)
+    vocab = Vocabulary(model.vocabulary)
+    crc = vocab_crc(model)
+    tables: list[BinaryTable] = []
+    seen: set[str] = set()
+    for b in binaries:
+        real = os.path.realpath(b)
+        if real in seen:
+            continue
+        seen.add(real)
+        tables.append(_cached_table(real, vocab, crc, log))
+    _write_atomic(Path(output), encode_tables(tables, crc, len(vocab)))
+    return len(tables)
+
+
+def _cached_table(path: str, vocab: Vocabulary, crc: int, log) -> BinaryTable:
+    import pickle
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror}") from None
+    key = hashlib.sha256(f"{VERSION}\n{crc:08x}\n{len(vocab)}\n{path}\n{st.st_size}\n{st.st_mtime_ns}".encode()).hexdigest()
+    cache = _cache_dir() / f"{key[:32]}.pickle"
+    if cache.exists():
+        try:
+            with open(cache, "rb") as f:
+                table = pickle.load(f)
+            if isinstance(table, BinaryTable) and table.path == path:
+                return table
+        except Exception:  # a damaged cache entry is rebuilt
+            pass
+    log(f"preparing tokens of {path}")
+    table = build_binary_table(path, vocab)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(cache, pickle.dumps(table))
+    except (OSError, UserError):
+        pass  # no cache: only slower next time
+    return table
+
+
+def program_binaries(program: str) -> list[str]:
+    """The executable at `program` (a path or a name on PATH) and the libraries it links."""
+    exe = program if os.sep in program else shutil.which(program)
+    if exe is None or not os.path.exists(exe):
+        raise UserError(f"{program}: command not found", exit_code=127)
+    exe = os.path.realpath(exe)
+    with open(exe, "rb") as f:
+        if f.read(4) != b"\x7fELF":
+            raise UserError(f"{program}: not an ELF executable (a script?): give the binary that allocates to "
+                            f"`llamalloc prepare`")
+    return [exe] + linked_libraries(exe)

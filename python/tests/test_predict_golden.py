@@ -1,0 +1,87 @@
+"""Golden test of the allocator's model inference (src/model): the C++ LSTM on the folded table gives the same
+classes as the Python reference inference `llamalloc.model.reference`, with logits within 1e-4, for a trained
+model and for random ones of both hidden sizes; damaged model files are refused with one line naming them."""
+import subprocess
+
+import numpy as np
+import pytest
+
+from llamalloc.model import lstm, modelfile, pipeline, reference
+from llamalloc.model.dataset import build_contexts
+from llamalloc.model.synthetic import synthetic_samples
+from predict_support import cpp_infer, model_tool, random_model
+
+
+@pytest.fixture(scope="module")
+def trained_model(tmp_path_factory):
+    contexts = build_contexts(synthetic_samples(200, seed=3), warn=lambda m: None)
+    config = lstm.TrainConfig(seed=1, embedding_dim=16, hidden_dim=16, max_epochs=4, patience=4, batch_size=64,
+                              examples_per_epoch=1024)
+    result = pipeline.train_contexts(contexts, config, max_tokens=48, progress=lambda line: None)
+    path = tmp_path_factory.mktemp("golden") / "trained.model"
+    modelfile.write(path, result.model)
+    return path, contexts
+
+
+def compare(path, token_ids):
+    model = modelfile.read(path)
+    want_logits = reference.logits_of_tokens(model, token_ids)
+    got_classes, got_logits = cpp_infer(path, token_ids)
+    np.testing.assert_allclose(got_logits, want_logits, atol=1e-4, rtol=0)
+    assert (got_classes == want_logits.argmax(axis=1)).all()
+    return got_classes
+
+
+def test_trained_model_gives_the_reference_classes(trained_model):
+    path, contexts = trained_model
+    sizes = [1 << int(sc) for sc in contexts.size_classes]
+    token_ids = reference.tokens(modelfile.read(path), contexts.stacks, sizes)
+    classes = compare(path, token_ids)
+    want, _ = reference.predict(path, contexts.stacks, sizes)
+    assert (classes == want).all()
+    assert len(set(classes.tolist())) > 1  # a model that learned something: not one class for everything
+
+
+@pytest.mark.parametrize("hidden", [16, 64])
+def test_random_models_agree_on_random_sequences(tmp_path, hidden):
+    path = tmp_path / f"random{hidden}.model"
+    m = random_model(hidden=hidden, embedding=32, max_tokens=128, seed=hidden)
+    modelfile.write(path, m)
+    rng = np.random.default_rng(hidden)
+    token_ids = [rng.integers(0, len(m.vocabulary), size=int(n)).tolist() for n in rng.integers(1, 129, size=300)]
+    token_ids.append([4])  # the size token alone: an unknown stack
+    classes = compare(path, token_ids)
+    assert len(set(classes.tolist())) >= 3
+
+
+def test_sequences_longer_than_max_tokens_are_cut_as_training_cuts(tmp_path):
+    path = tmp_path / "short.model"
+    m = random_model(max_tokens=8, seed=5)
+    modelfile.write(path, m)
+    long_seq = list(range(4, 4 + 20))
+    got, got_logits = cpp_infer(path, [long_seq, long_seq[:8]])
+    np.testing.assert_array_equal(got_logits[0], got_logits[1])
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda d: d[:100], "truncated"),
+    (lambda d: d[:-64], "truncated"),
+    (lambda d: b"NOTMODEL" + d[8:], "bad magic"),
+    (lambda d: d[:200] + bytes([d[200] ^ 0xFF]) + d[201:], "checksum"),
+    (lambda d: d[:8] + (2).to_bytes(4, "little") + d[12:], "version 2"),
+    (lambda d: b"", "truncated"),
+])
+def test_damaged_model_files_are_refused_naming_the_file(tmp_path, damage, problem):
+    good = modelfile.to_bytes(random_model())
+    bad = tmp_path / "bad.model"
+    bad.write_bytes(damage(good))
+    r = subprocess.run([model_tool(), "infer", str(bad)], input="4 5 6\n", capture_output=True, text=True)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and problem in lines[0]
+
+
+def test_missing_model_file(tmp_path):
+    r = subprocess.run([model_tool(), "infer", str(tmp_path / "none.model")], input="", capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "no such file" in r.stderr

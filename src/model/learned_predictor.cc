@@ -1,0 +1,363 @@
+#include "learned_predictor.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+namespace llamalloc::model {
+
+namespace {
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void write_stderr(const char* s) {
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t w = write(2, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= size_t(w);
+  }
+}
+
+uint64_t parse_hex(const char*& p, const char* end) {
+  uint64_t v = 0;
+  for (; p < end; ++p) {
+    char c = *p;
+    unsigned d = c >= '0' && c <= '9' ? unsigned(c - '0') : c >= 'a' && c <= 'f' ? unsigned(c - 'a' + 10) : 16;
+    if (d == 16) break;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// Calls fn(start, end, executable, offset, path) for each line of /proc/self/maps, reading it with plain
+// syscalls into a stack buffer (no stdio: it would allocate).
+template <typename Fn>
+bool for_each_mapping(Fn&& fn) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[8192];
+  size_t have = 0;
+  bool stop = false;
+  while (!stop) {
+    ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+    if (n <= 0) break;
+    have += size_t(n);
+    char* line = buf;
+    char* end = buf + have;
+    while (!stop) {
+      char* nl = static_cast<char*>(memchr(line, '\n', size_t(end - line)));
+      if (nl == nullptr) break;
+      *nl = '\0';
+      const char* p = line;
+      uintptr_t start = parse_hex(p, nl);
+      ++p;
+      uintptr_t stop_addr = parse_hex(p, nl);
+      ++p;
+      bool exec = p + 3 < nl && p[2] == 'x';
+      p += 5;
+      uint64_t offset = parse_hex(p, nl);
+      // dev and inode, then spaces, then the path (may be empty)
+      for (int field = 0; field < 2 && p < nl; ++field) {
+        while (p < nl && *p == ' ') ++p;
+        while (p < nl && *p != ' ') ++p;
+      }
+      while (p < nl && *p == ' ') ++p;
+      stop = !fn(start, stop_addr, exec, offset, p);
+      line = nl + 1;
+    }
+    have = size_t(end - line);
+    if (have == sizeof buf - 1) have = 0;  // a line longer than the buffer: dropped
+    memmove(buf, line, have);
+  }
+  close(fd);
+  return true;
+}
+
+// The pool of thread states: mapped once (MAP_NORESERVE, pages cost only when a thread touches them), claimed
+// with a compare-and-swap on a bitmap, handed back by a pthread key destructor. No lock, so fork is safe.
+constexpr unsigned kMaxThreads = 4096;
+ThreadState* g_states = nullptr;
+std::atomic<uint64_t> g_claimed[kMaxThreads / 64];
+std::atomic<uint32_t> g_states_used{0};  // high-water mark, for totals()
+pthread_key_t g_state_key;
+bool g_key_ok = false;
+thread_local ThreadState* tl_state = nullptr;
+
+void release_state(void* arg) {
+  auto* s = static_cast<ThreadState*>(arg);
+  size_t i = size_t(s - g_states);
+  if (tl_state == s) tl_state = nullptr;
+  g_claimed[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_release);
+}
+
+ThreadState* claim_state() {
+  if (g_states == nullptr) return nullptr;
+  for (unsigned w = 0; w < kMaxThreads / 64; ++w) {
+    uint64_t bits = g_claimed[w].load(std::memory_order_relaxed);
+    while (~bits != 0) {
+      unsigned b = unsigned(__builtin_ctzll(~bits));
+      if (g_claimed[w].compare_exchange_weak(bits, bits | (uint64_t{1} << b), std::memory_order_acquire)) {
+        unsigned i = w * 64 + b;
+        uint32_t used = g_states_used.load(std::memory_order_relaxed);
+        while (used < i + 1 && !g_states_used.compare_exchange_weak(used, i + 1)) {
+        }
+        // The cache of a previous owner describes another thread's stack heights: start empty. The counters
+        // are kept (they are totals of the process).
+        g_states[i].cache.clear();
+        g_states[i].stack_top = 0;
+        g_states[i].busy = false;
+        return &g_states[i];
+      }
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+uintptr_t mapping_end(uintptr_t address) {
+  uintptr_t found = 0;
+  for_each_mapping([&](uintptr_t start, uintptr_t end, bool, uint64_t, const char*) {
+    if (address >= start && address < end) {
+      found = end;
+      return false;
+    }
+    return true;
+  });
+  return found;
+}
+
+void ModuleMap::refresh(const TokenTables& tables) {
+  Table* cur = current_.load(std::memory_order_acquire);
+  Table* next = cur == &tables_[0] ? &tables_[1] : &tables_[0];
+  next->count = 0;
+  // One stat per binary of the token tables: a table whose binary changed since prepare is not used.
+  bool fresh[256];
+  for (uint32_t b = 0; b < tables.binary_count() && b < 256; ++b) {
+    struct stat st;
+    const TokenTables::Binary& bin = tables.binary(b);
+    fresh[b] = stat(bin.path, &st) == 0 && uint64_t(st.st_size) == bin.file_bytes &&
+               int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec == bin.mtime_ns;
+  }
+  for_each_mapping([&](uintptr_t start, uintptr_t end, bool exec, uint64_t offset, const char* path) {
+    if (!exec) return true;
+    if (next->count == kMaxModules) return false;
+    Module m{start, end, 0, -1};
+    int b = *path == '/' ? tables.find_binary(path) : -1;
+    if (b >= 0 && b < 256 && fresh[b]) {
+      const TokenTables::Binary& bin = tables.binary(uint32_t(b));
+      for (uint32_t s = 0; s < bin.segment_count; ++s) {
+        const TokenTables::Segment& seg = bin.segments[s];
+        if (offset >= seg.file_offset && offset < seg.file_offset + (seg.file_bytes ? seg.file_bytes : 1)) {
+          m.vaddr_bias = start - (offset - seg.file_offset + seg.vaddr);
+          m.binary = b;
+          break;
+        }
+      }
+    }
+    next->modules[next->count++] = m;
+    return true;
+  });
+  current_.store(next, std::memory_order_release);
+}
+
+bool ModuleMap::maybe_refresh(const TokenTables& tables, uint64_t now) {
+  uint64_t last = last_refresh_ns_.load(std::memory_order_relaxed);
+  if (now - last < kMinRefreshNs) return false;
+  int pid = getpid();
+  int holder = refreshing_pid_.load(std::memory_order_relaxed);
+  // A holder that is not this process is the parent of a fork child: its refresh will never finish here.
+  if (holder == pid || !refreshing_pid_.compare_exchange_strong(holder, pid)) return false;
+  last_refresh_ns_.store(now, std::memory_order_relaxed);
+  refresh(tables);
+  refreshing_pid_.store(0, std::memory_order_release);
+  return true;
+}
+
+bool ModuleMap::find(uintptr_t pc, Module* out) const {
+  const Table* t = current_.load(std::memory_order_acquire);
+  if (t == nullptr) return false;
+  uint32_t n = t->count < kMaxModules ? t->count : kMaxModules;
+  uint32_t lo = 0, hi = n;
+  while (lo < hi) {  // /proc/self/maps lists mappings by address
+    uint32_t mid = (lo + hi) / 2;
+    if (t->modules[mid].end <= pc) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo == n) return false;
+  Module m = t->modules[lo];
+  if (pc < m.start || pc >= m.end) return false;
+  *out = m;
+  return true;
+}
+
+bool LearnedPredictor::init(const char* model_path, const char* tokens_path, uint32_t repredict_every,
+                            char* error, size_t cap) {
+  char why[256];
+  if (!model_.open(model_path, why, sizeof why)) {
+    format_message(error, cap, "%s: %s", model_path, why);
+    return false;
+  }
+  if (tokens_path != nullptr && *tokens_path &&
+      !tables_.open(tokens_path, model_.vocab_crc(), model_.vocab_size(), why, sizeof why)) {
+    format_message(error, cap, "%s: %s", tokens_path, why);
+    model_.close();
+    return false;
+  }
+  repredict_every_ = repredict_every;
+  if (g_states == nullptr) {
+    void* p = mmap(nullptr, sizeof(ThreadState) * kMaxThreads, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      format_message(error, cap, "%s: cannot map the prediction caches", model_path);
+      return false;
+    }
+    g_states = static_cast<ThreadState*>(p);  // zero pages are valid empty states
+    g_key_ok = pthread_key_create(&g_state_key, release_state) == 0;
+  }
+  modules_.refresh(tables_);
+  return true;
+}
+
+ThreadState* LearnedPredictor::thread_state() {
+  ThreadState* s = tl_state;
+  if (__builtin_expect(s != nullptr, 1)) return s;
+  s = claim_state();
+  if (s == nullptr) return nullptr;
+  tl_state = s;
+  if (g_key_ok) pthread_setspecific(g_state_key, s);
+  return s;
+}
+
+size_t LearnedPredictor::capture_stack(const AllocationContext& context, uintptr_t stack_top, uintptr_t* pcs,
+                                       size_t max) {
+  if (max == 0 || context.return_address == 0) return 0;
+  size_t depth = 0;
+  pcs[depth++] = context.return_address;
+  uintptr_t frame = context.stack_address;
+  if (frame == 0 || stack_top == 0 || frame >= stack_top) return depth;
+  // context.stack_address is the heap's own frame (it keeps a frame pointer): its saved rbp is the frame
+  // pointer of the function that called malloc/new. From there, each frame is [saved rbp, return address].
+  uintptr_t fp = *reinterpret_cast<const uintptr_t*>(frame);
+  uintptr_t low = frame;
+  while (depth < max) {
+    if (fp <= low || (fp & 7) != 0 || fp > stack_top - 16) break;
+    const auto* f = reinterpret_cast<const uintptr_t*>(fp);
+    uintptr_t ret = f[1];
+    Module m;
+    // A saved rbp that was no frame pointer, or code we do not know (yet: a library loaded since init).
+    if (!modules_.find(ret - 1, &m) && !(modules_.maybe_refresh(tables_, now_ns()) && modules_.find(ret - 1, &m))) break;
+    pcs[depth++] = ret;
+    low = fp;
+    fp = f[0];
+  }
+  return depth;
+}
+
+size_t LearnedPredictor::tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens,
+                                   size_t max) {
+  size_t limit = model_.max_tokens() < max ? model_.max_tokens() : max;
+  if (limit == 0) return 0;
+  size_t n = 0;
+  tokens[n++] = kFirstSizeToken + size_class(size_bytes);
+  for (size_t i = 0; i < depth && n < limit; ++i) {
+    if (i) tokens[n++] = kSeparatorToken;
+    Module m;
+    FrameTokens ft{nullptr, 0, false};
+    bool known = false;
+    if (modules_.find(pcs[i] - 1, &m) || (modules_.maybe_refresh(tables_, now_ns()) && modules_.find(pcs[i] - 1, &m))) {
+      if (m.binary >= 0 && uint32_t(m.binary) < tables_.binary_count())
+        known = tables_.lookup(uint32_t(m.binary), pcs[i] - m.vaddr_bias, &ft);
+    }
+    if (!known) {
+      if (n < limit) tokens[n++] = kUnsymbolizedToken;
+      continue;
+    }
+    for (uint32_t k = 0; k < ft.count && n < limit; ++k) tokens[n++] = ft.ids[k];
+    if (ft.terminal) break;
+  }
+  return n;
+}
+
+unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadState* state) {
+  uint64_t t0 = now_ns();
+  if (state->stack_top == 0) state->stack_top = mapping_end(reinterpret_cast<uintptr_t>(&t0));
+  uintptr_t pcs[kMaxFrames];
+  size_t depth = capture_stack(context, state->stack_top, pcs, kMaxFrames);
+  uint32_t tokens[kMaxTokens];
+  size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens);
+  unsigned lc = infer(model_, tokens, n, nullptr);
+  CacheCounters::bump(state->counters.model_runs);
+  CacheCounters::bump(state->counters.prediction_ns, now_ns() - t0);
+  return lc;
+}
+
+unsigned LearnedPredictor::predict(const AllocationContext& context) {
+  ThreadState* state = thread_state();
+  if (state == nullptr || state->busy) return model_.default_class();
+  uint64_t key = cache_key(context.return_address, context.stack_address, size_class(context.size_bytes));
+  state->busy = true;
+  unsigned lc = state->cache.lookup(key, repredict_every_, state->counters,
+                                    [&] { return run_model(context, state); });
+  state->busy = false;
+  return lc;
+}
+
+PredictionTotals LearnedPredictor::totals() const {
+  PredictionTotals t;
+  uint32_t used = g_states_used.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < used; ++i) {
+    const CacheCounters& c = g_states[i].counters;
+    t.hits += c.hits.load(std::memory_order_relaxed);
+    t.misses += c.misses.load(std::memory_order_relaxed);
+    t.model_runs += c.model_runs.load(std::memory_order_relaxed);
+    t.prediction_ns += c.prediction_ns.load(std::memory_order_relaxed);
+    t.repredictions += c.repredictions.load(std::memory_order_relaxed);
+    t.repredictions_changed += c.repredictions_changed.load(std::memory_order_relaxed);
+  }
+  return t;
+}
+
+}  // namespace llamalloc::model
+
+namespace {
+// One predictor per process, constructed in static storage at init (never on the heap).
+alignas(llamalloc::model::LearnedPredictor) unsigned char g_predictor_storage[sizeof(llamalloc::model::LearnedPredictor)];
+}  // namespace
+
+extern "C" llamalloc::Predictor* llamalloc_make_model_predictor(const char* model_path) {
+  using namespace llamalloc::model;
+  const char* tokens = getenv("LLAMALLOC_TOKENS");
+  const char* every = getenv("LLAMALLOC_REPREDICT_EVERY");
+  uint32_t repredict_every = kDefaultRepredictEvery;
+  if (every != nullptr && *every) {
+    uint64_t v = 0;
+    const char* p = every;
+    for (; *p >= '0' && *p <= '9' && v < 0xffffffffull; ++p) v = v * 10 + uint64_t(*p - '0');
+    if (*p == '\0' && v <= 0xffffffffull) repredict_every = uint32_t(v);
+    else write_stderr("llamalloc: warning: LLAMALLOC_REPREDICT_EVERY is not a number; using 1000\n");
+  }
+  auto* predictor = new (g_predictor_storage) LearnedPredictor();
+  char error[512];
+  if (!predictor->init(model_path, tokens, repredict_every, error, sizeof error)) {
+    char line[600];
+    format_message(line, sizeof line, "llamalloc: warning: %s; running without predictions\n", error);
+    write_stderr(line);
+    predictor->~LearnedPredictor();
+    return nullptr;
+  }
+  return predictor;
+}

@@ -1,0 +1,106 @@
+// The learned predictor (papers/000 section 7): prediction cache -> on a miss, a frame-pointer walk of the
+// caller's stack, token tables, the LSTM -> lifetime class. Everything it needs is mapped at init; the
+// allocation path never allocates, takes no lock and calls nothing that takes the loader's lock.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "model_file.h"
+#include "prediction_cache.h"
+#include "predictor/predictor.h"
+#include "token_table.h"
+
+namespace llamalloc::model {
+
+inline constexpr unsigned kMaxFrames = 64;
+inline constexpr uint32_t kDefaultRepredictEvery = 1000;
+
+// Executable mappings of the process, from /proc/self/maps, each with its binary in the token tables.
+struct Module {
+  uintptr_t start, end;
+  uintptr_t vaddr_bias;  // ELF virtual address = pc - vaddr_bias
+  int32_t binary;        // index in the token tables, or -1
+};
+
+class ModuleMap {
+ public:
+  static constexpr unsigned kMaxModules = 2048;
+  // Re-reads /proc/self/maps (open/read syscalls only). Safe while other threads look up: two tables, the new
+  // one is published with a release store; a refresh happens at most every kMinRefreshNs.
+  void refresh(const TokenTables& tables);
+  // Asks for a refresh when `pc` is outside every known module (a library loaded by dlopen since).
+  bool maybe_refresh(const TokenTables& tables, uint64_t now_ns);
+  // The module holding pc, copied out (a torn read after two refreshes gives a wrong module, never a fault).
+  bool find(uintptr_t pc, Module* out) const;
+
+  static constexpr uint64_t kMinRefreshNs = 50'000'000;
+
+ private:
+  struct Table {
+    uint32_t count;
+    Module modules[kMaxModules];
+  };
+  Table tables_[2];
+  std::atomic<Table*> current_{nullptr};
+  std::atomic<int> refreshing_pid_{0};
+  std::atomic<uint64_t> last_refresh_ns_{0};
+};
+
+// Per-thread state, from a pool mapped once (never malloc): the cache and its counters.
+struct ThreadState {
+  static constexpr unsigned kLogCacheEntries = 11;  // 2048 entries x 16 B = 32 KiB per thread
+  PredictionCache<kLogCacheEntries> cache;
+  CacheCounters counters;
+  uintptr_t stack_top = 0;  // end of the mapping holding this thread's stack
+  bool busy = false;        // a prediction is running (a signal handler that allocates gets the default)
+};
+
+struct PredictionTotals {
+  uint64_t hits = 0, misses = 0, model_runs = 0, prediction_ns = 0, repredictions = 0, repredictions_changed = 0;
+};
+
+class LearnedPredictor final : public Predictor {
+ public:
+  LearnedPredictor() = default;
+  // Maps the model and the token tables (tokens_path may be null: every frame is then <unsymbolized>, the
+  // model sees only the size). On failure: false and a reason naming the file in `error`.
+  bool init(const char* model_path, const char* tokens_path, uint32_t repredict_every, char* error,
+            size_t error_capacity);
+
+  Consult consult() const override { return Consult::kEveryAllocation; }
+  unsigned predict(const AllocationContext& context) override;
+
+  // Sum over every thread that ever predicted (exited threads included).
+  PredictionTotals totals() const;
+
+  // The pieces of a model run, public for tests and benchmarks.
+  // Return addresses of the caller's stack, innermost first: context.return_address, then the frame-pointer
+  // chain from the saved frame pointer at context.stack_address (see docs/prediction.md).
+  size_t capture_stack(const AllocationContext& context, uintptr_t stack_top, uintptr_t* pcs, size_t max);
+  // Tokens of a context as training encodes it: <size:k>, then each frame's tokens separated by '@'.
+  size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max);
+  unsigned run_model(const AllocationContext& context, ThreadState* state);
+
+  const ModelFile& model() const { return model_; }
+  const TokenTables& tables() const { return tables_; }
+  ModuleMap& modules() { return modules_; }
+
+ private:
+  ThreadState* thread_state();
+
+  ModelFile model_;
+  TokenTables tables_;
+  ModuleMap modules_;
+  uint32_t repredict_every_ = kDefaultRepredictEvery;
+};
+
+// The end of the mapping holding `address` (a thread's stack top), from /proc/self/maps; 0 if not found.
+uintptr_t mapping_end(uintptr_t address);
+
+}  // namespace llamalloc::model
+
+// Called by the heap at init when LLAMALLOC_MODEL is set (the heap declares it weak). Reads
+// LLAMALLOC_TOKENS and LLAMALLOC_REPREDICT_EVERY; on a bad file prints one warning line and returns null.
+extern "C" llamalloc::Predictor* llamalloc_make_model_predictor(const char* model_path);

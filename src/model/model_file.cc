@@ -1,0 +1,252 @@
+#include "model_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdarg>
+#include <cstring>
+
+namespace llamalloc::model {
+
+namespace {
+
+struct CrcTable {
+  uint32_t v[256];
+  constexpr CrcTable() : v() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      v[i] = c;
+    }
+  }
+};
+constexpr CrcTable kCrcTable;
+
+constexpr char kMagic[8] = {'L', 'L', 'A', 'M', 'O', 'D', 'E', 'L'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kHeaderBytes = 128;
+constexpr uint32_t kSectionBytes = 64;
+constexpr uint32_t kMaxSections = 4096;
+
+enum Dtype : uint32_t { kF32 = 1, kU8 = 2, kU32 = 3, kU64 = 4 };
+
+template <typename T>
+T load(const unsigned char* p) {
+  T v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+uint32_t crc32(uint32_t crc, const void* data, size_t size_bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < size_bytes; ++i) crc = kCrcTable.v[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+size_t format_message(char* buf, size_t capacity, const char* fmt, ...) {
+  if (capacity == 0) return 0;
+  va_list ap;
+  va_start(ap, fmt);
+  size_t n = 0;
+  auto put = [&](char c) {
+    if (n + 1 < capacity) buf[n] = c;
+    ++n;
+  };
+  for (const char* f = fmt; *f; ++f) {
+    if (*f != '%') {
+      put(*f);
+      continue;
+    }
+    ++f;
+    if (*f == 's') {
+      const char* s = va_arg(ap, const char*);
+      for (; s && *s; ++s) put(*s);
+    } else if (*f == 'u' || (f[0] == 'l' && f[1] == 'l' && f[2] == 'u')) {
+      unsigned long long v = *f == 'u' ? va_arg(ap, unsigned) : va_arg(ap, unsigned long long);
+      if (*f == 'l') f += 2;
+      char digits[24];
+      int k = 0;
+      do digits[k++] = char('0' + v % 10); while ((v /= 10) != 0);
+      while (k) put(digits[--k]);
+    } else if (*f == '%') {
+      put('%');
+    } else {
+      break;
+    }
+  }
+  va_end(ap);
+  buf[n < capacity ? n : capacity - 1] = '\0';
+  return n;
+}
+
+bool ModelFile::open(const char* path, char* error, size_t error_capacity) {
+  close();
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    format_message(error, error_capacity, "cannot open: %s", errno == ENOENT ? "no such file" : strerrordesc_np(errno));
+    return false;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    format_message(error, error_capacity, "not a regular file");
+    return false;
+  }
+  if (st.st_size < off_t(kHeaderBytes)) {
+    ::close(fd);
+    format_message(error, error_capacity, "truncated: %llu bytes, shorter than the header", (unsigned long long)st.st_size);
+    return false;
+  }
+  void* p = mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    format_message(error, error_capacity, "cannot map: %s", strerrordesc_np(errno));
+    return false;
+  }
+  base_ = static_cast<const unsigned char*>(p);
+  size_bytes_ = size_t(st.st_size);
+  mapped_ = true;
+  if (!validate(error, error_capacity)) {
+    close();
+    return false;
+  }
+  return true;
+}
+
+bool ModelFile::open_image(const void* data, size_t size_bytes, char* error, size_t error_capacity) {
+  close();
+  base_ = static_cast<const unsigned char*>(data);
+  size_bytes_ = size_bytes;
+  mapped_ = false;
+  if (size_bytes < kHeaderBytes) {
+    format_message(error, error_capacity, "truncated: %llu bytes, shorter than the header", (unsigned long long)size_bytes);
+    base_ = nullptr;
+    return false;
+  }
+  if (!validate(error, error_capacity)) {
+    close();
+    return false;
+  }
+  return true;
+}
+
+void ModelFile::close() {
+  if (base_ != nullptr && mapped_) munmap(const_cast<unsigned char*>(base_), size_bytes_);
+  base_ = nullptr;
+  size_bytes_ = 0;
+  folded_ = w_hidden_ = dense_w_ = dense_b_ = nullptr;
+}
+
+bool ModelFile::validate(char* error, size_t cap) {
+  const unsigned char* h = base_;
+  if (memcmp(h, kMagic, 8) != 0) return format_message(error, cap, "not a llamalloc model file (bad magic)"), false;
+  uint32_t version = load<uint32_t>(h + 8);
+  if (version != kVersion)
+    return format_message(error, cap, "model file version %u, this llamalloc reads version %u", version, kVersion), false;
+  if (load<uint32_t>(h + 12) != kHeaderBytes) return format_message(error, cap, "corrupt header (header size)"), false;
+  uint64_t file_bytes = load<uint64_t>(h + 16);
+  if (file_bytes > size_bytes_)
+    return format_message(error, cap, "truncated: %llu bytes of %llu", (unsigned long long)size_bytes_,
+                          (unsigned long long)file_bytes), false;
+  if (file_bytes < size_bytes_) return format_message(error, cap, "corrupt: trailing bytes after the model"), false;
+  uint32_t crc = load<uint32_t>(h + 24);
+  if (crc32(0, h + kHeaderBytes, file_bytes - kHeaderBytes) != crc)
+    return format_message(error, cap, "corrupt: checksum mismatch"), false;
+  uint32_t sections = load<uint32_t>(h + 28);
+  uint32_t classes = load<uint32_t>(h + 32);
+  vocab_size_ = load<uint32_t>(h + 36);
+  uint32_t embedding_dim = load<uint32_t>(h + 40);
+  hidden_dim_ = load<uint32_t>(h + 44);
+  max_tokens_ = load<uint32_t>(h + 48);
+  uint32_t layout[6] = {load<uint32_t>(h + 52), load<uint32_t>(h + 56), load<uint32_t>(h + 60),
+                        load<uint32_t>(h + 64), load<uint32_t>(h + 68), load<uint32_t>(h + 72)};
+  default_class_ = load<uint32_t>(h + 76);
+  const uint32_t expected_layout[6] = {kNumSizeClasses, kFirstSizeToken, kUnkToken, kPadToken, kSeparatorToken,
+                                       kUnsymbolizedToken};
+  if (classes != kNumClasses || memcmp(layout, expected_layout, sizeof layout) != 0)
+    return format_message(error, cap, "class or token layout differs from this llamalloc's"), false;
+  for (int k = 0; k < 6; ++k) {
+    uint64_t bound = load<uint64_t>(h + 80 + 8 * k);
+    uint64_t expected = 10000000ull;
+    for (int j = 0; j < k; ++j) expected *= 10;
+    if (bound != expected) return format_message(error, cap, "class bounds differ from this llamalloc's"), false;
+  }
+  if (vocab_size_ < kFirstSizeToken + kNumSizeClasses || hidden_dim_ == 0 || hidden_dim_ > kMaxHiddenDim ||
+      embedding_dim == 0 || max_tokens_ == 0 || max_tokens_ > kMaxTokens || default_class_ >= kNumClasses)
+    return format_message(error, cap, "unsupported dimensions (vocabulary %u, hidden %u, max tokens %u)", vocab_size_,
+                          hidden_dim_, max_tokens_), false;
+  if (sections > kMaxSections || kHeaderBytes + uint64_t(sections) * kSectionBytes > file_bytes)
+    return format_message(error, cap, "corrupt: section table out of bounds"), false;
+
+  struct Want {
+    const char* name;
+    uint32_t dtype;
+    uint64_t rows, cols;  // cols 0: one dimension
+    const void** out;
+    bool found;
+  };
+  const void *folded = nullptr, *w_hidden = nullptr, *dense_w = nullptr, *dense_b = nullptr, *offsets = nullptr,
+             *strings = nullptr;
+  uint64_t strings_bytes = 0;
+  const uint64_t v = vocab_size_, four_h = 4ull * hidden_dim_;
+  Want want[] = {
+      {"lstm.folded", kF32, v, four_h, &folded, false},     {"lstm.w_hidden", kF32, hidden_dim_, four_h, &w_hidden, false},
+      {"dense.w", kF32, hidden_dim_, kNumClasses, &dense_w, false}, {"dense.b", kF32, kNumClasses, 0, &dense_b, false},
+      {"vocab.offsets", kU32, v + 1, 0, &offsets, false},  {"vocab.strings", kU8, 0, 0, &strings, false},
+  };
+  for (uint32_t s = 0; s < sections; ++s) {
+    const unsigned char* e = h + kHeaderBytes + uint64_t(s) * kSectionBytes;
+    char name[25];
+    memcpy(name, e, 24);
+    name[24] = '\0';
+    uint32_t dtype = load<uint32_t>(e + 24), ndim = load<uint32_t>(e + 28);
+    uint32_t shape[4] = {load<uint32_t>(e + 32), load<uint32_t>(e + 36), load<uint32_t>(e + 40), load<uint32_t>(e + 44)};
+    uint64_t offset = load<uint64_t>(e + 48), size = load<uint64_t>(e + 56);
+    if (offset % 64 != 0 || offset > file_bytes || size > file_bytes - offset)
+      return format_message(error, cap, "corrupt: section %s out of bounds", name), false;
+    for (Want& w : want) {
+      if (strcmp(w.name, name) != 0) continue;
+      if (w.found) return format_message(error, cap, "corrupt: section %s twice", name), false;
+      w.found = true;
+      bool ok = dtype == w.dtype;
+      if (w.rows != 0) {
+        uint32_t want_ndim = w.cols == 0 ? 1 : 2;
+        uint64_t elems = w.rows * (w.cols == 0 ? 1 : w.cols);
+        ok = ok && ndim == want_ndim && shape[0] == w.rows && (w.cols == 0 || shape[1] == w.cols) &&
+             size == elems * (dtype == kU8 ? 1 : dtype == kU64 ? 8 : 4);
+      } else {
+        ok = ok && ndim == 1 && shape[0] == size;
+        strings_bytes = size;
+      }
+      if (!ok) return format_message(error, cap, "section %s has the wrong type or shape for the header's dimensions", name), false;
+      *w.out = h + offset;
+    }
+  }
+  for (const Want& w : want)
+    if (!w.found) return format_message(error, cap, "corrupt: section %s missing", w.name), false;
+  const auto* off = static_cast<const uint32_t*>(offsets);
+  for (uint64_t i = 0; i < v; ++i)
+    if (off[i] > off[i + 1]) return format_message(error, cap, "corrupt: vocabulary offsets not increasing"), false;
+  if (off[v] != strings_bytes) return format_message(error, cap, "corrupt: vocabulary offsets past the strings"), false;
+  folded_ = static_cast<const float*>(folded);
+  w_hidden_ = static_cast<const float*>(w_hidden);
+  dense_w_ = static_cast<const float*>(dense_w);
+  dense_b_ = static_cast<const float*>(dense_b);
+  // A NaN or infinity would make every class the same silently: refuse it.
+  const float* arrays[] = {w_hidden_, dense_w_, dense_b_};
+  const uint64_t counts[] = {uint64_t(hidden_dim_) * four_h, uint64_t(hidden_dim_) * kNumClasses, kNumClasses};
+  for (int a = 0; a < 3; ++a)
+    for (uint64_t i = 0; i < counts[a]; ++i)
+      if (!std::isfinite(arrays[a][i])) return format_message(error, cap, "corrupt: a weight is not finite"), false;
+  vocab_crc_ = crc32(crc32(0, offsets, (v + 1) * 4), strings, strings_bytes);
+  return true;
+}
+
+}  // namespace llamalloc::model

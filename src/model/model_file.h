@@ -1,0 +1,76 @@
+// The exported lifetime model (docs/formats/model.md), mapped read-only and used in place: no copy, no
+// allocation. A file that is missing, truncated, corrupt or of another layout is refused with a message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llamalloc::model {
+
+inline constexpr unsigned kNumClasses = 8;
+inline constexpr unsigned kNumSizeClasses = 48;
+inline constexpr uint32_t kPadToken = 0, kUnkToken = 1, kSeparatorToken = 2, kUnsymbolizedToken = 3;
+inline constexpr uint32_t kFirstSizeToken = 4;
+// Bounds the stack buffers of the inference (3 x 4H floats): a larger model is refused, not overflowed.
+inline constexpr unsigned kMaxHiddenDim = 256;
+inline constexpr unsigned kMaxTokens = 4096;  // llamalloc train --max-tokens allows up to this
+
+// CRC-32 as zlib computes it (polynomial 0xEDB88320); the model and token files checksum their payload.
+uint32_t crc32(uint32_t crc, const void* data, size_t size_bytes);
+
+// The lifetime size class of a request (the model's <size:k> token is kFirstSizeToken + this).
+inline unsigned size_class(size_t size_bytes) {
+  if (size_bytes <= 1) return 0;
+  unsigned k = 64 - unsigned(__builtin_clzll(uint64_t(size_bytes) - 1));
+  return k < kNumSizeClasses - 1 ? k : kNumSizeClasses - 1;
+}
+
+class ModelFile {
+ public:
+  ModelFile() = default;
+  ModelFile(const ModelFile&) = delete;
+  ModelFile& operator=(const ModelFile&) = delete;
+  ~ModelFile() { close(); }
+
+  // Maps and validates `path`. On failure returns false and writes a one-line reason (no file name) into
+  // error[0..error_capacity). Never allocates.
+  bool open(const char* path, char* error, size_t error_capacity);
+  // Validates an in-memory image (tests); `data` must stay valid and 64-byte aligned.
+  bool open_image(const void* data, size_t size_bytes, char* error, size_t error_capacity);
+  void close();
+  bool is_open() const { return base_ != nullptr; }
+
+  uint32_t vocab_size() const { return vocab_size_; }
+  uint32_t hidden_dim() const { return hidden_dim_; }
+  uint32_t max_tokens() const { return max_tokens_; }
+  uint32_t default_class() const { return default_class_; }
+  // [V, 4H]: embedding @ w_input + bias, one row per token (papers/000 section 10).
+  const float* folded() const { return folded_; }
+  const float* w_hidden() const { return w_hidden_; }  // [H, 4H]
+  const float* dense_w() const { return dense_w_; }    // [H, 8]
+  const float* dense_b() const { return dense_b_; }    // [8]
+  // CRC-32 of the vocabulary (offsets and strings): token tables record it to detect another model's tables.
+  uint32_t vocab_crc() const { return vocab_crc_; }
+
+ private:
+  bool validate(char* error, size_t error_capacity);
+
+  const unsigned char* base_ = nullptr;
+  size_t size_bytes_ = 0;
+  bool mapped_ = false;
+  uint32_t vocab_size_ = 0, hidden_dim_ = 0, max_tokens_ = 0, default_class_ = 0, vocab_crc_ = 0;
+  const float* folded_ = nullptr;
+  const float* w_hidden_ = nullptr;
+  const float* dense_w_ = nullptr;
+  const float* dense_b_ = nullptr;
+};
+
+// Logits of one token sequence (tokens[0..count), count <= max_tokens; an id >= vocab_size is read as <unk>).
+// Buffers on the stack only: safe from any number of threads at once. Returns the class: the first index of
+// the largest logit.
+unsigned infer(const ModelFile& model, const uint32_t* tokens, size_t count, float* logits_out);
+
+// Formats into buf like snprintf for %s/%u/%llu only, without allocating (error messages on the init path).
+size_t format_message(char* buf, size_t capacity, const char* fmt, ...);
+
+}  // namespace llamalloc::model

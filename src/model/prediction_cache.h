@@ -1,0 +1,87 @@
+// The prediction cache of papers/000 section 7 (Figure 7): a thread-local, direct-mapped table keyed by a
+// hash of the return address, the stack height and the size class of the request. A hit returns the cached
+// lifetime class; a miss runs the model and stores its answer. Every `repredict_every` hits of an entry the
+// model runs again (0: never) and the entry keeps the longer of the old and new class (the allocator tolerates an
+// under-predicted lifetime better than an over-predicted one). Header-only so that tests drive it with a fake.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace llamalloc::model {
+
+// Counters of one thread's cache. One writer (the owning thread), read by the statistics writer at exit:
+// relaxed loads and stores, so the hit path is a plain increment with no locked instruction.
+struct CacheCounters {
+  std::atomic<uint64_t> hits{0};
+  std::atomic<uint64_t> misses{0};
+  std::atomic<uint64_t> model_runs{0};
+  std::atomic<uint64_t> prediction_ns{0};
+  std::atomic<uint64_t> repredictions_changed{0};
+  std::atomic<uint64_t> repredictions{0};
+
+  static void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
+    c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
+};
+
+// The cache key: a 64-bit mix of the three parts (never 0, which marks an empty entry). The size enters as its
+// size class: the model only sees the class, so exact sizes would only add misses.
+inline uint64_t cache_key(uintptr_t return_address, uintptr_t stack_address, unsigned size_class) {
+  uint64_t k = uint64_t(return_address) * 0x9E3779B97F4A7C15ull;
+  k ^= (uint64_t(stack_address) + (uint64_t(size_class) << 56)) * 0xC2B2AE3D27D4EB4Full;
+  k ^= k >> 29;
+  k *= 0xBF58476D1CE4E5B9ull;
+  k ^= k >> 32;
+  return k | 1;
+}
+
+template <unsigned kLogEntries>
+class PredictionCache {
+ public:
+  static constexpr unsigned kEntries = 1u << kLogEntries;
+
+  struct Entry {
+    uint64_t key;
+    uint32_t hits;  // since the last model run for this entry
+    uint8_t lifetime_class;
+  };
+
+  static unsigned index_of(uint64_t key) { return unsigned(key >> (64 - kLogEntries)); }
+
+  // The class for `key`; `run_model()` gives the model's class (called on a miss and on re-prediction).
+  template <typename RunModel>
+  unsigned lookup(uint64_t key, uint32_t repredict_every, CacheCounters& counters, RunModel&& run_model) {
+    Entry& e = entries_[index_of(key)];
+    if (__builtin_expect(e.key == key, 1)) {
+      CacheCounters::bump(counters.hits);
+      if (__builtin_expect(repredict_every == 0 || ++e.hits < repredict_every, 1)) return e.lifetime_class;
+      e.hits = 0;
+      CacheCounters::bump(counters.repredictions);
+      unsigned fresh = run_model();
+      if (fresh > e.lifetime_class) {
+        e.lifetime_class = uint8_t(fresh);
+        CacheCounters::bump(counters.repredictions_changed);
+      }
+      return e.lifetime_class;
+    }
+    CacheCounters::bump(counters.misses);
+    unsigned fresh = run_model();
+    // Direct-mapped: the newcomer evicts whatever shared its slot (the recent context is the likely next one).
+    e.key = key;
+    e.hits = 0;
+    e.lifetime_class = uint8_t(fresh);
+    return fresh;
+  }
+
+  const Entry& entry(unsigned index) const { return entries_[index]; }
+  void clear() {
+    for (Entry& e : entries_) e = Entry{};
+  }
+
+ private:
+  Entry entries_[kEntries] = {};
+};
+
+}  // namespace llamalloc::model
