@@ -22,7 +22,8 @@ namespace llamalloc {
     "(papers/000 section 6.4 tried 2 and 4).")                                                                   \
   X(STATS, stats, String, "", 0, 0,                                                                              \
     "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \
-    "RSS, event counters). Empty: none.")                                                                        \
+    "RSS, event counters). Every process that inherits it writes it at exit; %p in the path is replaced by the "  \
+    "process id. Empty: none.")                                                                        \
   X(MODEL, model, String, "", 0, 0,                                                                              \
     "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS).")
 

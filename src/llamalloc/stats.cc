@@ -92,13 +92,29 @@ size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity) {
   return o.used;
 }
 
-bool write_stats_file(GlobalAllocator& heap, const char* path) {
+bool expand_stats_path(const char* pattern, char* out, size_t capacity) {
+  Out o{out, capacity};
+  for (const char* p = pattern; *p; ++p) {
+    if (p[0] == '%' && p[1] == 'p') {
+      o.num(uint64_t(getpid()));
+      ++p;
+    } else {
+      char c[2] = {*p, 0};
+      o.put(c);
+    }
+  }
+  if (o.used >= capacity) return false;
+  out[o.used] = 0;
+  return true;
+}
+
+bool write_stats_file(GlobalAllocator& heap, const char* pattern) {
   char json[8192];
   size_t n = format_stats_json(heap, json, sizeof(json));
   if (n == 0) return false;
-  char tmp[4096];
+  char path[4096], tmp[4096 + 8];
+  if (!expand_stats_path(pattern, path, sizeof(path))) return false;
   size_t len = strlen(path);
-  if (len + 16 > sizeof(tmp)) return false;
   memcpy(tmp, path, len);
   memcpy(tmp + len, ".tmp", 5);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -163,6 +163,9 @@ TEST(StatsTest, FileIsWrittenWholeThroughRename) {
   EXPECT_NE(access(path.c_str(), F_OK), -1);
   EXPECT_EQ(access((path + ".tmp").c_str(), F_OK), -1) << "no temporary left behind";
   EXPECT_FALSE(write_stats_file(g_global, "/nonexistent-dir/x.json"));
+  char expanded[64];
+  ASSERT_TRUE(expand_stats_path("s.%p.json", expanded, sizeof(expanded)));
+  EXPECT_EQ(std::string(expanded), "s." + std::to_string(getpid()) + ".json");
 }
 
 #ifdef LLAMALLOC_SHARED_LIBRARY
