@@ -149,9 +149,8 @@ void Engine::Process(const Event& event) {
 void Engine::Finish() {
   if (!started_) return;
   policy_.AdvanceTime(summary_.last_time_ns);
-  if (timeline_.empty() || timeline_.back().time_ns != summary_.last_time_ns) {
-    TakeSample(summary_.last_time_ns);
-  }
+  // The end state, even when a sample at this very time shows the state before its events.
+  TakeSample(summary_.last_time_ns);
   summary_.final_live_bytes = live_bytes_;
   summary_.final_footprint_bytes = timeline_.back().footprint_bytes;
   NoteFootprint(summary_.last_time_ns);

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "sim/llama_policy.h"
 #include "sim/mesh_policy.h"
 #include "sim/page_policy.h"
 #include "sim/tcmalloc_policy.h"
@@ -9,7 +10,7 @@
 namespace llamalloc::sim {
 
 std::vector<std::string> PolicyNames() {
-  return {"pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime"};
+  return {"pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle", "llama-default"};
 }
 
 std::vector<std::string> ExpandPolicyName(const std::string& name) {
@@ -36,6 +37,12 @@ std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings
     TcmallocOptions o;
     o.lifetime_aware = name == "tcmalloc-lifetime";
     return std::make_unique<TcmallocPolicy>(o);
+  }
+  if (name == "llama-oracle" || name == "llama-default") {
+    LlamaOptions o;
+    o.fixed_class = name == "llama-default" ? 0 : -1;
+    o.snapshot_times_ns = settings.snapshot_times_ns;
+    return std::make_unique<LlamaPolicy>(o);
   }
   throw std::invalid_argument("unknown policy '" + name + "'");
 }

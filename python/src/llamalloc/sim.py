@@ -25,7 +25,7 @@ from .errors import FormatError, UserError
 FORMAT = "llamalloc-sim"
 VERSION = 1
 BINARY = "src/sim/llamalloc-sim"
-POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime")
+POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle", "llama-default")
 ALIASES = {"mesh": ("mesh-4k", "mesh-2m")}
 
 

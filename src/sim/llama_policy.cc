@@ -1,0 +1,214 @@
+#include "sim/llama_policy.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "heap/heap.h"
+#include "local/local.h"
+#include "pal/pal.h"
+
+namespace llamalloc::sim {
+
+// Address space comes from anonymous MAP_NORESERVE mappings: the heap's metadata and the thread-local
+// allocator's 8-byte object headers are real memory (the allocator reads them back), object payloads are
+// never touched, so only the pages holding headers cost memory. back/release are bookkeeping: they are
+// what the OS would have been asked to back and to take back.
+class SimPlatform final : public Platform {
+ public:
+  void* reserve(size_t bytes, size_t alignment) override {
+    size_t span = bytes + alignment;
+    void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    uintptr_t start = reinterpret_cast<uintptr_t>(p);
+    uintptr_t aligned = (start + alignment - 1) & ~(uintptr_t(alignment) - 1);
+    if (aligned > start) ::munmap(p, aligned - start);
+    uintptr_t end = start + span;
+    if (end > aligned + bytes) ::munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
+    return reinterpret_cast<void*>(aligned);
+  }
+  bool back(void* address, size_t bytes) override {
+    backed_bytes_ += bytes;
+    uintptr_t a = reinterpret_cast<uintptr_t>(address);
+    for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes) backed_pages_.Put(p, 1);
+    return true;
+  }
+  void release(void* address, size_t bytes) override {
+    backed_bytes_ -= bytes;
+    uintptr_t a = reinterpret_cast<uintptr_t>(address);
+    for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes) backed_pages_.Erase(p);
+    ::madvise(address, bytes, MADV_DONTNEED);  // drop the headers written there
+  }
+  void* map_metadata(size_t bytes) override {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  void release_metadata(void* address, size_t bytes) override { ::madvise(address, bytes, MADV_DONTNEED); }
+
+  uint64_t backed_bytes() const { return backed_bytes_; }
+  std::vector<uintptr_t> backed_pages() const {
+    std::vector<uintptr_t> pages;
+    backed_pages_.ForEach([&](uint64_t page, int) { pages.push_back(page); });
+    std::sort(pages.begin(), pages.end());
+    return pages;
+  }
+
+ private:
+  uint64_t backed_bytes_ = 0;
+  FlatMap<int> backed_pages_{4096};
+};
+
+class TraceClock final : public Clock {
+ public:
+  uint64_t now_ns() override { return now_ns_; }
+  void set(uint64_t now_ns) { now_ns_ = now_ns; }
+
+ private:
+  uint64_t now_ns_ = 0;
+};
+
+LlamaPolicy::LlamaPolicy(LlamaOptions options)
+    : options_(std::move(options)),
+      platform_(std::make_unique<SimPlatform>()),
+      clock_(std::make_unique<TraceClock>()),
+      heaps_(64),
+      placed_(1 << 16) {
+  HeapConfig config;
+  config.num_classes = kMaxClasses;
+  config.deadline_k = options_.deadline_k;
+  global_ = std::make_unique<GlobalAllocator>(*platform_, *clock_, config);
+  std::sort(options_.snapshot_times_ns.begin(), options_.snapshot_times_ns.end());
+}
+
+LlamaPolicy::~LlamaPolicy() = default;
+
+LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
+  // Each traced thread allocates from its own thread-local heap, as it did in the process.
+  uint64_t key = uint64_t{thread} + 1;
+  if (LocalHeap** h = heaps_.Find(key)) return **h;
+  heap_storage_.push_back(std::make_unique<LocalHeap>());
+  LocalHeap* h = heap_storage_.back().get();
+  heaps_.Put(key, h);
+  return *h;
+}
+
+void LlamaPolicy::AdvanceTime(uint64_t time_ns) {
+  now_ns_ = std::max(now_ns_, time_ns);
+  clock_->set(now_ns_);
+  while (next_snapshot_ < options_.snapshot_times_ns.size() && options_.snapshot_times_ns[next_snapshot_] <= now_ns_) {
+    global_->tick();
+    TakeSnapshot(options_.snapshot_times_ns[next_snapshot_]);
+    ++next_snapshot_;
+  }
+}
+
+void LlamaPolicy::Allocate(const ObjectAlloc& object) {
+  unsigned lc = options_.fixed_class >= 0 ? unsigned(options_.fixed_class)
+                : object.lifetime_class < kMaxClasses ? object.lifetime_class : kMaxClasses - 1;
+  ++allocs_by_class_[lc];
+  size_t size = object.size_bytes;
+  size_t alignment = std::max<size_t>(object.alignment_bytes, kMinAlignBytes);
+  if (alignment & (alignment - 1)) alignment = kMinAlignBytes;  // not a power of two: malloc's default
+  // The same dispatch as the library's malloc_slow (src/llamalloc/alloc/alloc.cc).
+  void* p;
+  if (size <= kSmallMaxBytes && alignment <= kMaxSmallAlignment && size + alignment <= kSmallMaxBytes) {
+    LocalHeap& heap = HeapFor(object.thread);
+    p = alignment <= kMinAlignBytes ? cursor_bump(heap.classes[lc].primary, size) : nullptr;
+    if (p == nullptr) p = LocalAllocator::alloc_small(*global_, heap, lc, size, alignment);
+  } else {
+    p = global_->alloc_large(lc, size, alignment);
+  }
+  if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
+  placed_.Put(object.address, reinterpret_cast<uint64_t>(p));
+}
+
+void LlamaPolicy::Free(uint64_t, uint64_t address, uint64_t) {
+  uint64_t placed = 0;
+  if (!placed_.Erase(address, &placed)) return;
+  void* p = reinterpret_cast<void*>(placed);
+  SpanMeta* s = global_->span_of(placed);
+  if (s != nullptr && s->small.load(std::memory_order_relaxed)) {
+    LocalAllocator::free_small(*global_, s, p);
+  } else {
+    global_->free_large(p);
+  }
+}
+
+uint64_t LlamaPolicy::footprint_bytes() const { return global_->gauges().footprint_bytes; }
+
+uint64_t LlamaPolicy::platform_backed_bytes() const { return platform_->backed_bytes(); }
+
+std::vector<std::string> LlamaPolicy::extra_columns() const {
+  std::vector<std::string> c;
+  for (unsigned i = 0; i < kMaxClasses; ++i) c.push_back("hp_class_" + std::to_string(i));
+  return c;
+}
+
+void LlamaPolicy::Sample(uint64_t time_ns, std::vector<int64_t>& v) {
+  AdvanceTime(time_ns);
+  global_->tick();  // deadlines that expired while the trace was quiet
+  for (unsigned i = 0; i < kMaxClasses; ++i) v[i] = static_cast<int64_t>(global_->gauges().huge_pages_by_class[i]);
+}
+
+void LlamaPolicy::TakeSnapshot(uint64_t time_ns) {
+  static const char* kStates[] = {"free", "open", "active"};
+  static const char* kKinds[] = {"blocks", "huge-head", "huge-tail"};
+  auto hex = [](const Bitmap256& b) {
+    char buf[65];
+    std::snprintf(buf, sizeof buf, "%016llx%016llx%016llx%016llx", (unsigned long long)b.words[3],
+                  (unsigned long long)b.words[2], (unsigned long long)b.words[1], (unsigned long long)b.words[0]);
+    return std::string(buf);
+  };
+  std::string j = "{\"time_ns\": " + std::to_string(time_ns) + ", \"pages\": [";
+  bool first = true;
+  for (uintptr_t address : platform_->backed_pages()) {
+    PageInfo info = global_->page_info(address);
+    if (info.state == PageState::kUnused) continue;
+    j += first ? "" : ", ";
+    first = false;
+    j += "{\"address\": " + std::to_string(address) + ", \"state\": \"" + kStates[int(info.state)] +
+         "\", \"kind\": \"" + kKinds[int(info.kind)] + "\", \"class\": " + std::to_string(info.lifetime_class) +
+         ", \"deadline_ns\": " +
+         (info.deadline_ns == UINT64_MAX ? std::string("null") : std::to_string(info.deadline_ns)) +
+         ", \"live\": \"" + hex(info.live) + "\", \"residual\": \"" + hex(info.residual) + "\"}";
+  }
+  j += "]}";
+  snapshots_.push_back(std::move(j));
+}
+
+std::vector<std::pair<std::string, double>> LlamaPolicy::summary_extras() const {
+  Counters& c = global_->counters();
+  std::vector<std::pair<std::string, double>> e = {
+      {"deadline_k", double(options_.deadline_k)},
+      {"block_spans_handed_out", double(c.block_spans_handed_out.load())},
+      {"blocks_recycled", double(c.blocks_recycled.load())},
+      {"lines_recycled", double(c.lines_recycled.load())},
+      {"overflow_allocations", double(c.overflow_allocations.load())},
+      {"deadlines_expired", double(c.deadlines_expired.load())},
+      {"promotions", double(c.promotions.load())},
+      {"demotions", double(c.demotions.load())},
+      {"huge_pages_released", double(c.huge_pages_released.load())},
+      {"heap_peak_footprint_bytes", double(global_->gauges().peak_footprint_bytes)},
+      {"platform_backed_bytes", double(platform_->backed_bytes())},
+      {"threads", double(heap_storage_.size())},
+  };
+  for (unsigned i = 0; i < kMaxClasses; ++i) e.push_back({"allocs_class_" + std::to_string(i), double(allocs_by_class_[i])});
+  return e;
+}
+
+std::vector<std::pair<std::string, std::string>> LlamaPolicy::summary_json() const {
+  // The final heap map is always included; requested ones come first, in time order.
+  auto* self = const_cast<LlamaPolicy*>(this);
+  if (!final_snapshot_taken_) {
+    self->TakeSnapshot(now_ns_);
+    self->final_snapshot_taken_ = true;
+  }
+  std::string list = "[";
+  for (size_t i = 0; i < snapshots_.size(); ++i) list += (i ? ",\n        " : "\n        ") + snapshots_[i];
+  list += "\n      ]";
+  return {{"snapshots", list}};
+}
+
+}  // namespace llamalloc::sim

@@ -1,0 +1,74 @@
+// llama-oracle: the traced objects replayed through the real llamalloc heap (src/llamalloc: the same
+// GlobalAllocator and thread-local LocalAllocator code as libllamalloc.so) on a simulation platform and
+// the trace's clock, each object allocated in its true lifetime class (from its own free time in the
+// trace; never freed = class 7). Footprint is the heap's own: huge pages open or active in its
+// bookkeeping (DESIGN.md), i.e. the bytes the platform has backed and not yet released.
+// llama-default: the same heap with every object in one class, as the library runs without a model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/flat_map.h"
+#include "sim/policy.h"
+
+namespace llamalloc {
+class GlobalAllocator;
+struct LocalHeap;
+}  // namespace llamalloc
+
+namespace llamalloc::sim {
+
+class SimPlatform;
+class TraceClock;
+
+struct LlamaOptions {
+  unsigned deadline_k = 4;                 // papers/000 6.4's K
+  // -1: llama-oracle (each object's true class). 0..7: llama-default, every object in this class, which is
+  // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS, default 0).
+  int fixed_class = -1;
+  std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
+};
+
+class LlamaPolicy final : public Policy {
+ public:
+  explicit LlamaPolicy(LlamaOptions options);
+  ~LlamaPolicy() override;
+
+  std::string name() const override { return options_.fixed_class < 0 ? "llama-oracle" : "llama-default"; }
+  bool needs_lifetime_classes() const override { return options_.fixed_class < 0; }
+  void Allocate(const ObjectAlloc& object) override;
+  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes) override;
+  void AdvanceTime(uint64_t time_ns) override;
+  uint64_t footprint_bytes() const override;
+  std::vector<std::string> extra_columns() const override;
+  void Sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
+  std::vector<std::pair<std::string, double>> summary_extras() const override;
+  std::vector<std::pair<std::string, std::string>> summary_json() const override;
+
+  // Bytes the simulation platform has backed (must equal footprint_bytes(): a cross-check).
+  uint64_t platform_backed_bytes() const;
+  GlobalAllocator& heap() { return *global_; }
+  // Appends a snapshot of every huge page in use (JSON) to the summary's "snapshots".
+  void TakeSnapshot(uint64_t time_ns);
+
+ private:
+  LocalHeap& HeapFor(uint32_t thread);
+
+  LlamaOptions options_;
+  std::unique_ptr<SimPlatform> platform_;
+  std::unique_ptr<TraceClock> clock_;
+  std::unique_ptr<GlobalAllocator> global_;
+  FlatMap<LocalHeap*> heaps_;              // trace thread id + 1 -> its thread-local heap
+  std::vector<std::unique_ptr<LocalHeap>> heap_storage_;
+  FlatMap<uint64_t> placed_;               // trace address -> address in the simulated heap
+  uint64_t now_ns_ = 0;
+  size_t next_snapshot_ = 0;
+  uint64_t allocs_by_class_[8] = {};
+  std::vector<std::string> snapshots_;
+  bool final_snapshot_taken_ = false;
+};
+
+}  // namespace llamalloc::sim

@@ -1,0 +1,95 @@
+#include "sim/llama_policy.h"
+
+#include <gtest/gtest.h>
+
+#include "sim/engine.h"
+#include "test_events.h"
+
+namespace llamalloc::sim {
+namespace {
+
+using testing::Alloc;
+using testing::Free;
+using testing::kMs;
+
+constexpr uint64_t k2M = 2 << 20;
+
+TEST(LlamaPolicy, ObjectsOfDifferentTrueClassesLiveOnDifferentHugePages) {
+  VectorEventSource source({
+      Alloc(0, 0x1000, 64),                // freed after 5 ms: class 0
+      Alloc(1 * kMs, 0x2000, 64),          // never freed: class 7
+      Alloc(2 * kMs, 0x3000, 3 << 20),     // 3 MiB, freed after 3 ms: two whole huge pages
+      Free(5 * kMs, 0x1000),
+      Free(5 * kMs, 0x3000),
+  });
+  std::vector<uint8_t> classes = ComputeLifetimeClasses(source);
+  ASSERT_EQ(classes, (std::vector<uint8_t>{0, 7, 0}));
+  LlamaOptions options;
+  options.snapshot_times_ns = {3 * kMs};
+  LlamaPolicy policy(options);
+  Engine engine(policy, EngineOptions{1 * kMs});
+  engine.set_lifetime_classes(&classes);
+  Event e;
+  std::vector<uint64_t> footprints;
+  while (source.Next(&e)) {
+    engine.Process(e);
+    footprints.push_back(policy.footprint_bytes());
+    EXPECT_EQ(policy.footprint_bytes(), policy.platform_backed_bytes());
+  }
+  engine.Finish();
+  // One open page for class 0, one for class 7, two for the huge object; freeing it gives both back. The
+  // class-0 span stays with its thread (as in the process), so its page stays open.
+  EXPECT_EQ(footprints, (std::vector<uint64_t>{k2M, 2 * k2M, 4 * k2M, 4 * k2M, 2 * k2M}));
+  const TimelineSample& last = engine.timeline().back();
+  const auto& columns = engine.extra_columns();
+  ASSERT_EQ(columns.size(), 8u);
+  EXPECT_EQ(columns[7], "hp_class_7");
+  EXPECT_EQ(last.extra[0], 1);
+  EXPECT_EQ(last.extra[7], 1);
+  EXPECT_EQ(last.extra[3], 0);
+  // The requested snapshot (3 ms: 4 huge pages) and the final one.
+  auto json = policy.summary_json();
+  ASSERT_EQ(json.size(), 1u);
+  EXPECT_EQ(json[0].first, "snapshots");
+  const std::string& s = json[0].second;
+  EXPECT_NE(s.find("\"time_ns\": 3000000"), std::string::npos) << s;
+  EXPECT_NE(s.find("\"kind\": \"huge-head\""), std::string::npos) << s;
+  EXPECT_NE(s.find("\"class\": 7"), std::string::npos) << s;
+  EXPECT_NE(s.find("\"state\": \"open\""), std::string::npos) << s;
+}
+
+TEST(LlamaPolicy, DefaultPolicyPutsEverythingInClassZero) {
+  LlamaOptions options;
+  options.fixed_class = 0;
+  LlamaPolicy policy(options);
+  EXPECT_EQ(policy.name(), "llama-default");
+  EXPECT_FALSE(policy.needs_lifetime_classes());
+  VectorEventSource source({Alloc(0, 0x1000, 64), Alloc(1, 0x2000, 64), Alloc(2, 0x3000, 20000)});
+  RunResult r = Replay(source, policy, EngineOptions{});
+  EXPECT_EQ(r.summary.final_footprint_bytes, k2M);  // small and large objects share the one open page
+  double class0 = -1;
+  for (auto& [name, value] : r.extras) {
+    if (name == "allocs_class_0") class0 = value;
+  }
+  EXPECT_EQ(class0, 3);
+}
+
+TEST(LlamaPolicy, ManyShortLivedObjectsReuseMemory) {
+  // 200 rounds of 500 objects of 100 B each, all freed within the round (class 0): the heap must keep
+  // reusing its pages, so the footprint stays a few huge pages, far from 200 x 500 x 100 B = 10 MB.
+  std::vector<Event> events;
+  uint64_t t = 0;
+  for (int round = 0; round < 200; ++round) {
+    for (uint64_t i = 0; i < 500; ++i) events.push_back(Alloc(t++, 0x100000 + 128 * i, 100));
+    for (uint64_t i = 0; i < 500; ++i) events.push_back(Free(t++, 0x100000 + 128 * i));
+  }
+  VectorEventSource source(events);
+  LlamaPolicy policy(LlamaOptions{});
+  RunResult r = Replay(source, policy, EngineOptions{});
+  EXPECT_EQ(r.summary.peak_live_bytes, 50000u);
+  EXPECT_LE(r.summary.peak_footprint_bytes, 2 * k2M);
+  EXPECT_EQ(r.summary.unknown_frees, 0u);
+}
+
+}  // namespace
+}  // namespace llamalloc::sim
