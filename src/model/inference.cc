@@ -1,5 +1,5 @@
 // The LSTM forward pass of docs/formats/model.md on the folded table (papers/000 section 10): per token, one
-// H x 4H matrix-vector product and 4H activations, all in float32, on stack buffers. Compiled for AVX2+FMA with
+// H x 4H matrix-vector product and 4H activations, all in float32, on stack buffers. Compiled for x86-64-v3 (AVX2, FMA) with
 // a generic fallback chosen at load time (GCC target_clones), so one library runs on any x86-64.
 #include <cstring>
 
@@ -10,10 +10,13 @@ namespace llamalloc::model {
 namespace {
 
 // exp(x) for a vector loop: 2^n * p(r) with x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial (relative error
-// about 2e-7, below float32's own rounding of the reference). Branch-free so that it vectorises.
-inline float fast_exp(float x) {
+// about 2e-7, below float32's own rounding of the reference). Branch-free and call-free (the rounding is the
+// 1.5 * 2^23 trick, not roundf) so that the loops around it vectorise.
+__attribute__((always_inline)) inline float fast_exp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  float n = __builtin_roundf(x * 1.44269504088896341f);
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits
+  float t = x * 1.44269504088896341f + shifter;
+  float n = t - shifter;
   float r = x - n * 0.693145751953125f;
   r = r - n * 1.428606765330187045e-06f;
   float p = 1.0f / 720;
@@ -23,17 +26,97 @@ inline float fast_exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  int32_t bits = (int32_t(n) + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  return p * __builtin_bit_cast(float, (int32_t(n) + 127) << 23);
 }
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
-inline float tanh_(float x) { return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f); }
+__attribute__((always_inline)) inline float sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+__attribute__((always_inline)) inline float tanh_(float x) { return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f); }
 
-__attribute__((target_clones("arch=haswell", "default")))
-void lstm_steps(const ModelFile& model, const uint32_t* tokens, size_t count, float* h, float* c) {
+// Eight floats (one AVX register; two SSE registers in the generic clone), loaded and stored unaligned.
+typedef float v8f __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32), aligned(4)));
+
+__attribute__((always_inline)) inline v8f splat(float x) { return v8f{} + x; }
+
+// fast_exp on eight lanes (the same arithmetic, lane by lane).
+__attribute__((always_inline)) inline v8f exp8(v8f x) {
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+  x = x > splat(88.0f) ? splat(88.0f) : x;
+  const v8f shifter = splat(12582912.0f);
+  v8f n = (x * 1.44269504088896341f + shifter) - shifter;
+  v8f r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  v8f p = splat(1.0f / 720);
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  v8i bits = (__builtin_convertvector(n, v8i) + 127) << 23;
+  return p * __builtin_bit_cast(v8f, bits);
+}
+
+__attribute__((always_inline)) inline v8f sigmoid8(v8f x) { return 1.0f / (1.0f + exp8(-x)); }
+__attribute__((always_inline)) inline v8f tanh8(v8f x) { return 1.0f - 2.0f / (exp8(2.0f * x) + 1.0f); }
+
+__attribute__((always_inline)) inline v8f load8(const float* p) {
+  v8f v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+__attribute__((always_inline)) inline void store8(float* p, v8f v) { __builtin_memcpy(p, &v, sizeof v); }
+
+// H a multiple of 8 (the models llamalloc trains: 16, 64): z columns in blocks of 32 kept in four registers
+// while the H rows of w_hidden stream by, then the gates eight at a time.
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+void lstm_steps_vector(const ModelFile& model, const uint32_t* tokens, size_t count, float* h, float* c) {
+  const unsigned hidden = model.hidden_dim();
+  const unsigned four_h = 4 * hidden;
+  const float* folded = model.folded();
+  const float* w_hidden = model.w_hidden();
+  const uint32_t vocab = model.vocab_size();
+  alignas(64) float z[4 * kMaxHiddenDim];
+  for (size_t t = 0; t < count; ++t) {
+    uint32_t token = tokens[t] < vocab ? tokens[t] : kUnkToken;
+    const float* x = folded + size_t(token) * four_h;
+    unsigned j0 = 0;
+    for (; j0 + 32 <= four_h; j0 += 32) {
+      v8f a0 = load8(x + j0), a1 = load8(x + j0 + 8), a2 = load8(x + j0 + 16), a3 = load8(x + j0 + 24);
+      const float* row = w_hidden + j0;
+      for (unsigned k = 0; k < hidden; ++k, row += four_h) {
+        v8f hk = splat(h[k]);
+        a0 += hk * load8(row);
+        a1 += hk * load8(row + 8);
+        a2 += hk * load8(row + 16);
+        a3 += hk * load8(row + 24);
+      }
+      store8(z + j0, a0);
+      store8(z + j0 + 8, a1);
+      store8(z + j0 + 16, a2);
+      store8(z + j0 + 24, a3);
+    }
+    for (; j0 < four_h; j0 += 8) {
+      v8f a = load8(x + j0);
+      const float* row = w_hidden + j0;
+      for (unsigned k = 0; k < hidden; ++k, row += four_h) a += splat(h[k]) * load8(row);
+      store8(z + j0, a);
+    }
+    // Gates [input, forget, cell, output]: sigmoid, sigmoid, tanh, sigmoid.
+    for (unsigned j = 0; j < hidden; j += 8) {
+      v8f i = sigmoid8(load8(z + j));
+      v8f f = sigmoid8(load8(z + hidden + j));
+      v8f g = tanh8(load8(z + 2 * hidden + j));
+      v8f o = sigmoid8(load8(z + 3 * hidden + j));
+      v8f cj = f * load8(c + j) + i * g;
+      store8(c + j, cj);
+      store8(h + j, o * tanh8(cj));
+    }
+  }
+}
+
+// Any other H: the same arithmetic, one float at a time.
+void lstm_steps_scalar(const ModelFile& model, const uint32_t* tokens, size_t count, float* h, float* c) {
   const unsigned hidden = model.hidden_dim();
   const unsigned four_h = 4 * hidden;
   const float* folded = model.folded();
@@ -44,20 +127,19 @@ void lstm_steps(const ModelFile& model, const uint32_t* tokens, size_t count, fl
     uint32_t token = tokens[t] < vocab ? tokens[t] : kUnkToken;
     const float* x = folded + size_t(token) * four_h;
     for (unsigned j = 0; j < four_h; ++j) z[j] = x[j];
-    for (unsigned k = 0; k < hidden; ++k) {
-      const float hk = h[k];
-      const float* row = w_hidden + size_t(k) * four_h;
-      for (unsigned j = 0; j < four_h; ++j) z[j] += hk * row[j];
-    }
+    for (unsigned k = 0; k < hidden; ++k)
+      for (unsigned j = 0; j < four_h; ++j) z[j] += h[k] * w_hidden[size_t(k) * four_h + j];
     for (unsigned j = 0; j < hidden; ++j) {
-      float i = sigmoid(z[j]);
-      float f = sigmoid(z[hidden + j]);
-      float g = tanh_(z[2 * hidden + j]);
-      float o = sigmoid(z[3 * hidden + j]);
+      float i = sigmoid(z[j]), f = sigmoid(z[hidden + j]), g = tanh_(z[2 * hidden + j]), o = sigmoid(z[3 * hidden + j]);
       c[j] = f * c[j] + i * g;
       h[j] = o * tanh_(c[j]);
     }
   }
+}
+
+void lstm_steps(const ModelFile& model, const uint32_t* tokens, size_t count, float* h, float* c) {
+  if (model.hidden_dim() % 8 == 0) lstm_steps_vector(model, tokens, count, h, c);
+  else lstm_steps_scalar(model, tokens, count, h, c);
 }
 
 }  // namespace

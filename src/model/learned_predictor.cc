@@ -300,6 +300,7 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   uint32_t tokens[kMaxTokens];
   size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens);
   unsigned lc = infer(model_, tokens, n, nullptr);
+  if (log_fd_ >= 0) log_run(lc, tokens, n);
   CacheCounters::bump(state->counters.model_runs);
   CacheCounters::bump(state->counters.prediction_ns, now_ns() - t0);
   return lc;
@@ -314,6 +315,29 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
                                     [&] { return run_model(context, state); });
   state->busy = false;
   return lc;
+}
+
+void LearnedPredictor::set_log_fd(int fd) { log_fd_ = fd; }
+
+// One line per model run, "class: token ids", written with one write(2) so that lines of threads do not mix.
+void LearnedPredictor::log_run(unsigned lc, const uint32_t* tokens, size_t n) {
+  char line[kMaxTokens * 11 + 16];
+  size_t len = 0;
+  auto put_u = [&](uint32_t v) {
+    char digits[12];
+    int k = 0;
+    do digits[k++] = char('0' + v % 10); while ((v /= 10) != 0);
+    while (k) line[len++] = digits[--k];
+  };
+  put_u(lc);
+  line[len++] = ':';
+  for (size_t i = 0; i < n; ++i) {
+    line[len++] = ' ';
+    put_u(tokens[i]);
+  }
+  line[len++] = '\n';
+  ssize_t w = write(log_fd_, line, len);
+  (void)w;
 }
 
 PredictionTotals LearnedPredictor::totals() const {
@@ -338,7 +362,8 @@ namespace {
 alignas(llamalloc::model::LearnedPredictor) unsigned char g_predictor_storage[sizeof(llamalloc::model::LearnedPredictor)];
 }  // namespace
 
-extern "C" llamalloc::Predictor* llamalloc_make_model_predictor(const char* model_path) {
+extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamalloc_make_model_predictor(
+    const char* model_path) {
   using namespace llamalloc::model;
   const char* tokens = getenv("LLAMALLOC_TOKENS");
   const char* every = getenv("LLAMALLOC_REPREDICT_EVERY");
@@ -351,6 +376,10 @@ extern "C" llamalloc::Predictor* llamalloc_make_model_predictor(const char* mode
     else write_stderr("llamalloc: warning: LLAMALLOC_REPREDICT_EVERY is not a number; using 1000\n");
   }
   auto* predictor = new (g_predictor_storage) LearnedPredictor();
+  // LLAMALLOC_PREDICT_LOG=FILE: every model run's tokens and class (tests compare them with the profile's).
+  const char* log_path = getenv("LLAMALLOC_PREDICT_LOG");
+  if (log_path != nullptr && *log_path)
+    predictor->set_log_fd(open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   char error[512];
   if (!predictor->init(model_path, tokens, repredict_every, error, sizeof error)) {
     char line[600];

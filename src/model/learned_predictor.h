@@ -83,17 +83,21 @@ class LearnedPredictor final : public Predictor {
   size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max);
   unsigned run_model(const AllocationContext& context, ThreadState* state);
 
+  // Appends "class: tokens" per model run to fd (tests of the token path); -1: off.
+  void set_log_fd(int fd);
   const ModelFile& model() const { return model_; }
   const TokenTables& tables() const { return tables_; }
   ModuleMap& modules() { return modules_; }
 
  private:
   ThreadState* thread_state();
+  void log_run(unsigned lc, const uint32_t* tokens, size_t n);
 
   ModelFile model_;
   TokenTables tables_;
   ModuleMap modules_;
   uint32_t repredict_every_ = kDefaultRepredictEvery;
+  int log_fd_ = -1;
 };
 
 // The end of the mapping holding `address` (a thread's stack top), from /proc/self/maps; 0 if not found.

@@ -293,3 +293,36 @@ def program_binaries(program: str) -> list[str]:
             raise UserError(f"{program}: not an ELF executable (a script?): give the binary that allocates to "
                             f"`llamalloc prepare`")
     return [exe] + linked_libraries(exe)
+
+
+def prepare_for_run(model_path, program: str, log=None) -> dict[str, str]:
+    """The environment that makes the allocator predict with `model_path` for `program`: LLAMALLOC_MODEL and
+    LLAMALLOC_TOKENS (token tables of the program and its libraries, in the cache, rebuilt when the model or a
+    binary changes). A program that is not an ELF executable (a script) runs with the model but no tables:
+    every frame is then <unsymbolized>."""
+    import sys
+
+    if log is None:
+        log = lambda m: print(f"llamalloc: {m}", file=sys.stderr)  # noqa: E731
+    model_path = os.path.realpath(model_path)
+    model = modelfile.read(model_path)  # a bad model is refused here, before the program starts
+    try:
+        binaries = program_binaries(program)
+    except UserError as e:
+        if e.exit_code == 127:
+            raise
+        log(f"warning: {e}; running without token tables")
+        return {"LLAMALLOC_MODEL": model_path}
+    identity = [f"{vocab_crc(model):08x}", str(len(model.vocabulary))]
+    for b in binaries:
+        st = os.stat(b)
+        identity.append(f"{b}\n{st.st_size}\n{st.st_mtime_ns}")
+    key = hashlib.sha256(f"{VERSION}\n".encode() + "\n".join(identity).encode()).hexdigest()[:32]
+    out = _cache_dir() / f"{key}.tokens"
+    if not out.exists():
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create the token cache {out.parent}: {e.strerror}") from None
+        prepare(model_path, binaries, out, log=log)
+    return {"LLAMALLOC_MODEL": model_path, "LLAMALLOC_TOKENS": str(out)}

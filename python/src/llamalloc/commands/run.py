@@ -16,8 +16,11 @@ from ..paths import native_library
               help="Write the allocator's statistics (JSON) here at exit (LLAMALLOC_STATS).")
 @click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
               help="Set an allocator option, e.g. --option CLASSES=4 (LLAMALLOC_<NAME>; see docs/options.md).")
+@click.option("--model", "model", type=click.Path(dir_okay=False),
+              help="Lifetime model (from `llamalloc train`): predict each allocation's lifetime class with it. The "
+                   "token tables of CMD and its libraries are prepared first (cached; see docs/prediction.md).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(stats, options, cmd):
+def command(stats, options, model, cmd):
     """Run CMD with libllamalloc.so preloaded. The program's exit status is passed through."""
     extra: dict[str, str] = {}
     for opt in options:
@@ -31,6 +34,10 @@ def command(stats, options, cmd):
         if not out.parent.exists():
             raise UserError(f"{out.parent}: no such directory (for --stats {stats})")
         extra["LLAMALLOC_STATS"] = str(out.resolve())
+    if model:
+        from ..prepare import prepare_for_run
+
+        extra.update(prepare_for_run(model, cmd[0]))
     env = preload_env([native_library("libllamalloc.so")], extra)
     _, status = run_program(cmd, env)
     sys.exit(status)

@@ -1,0 +1,400 @@
+#include <gtest/gtest.h>
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "learned_predictor.h"
+#include "model_file.h"
+#include "prediction_cache.h"
+#include "token_table.h"
+
+using namespace llamalloc::model;
+
+namespace {
+
+// ---------------------------------------------------------------- prediction cache (papers/000 section 7)
+
+struct FakeModel {
+  unsigned answer = 0;
+  int runs = 0;
+  unsigned operator()() {
+    ++runs;
+    return answer;
+  }
+};
+
+TEST(PredictionCache, MissRunsTheModelOnceThenHits) {
+  PredictionCache<4> cache;
+  CacheCounters counters;
+  FakeModel model{3};
+  uint64_t key = cache_key(0x401000, 0x7ffc0000, 5);
+  EXPECT_EQ(cache.lookup(key, 1000, counters, [&] { return model(); }), 3u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(cache.lookup(key, 1000, counters, [&] { return model(); }), 3u);
+  EXPECT_EQ(model.runs, 1);
+  EXPECT_EQ(counters.misses.load(), 1u);
+  EXPECT_EQ(counters.hits.load(), 10u);
+}
+
+TEST(PredictionCache, KeyDependsOnReturnAddressStackHeightAndSizeClass) {
+  uint64_t base = cache_key(0x401000, 0x7ffc1000, 5);
+  EXPECT_NE(base, cache_key(0x401008, 0x7ffc1000, 5));
+  EXPECT_NE(base, cache_key(0x401000, 0x7ffc1010, 5));
+  EXPECT_NE(base, cache_key(0x401000, 0x7ffc1000, 6));
+  EXPECT_EQ(base, cache_key(0x401000, 0x7ffc1000, 5));
+  EXPECT_NE(base, 0u);
+  // Sizes of one size class share an entry: the model cannot tell them apart.
+  EXPECT_EQ(size_class(100), size_class(128));
+  EXPECT_NE(size_class(128), size_class(129));
+}
+
+TEST(PredictionCache, DistinctContextsGetTheirOwnClasses) {
+  PredictionCache<8> cache;
+  CacheCounters counters;
+  FakeModel a{1}, b{6};
+  uint64_t ka = cache_key(0x401000, 0x7ffc0000, 5), kb = cache_key(0x402000, 0x7ffc0000, 5);
+  ASSERT_NE(PredictionCache<8>::index_of(ka), PredictionCache<8>::index_of(kb));
+  EXPECT_EQ(cache.lookup(ka, 1000, counters, [&] { return a(); }), 1u);
+  EXPECT_EQ(cache.lookup(kb, 1000, counters, [&] { return b(); }), 6u);
+  EXPECT_EQ(cache.lookup(ka, 1000, counters, [&] { return b(); }), 1u);
+  EXPECT_EQ(cache.lookup(kb, 1000, counters, [&] { return a(); }), 6u);
+}
+
+TEST(PredictionCache, ACollidingKeyEvictsTheEntry) {
+  PredictionCache<2> cache;  // 4 entries: collisions are easy to find
+  CacheCounters counters;
+  uint64_t k1 = cache_key(0x401000, 0x7ffc0000, 3);
+  uint64_t k2 = 0;
+  for (uintptr_t ra = 0x401001; k2 == 0; ++ra) {
+    uint64_t k = cache_key(ra, 0x7ffc0000, 3);
+    if (PredictionCache<2>::index_of(k) == PredictionCache<2>::index_of(k1) && k != k1) k2 = k;
+  }
+  FakeModel m1{2}, m2{5};
+  EXPECT_EQ(cache.lookup(k1, 1000, counters, [&] { return m1(); }), 2u);
+  EXPECT_EQ(cache.lookup(k2, 1000, counters, [&] { return m2(); }), 5u);
+  EXPECT_EQ(cache.lookup(k1, 1000, counters, [&] { return m1(); }), 2u);  // evicted: the model runs again
+  EXPECT_EQ(m1.runs, 2);
+  EXPECT_EQ(counters.misses.load(), 3u);
+  EXPECT_EQ(counters.hits.load(), 0u);
+}
+
+TEST(PredictionCache, EveryNHitsPredictsAgainAndKeepsTheLongerClass) {
+  PredictionCache<4> cache;
+  CacheCounters counters;
+  FakeModel model{2};
+  uint64_t key = cache_key(0x401000, 0x7ffc0000, 5);
+  const uint32_t n = 10;
+  cache.lookup(key, n, counters, [&] { return model(); });  // miss: class 2
+  model.answer = 1;  // a shorter class now: the entry keeps 2
+  for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(cache.lookup(key, n, counters, [&] { return model(); }), 2u);
+  EXPECT_EQ(model.runs, 2);  // the n-th hit predicted again
+  EXPECT_EQ(counters.repredictions_changed.load(), 0u);
+  model.answer = 5;  // a longer class: taken at the next re-prediction, not before
+  for (uint32_t i = 0; i < n - 1; ++i) EXPECT_EQ(cache.lookup(key, n, counters, [&] { return model(); }), 2u);
+  EXPECT_EQ(cache.lookup(key, n, counters, [&] { return model(); }), 5u);
+  EXPECT_EQ(model.runs, 3);
+  EXPECT_EQ(counters.repredictions_changed.load(), 1u);
+  EXPECT_EQ(counters.repredictions.load(), 2u);
+  model.answer = 0;
+  for (uint32_t i = 0; i < 3 * n; ++i) EXPECT_EQ(cache.lookup(key, n, counters, [&] { return model(); }), 5u);
+  EXPECT_EQ(model.runs, 6);
+}
+
+TEST(PredictionCache, ZeroMeansNeverPredictAgain) {
+  PredictionCache<4> cache;
+  CacheCounters counters;
+  FakeModel model{1};
+  uint64_t key = cache_key(1, 2, 3);
+  for (int i = 0; i < 5000; ++i) cache.lookup(key, 0, counters, [&] { return model(); });
+  EXPECT_EQ(model.runs, 1);
+}
+
+// ---------------------------------------------------------------- model file validation (in-memory images)
+
+// A minimal valid model image: V = 52 + 2 words, E = 4, H = 4, built as docs/formats/model.md says.
+struct Image {
+  alignas(64) unsigned char bytes[1 << 16];
+  size_t size = 0;
+};
+
+void put32(unsigned char* p, uint32_t v) { memcpy(p, &v, 4); }
+void put64(unsigned char* p, uint64_t v) { memcpy(p, &v, 8); }
+
+void build_model(Image& img, uint32_t hidden = 4) {
+  memset(img.bytes, 0, sizeof img.bytes);
+  const uint32_t V = 54, E = 4, H = hidden;
+  struct Sec {
+    const char* name;
+    uint32_t dtype, ndim, s0, s1;
+    uint64_t bytes;
+  };
+  // vocabulary strings: "<pad>\0..." simplified to one byte + NUL per token (the C++ reader checks structure)
+  Sec secs[] = {{"vocab.offsets", 3, 1, V + 1, 0, 4ull * (V + 1)}, {"vocab.strings", 2, 1, 2 * V, 0, 2ull * V},
+                {"lstm.folded", 1, 2, V, 4 * H, 4ull * V * 4 * H},   {"lstm.w_hidden", 1, 2, H, 4 * H, 4ull * H * 4 * H},
+                {"dense.w", 1, 2, H, 8, 4ull * H * 8},              {"dense.b", 1, 1, 8, 0, 32}};
+  const uint32_t n = 6;
+  uint64_t off = 128 + 64 * n;
+  off = (off + 63) / 64 * 64;
+  unsigned char* h = img.bytes;
+  memcpy(h, "LLAMODEL", 8);
+  put32(h + 8, 1);
+  put32(h + 12, 128);
+  put32(h + 28, n);
+  put32(h + 32, 8);
+  put32(h + 36, V);
+  put32(h + 40, E);
+  put32(h + 44, H);
+  put32(h + 48, 16);
+  put32(h + 52, 48);
+  put32(h + 56, 4);
+  put32(h + 60, 1);
+  put32(h + 64, 0);
+  put32(h + 68, 2);
+  put32(h + 72, 3);
+  put32(h + 76, 0);
+  uint64_t bound = 10000000ull;
+  for (int k = 0; k < 6; ++k, bound *= 10) put64(h + 80 + 8 * k, bound);
+  for (uint32_t s = 0; s < n; ++s) {
+    unsigned char* e = h + 128 + 64 * s;
+    strncpy(reinterpret_cast<char*>(e), secs[s].name, 24);
+    put32(e + 24, secs[s].dtype);
+    put32(e + 28, secs[s].ndim);
+    put32(e + 32, secs[s].s0);
+    put32(e + 36, secs[s].s1);
+    put64(e + 48, off);
+    put64(e + 56, secs[s].bytes);
+    unsigned char* data = h + off;
+    if (s == 0)
+      for (uint32_t i = 0; i <= V; ++i) put32(data + 4 * i, 2 * i);
+    if (s == 1)
+      for (uint32_t i = 0; i < V; ++i) data[2 * i] = 'a';
+    if (s >= 2) {
+      float* f = reinterpret_cast<float*>(data);
+      for (uint64_t i = 0; i < secs[s].bytes / 4; ++i) f[i] = float((i * 37 % 101) - 50) / 50.0f;
+    }
+    off = (off + secs[s].bytes + 63) / 64 * 64;
+  }
+  img.size = off;
+  put64(h + 16, img.size);
+  put32(h + 24, crc32(0, h + 128, img.size - 128));
+}
+
+void reseal(Image& img) { put32(img.bytes + 24, crc32(0, img.bytes + 128, img.size - 128)); }
+
+TEST(ModelFile, AValidImageOpensAndInfers) {
+  static Image img;
+  build_model(img);
+  ModelFile m;
+  char err[256];
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  EXPECT_EQ(m.hidden_dim(), 4u);
+  uint32_t tokens[] = {6, 60, 2, 53, 1000000};  // out-of-vocabulary ids are read as <unk>, not out of bounds
+  float logits[8];
+  unsigned lc = infer(m, tokens, 5, logits);
+  EXPECT_LT(lc, 8u);
+  for (float l : logits) EXPECT_TRUE(std::isfinite(l));
+}
+
+TEST(ModelFile, DamagedImagesAreRefusedWithAReason) {
+  static Image img;
+  char err[256];
+  ModelFile m;
+  struct Case {
+    void (*damage)(Image&);
+    const char* reason;
+  } cases[] = {
+      {[](Image& i) { i.bytes[0] = 'X'; }, "bad magic"},
+      {[](Image& i) { put32(i.bytes + 8, 9); }, "version 9"},
+      {[](Image& i) { i.size -= 64; }, "truncated"},
+      {[](Image& i) { i.bytes[i.size - 1] ^= 1; }, "checksum"},
+      {[](Image& i) { put32(i.bytes + 44, 100000); reseal(i); }, "dimensions"},
+      {[](Image& i) { put32(i.bytes + 36, 60); reseal(i); }, "wrong type or shape"},
+      {[](Image& i) { put64(i.bytes + 128 + 48, 1u << 30); reseal(i); }, "out of bounds"},
+      {[](Image& i) { memcpy(i.bytes + 128 + 64 * 3, "lstm.w_hiddeX", 13); reseal(i); }, "missing"},
+      {[](Image& i) { put32(i.bytes + 56, 5); reseal(i); }, "layout"},
+      {[](Image& i) { put32(i.bytes + 28, 1u << 20); reseal(i); }, "section table"},
+  };
+  for (const Case& c : cases) {
+    build_model(img);
+    c.damage(img);
+    EXPECT_FALSE(m.open_image(img.bytes, img.size, err, sizeof err)) << c.reason;
+    EXPECT_NE(strstr(err, c.reason), nullptr) << err << " / wanted: " << c.reason;
+    EXPECT_FALSE(m.is_open());
+  }
+}
+
+// ---------------------------------------------------------------- token tables
+
+struct TokenImage {
+  alignas(64) unsigned char bytes[4096];
+  size_t size = 0;
+};
+
+// One binary "/bin/test-binary": sites at 0x1010 (tokens 60 61, terminal) and 0x1020 (tokens 62), functions
+// [0x1000, 0x1100) (63) and [0x2000, 0x2010) (64 2 65).
+void build_tokens(TokenImage& img, uint32_t vocab_crc, uint32_t vocab_size) {
+  memset(img.bytes, 0, sizeof img.bytes);
+  unsigned char* h = img.bytes;
+  memcpy(h, "LLATOKEN", 8);
+  put32(h + 8, 1);
+  put32(h + 12, 64);
+  put32(h + 28, 1);
+  put32(h + 32, vocab_crc);
+  put32(h + 36, vocab_size);
+  unsigned char* r = h + 64;
+  strcpy(reinterpret_cast<char*>(r), "/bin/test-binary");
+  put32(r + 320, 1);
+  put64(r + 360, 0x1000);  // segment: file offset 0x1000, vaddr 0x1000, 0x2000 bytes
+  put64(r + 368, 0x1000);
+  put64(r + 376, 0x2000);
+  uint64_t sites = 64 + 512, funcs = sites + 32, toks = funcs + 48;
+  put64(r + 456, sites);
+  put64(r + 464, funcs);
+  put64(r + 472, toks);
+  put32(r + 480, 2);
+  put32(r + 484, 2);
+  put32(r + 488, 7);
+  put64(h + sites, 0x1010);
+  put32(h + sites + 8, 0);
+  put32(h + sites + 12, 2 | 0x80000000u);
+  put64(h + sites + 16, 0x1020);
+  put32(h + sites + 24, 2);
+  put32(h + sites + 28, 1);
+  put64(h + funcs, 0x1000);
+  put64(h + funcs + 8, 0x1100);
+  put32(h + funcs + 16, 3);
+  put32(h + funcs + 20, 1);
+  put64(h + funcs + 24, 0x2000);
+  put64(h + funcs + 32, 0x2010);
+  put32(h + funcs + 40, 4);
+  put32(h + funcs + 44, 3);
+  uint32_t pool[] = {60, 61, 62, 63, 64, 2, 65};
+  memcpy(h + toks, pool, sizeof pool);
+  img.size = toks + sizeof pool;
+  put64(h + 16, img.size);
+  put32(h + 24, crc32(0, h + 64, img.size - 64));
+}
+
+TEST(TokenTables, LookupPrefersTheCallSiteThenTheFunction) {
+  static TokenImage img;
+  build_tokens(img, 0xabcd, 100);
+  TokenTables t;
+  char err[256];
+  ASSERT_TRUE(t.open_image(img.bytes, img.size, 0xabcd, 100, err, sizeof err)) << err;
+  ASSERT_EQ(t.find_binary("/bin/test-binary"), 0);
+  EXPECT_EQ(t.find_binary("/bin/other"), -1);
+  FrameTokens ft;
+  ASSERT_TRUE(t.lookup(0, 0x1010, &ft));
+  EXPECT_EQ(ft.count, 2u);
+  EXPECT_EQ(ft.ids[0], 60u);
+  EXPECT_TRUE(ft.terminal);
+  ASSERT_TRUE(t.lookup(0, 0x1020, &ft));
+  EXPECT_EQ(ft.count, 1u);
+  EXPECT_EQ(ft.ids[0], 62u);
+  EXPECT_FALSE(ft.terminal);
+  ASSERT_TRUE(t.lookup(0, 0x1050, &ft));  // no call site there: the function
+  EXPECT_EQ(ft.ids[0], 63u);
+  ASSERT_TRUE(t.lookup(0, 0x1100, &ft));  // return address just past the function's end: its last call
+  EXPECT_EQ(ft.ids[0], 63u);
+  ASSERT_TRUE(t.lookup(0, 0x2005, &ft));
+  EXPECT_EQ(ft.count, 3u);
+  EXPECT_FALSE(t.lookup(0, 0x1800, &ft));  // between functions: unknown
+  EXPECT_FALSE(t.lookup(0, 0x1000, &ft));  // vaddr - 1 is before the first function
+}
+
+TEST(TokenTables, AnotherModelsOrDamagedTablesAreRefused) {
+  static TokenImage img;
+  TokenTables t;
+  char err[256];
+  build_tokens(img, 0xabcd, 100);
+  EXPECT_FALSE(t.open_image(img.bytes, img.size, 0x1234, 100, err, sizeof err));
+  EXPECT_NE(strstr(err, "another model"), nullptr) << err;
+  EXPECT_FALSE(t.open_image(img.bytes, img.size - 4, 0xabcd, 100, err, sizeof err));
+  EXPECT_NE(strstr(err, "truncated"), nullptr) << err;
+  EXPECT_FALSE(t.open_image(img.bytes, img.size, 0xabcd, 64, err, sizeof err));  // ids beyond a smaller vocabulary
+  build_tokens(img, 0xabcd, 60);
+  EXPECT_FALSE(t.open_image(img.bytes, img.size, 0xabcd, 60, err, sizeof err));
+  EXPECT_NE(strstr(err, "token id"), nullptr) << err;
+  build_tokens(img, 0xabcd, 100);
+  img.bytes[img.size - 1] ^= 1;
+  EXPECT_FALSE(t.open_image(img.bytes, img.size, 0xabcd, 100, err, sizeof err));
+  EXPECT_NE(strstr(err, "checksum"), nullptr) << err;
+  build_tokens(img, 0xabcd, 100);
+  put64(img.bytes + 64 + 456, 1u << 20);  // sites beyond the file
+  put32(img.bytes + 24, crc32(0, img.bytes + 64, img.size - 64));
+  EXPECT_FALSE(t.open_image(img.bytes, img.size, 0xabcd, 100, err, sizeof err));
+  EXPECT_NE(strstr(err, "out of bounds"), nullptr) << err;
+  build_tokens(img, 0xabcd, 100);
+  put64(img.bytes + 64 + 512 + 16, 0x1000);  // second site before the first
+  put32(img.bytes + 24, crc32(0, img.bytes + 64, img.size - 64));
+  EXPECT_FALSE(t.open_image(img.bytes, img.size, 0xabcd, 100, err, sizeof err));
+  EXPECT_NE(strstr(err, "not sorted"), nullptr) << err;
+}
+
+// ---------------------------------------------------------------- the stack walk
+
+uintptr_t g_expected[4];
+
+__attribute__((noinline)) size_t fake_malloc_walk(LearnedPredictor& p, uintptr_t* pcs) {
+  // As the heap calls the predictor: the caller's return address and the heap function's own frame.
+  llamalloc::AllocationContext ctx{reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+                                   reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), 64};
+  uintptr_t top = mapping_end(ctx.stack_address);
+  return p.capture_stack(ctx, top, pcs, kMaxFrames);
+}
+
+__attribute__((noinline)) size_t level2(LearnedPredictor& p, uintptr_t* pcs) {
+  size_t n = fake_malloc_walk(p, pcs);
+  g_expected[0] = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+__attribute__((noinline)) size_t level1(LearnedPredictor& p, uintptr_t* pcs) {
+  size_t n = level2(p, pcs);
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+TEST(StackWalk, FollowsTheFramePointersOfTheCallersInnermostFirst) {
+  static LearnedPredictor p;  // no model: only the module map is needed for the walk
+  p.modules().refresh(p.tables());
+  uintptr_t pcs[kMaxFrames];
+  size_t n = level1(p, pcs);
+  ASSERT_GE(n, 3u);
+  // pcs[0] is in level2 (the caller of the fake malloc), pcs[1] in level1 (level2's return address).
+  EXPECT_EQ(pcs[1], g_expected[0]);
+  EXPECT_LE(n, size_t(kMaxFrames));
+  for (size_t i = 0; i < n; ++i) {
+    Module m;
+    EXPECT_TRUE(p.modules().find(pcs[i] - 1, &m));
+  }
+}
+
+TEST(StackWalk, NoFrameGivesOnlyTheReturnAddress) {
+  static LearnedPredictor p;
+  p.modules().refresh(p.tables());
+  uintptr_t pcs[kMaxFrames];
+  llamalloc::AllocationContext ctx{0x401000, 0, 16};
+  EXPECT_EQ(p.capture_stack(ctx, 0, pcs, kMaxFrames), 1u);
+  uintptr_t garbage[4] = {0x10, 0x20, 0, 0};  // a "frame" whose saved rbp is no frame pointer
+  ctx.stack_address = reinterpret_cast<uintptr_t>(garbage);
+  EXPECT_EQ(p.capture_stack(ctx, mapping_end(ctx.stack_address), pcs, kMaxFrames), 1u);
+}
+
+TEST(ModuleMap, KnowsThisProgramsCodeAndNotItsData) {
+  static LearnedPredictor p;
+  p.modules().refresh(p.tables());
+  Module m;
+  EXPECT_TRUE(p.modules().find(reinterpret_cast<uintptr_t>(&fake_malloc_walk), &m));
+  EXPECT_EQ(m.binary, -1);  // no token tables loaded
+  static int data_word;
+  EXPECT_FALSE(p.modules().find(reinterpret_cast<uintptr_t>(&data_word), &m));
+  EXPECT_FALSE(p.modules().find(0x10, &m));
+}
+
+}  // namespace

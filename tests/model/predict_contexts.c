@@ -1,0 +1,172 @@
+/* A test program for the learned predictor (python/tests/test_predict_*.py). Built with frame pointers.
+ *   footprint ROUNDS   long-lived objects (never freed) from one calling context, interleaved with short-lived
+ *                      buffers from another: without a model they pin every huge page the buffers used.
+ *   threads N          N threads allocating from several contexts at once (many threads predicting at once)
+ *   dlopen LIB N       a thread dlopens/dlcloses LIB and calls its allocating function while N threads allocate
+ *   fork               allocates, forks; the child allocates from new contexts and exits 0
+ * Prints "ok <checksum>" on success. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+static void* volatile g_sink;
+
+NOINLINE void* keep_record(size_t n) { void* p = malloc(n); memset(p, 1, n); return p; }
+NOINLINE void* temp_buffer(size_t n) { void* p = malloc(n); memset(p, 2, n); return p; }
+NOINLINE void* request_scratch(size_t n) { void* p = malloc(n); memset(p, 3, n); return p; }
+
+NOINLINE void store_records(void** kept, int count) {
+  for (int i = 0; i < count; ++i) kept[i] = keep_record(256);
+}
+
+NOINLINE void handle_request(void** temps, int count) {
+  for (int i = 0; i < count; ++i) temps[i] = temp_buffer(4096);
+}
+
+static int footprint(int rounds) {
+  enum { kTemps = 480, kKeep = 16 };
+  static void* temps[kTemps];
+  void** kept = calloc((size_t)rounds * kKeep, sizeof(void*));
+  unsigned long sum = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (int k = 0; k < kKeep; ++k) {
+      handle_request(temps + k * (kTemps / kKeep), kTemps / kKeep);
+      store_records(kept + (size_t)r * kKeep + k, 1);
+    }
+    for (int i = 0; i < kTemps; ++i) {
+      sum += ((unsigned char*)temps[i])[7];
+      free(temps[i]);
+    }
+  }
+  for (size_t i = 0; i < (size_t)rounds * kKeep; ++i) sum += ((unsigned char*)kept[i])[3];
+  g_sink = kept;  /* kept objects are never freed */
+  printf("ok %lu\n", sum);
+  return 0;
+}
+
+NOINLINE static void* worker(void* arg) {
+  uintptr_t id = (uintptr_t)arg;
+  unsigned long sum = 0;
+  for (int i = 0; i < 20000; ++i) {
+    void* a = request_scratch(16 + (i % 7) * 24);
+    void* b = temp_buffer(64 << (i % 5));
+    sum += ((unsigned char*)a)[0] + ((unsigned char*)b)[0];
+    free(a);
+    free(b);
+    if (i % 1000 == 0) g_sink = keep_record(32 + id);
+  }
+  return (void*)sum;
+}
+
+static int threads(int n) {
+  pthread_t t[64];
+  if (n > 64) n = 64;
+  for (int i = 0; i < n; ++i) pthread_create(&t[i], NULL, worker, (void*)(uintptr_t)i);
+  unsigned long sum = 0;
+  for (int i = 0; i < n; ++i) {
+    void* r;
+    pthread_join(t[i], &r);
+    sum += (unsigned long)r;
+  }
+  printf("ok %lu\n", sum);
+  return 0;
+}
+
+static const char* g_lib;
+static volatile int g_stop;
+
+static void* loader(void* arg) {
+  (void)arg;
+  unsigned long sum = 0;
+  for (int i = 0; i < 40; ++i) {
+    void* h = dlopen(g_lib, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+      fprintf(stderr, "dlopen: %s\n", dlerror());
+      exit(3);
+    }
+    void* (*make)(size_t) = (void* (*)(size_t))dlsym(h, "plugin_make");
+    for (int k = 0; k < 50; ++k) {
+      void* p = make(100 + k);
+      sum += ((unsigned char*)p)[0];
+      free(p);
+    }
+    dlclose(h);
+  }
+  g_stop = 1;
+  return (void*)sum;
+}
+
+static void* allocator_thread(void* arg) {
+  (void)arg;
+  unsigned long sum = 0;
+  while (!g_stop) {
+    void* p = request_scratch(48);
+    sum += ((unsigned char*)p)[0];
+    free(p);
+  }
+  return (void*)sum;
+}
+
+static int dlopen_race(const char* lib, int n) {
+  g_lib = lib;
+  pthread_t l, t[16];
+  if (n > 16) n = 16;
+  for (int i = 0; i < n; ++i) pthread_create(&t[i], NULL, allocator_thread, NULL);
+  pthread_create(&l, NULL, loader, NULL);
+  void* r;
+  pthread_join(l, &r);
+  unsigned long sum = (unsigned long)r;
+  for (int i = 0; i < n; ++i) {
+    pthread_join(t[i], &r);
+    sum += (unsigned long)r > 0;
+  }
+  printf("ok %lu\n", sum);
+  return 0;
+}
+
+NOINLINE static int child_work(void) {
+  unsigned long sum = 0;
+  for (int i = 0; i < 5000; ++i) {
+    void* p = request_scratch(24 + i % 100);
+    sum += ((unsigned char*)p)[0];
+    free(p);
+  }
+  return sum == 5000 * 3 ? 0 : 1;
+}
+
+static int fork_test(void) {
+  pthread_t t[4];
+  for (int i = 0; i < 4; ++i) pthread_create(&t[i], NULL, worker, (void*)(uintptr_t)i);
+  int failures = 0;
+  for (int k = 0; k < 8; ++k) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(child_work());
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+  }
+  for (int i = 0; i < 4; ++i) pthread_join(t[i], NULL);
+  if (failures) {
+    printf("children failed: %d\n", failures);
+    return 1;
+  }
+  printf("ok %d\n", child_work());
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && strcmp(argv[1], "footprint") == 0) return footprint(atoi(argv[2]));
+  if (argc >= 3 && strcmp(argv[1], "threads") == 0) return threads(atoi(argv[2]));
+  if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));
+  if (argc >= 2 && strcmp(argv[1], "fork") == 0) return fork_test();
+  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | threads N | dlopen LIB N | fork\n");
+  return 2;
+}
