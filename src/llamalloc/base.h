@@ -91,11 +91,11 @@ struct Bitmap256 {
   bool operator==(const Bitmap256& o) const {
     return words[0] == o.words[0] && words[1] == o.words[1] && words[2] == o.words[2] && words[3] == o.words[3];
   }
-  // First `count` contiguous clear bits whose start is a multiple of `align`; 256 if none.
+  // First `count` contiguous clear bits whose start is a multiple of `align` (a power of two); 256 if none.
   size_t find_clear_run(size_t count, size_t align) const {
     size_t start = next_clear(0);
     while (start + count <= 256) {
-      start = (start + align - 1) / align * align;
+      start = (start + align - 1) & ~(align - 1);
       if (start + count > 256) break;
       size_t hit = next_set(start);
       if (hit >= start + count) return start;

@@ -33,7 +33,8 @@ struct Counters {
 };
 
 // Gauges of one heap: footprint is kept by the global allocator under its lock; live bytes are summed from
-// per-thread deltas (flushed every kLiveFlushBytes, so peak_live_bytes may miss a peak by that much per thread).
+// per-thread deltas, flushed on a slow path once they exceed kLiveFlushBytes (and at thread exit), so
+// peak_live_bytes may miss a peak by about that much per thread.
 struct Gauges {
   std::atomic<int64_t> live_bytes{0};
   std::atomic<int64_t> peak_live_bytes{0};

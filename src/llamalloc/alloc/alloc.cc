@@ -139,7 +139,7 @@ void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_a
     errno = ENOMEM;
     return nullptr;
   }
-  flush_live_bytes();
+  if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   if (lc == kPredictClass) {
     AllocationContext context{return_address, reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), size};
     lc = clamp_class(g_predictor_ptr->predict(context));
@@ -167,7 +167,7 @@ void free_slow(void* p) {
   if (p == nullptr) return;
   if (!g_global.owns(p)) fatal_pointer("free of", p, "pointer not allocated by llamalloc");
   tl_live_delta -= int64_t(g_global.free_large(p));
-  flush_live_bytes();
+  if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   debug_check_heap();
 }
 

@@ -23,6 +23,7 @@ uint64_t GlobalAllocator::class_duration_ns(unsigned lc) const {
 
 void GlobalAllocator::active_push(HugePageMeta* p) {
   unsigned c = p->lifetime_class;
+  if (p->deadline_ns < earliest_deadline_ns_) earliest_deadline_ns_ = p->deadline_ns;
   p->active_next = nullptr;
   p->active_prev = active_tail_[c];
   if (active_tail_[c]) active_tail_[c]->active_next = p;
@@ -203,6 +204,7 @@ void GlobalAllocator::queue_partial_spans(HugePageMeta* p) {
 }
 
 void GlobalAllocator::expire_deadlines(uint64_t now) {
+  if (LLAMALLOC_LIKELY(now < earliest_deadline_ns_)) return;
   for (unsigned c = 0; c < num_classes(); ++c) {
     while (active_head_[c] != nullptr && active_head_[c]->deadline_ns <= now) {
       HugePageMeta* p = active_head_[c];
@@ -213,6 +215,10 @@ void GlobalAllocator::expire_deadlines(uint64_t now) {
       queue_partial_spans(p);
     }
   }
+  earliest_deadline_ns_ = ~uint64_t{0};
+  for (unsigned c = 0; c < num_classes(); ++c)
+    if (active_head_[c] != nullptr && active_head_[c]->deadline_ns < earliest_deadline_ns_)
+      earliest_deadline_ns_ = active_head_[c]->deadline_ns;
 }
 
 void GlobalAllocator::tick() {

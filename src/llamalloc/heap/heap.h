@@ -216,6 +216,8 @@ class GlobalAllocator {
   Lock lock_;
   Counters counters_;
   Gauges gauges_;
+  // No active page's deadline is earlier than this (it may be earlier than needed: then a scan finds nothing).
+  uint64_t earliest_deadline_ns_ = ~uint64_t{0};
   HugePageMeta* open_[kMaxClasses] = {};
   HugePageMeta* active_head_[kMaxClasses] = {};
   HugePageMeta* active_tail_[kMaxClasses] = {};
