@@ -1,0 +1,168 @@
+"""The learned predictor in the process, end to end at small scale (issue 6): record a test program whose
+long-lived objects come from their own calling context, symbolize, train, then `llamalloc run --model`:
+
+* the tokens the allocator computes in the process for each allocation context are the tokens training gave the
+  same context, and the classes are the reference inference's;
+* the footprint with the model is well below the footprint without (the statistics JSON), and most predictions
+  come from the cache;
+* bad model or token files: one warning line naming the file, the program runs on; `run --model` refuses a bad
+  model before starting the program;
+* many threads predicting at once, a dlopen racing allocations, fork: the program runs to its end."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llamalloc import paths, profile
+from llamalloc.model import modelfile, reference
+from predict_support import random_model
+
+ROUNDS = 20
+
+
+def program() -> Path:
+    p = paths.build_dir() / "tests" / "model" / "predict-contexts"
+    assert p.exists(), f"{p} is not built: build the project before the tests"
+    return p
+
+
+def plugin() -> Path:
+    return paths.build_dir() / "tests" / "model" / "libpredict-plugin.so"
+
+
+def llamalloc(*args, env=None, check_rc=0) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    if check_rc is not None:
+        assert r.returncode == check_rc, f"rc={r.returncode}\nstdout={r.stdout}\nstderr={r.stderr}"
+    return r
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("token-cache")
+    e = dict(os.environ, LLAMALLOC_CACHE_DIR=str(cache))
+    e.pop("LLAMALLOC_MODEL", None)
+    return e
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, env):
+    d = tmp_path_factory.mktemp("e2e")
+    prof, model = d / "fp.prof", d / "fp.model"
+    llamalloc("record", "--sample-bytes", "1", "-o", prof, "--", program(), "footprint", ROUNDS, env=env)
+    llamalloc("symbolize", prof, env=env)
+    llamalloc("train", prof, "-o", model, "--holdout", "0", "--hidden", "16", "--epochs", "12", env=env)
+    return d, prof, model
+
+
+def run_stats(d: Path, env, name: str, *args, model=None, extra_env=None) -> tuple[dict, subprocess.CompletedProcess]:
+    stats = d / f"{name}.json"
+    e = dict(env, **(extra_env or {}))
+    model_args = ["--model", model] if model else []
+    r = llamalloc("run", *model_args, "--stats", stats, "--", program(), *args, env=e)
+    assert r.stdout.startswith("ok "), r.stdout + r.stderr
+    return json.loads(stats.read_text()), r
+
+
+def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
+    d, prof, model = trained
+    log = d / "predict.log"
+    run_stats(d, env, "logged", "footprint", ROUNDS, model=model, extra_env={"LLAMALLOC_PREDICT_LOG": str(log)})
+    runs = {}
+    for line in log.read_text().splitlines():
+        cls, _, tokens = line.partition(":")
+        runs[tuple(int(t) for t in tokens.split())] = int(cls)
+    samples = profile.samples_table([prof])
+    stacks, sizes = samples.column("stack").to_pylist(), samples.column("request_size").to_pylist()
+    # The program's own contexts (frame 0 in the program; libc's internals keep no frame pointers, see
+    # docs/prediction.md).
+    own = [(s, z) for s, z in zip(stacks, sizes) if s[0] in ("keep_record", "temp_buffer", "footprint")]
+    assert len(own) == 3
+    m = modelfile.read(model)
+    want_tokens = reference.tokens(m, [s for s, _ in own], [z for _, z in own])
+    want_classes, _ = reference.predict(model, [s for s, _ in own], [z for _, z in own])
+    for (stack, _), tokens, cls in zip(own, want_tokens, want_classes):
+        assert tuple(tokens) in runs, f"{stack}: {tokens} not among the allocator's contexts {sorted(runs)}"
+        assert runs[tuple(tokens)] == cls
+    by_frame = {s[0]: int(c) for (s, _), c in zip(own, want_classes)}
+    assert by_frame["keep_record"] == 7 and by_frame["temp_buffer"] == 0  # the model learned the two lifetimes
+
+
+def test_footprint_with_the_model_is_well_below_without(trained, env):
+    d, _, model = trained
+    without, _ = run_stats(d, env, "without", "footprint", ROUNDS)
+    with_model, _ = run_stats(d, env, "with", "footprint", ROUNDS, model=model)
+    assert with_model["live_bytes"] == without["live_bytes"]
+    assert with_model["footprint_bytes"] <= 0.5 * without["footprint_bytes"], (with_model, without)
+    counters = with_model.get("counters", with_model)
+    hits, misses = counters["prediction_cache_hits"], counters["prediction_cache_misses"]
+    assert counters["model_runs"] >= misses > 0
+    assert hits / (hits + misses) > 0.95
+    no_model = without.get("counters", without)
+    assert no_model["prediction_cache_hits"] == no_model["model_runs"] == 0
+
+
+@pytest.mark.parametrize("args", [["threads", "8"], ["fork"], ["dlopen", "PLUGIN", "4"]])
+def test_concurrency_threads_dlopen_fork(trained, env, args):
+    d, _, model = trained
+    args = [str(plugin()) if a == "PLUGIN" else a for a in args]
+    stats, r = run_stats(d, env, f"conc-{args[0]}", *args, model=model)
+    counters = stats.get("counters", stats)
+    assert counters["model_runs"] > 0 and counters["prediction_cache_hits"] > 0
+    assert "warning" not in r.stderr
+
+
+def damaged(tmp: Path, good: bytes, kind: str) -> Path:
+    p = tmp / f"{kind}.model"
+    p.write_bytes({"truncated": good[:len(good) // 2], "corrupt": good[:300] + bytes([good[300] ^ 1]) + good[301:],
+                   "empty": b"", "text": b"hello, I am not a model\n" * 10}[kind])
+    return p
+
+
+@pytest.mark.parametrize("kind, problem", [("truncated", "truncated"), ("corrupt", "checksum"),
+                                           ("empty", "truncated"), ("text", "bad magic")])
+def test_a_bad_model_file_is_one_warning_and_the_program_runs_on(trained, env, tmp_path, kind, problem):
+    d, _, model = trained
+    bad = damaged(tmp_path, Path(model).read_bytes(), kind)
+    e = dict(env, LLAMALLOC_MODEL=str(bad))
+    r = llamalloc("run", "--stats", tmp_path / "s.json", "--", program(), "footprint", "2", env=e)
+    assert r.stdout.startswith("ok ")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(bad) in lines[0] and problem in lines[0], r.stderr
+    # `run --model` checks the file before starting the program: one error line, exit 2.
+    r = llamalloc("run", "--model", bad, "--", program(), "footprint", "2", env=env, check_rc=2)
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and str(bad) in r.stderr
+
+
+def test_token_tables_of_another_model_are_refused(trained, env, tmp_path):
+    d, _, model = trained
+    other = tmp_path / "other.model"
+    modelfile.write(other, random_model())
+    tokens = tmp_path / "other.tokens"
+    llamalloc("prepare", other, program(), "--no-libraries", "-o", tokens, env=env)
+    e = dict(env, LLAMALLOC_MODEL=str(model), LLAMALLOC_TOKENS=str(tokens))
+    r = llamalloc("run", "--", program(), "footprint", "2", env=e)
+    assert r.stdout.startswith("ok ")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(tokens) in lines[0] and "another model" in lines[0], r.stderr
+
+
+def test_prepare_refuses_what_it_cannot_read(trained, env, tmp_path):
+    _, _, model = trained
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    r = llamalloc("prepare", model, script, "-o", tmp_path / "x.tokens", env=env, check_rc=2)
+    assert str(script) in r.stderr and "Traceback" not in r.stderr
+    r = llamalloc("prepare", tmp_path / "none.model", program(), "-o", tmp_path / "x.tokens", env=env, check_rc=2)
+    assert "none.model" in r.stderr and "no such file" in r.stderr
+    assert not (tmp_path / "x.tokens").exists()
+    out = tmp_path / "ok.tokens"
+    llamalloc("prepare", model, program(), "-o", out, env=env)
+    head = out.read_bytes()[:12]
+    assert head[:8] == b"LLATOKEN" and int.from_bytes(head[8:12], "little") == 1
