@@ -27,13 +27,22 @@ FIGURE_5 = [
 
 def test_frames_split_on_special_characters():
     assert frame_words(FIGURE_5[3]) == ["proto2", "MessageLite", "ParseFromArray", "void", "const", "int"]
-    assert frame_words(FIGURE_5[0]) == [
-        "__gnu_cxx", "__g", "__string_base", "char", "std", "__g", "char_traits", "char", "std", "__g",
-        "allocator", "char", "_M_reserve", "unsigned", "long"]
-    assert frame_words(FIGURE_5[11]) == ["RealInit", "char", "const", "int", "char", "bool", "bool"]
-    assert frame_words("Foo::~Foo() [clone .cold]") == ["Foo", "Foo", "clone", "cold"]
+    assert frame_words(FIGURE_5[11]) == ["RealInit", "char", "const", "int", "bool"]
+    assert frame_words(FIGURE_5[6]) == ["proto2", "internal", "AssignDescriptors", "AssignDescriptorsTable"]
+    assert frame_words("Foo::~Foo() [clone .cold]") == ["Foo", "clone", "cold"]
     assert frame_words("0x7f3a00401a2b") == ["<unsymbolized>"]
     assert frame_words("main") == ["main"]
+
+
+def test_name_words_come_first_each_word_once_and_at_most_eight():
+    # The method name (_M_reserve) comes before the template arguments; repeated words (std, __g, char) appear
+    # once; the parameter words (unsigned long) fall past the eighth word.
+    assert frame_words(FIGURE_5[0]) == [
+        "__gnu_cxx", "__g", "__string_base", "_M_reserve", "char", "std", "char_traits", "allocator"]
+    assert frame_words("std::vector<unsigned char, std::allocator<unsigned char> >::vector(unsigned long, "
+                       "std::allocator<unsigned char> const&)") == [
+        "std", "vector", "unsigned", "char", "allocator", "long", "const"]
+    assert frame_words("bool std::operator< <int>(int const&, int const&)")[:3] == ["bool", "std", "operator"]
 
 
 def test_figure_5_sequence_is_innermost_first_with_frame_separators():
@@ -43,7 +52,7 @@ def test_figure_5_sequence_is_innermost_first_with_frame_separators():
     assert words[0] == "<size:6>"
     frames = " ".join(words[1:]).split(" @ ")
     assert len(frames) == len(FIGURE_5) and ids.count(SEP) == len(FIGURE_5) - 1
-    assert frames[0].startswith("__gnu_cxx __g __string_base") and frames[0].endswith("_M_reserve unsigned long")
+    assert frames[0] == "__gnu_cxx __g __string_base _M_reserve char std char_traits allocator"
     assert frames[3] == "proto2 MessageLite ParseFromArray void const int"
     assert frames[-1] == "main"
     assert UNK not in ids
@@ -52,19 +61,20 @@ def test_figure_5_sequence_is_innermost_first_with_frame_separators():
 def test_vocabulary_keeps_the_most_common_tokens_and_maps_the_rest_to_unk():
     vocab = Vocabulary.build([FIGURE_5], max_words=3)
     assert vocab.tokens[:FIRST_WORD_TOKEN] == SPECIAL_TOKENS
-    # The most frequent tokens of Figure 5: "char" (17 times), "__g" (12), "std" (11), then "proto2" and
-    # "const" (9 each, ties in string order).
-    assert vocab.tokens[FIRST_WORD_TOKEN:] == ["char", "__g", "std"]
+    # The most frequent words of Figure 5's frames: "char" (in 7 frames), "const" and "proto2" (6 each, ties in
+    # string order), then "__g" and "std" (4 each).
+    assert vocab.tokens[FIRST_WORD_TOKEN:] == ["char", "const", "proto2"]
     ids = vocab.encode(["proto2::MessageLite::ParseFromArray(char const*)"], size_class=0)
-    assert ids == [FIRST_SIZE_TOKEN, UNK, UNK, UNK, FIRST_WORD_TOKEN, UNK]
+    assert ids == [FIRST_SIZE_TOKEN, FIRST_WORD_TOKEN + 2, UNK, UNK, FIRST_WORD_TOKEN, FIRST_WORD_TOKEN + 1]
     assert Vocabulary.build([FIGURE_5], max_words=5).tokens[FIRST_WORD_TOKEN:] == [
-        "char", "__g", "std", "const", "proto2"]
+        "char", "const", "proto2", "__g", "std"]
 
 
 def test_unseen_context_encodes_with_unknown_tokens():
     vocab = Vocabulary.build([FIGURE_5])
-    ids = vocab.encode(["brand_new::Allocate(unsigned long)", "0xdeadbeef", "main"], size_class=3)
-    assert ids == [FIRST_SIZE_TOKEN + 3, UNK, UNK, vocab.ids["unsigned"], vocab.ids["long"], SEP, UNSYMBOLIZED,
+    ids = vocab.encode(["brand_new::Allocate(char const*, int)", "0xdeadbeef", "main"], size_class=3)
+    assert ids == [FIRST_SIZE_TOKEN + 3, UNK, UNK, vocab.ids["char"], vocab.ids["const"], vocab.ids["int"], SEP,
+                   UNSYMBOLIZED,
                    SEP, vocab.ids["main"]]
 
 
