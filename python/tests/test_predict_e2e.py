@@ -94,6 +94,24 @@ def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
     assert by_frame["keep_record"] == 7 and by_frame["temp_buffer"] == 0  # the model learned the two lifetimes
 
 
+def test_thread_contexts_end_where_the_profilers_end(trained, env, tmp_path):
+    """A thread's walk stops at glibc's start_thread (no frame pointer); its table entry adds __clone3, the frame
+    the profiler's DWARF unwinder finds, so the tokens still equal training's."""
+    _, _, model = trained
+    prof, log = tmp_path / "th.prof", tmp_path / "th.log"
+    llamalloc("record", "--sample-bytes", "1", "-o", prof, "--", program(), "threads", "2", env=env)
+    llamalloc("symbolize", prof, env=env)
+    run_stats(tmp_path, env, "threads", "threads", "2", model=model, extra_env={"LLAMALLOC_PREDICT_LOG": str(log)})
+    runs = {tuple(int(t) for t in line.partition(":")[2].split()) for line in log.read_text().splitlines()}
+    samples = profile.samples_table([prof])
+    own = [(s, z) for s, z in zip(samples.column("stack").to_pylist(), samples.column("request_size").to_pylist())
+           if len(s) > 1 and s[1] == "worker"]
+    assert own and all(s[-2:] == ["start_thread", "__clone3"] for s, _ in own)
+    for (stack, _), tokens in zip(own, reference.tokens(modelfile.read(model), [s for s, _ in own],
+                                                         [z for _, z in own])):
+        assert tuple(tokens) in runs, f"{stack}: {tokens}"
+
+
 def test_footprint_with_the_model_is_well_below_without(trained, env):
     d, _, model = trained
     without, _ = run_stats(d, env, "without", "footprint", ROUNDS)

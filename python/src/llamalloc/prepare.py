@@ -50,7 +50,7 @@ assert HEADER.size == 64
 #: leave (glibc is built without frame pointers): outermost function name -> the frames that follow it.
 ROOT_CHAINS = {
     "__libc_start_call_main": ["__libc_start_main_impl", "_start"],
-    "start_thread": ["clone3"],
+    "start_thread": ["__clone3"],
 }
 
 
