@@ -83,7 +83,7 @@ void Engine::Allocate(const Event& event, uint64_t address, uint64_t size_bytes)
   if (live_.Find(address) != nullptr) {
     // The trace lost the free of the previous object at this address; end it here.
     ++summary_.reused_live_addresses;
-    FreeObject(event.time_ns, address);
+    FreeObject(event.time_ns, address, event.thread);
   }
   ObjectAlloc object;
   object.time_ns = event.time_ns;
@@ -102,14 +102,14 @@ void Engine::Allocate(const Event& event, uint64_t address, uint64_t size_bytes)
   policy_.Allocate(object);
 }
 
-void Engine::FreeObject(uint64_t time_ns, uint64_t address) {
+void Engine::FreeObject(uint64_t time_ns, uint64_t address, uint32_t thread) {
   LiveObject object;
   if (!live_.Erase(address, &object)) {
     ++summary_.unknown_frees;
     return;
   }
   live_bytes_ -= object.size_bytes;
-  policy_.Free(time_ns, address, object.size_bytes);
+  policy_.Free(time_ns, address, object.size_bytes, thread);
 }
 
 void Engine::Process(const Event& event) {
@@ -134,12 +134,12 @@ void Engine::Process(const Event& event) {
       if (event.address == 0) {
         ++summary_.null_frees;
       } else {
-        FreeObject(time_ns, event.address);
+        FreeObject(time_ns, event.address, event.thread);
       }
       break;
     case EventKind::kRealloc:
       ++summary_.reallocs;
-      if (event.old_address != 0) FreeObject(time_ns, event.old_address);
+      if (event.old_address != 0) FreeObject(time_ns, event.old_address, event.thread);
       if (event.address != 0) Allocate(event, event.address, event.size_bytes);
       break;
   }

@@ -105,7 +105,7 @@ class Engine {
   void SampleUpTo(uint64_t time_ns);
   void TakeSample(uint64_t time_ns);
   void Allocate(const Event& event, uint64_t address, uint64_t size_bytes);
-  void FreeObject(uint64_t time_ns, uint64_t address);
+  void FreeObject(uint64_t time_ns, uint64_t address, uint32_t thread);
   void NoteFootprint(uint64_t time_ns);
 
   Policy& policy_;

@@ -115,6 +115,7 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
   void* p;
   if (size <= kSmallMaxBytes && alignment <= kMaxSmallAlignment && size + alignment <= kSmallMaxBytes) {
     LocalHeap& heap = HeapFor(object.thread);
+    tl_heap = &heap;  // the library tells its owner's frees apart by the calling thread's heap
     p = alignment <= kMinAlignBytes ? cursor_bump(heap.classes[lc].primary, size) : nullptr;
     if (p == nullptr) p = LocalAllocator::alloc_small(*global_, heap, lc, size, alignment);
   } else {
@@ -124,12 +125,13 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
   placed_.Put(object.address, reinterpret_cast<uint64_t>(p));
 }
 
-void LlamaPolicy::Free(uint64_t, uint64_t address, uint64_t) {
+void LlamaPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t thread) {
   uint64_t placed = 0;
   if (!placed_.Erase(address, &placed)) return;
   void* p = reinterpret_cast<void*>(placed);
   SpanMeta* s = global_->span_of(placed);
   if (s != nullptr && s->small.load(std::memory_order_relaxed)) {
+    tl_heap = &HeapFor(thread);  // the freeing thread, as in the process
     LocalAllocator::free_small(*global_, s, p);
   } else {
     global_->free_large(p);

@@ -40,7 +40,7 @@ class LlamaPolicy final : public Policy {
   std::string name() const override { return options_.fixed_class < 0 ? "llama-oracle" : "llama-default"; }
   bool needs_lifetime_classes() const override { return options_.fixed_class < 0; }
   void Allocate(const ObjectAlloc& object) override;
-  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes) override;
+  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
   void AdvanceTime(uint64_t time_ns) override;
   uint64_t footprint_bytes() const override;
   std::vector<std::string> extra_columns() const override;

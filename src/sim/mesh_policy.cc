@@ -133,7 +133,7 @@ void MeshPolicy::ReleaseGroup(uint32_t leader) {
   }
 }
 
-void MeshPolicy::Free(uint64_t, uint64_t address, uint64_t) {
+void MeshPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t) {
   Place p;
   if (!places_.Erase(address, &p)) return;
   if (p.span == kNone) {

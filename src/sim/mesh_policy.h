@@ -45,7 +45,7 @@ class MeshPolicy final : public Policy {
 
   std::string name() const override { return options_.account_huge_pages ? "mesh-2m" : "mesh-4k"; }
   void Allocate(const ObjectAlloc& object) override;
-  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes) override;
+  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
   void AdvanceTime(uint64_t time_ns) override;
   uint64_t footprint_bytes() const override {
     return options_.account_huge_pages ? huge_pages_in_use_ << kHugePageShift : physical_pages_ << kPageShift;

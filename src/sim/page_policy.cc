@@ -34,7 +34,7 @@ void PagePolicy::Touch(uint64_t address, uint64_t size_bytes, int delta) {
 
 void PagePolicy::Allocate(const ObjectAlloc& object) { Touch(object.address, object.size_bytes, +1); }
 
-void PagePolicy::Free(uint64_t, uint64_t address, uint64_t size_bytes) { Touch(address, size_bytes, -1); }
+void PagePolicy::Free(uint64_t, uint64_t address, uint64_t size_bytes, uint32_t) { Touch(address, size_bytes, -1); }
 
 std::vector<std::pair<std::string, double>> PagePolicy::summary_extras() const {
   return {{"page_size_bytes", static_cast<double>(uint64_t{1} << page_shift_)},

@@ -18,7 +18,7 @@ class PagePolicy final : public Policy {
 
   std::string name() const override;
   void Allocate(const ObjectAlloc& object) override;
-  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes) override;
+  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
   uint64_t footprint_bytes() const override { return pages_in_use_ << page_shift_; }
   std::vector<std::pair<std::string, double>> summary_extras() const override;
 

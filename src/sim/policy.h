@@ -39,7 +39,7 @@ class Policy {
 
   virtual void Allocate(const ObjectAlloc& object) = 0;
   // size_bytes is the size recorded at allocation (frees in traces do not carry a trustworthy size).
-  virtual void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes) = 0;
+  virtual void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) = 0;
   // Called with the time of every event before it is applied (deadlines, periodic work).
   virtual void AdvanceTime(uint64_t /*time_ns*/) {}
 

@@ -150,7 +150,7 @@ void TcmallocPolicy::Allocate(const ObjectAlloc& object) {
   places_.Put(object.address, place);
 }
 
-void TcmallocPolicy::Free(uint64_t, uint64_t address, uint64_t) {
+void TcmallocPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t) {
   Place place;
   if (!places_.Erase(address, &place)) return;
   if (place.span == kNone) {

@@ -45,7 +45,7 @@ class TcmallocPolicy final : public Policy {
 
   std::string name() const override { return options_.lifetime_aware ? "tcmalloc-lifetime" : "tcmalloc"; }
   void Allocate(const ObjectAlloc& object) override;
-  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes) override;
+  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
   uint64_t footprint_bytes() const override { return huge_pages_in_use_ << kHugePageShift; }
   std::vector<std::string> extra_columns() const override;
   void Sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;

@@ -19,7 +19,7 @@ class RecordingPolicy final : public Policy {
   std::string name() const override { return "recording"; }
   bool needs_lifetime_classes() const override { return true; }
   void Allocate(const ObjectAlloc& o) override { allocs.push_back(o); live += o.size_bytes; }
-  void Free(uint64_t, uint64_t address, uint64_t size_bytes) override {
+  void Free(uint64_t, uint64_t address, uint64_t size_bytes, uint32_t) override {
     frees.push_back({address, size_bytes});
     live -= size_bytes;
   }

@@ -35,10 +35,10 @@ TEST(MeshPolicy, SpansFillBeforeANewPageIsBacked) {
   // A 20 KiB object gets 5 pages of its own.
   mesh.Allocate(Object(0x300000, 20 * 1024));
   EXPECT_EQ(mesh.footprint_bytes(), 8 * k4K);
-  mesh.Free(0, 0x300000, 20 * 1024);
+  mesh.Free(0, 0x300000, 20 * 1024, 0);
   EXPECT_EQ(mesh.footprint_bytes(), 3 * k4K);
   // Emptying the first (detached) span gives its page back.
-  for (uint64_t i = 0; i < 256; ++i) mesh.Free(0, 0x1000 + 16 * i, 16);
+  for (uint64_t i = 0; i < 256; ++i) mesh.Free(0, 0x1000 + 16 * i, 16, 0);
   EXPECT_EQ(mesh.footprint_bytes(), 2 * k4K);
 }
 
@@ -54,8 +54,8 @@ TEST(MeshPolicy, MeshesTwoSpansWithDisjointSlotsAndReleasesOnePage) {
     EXPECT_EQ(mesh.physical_pages(), 3u);
     // Leave A only its low-slot objects and B only its high-slot ones: they no longer overlap.
     for (uint64_t i = 0; i < 256; ++i) {
-      if (mesh.SlotOf(a + 16 * i) >= 100) mesh.Free(0, a + 16 * i, 16);
-      if (mesh.SlotOf(b + 16 * i) < 200) mesh.Free(0, b + 16 * i, 16);
+      if (mesh.SlotOf(a + 16 * i) >= 100) mesh.Free(0, a + 16 * i, 16, 0);
+      if (mesh.SlotOf(b + 16 * i) < 200) mesh.Free(0, b + 16 * i, 16, 0);
     }
     EXPECT_EQ(mesh.physical_pages(), 3u);
     mesh.MeshNow();
@@ -64,8 +64,8 @@ TEST(MeshPolicy, MeshesTwoSpansWithDisjointSlotsAndReleasesOnePage) {
     EXPECT_EQ(mesh.footprint_bytes(), huge ? k2M : 2 * k4K);  // all in one huge page
     // Freeing everything left on A and B releases the group: both virtual spans and the one page.
     for (uint64_t i = 0; i < 256; ++i) {
-      if (mesh.SlotOf(a + 16 * i) >= 0) mesh.Free(0, a + 16 * i, 16);
-      if (mesh.SlotOf(b + 16 * i) >= 0) mesh.Free(0, b + 16 * i, 16);
+      if (mesh.SlotOf(a + 16 * i) >= 0) mesh.Free(0, a + 16 * i, 16, 0);
+      if (mesh.SlotOf(b + 16 * i) >= 0) mesh.Free(0, b + 16 * i, 16, 0);
     }
     EXPECT_EQ(mesh.physical_pages(), 1u);
     EXPECT_EQ(mesh.virtual_pages(), 1u);
@@ -80,8 +80,8 @@ TEST(MeshPolicy, OverlappingSpansDoNotMesh) {
   mesh.Allocate(Object(0x300000, 16));
   // Both keep slot 0..9: overlap.
   for (uint64_t i = 0; i < 256; ++i) {
-    if (mesh.SlotOf(a + 16 * i) >= 10) mesh.Free(0, a + 16 * i, 16);
-    if (mesh.SlotOf(b + 16 * i) >= 10) mesh.Free(0, b + 16 * i, 16);
+    if (mesh.SlotOf(a + 16 * i) >= 10) mesh.Free(0, a + 16 * i, 16, 0);
+    if (mesh.SlotOf(b + 16 * i) >= 10) mesh.Free(0, b + 16 * i, 16, 0);
   }
   mesh.MeshNow();
   EXPECT_EQ(mesh.physical_pages(), 3u);
@@ -93,7 +93,7 @@ TEST(MeshPolicy, HugePageAccountingKeepsAHugePageWhileAnyPageOfItIsBacked) {
   for (uint64_t i = 0; i < 103; ++i) mesh.Allocate(Object(0x10000000 + i * 0x10000, 20 * 1024));
   EXPECT_EQ(mesh.footprint_bytes(), 2 * k2M);
   // Free all but the last object of the first huge page's range: it still pins huge page 0.
-  for (uint64_t i = 0; i < 100; ++i) mesh.Free(0, 0x10000000 + i * 0x10000, 20 * 1024);
+  for (uint64_t i = 0; i < 100; ++i) mesh.Free(0, 0x10000000 + i * 0x10000, 20 * 1024, 0);
   EXPECT_EQ(mesh.footprint_bytes(), 2 * k2M);
   EXPECT_EQ(mesh.physical_pages(), 15u);
 }

@@ -46,11 +46,11 @@ TEST(TcmallocPolicy, LifetimeAwareFillerSeparatesLowAndHighCapacitySpans) {
   EXPECT_EQ(lifetime.huge_pages_in_set(1), 1u);
   EXPECT_EQ(plain.footprint_bytes(), k2M);
   // When the short-lived object goes, lifetime-aware gives its huge page back; plain still holds one.
-  lifetime.Free(0, 0x2000, 200 * 1024);
-  plain.Free(0, 0x2000, 200 * 1024);
+  lifetime.Free(0, 0x2000, 200 * 1024, 0);
+  plain.Free(0, 0x2000, 200 * 1024, 0);
   EXPECT_EQ(lifetime.footprint_bytes(), k2M);
   EXPECT_EQ(plain.footprint_bytes(), k2M);
-  lifetime.Free(0, 0x1000, 16);
+  lifetime.Free(0, 0x1000, 16, 0);
   EXPECT_EQ(lifetime.footprint_bytes(), 0u);
 }
 
@@ -62,12 +62,12 @@ TEST(TcmallocPolicy, SpansPackIntoTheFullestHugePageAndBigObjectsTakeWholeHugePa
   // A 3 MiB object: 2 whole huge pages of its own.
   p.Allocate(Object(0x900000, 3 << 20));
   EXPECT_EQ(p.footprint_bytes(), 4 * k2M);
-  p.Free(0, 0x900000, 3 << 20);
+  p.Free(0, 0x900000, 3 << 20, 0);
   // Freeing the 10th span empties the second huge page.
-  p.Free(0, 0x100000 + 9 * 0x1000, 224 * 1024);
+  p.Free(0, 0x100000 + 9 * 0x1000, 224 * 1024, 0);
   EXPECT_EQ(p.footprint_bytes(), k2M);
   // A new span goes back into the first huge page's free run rather than a fresh huge page.
-  p.Free(0, 0x100000, 224 * 1024);
+  p.Free(0, 0x100000, 224 * 1024, 0);
   p.Allocate(Object(0xa00000, 224 * 1024));
   EXPECT_EQ(p.footprint_bytes(), k2M);
 }
@@ -80,7 +80,7 @@ TEST(TcmallocPolicy, ObjectsFillTheFullestSpanFirst) {
   p.Allocate(Object(0x3, 4096));
   // Free one of the first span: both spans are half full; the next object fills one of them and no
   // new span is made: one huge page throughout.
-  p.Free(0, 0x1, 4096);
+  p.Free(0, 0x1, 4096, 0);
   p.Allocate(Object(0x4, 4096));
   EXPECT_EQ(p.footprint_bytes(), k2M);
   EXPECT_EQ(p.summary_extras()[1].second, 2.0);  // spans_allocated

@@ -1,0 +1,79 @@
+"""The llama policies against the library itself: a program runs under libllamalloc.so (with its statistics)
+and under the tracer at the same time; the trace replayed through llama-default (the same heap code, every
+object in class 0 as the library does without a model) must reproduce the library's footprint, and
+llama-oracle's lifetime classes must be the ones the trace's own alloc/free times give."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from llamalloc import paths, sim, trace as trace_mod
+
+
+@pytest.fixture(scope="module")
+def traced_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("oracle")
+    workload = paths.native_binary("tests/sim/sim_oracle_workload")
+    lib = paths.native_library("libllamalloc.so")
+    stats = d / "stats.json"
+    trace = d / "run.trace"
+    env = dict(os.environ, LLAMALLOC_STATS=str(stats))
+    # Its own session, so that a hung run is killed with its child (the workload) rather than orphaned.
+    proc = subprocess.Popen([sys.executable, "-m", "llamalloc", "trace", "-o", str(trace), "--preload", str(lib),
+                             "--", str(workload), "60"], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail("the workload hung under libllamalloc.so (the heap, not the simulator)")
+    assert proc.returncode == 0, output.decode(errors="replace")
+    result = sim.simulate(trace, ["llama-default", "llama-oracle"], d / "sim.json")
+    return json.loads(stats.read_text()), trace, result
+
+
+def test_llama_default_reproduces_the_librarys_own_statistics(traced_run):
+    stats, _, result = traced_run
+    s = result.policies["llama-default"].summary
+    e = result.policies["llama-default"].extras
+    # The same objects, in the same order, in the same class, through the same heap code.
+    assert s["peak_footprint_bytes"] == stats["peak_footprint_bytes"]
+    assert s["final_footprint_bytes"] == stats["footprint_bytes"]
+    # The process reads a coarse clock at its own moments, the replay uses the trace's event times: the few
+    # decisions that hang on a deadline (which partially free spans may be recycled, and when) can differ.
+    # Block recycling is the most timing-sensitive and is not compared.
+    for counter in ("block_spans_handed_out", "huge_pages_released", "deadlines_expired"):
+        assert e[counter] == pytest.approx(stats["counters"][counter], rel=0.1, abs=3), counter
+    assert stats["counters"]["block_spans_handed_out"] > 100  # the workload exercised the heap
+
+
+def test_llama_oracle_uses_each_objects_true_lifetime_class(traced_run):
+    _, trace, result = traced_run
+    table = trace_mod.load(trace).to_table()
+    kind = np.array(table.column("kind").to_pylist())
+    time_ns = table.column("time_ns").to_numpy()
+    alloc_index = table.column("alloc_index").to_numpy()
+    frees = np.flatnonzero((kind == "free") & (alloc_index >= 0))
+    lifetimes = time_ns[frees] - time_ns[alloc_index[frees]]
+    bounds = [10_000_000 * 10**c for c in range(6)]
+    expected = np.bincount(np.searchsorted(bounds, lifetimes, side="right"), minlength=8)
+    expected[7] = (kind == "alloc").sum() - len(frees)  # never freed
+    extras = result.policies["llama-oracle"].extras
+    got = [extras[f"allocs_class_{c}"] for c in range(8)]
+    assert got == expected.tolist()
+    o = result.policies["llama-oracle"].summary
+    d = result.policies["llama-default"].summary
+    assert o["peak_live_bytes"] == d["peak_live_bytes"]
+    assert o["final_footprint_bytes"] > 0 and o["peak_footprint_bytes"] >= o["final_footprint_bytes"]
+    # Every class in use holds at least one huge page at the end (the never-freed objects' class included).
+    final_pages = {c: result.policies["llama-oracle"].timeline[f"hp_class_{c}"][-1] for c in range(8)}
+    assert final_pages[7] >= 1
+    snapshot = result.policies["llama-oracle"].snapshots[-1]
+    assert sum(1 for p in snapshot["pages"]) * (2 << 20) == o["final_footprint_bytes"]
