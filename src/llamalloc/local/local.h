@@ -48,6 +48,9 @@ struct SpanCursor {
 struct ClassAllocator {
   SpanCursor primary;
   SpanCursor overflow;
+  // The span used up last, its last run still open: the owner's frees of its recent objects stay free of
+  // atomics until the next span is used up and this one is settled and closed.
+  SpanCursor retired;
 };
 
 struct LocalHeap {
@@ -98,6 +101,8 @@ class LocalAllocator {
   static void close_run(SpanCursor& c);
   static bool refill(GlobalAllocator& global, SpanCursor& c, unsigned lc, bool fresh_only);
   static void release(GlobalAllocator& global, SpanCursor& c);
+  // Moves a used-up cursor to the retired slot, closing the span retired before it.
+  static void retire(GlobalAllocator& global, ClassAllocator& ca, SpanCursor& c);
   LLAMALLOC_SLOW static void line_emptied(GlobalAllocator& global, SpanMeta* span);
   // A free outside the owner's current run: one atomic decrement per line the object covers.
   LLAMALLOC_NOINLINE static void free_counted(GlobalAllocator& global, SpanMeta* span, SmallHeader* h);

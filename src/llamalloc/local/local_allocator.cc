@@ -114,6 +114,13 @@ void LocalAllocator::free_counted(GlobalAllocator& global, SpanMeta* span, Small
   }
 }
 
+void LocalAllocator::retire(GlobalAllocator& global, ClassAllocator& ca, SpanCursor& c) {
+  release(global, ca.retired);
+  ca.retired = c;
+  c = SpanCursor{};
+  if (ca.retired.span != nullptr) ca.retired.span->owner_cursor.store(&ca.retired, std::memory_order_relaxed);
+}
+
 void LocalAllocator::line_emptied(GlobalAllocator& global, SpanMeta* span) {
   if (span->live_lines.fetch_sub(1, std::memory_order_acq_rel) == 1) global.free_span(span);
 }
@@ -163,7 +170,7 @@ void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsi
             global.counters().overflow_allocations.fetch_add(1, std::memory_order_relaxed);
             return r;
           }
-          release(global, ca.overflow);
+          retire(global, ca, ca.overflow);
         }
         if (!refill(global, ca.overflow, lc, /*fresh_only=*/true)) return nullptr;
         global.counters().overflow_allocations.fetch_add(1, std::memory_order_relaxed);
@@ -171,9 +178,13 @@ void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsi
         fatal("invariant: a small object does not fit a fresh overflow span");
       }
       // Tiny objects skip to the next free line(s), which always have room.
-      close_run(p);
-      if (open_run(global, p)) continue;
-      release(global, p);
+      if (p.next_line < kLinesPerSpan) {
+        close_run(p);
+        if (open_run(global, p)) continue;
+        release(global, p);  // the lines after the run were all live
+      } else {
+        retire(global, ca, p);
+      }
       if (ca.overflow.span != nullptr) {
         // Fill the overflow span before asking for a new one.
         p = ca.overflow;
@@ -191,6 +202,7 @@ void LocalAllocator::release_all(GlobalAllocator& global, LocalHeap& heap) {
   for (ClassAllocator& ca : heap.classes) {
     release(global, ca.primary);
     release(global, ca.overflow);
+    release(global, ca.retired);
   }
 }
 
@@ -210,7 +222,7 @@ bool SpanCursor::check() const {
 
 bool LocalHeap::check(GlobalAllocator&) const {
   for (const ClassAllocator& ca : classes)
-    if (!ca.primary.check() || !ca.overflow.check()) return false;
+    if (!ca.primary.check() || !ca.overflow.check() || !ca.retired.check()) return false;
   return classes[kMaxClasses].primary.span == nullptr;
 }
 
