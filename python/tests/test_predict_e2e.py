@@ -16,11 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from llamalloc import paths, profile
 from llamalloc.model import modelfile, reference
-from predict_support import random_model
+from predict_support import cpp_infer, random_model
 
 ROUNDS = 20
 
@@ -92,6 +93,21 @@ def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
         assert runs[tuple(tokens)] == cls
     by_frame = {s[0]: int(c) for (s, _), c in zip(own, want_classes)}
     assert by_frame["keep_record"] == 7 and by_frame["temp_buffer"] == 0  # the model learned the two lifetimes
+
+
+def test_trained_model_golden_cpp_inference_equals_reference(trained):
+    """The allocator's inference of the trained model gives the reference classes and logits (within 1e-4) on
+    every context of the profile."""
+    _, prof, model = trained
+    samples = profile.samples_table([prof])
+    stacks, sizes = samples.column("stack").to_pylist(), samples.column("request_size").to_pylist()
+    m = modelfile.read(model)
+    token_ids = reference.tokens(m, stacks, sizes)
+    want_classes, want_logits = reference.predict(model, stacks, sizes)
+    got_classes, got_logits = cpp_infer(model, token_ids)
+    np.testing.assert_allclose(got_logits, want_logits, atol=1e-4, rtol=0)
+    assert (got_classes == want_classes).all()
+    assert len(set(got_classes.tolist())) > 1
 
 
 def test_thread_contexts_end_where_the_profilers_end(trained, env, tmp_path):
