@@ -1,7 +1,8 @@
 /* llamalloc: a learned, lifetime-aware memory allocator (the LLAMA design, papers/000).
  *
  * Linked in (-lllamalloc, pkg-config llamalloc) or preloaded (LD_PRELOAD=libllamalloc.so), it replaces
- * malloc, free, calloc, realloc, reallocarray, posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
+ * malloc, free, free_sized, free_aligned_sized, calloc, realloc, reallocarray, posix_memalign, aligned_alloc,
+ * memalign, valloc, pvalloc,
  * malloc_usable_size and every operator new and delete. Options: LLAMALLOC_<NAME> environment variables
  * (docs/options.md). */
 #ifndef LLAMALLOC_H

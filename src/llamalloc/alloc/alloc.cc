@@ -57,6 +57,10 @@ void init_once() {
   g_every_allocation = g_predictor_ptr->consult() == Consult::kEveryAllocation;
 }
 
+unsigned clamp_class(unsigned lc) {
+  return lc < g_global.num_classes() ? lc : g_global.num_classes() - 1;
+}
+
 LocalHeap* new_local_heap() {
   LockGuard g(g_global.lock());
   LocalHeap* h = g_free_heaps;
@@ -92,16 +96,11 @@ LocalHeap* thread_heap() {
   ensure_init();
   h = new_local_heap();
   if (h == nullptr) return nullptr;
-  h->fast_class = g_every_allocation ? kMaxClasses : uint8_t(g_predictor_ptr->predict({0, 0, 0}));
-  if (h->fast_class > kMaxClasses) h->fast_class = kMaxClasses;
+  h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(clamp_class(g_predictor_ptr->predict({0, 0, 0})));
   tl_heap = h;
   // Registers the thread-exit hook; keys below PTHREAD_KEY_2NDLEVEL_SIZE never allocate.
   if (g_key_ready.load(std::memory_order_acquire)) pthread_setspecific(g_thread_key, h);
   return h;
-}
-
-unsigned clamp_class(unsigned lc) {
-  return lc < g_global.num_classes() ? lc : g_global.num_classes() - 1;
 }
 
 void prepare_fork() { g_global.lock().lock(); }

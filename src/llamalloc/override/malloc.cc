@@ -9,6 +9,8 @@ using namespace llamalloc;
 LLAMALLOC_EXPORT void* malloc(size_t size) { return heap_malloc(size); }
 LLAMALLOC_EXPORT void free(void* p) { heap_free(p); }
 LLAMALLOC_EXPORT void cfree(void* p) { heap_free(p); }
+LLAMALLOC_EXPORT void free_sized(void* p, size_t) { heap_free(p); }
+LLAMALLOC_EXPORT void free_aligned_sized(void* p, size_t, size_t) { heap_free(p); }
 LLAMALLOC_EXPORT void* calloc(size_t count, size_t size) { return heap_calloc(count, size); }
 LLAMALLOC_EXPORT void* realloc(void* p, size_t size) { return heap_realloc(p, size); }
 LLAMALLOC_EXPORT void* reallocarray(void* p, size_t count, size_t size) { return heap_reallocarray(p, count, size); }
