@@ -193,21 +193,24 @@ class LiveTable {
 
   bool Init() {
     buckets_ = static_cast<Bucket*>(MapZeroed(sizeof(Bucket) * kBuckets));
+    occupied_ = static_cast<std::atomic<uint64_t>*>(MapZeroed(sizeof(uint64_t) * (kBuckets / 64)));
     pool_ = static_cast<LiveObject*>(MapZeroed(sizeof(LiveObject) * kMaxObjects));
     pool_used_ = 0;
     free_list_ = nullptr;
     count_.store(0);
-    return buckets_ != nullptr && pool_ != nullptr;
+    return buckets_ != nullptr && occupied_ != nullptr && pool_ != nullptr;
   }
 
   bool Insert(const LiveObject& object) {
     LiveObject* node = NewNode();
     if (node == nullptr) return false;
     *node = object;
-    Bucket& b = buckets_[BucketOf(object.address)];
+    uint32_t i = BucketOf(object.address);
+    Bucket& b = buckets_[i];
     SpinLockHolder hold(b.lock);
     node->next = b.head.load(std::memory_order_relaxed);
     b.head.store(node, std::memory_order_release);
+    occupied_[i / 64].fetch_or(uint64_t{1} << (i % 64), std::memory_order_release);
     count_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
@@ -215,10 +218,12 @@ class LiveTable {
   // Moves the object at address into *out and forgets it; false when it was not sampled.
   bool Remove(uint64_t address, LiveObject* out) {
     if (count_.load(std::memory_order_relaxed) == 0) return false;
-    Bucket& b = buckets_[BucketOf(address)];
+    uint32_t i = BucketOf(address);
     // The allocating thread inserted before returning the pointer, and the program ordered that return before
-    // this free: an empty bucket here means the object was not sampled.
-    if (b.head.load(std::memory_order_acquire) == nullptr) return false;
+    // this free: an empty bucket here means the object was not sampled. Most frees stop at this bitmap (8 KiB,
+    // stays in cache) instead of missing the cache on the bucket array.
+    if ((occupied_[i / 64].load(std::memory_order_acquire) & (uint64_t{1} << (i % 64))) == 0) return false;
+    Bucket& b = buckets_[i];
     LiveObject* found = nullptr;
     {
       SpinLockHolder hold(b.lock);
@@ -229,6 +234,9 @@ class LiveTable {
             b.head.store(n->next, std::memory_order_release);
           } else {
             prev->next = n->next;
+          }
+          if (b.head.load(std::memory_order_relaxed) == nullptr) {
+            occupied_[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed);
           }
           found = n;
           break;
@@ -275,6 +283,7 @@ class LiveTable {
   }
 
   Bucket* buckets_ = nullptr;
+  std::atomic<uint64_t>* occupied_ = nullptr;  // bit i: bucket i is not empty
   LiveObject* pool_ = nullptr;
   uint64_t pool_used_ = 0;
   LiveObject* free_list_ = nullptr;
