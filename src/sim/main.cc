@@ -1,6 +1,6 @@
 // llamalloc-sim: replays a trace through placement policies (called by `llamalloc simulate`).
 //   llamalloc-sim TRACE --policy P [--policy P ...] --out FILE.json [--timeline FILE.csv]
-//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--snapshot-ms T ...] [--quiet]
+//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--deadline-k K] [--snapshot-ms T ...] [--quiet]
 // Exit status: 0 done, 2 bad input (the trace, an option), 1 anything else. Errors are one line.
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
       } else if (a == "--mesh-period-ms") {
         mesh_period_ms = ParseMs(a, value());
         if (mesh_period_ms <= 0) throw UsageError("--mesh-period-ms must be > 0");
+      } else if (a == "--deadline-k") {
+        uint64_t k = ParseNumber(a, value());
+        if (k < 1 || k > 1000) throw UsageError("--deadline-k must be in 1..1000");
+        settings.deadline_k = static_cast<unsigned>(k);
       } else if (a == "--seed") {
         settings.seed = ParseNumber(a, value());
       } else if (a == "--snapshot-ms") {

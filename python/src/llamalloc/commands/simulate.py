@@ -32,7 +32,7 @@ def summary_table(result: sim.SimResult) -> str:
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--policy", "-p", "policies", multiple=True, required=True,
               help="pages-4k, pages-2m, mesh (= mesh-4k + mesh-2m), mesh-4k, mesh-2m, tcmalloc, "
-                   "tcmalloc-lifetime; repeat for several")
+                   "tcmalloc-lifetime, llama-oracle, llama-default; repeat for several")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="result JSON (default: TRACE's name + .sim.json); the timeline CSV goes beside it")
 @click.option("--interval-ms", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
@@ -40,15 +40,17 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--mesh-period-ms", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
               help="how often the mesh policies mesh (Mesh itself: at most every 100 ms)")
 @click.option("--seed", type=int, default=1, show_default=True, help="randomness of the mesh policies")
+@click.option("--deadline-k", type=click.IntRange(1, 1000), default=4, show_default=True,
+              help="llama policies: a huge page's deadline is K x its class duration (as LLAMALLOC_DEADLINE_K)")
 @click.option("--snapshot-ms", type=float, multiple=True, help="heap snapshot times (llama policies)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
-            seed: int, snapshot_ms: tuple[float, ...], quiet: bool) -> None:
+            seed: int, deadline_k: int, snapshot_ms: tuple[float, ...], quiet: bool) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
         out = Path(trace.name).with_suffix(".sim.json")
     progress = None if quiet else (lambda line: click.echo(f"simulate: {line}", err=True))
     result = sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
-                          seed=seed, snapshot_ms=snapshot_ms, progress=progress)
+                          seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, progress=progress)
     click.echo(summary_table(result))
     click.echo(f"wrote {out} (timeline: {out.with_name(out.stem + '.timeline.csv')})")
