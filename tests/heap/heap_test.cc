@@ -54,7 +54,7 @@ void random_step(std::mt19937_64& rng, std::vector<Object>& live) {
     size_t size = random_size(rng);
     size_t alignment = 16;
     void* p = nullptr;
-    switch (rng() % 9) {
+    switch (rng() % 13) {
       case 0: {
         size_t count = 1 + rng() % 8, each = size / 8 + 1;
         p = heap_calloc(count, each);
@@ -73,6 +73,10 @@ void random_step(std::mt19937_64& rng, std::vector<Object>& live) {
       case 4: alignment = 4096; p = heap_valloc(size); break;
       case 5: p = heap_malloc_class(size, rng() % 8); break;
       case 6: p = heap_new(size); break;
+      case 7: alignment = size_t{32} << (rng() % 10); p = heap_new_aligned(size, alignment); break;
+      case 8: p = heap_new_nothrow(size); break;
+      case 9: alignment = 4096; p = heap_pvalloc(size); break;
+      case 10: p = heap_reallocarray(nullptr, 1, size); break;
       default: p = heap_malloc(size); break;
     }
     ASSERT_NE(p, nullptr);
