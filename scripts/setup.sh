@@ -14,6 +14,7 @@ apt_packages=(
   libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4      # peer allocators (LD_PRELOAD)
   redis-tools dpkg-dev                            # redis-benchmark; apt-get source for the redis workload
   tcl                                             # redis build
+  chromium                                        # headless check of llamalloc report's HTML page
 )
 missing=()
 for p in "${apt_packages[@]}"; do
