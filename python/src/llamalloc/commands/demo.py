@@ -1,0 +1,152 @@
+"""`llamalloc demo`: the whole loop on a bundled workload, the README's main job.
+
+Each step is one `llamalloc` subcommand run as its own process, so that every step keeps its own progress output
+and error handling, and the demo shows the exact commands a user would type.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from .. import workloads
+from ..errors import UserError
+
+DEMO_WORKLOADS = ("image-server", "word-count", "frag-micro")
+ALLOCATORS = "glibc,jemalloc,tcmalloc,mimalloc,llamalloc"
+
+
+def _mib(n) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f}"
+
+
+def _ratio(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+class _Steps:
+    def __init__(self, total: int):
+        self.total = total
+        self.done = 0
+        self.start = time.monotonic()
+
+    def run(self, title: str, args: list[str], ok_statuses=(0,)) -> None:
+        self.done += 1
+        shown = "llamalloc " + " ".join(shlex.quote(a) for a in args)
+        click.secho(f"\n[{self.done}/{self.total}] {title}", bold=True, err=True)
+        click.echo(f"  $ {shown}", err=True)
+        t0 = time.monotonic()
+        rc = subprocess.run([sys.executable, "-m", "llamalloc", *args]).returncode
+        if rc not in ok_statuses:
+            raise UserError(f"demo: step {self.done} ({title}) failed with status {rc}; "
+                            f"its command was: {shown}", exit_code=1)
+        click.echo(f"  done in {time.monotonic() - t0:.1f} s "
+                   f"(demo so far {time.monotonic() - self.start:.0f} s)", err=True)
+
+
+def _command_has_option(name: str, option: str) -> bool:
+    from ..cli import cli
+    cmd = cli.commands.get(name)
+    return cmd is not None and any(option in p.opts for p in cmd.params)
+
+
+def _print_tables(bench_json: Path, sim_json: Path, workload: str) -> None:
+    bench = json.loads(bench_json.read_text())
+    click.secho(f"\n{workload} under each allocator (median of {bench.get('repeat', 1)} run(s), "
+                f"scale {bench.get('scale')})", bold=True)
+    rows = [("allocator", "time s", "time/glibc", "peak RSS MiB", "final RSS MiB", "AnonHuge MiB",
+             "footprint MiB")]
+    for r in bench.get("results", []):
+        if r.get("workload") != workload:
+            continue
+        s, q = r.get("summary") or {}, r.get("ratios_to_glibc") or {}
+        footprint = s.get("llamalloc.peak_footprint_bytes", s.get("workload.footprint_bytes"))
+        rows.append((r.get("allocator", "?"), "-" if s.get("seconds") is None else f"{s['seconds']:.2f}",
+                     _ratio(q.get("seconds")), _mib(s.get("peak_rss_bytes")), _mib(s.get("final_rss_bytes")),
+                     _mib(s.get("peak_anon_huge_pages_bytes")), _mib(footprint)))
+    _table(rows)
+    sim = json.loads(sim_json.read_text())
+    click.secho("\nReplay of its trace under each placement policy", bold=True)
+    rows = [("policy", "peak footprint MiB", "final footprint MiB", "peak live MiB", "avg footprint/live")]
+    for p in sim.get("policies", []):
+        s = p.get("summary", {})
+        rows.append((p.get("policy", "?"), _mib(s.get("peak_footprint_bytes")), _mib(s.get("final_footprint_bytes")),
+                     _mib(s.get("peak_live_bytes")),
+                     "-" if s.get("average_fragmentation_ratio") is None
+                     else f"{s['average_fragmentation_ratio']:.2f}"))
+    _table(rows)
+
+
+def _table(rows) -> None:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for k, r in enumerate(rows):
+        click.echo("  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        if k == 0:
+            click.echo("  ".join("-" * w for w in widths))
+
+
+@click.command("demo")
+@click.option("-w", "--workload", type=click.Choice(DEMO_WORKLOADS), default="image-server", show_default=True,
+              help="The bundled workload to run the loop on.")
+@click.option("--scale", type=click.Choice(workloads.SCALES), default="small", show_default=True,
+              help="small: a few minutes for the whole demo; default: each run about a minute.")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="llamalloc-demo",
+              show_default=True, help="Folder for every file the demo writes.")
+@click.option("--allocators", default=ALLOCATORS, show_default=True, help="Allocators to compare.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per allocator in the comparison (median).")
+def command(workload, scale, out_dir, allocators, repeat):
+    """Record, train, run with the model, trace, simulate and compare, on a bundled workload.
+
+    Prints the comparison against the other allocators at the end and points to the report.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    wl = workloads.get(workload)
+    program = wl.command(scale)  # raises a clear error when the workload is not built
+    prof, model, trace = out / f"{workload}.prof", out / f"{workload}.model", out / f"{workload}.trace"
+    stats, sim_json, bench_dir = out / f"{workload}.stats.json", out / f"{workload}.sim.json", out / "bench"
+
+    from ..cli import cli
+    has_model_run = _command_has_option("run", "--model")
+    has_report = "report" in cli.commands
+    from .. import sim as _sim
+    policies = ["pages-4k", "pages-2m", "mesh", "tcmalloc-lifetime", "llama-default", "llama-oracle"]
+    policies = [p for p in policies if p in _sim.POLICIES or p in _sim.ALIASES]
+
+    steps = _Steps(7 + int(has_report))
+    click.secho(f"llamalloc demo: {workload} at scale {scale}; files in {out}/", bold=True, err=True)
+    steps.run("record a sampled lifetime profile", ["record", "--sample-bytes", "4096", "-o", str(prof), "--", *program])
+    steps.run("symbolize it (function names for the model)", ["symbolize", str(prof)])
+    steps.run("train the lifetime model", ["train", str(prof), "-o", str(model)])
+    run_args = ["run", "--stats", str(stats)]
+    if has_model_run:
+        run_args += ["--model", str(model)]
+    steps.run("run it with llamalloc" + (" and the model" if has_model_run else " (no learned predictor built yet)"),
+              [*run_args, "--", *program])
+    steps.run("trace every allocation and free",
+              ["trace", "-o", str(trace), "--", *program])
+    sim_args = ["simulate", str(trace), "-o", str(sim_json), "-q"]
+    for p in policies:
+        sim_args += ["-p", p]
+    steps.run("replay the trace under each placement policy: " + ", ".join(policies), sim_args)
+    steps.run("compare the allocators side by side",
+              ["bench", "-w", workload, "--allocators", allocators, "--repeat", str(repeat), "--scale", scale,
+               "--out", str(bench_dir)])
+    if has_report:
+        steps.run("write the report", ["report", "--sim", str(sim_json), "--bench", str(bench_dir / "bench.json"),
+                                        "--profile", str(prof), "-o", str(out / "report")])
+    _print_tables(bench_dir / "bench.json", sim_json, workload)
+    if stats.exists():
+        s = json.loads(stats.read_text())
+        c = s.get("counters", {})
+        click.echo(f"\nllamalloc's own statistics ({stats}): peak footprint {_mib(s.get('peak_footprint_bytes'))} MiB "
+                   f"for peak live {_mib(s.get('peak_live_bytes'))} MiB; prediction cache hits {c.get('prediction_cache_hits', 0)}, "
+                   f"misses {c.get('prediction_cache_misses', 0)}, model runs {c.get('model_runs', 0)}")
+    if has_report:
+        click.secho(f"\nReport: {(out / 'report' / 'index.html').resolve()}", bold=True)
