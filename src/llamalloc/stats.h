@@ -24,6 +24,7 @@ namespace llamalloc {
   X(prediction_cache_hits, "predictions answered from the prediction cache")                    \
   X(prediction_cache_misses, "predictions that missed the cache")                               \
   X(model_runs, "runs of the lifetime model")                                                   \
+  X(prediction_ns, "time spent in model runs (stack walk, tokens, model), ns")                  \
   X(repredictions_changed, "periodic re-predictions that changed a cached class")
 
 struct Counters {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <new>
 
+#include "stats.h"
+
 namespace llamalloc::model {
 
 namespace {
@@ -19,16 +21,6 @@ uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-void write_stderr(const char* s) {
-  size_t n = strlen(s);
-  while (n > 0) {
-    ssize_t w = write(2, s, n);
-    if (w <= 0) return;
-    s += w;
-    n -= size_t(w);
-  }
 }
 
 uint64_t parse_hex(const char*& p, const char* end) {
@@ -355,38 +347,14 @@ PredictionTotals LearnedPredictor::totals() const {
   return t;
 }
 
+void LearnedPredictor::report(Counters& counters) {
+  PredictionTotals t = totals();
+  counters.prediction_cache_hits.store(t.hits, std::memory_order_relaxed);
+  counters.prediction_cache_misses.store(t.misses, std::memory_order_relaxed);
+  counters.model_runs.store(t.model_runs, std::memory_order_relaxed);
+  counters.prediction_ns.store(t.prediction_ns, std::memory_order_relaxed);
+  counters.repredictions_changed.store(t.repredictions_changed, std::memory_order_relaxed);
+}
+
 }  // namespace llamalloc::model
 
-namespace {
-// One predictor per process, constructed in static storage at init (never on the heap).
-alignas(llamalloc::model::LearnedPredictor) unsigned char g_predictor_storage[sizeof(llamalloc::model::LearnedPredictor)];
-}  // namespace
-
-extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamalloc_make_model_predictor(
-    const char* model_path) {
-  using namespace llamalloc::model;
-  const char* tokens = getenv("LLAMALLOC_TOKENS");
-  const char* every = getenv("LLAMALLOC_REPREDICT_EVERY");
-  uint32_t repredict_every = kDefaultRepredictEvery;
-  if (every != nullptr && *every) {
-    uint64_t v = 0;
-    const char* p = every;
-    for (; *p >= '0' && *p <= '9' && v < 0xffffffffull; ++p) v = v * 10 + uint64_t(*p - '0');
-    if (*p == '\0' && v <= 0xffffffffull) repredict_every = uint32_t(v);
-    else write_stderr("llamalloc: warning: LLAMALLOC_REPREDICT_EVERY is not a number; using 1000\n");
-  }
-  auto* predictor = new (g_predictor_storage) LearnedPredictor();
-  // LLAMALLOC_PREDICT_LOG=FILE: every model run's tokens and class (tests compare them with the profile's).
-  const char* log_path = getenv("LLAMALLOC_PREDICT_LOG");
-  if (log_path != nullptr && *log_path)
-    predictor->set_log_fd(open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  char error[512];
-  if (!predictor->init(model_path, tokens, repredict_every, error, sizeof error)) {
-    char line[600];
-    format_message(line, sizeof line, "llamalloc: warning: %s; running without predictions\n", error);
-    write_stderr(line);
-    predictor->~LearnedPredictor();
-    return nullptr;
-  }
-  return predictor;
-}

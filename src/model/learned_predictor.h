@@ -71,6 +71,8 @@ class LearnedPredictor final : public Predictor {
 
   Consult consult() const override { return Consult::kEveryAllocation; }
   unsigned predict(const AllocationContext& context) override;
+  // Stores totals() into the heap's prediction counters (at exit, before the statistics file is written).
+  void report(Counters& counters) override;
 
   // Sum over every thread that ever predicted (exited threads included).
   PredictionTotals totals() const;

@@ -51,7 +51,8 @@ void init_once() {
   if (o.model != nullptr && *o.model) {
     Predictor* model = llamalloc_make_model_predictor ? llamalloc_make_model_predictor(o.model) : nullptr;
     if (model != nullptr) g_predictor_ptr = model;
-    else write_stderr("llamalloc: warning: LLAMALLOC_MODEL is set but no learned predictor could load it; "
+    else if (!llamalloc_make_model_predictor)  // (the predictor has said what is wrong with the file)
+      write_stderr("llamalloc: warning: LLAMALLOC_MODEL is set but no learned predictor could load it; "
                       "using the default class\n");
   }
   g_every_allocation = g_predictor_ptr->consult() == Consult::kEveryAllocation;
@@ -311,6 +312,7 @@ __attribute__((destructor)) static void llamalloc_finish() {
   flush_live_bytes();
   const char* path = options().stats;
   if (path != nullptr && *path) {
+    g_predictor_ptr->report(g_global.counters());
     if (!write_stats_file(g_global, path)) {
       write_stderr("llamalloc: warning: cannot write the statistics file LLAMALLOC_STATS=");
       write_stderr(path);

@@ -6,6 +6,8 @@
 
 namespace llamalloc {
 
+struct Counters;
+
 // What the allocation path knows about an allocation without unwinding: the caller's return address, the
 // stack height (the frame address) and the size. The learned predictor hashes these into its cache (Figure 7).
 struct AllocationContext {
@@ -30,6 +32,9 @@ class Predictor {
   // The lifetime class for an allocation. Called from any thread, possibly concurrently; must not allocate,
   // take a lock held by the heap, or unwind while the heap holds its lock (it is never called with it held).
   virtual unsigned predict(const AllocationContext& context) = 0;
+  // Stores the predictor's own counters (cache hits and misses, model runs, ...) into the heap's, before the
+  // statistics are written. Not on the allocation path.
+  virtual void report(Counters&) {}
 
  protected:
   ~Predictor() = default;

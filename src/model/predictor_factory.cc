@@ -1,0 +1,45 @@
+// The heap's entry to the learned predictor: called once at init when LLAMALLOC_MODEL is set (alloc.cc declares
+// it weak). Only linked into libllamalloc (it reads the heap's options table); tests use LearnedPredictor.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+#include "learned_predictor.h"
+#include "options.h"
+
+namespace {
+
+// One predictor per process, constructed in static storage at init (never on the heap).
+alignas(llamalloc::model::LearnedPredictor) unsigned char g_predictor_storage[sizeof(llamalloc::model::LearnedPredictor)];
+
+void write_stderr_line(const char* s) {
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t w = write(2, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= size_t(w);
+  }
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamalloc_make_model_predictor(
+    const char* model_path) {
+  using namespace llamalloc::model;
+  const llamalloc::Options& o = llamalloc::options();
+  auto* predictor = new (g_predictor_storage) LearnedPredictor();
+  if (o.predict_log != nullptr && *o.predict_log)
+    predictor->set_log_fd(open(o.predict_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  char error[512];
+  if (!predictor->init(model_path, o.tokens, uint32_t(o.repredict_every), error, sizeof error)) {
+    char line[600];
+    format_message(line, sizeof line, "llamalloc: warning: %s; running without predictions\n", error);
+    write_stderr_line(line);
+    predictor->~LearnedPredictor();
+    return nullptr;
+  }
+  return predictor;
+}
