@@ -4,6 +4,8 @@
  *   threads N          N threads allocating from several contexts at once (many threads predicting at once)
  *   dlopen LIB N       a thread dlopens/dlcloses LIB and calls its allocating function while N threads allocate
  *   fork               allocates, forks; the child allocates from new contexts and exits 0
+ *   deep DEPTH COUNT   COUNT malloc/free pairs at the bottom of a DEPTH-frame recursion (model-run timing with
+ *                      LLAMALLOC_REPREDICT_EVERY=1: every allocation after the first runs the model)
  * Prints "ok <checksum>" on success. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -162,7 +164,26 @@ static int fork_test(void) {
   return 0;
 }
 
+NOINLINE static unsigned long deep_recurse(int depth, int count) {
+  unsigned long sum = 0;
+  if (depth > 1) {
+    sum = deep_recurse(depth - 1, count);
+    __asm__ volatile("" ::: "memory");  /* not a tail call: the frame stays */
+    return sum + 1;
+  }
+  for (int i = 0; i < count; ++i) {
+    void* p = request_scratch(40);
+    sum += ((unsigned char*)p)[0];
+    free(p);
+  }
+  return sum;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 4 && strcmp(argv[1], "deep") == 0) {
+    printf("ok %lu\n", deep_recurse(atoi(argv[2]), atoi(argv[3])));
+    return 0;
+  }
   if (argc >= 3 && strcmp(argv[1], "footprint") == 0) return footprint(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "threads") == 0) return threads(atoi(argv[2]));
   if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));
