@@ -87,11 +87,32 @@ LlamaPolicy::~LlamaPolicy() = default;
 LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
   // Each traced thread allocates from its own thread-local heap, as it did in the process.
   uint64_t key = uint64_t{thread} + 1;
-  if (LocalHeap** h = heaps_.Find(key)) return **h;
-  heap_storage_.push_back(std::make_unique<LocalHeap>());
-  LocalHeap* h = heap_storage_.back().get();
-  heaps_.Put(key, h);
-  return *h;
+  uint32_t index;
+  if (uint32_t* i = heaps_.Find(key)) {
+    index = *i;
+  } else {
+    index = static_cast<uint32_t>(threads_.size());
+    threads_.push_back(ThreadState{std::make_unique<LocalHeap>(), 0, false});
+    heaps_.Put(key, index);
+  }
+  ThreadState& t = threads_[index];
+  t.last_event_ns = now_ns_;
+  t.holds_spans = true;
+  return *t.heap;
+}
+
+void LlamaPolicy::ReleaseIdleThreads() {
+  if (options_.thread_idle_ns == 0) return;
+  for (ThreadState& t : threads_) {
+    if (t.holds_spans && now_ns_ - t.last_event_ns >= options_.thread_idle_ns) {
+      // What the library does at thread exit (alloc.cc's thread destructor).
+      tl_heap = t.heap.get();
+      LocalAllocator::release_all(*global_, *t.heap);
+      tl_heap = &g_empty_heap;
+      t.holds_spans = false;
+      ++idle_threads_released_;
+    }
+  }
 }
 
 void LlamaPolicy::AdvanceTime(uint64_t time_ns) {
@@ -150,6 +171,7 @@ std::vector<std::string> LlamaPolicy::extra_columns() const {
 
 void LlamaPolicy::Sample(uint64_t time_ns, std::vector<int64_t>& v) {
   AdvanceTime(time_ns);
+  ReleaseIdleThreads();
   global_->tick();  // deadlines that expired while the trace was quiet
   for (unsigned i = 0; i < kMaxClasses; ++i) v[i] = static_cast<int64_t>(global_->gauges().huge_pages_by_class[i]);
 }
@@ -194,7 +216,9 @@ std::vector<std::pair<std::string, double>> LlamaPolicy::summary_extras() const 
       {"huge_pages_released", double(c.huge_pages_released.load())},
       {"heap_peak_footprint_bytes", double(global_->gauges().peak_footprint_bytes)},
       {"platform_backed_bytes", double(platform_->backed_bytes())},
-      {"threads", double(heap_storage_.size())},
+      {"threads", double(threads_.size())},
+      {"thread_idle_ns", double(options_.thread_idle_ns)},
+      {"idle_threads_released", double(idle_threads_released_)},
   };
   for (unsigned i = 0; i < kMaxClasses; ++i) e.push_back({"allocs_class_" + std::to_string(i), double(allocs_by_class_[i])});
   return e;

@@ -29,6 +29,10 @@ struct LlamaOptions {
   // -1: llama-oracle (each object's true class). 0..7: llama-default, every object in this class, which is
   // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS, default 0).
   int fixed_class = -1;
+  // A trace has no thread-exit events, but a thread that exits gives its spans back (release_all). A traced
+  // thread with no event for this long is taken to have exited; its next event, if any, starts afresh.
+  // 0 keeps every thread's spans to the end.
+  uint64_t thread_idle_ns = 1'000'000'000;
   std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
 };
 
@@ -56,13 +60,20 @@ class LlamaPolicy final : public Policy {
 
  private:
   LocalHeap& HeapFor(uint32_t thread);
+  void ReleaseIdleThreads();
 
   LlamaOptions options_;
   std::unique_ptr<SimPlatform> platform_;
   std::unique_ptr<TraceClock> clock_;
   std::unique_ptr<GlobalAllocator> global_;
-  FlatMap<LocalHeap*> heaps_;              // trace thread id + 1 -> its thread-local heap
-  std::vector<std::unique_ptr<LocalHeap>> heap_storage_;
+  struct ThreadState {
+    std::unique_ptr<LocalHeap> heap;
+    uint64_t last_event_ns = 0;
+    bool holds_spans = false;
+  };
+  FlatMap<uint32_t> heaps_;                // trace thread id + 1 -> index in threads_
+  std::vector<ThreadState> threads_;
+  uint64_t idle_threads_released_ = 0;
   FlatMap<uint64_t> placed_;               // trace address -> address in the simulated heap
   uint64_t now_ns_ = 0;
   size_t next_snapshot_ = 0;

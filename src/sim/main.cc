@@ -1,6 +1,6 @@
 // llamalloc-sim: replays a trace through placement policies (called by `llamalloc simulate`).
 //   llamalloc-sim TRACE --policy P [--policy P ...] --out FILE.json [--timeline FILE.csv]
-//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--deadline-k K] [--snapshot-ms T ...] [--quiet]
+//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--deadline-k K] [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
 // Exit status: 0 done, 2 bad input (the trace, an option), 1 anything else. Errors are one line.
 #include <cstdio>
 #include <cstdlib>
@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
         uint64_t k = ParseNumber(a, value());
         if (k < 1 || k > 1000) throw UsageError("--deadline-k must be in 1..1000");
         settings.deadline_k = static_cast<unsigned>(k);
+      } else if (a == "--thread-idle-ms") {
+        settings.thread_idle_ns = static_cast<uint64_t>(ParseMs(a, value()) * 1e6);
       } else if (a == "--seed") {
         settings.seed = ParseNumber(a, value());
       } else if (a == "--snapshot-ms") {

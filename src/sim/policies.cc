@@ -43,6 +43,7 @@ std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings
     o.fixed_class = name == "llama-default" ? 0 : -1;
     o.snapshot_times_ns = settings.snapshot_times_ns;
     o.deadline_k = settings.deadline_k;
+    o.thread_idle_ns = settings.thread_idle_ns;
     return std::make_unique<LlamaPolicy>(o);
   }
   throw std::invalid_argument("unknown policy '" + name + "'");

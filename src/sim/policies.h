@@ -12,7 +12,8 @@ namespace llamalloc::sim {
 struct PolicySettings {
   uint64_t seed = 1;
   uint64_t mesh_period_ns = 100'000'000;
-  unsigned deadline_k = 4;  // llama policies: deadline = now + K x class duration (LLAMALLOC_DEADLINE_K)
+  unsigned deadline_k = 4;
+  uint64_t thread_idle_ns = 1'000'000'000;  // llama policies: see LlamaOptions  // llama policies: deadline = now + K x class duration (LLAMALLOC_DEADLINE_K)
   std::vector<uint64_t> snapshot_times_ns;  // heap snapshots (llama policies)
 };
 

@@ -93,3 +93,43 @@ TEST(LlamaPolicy, ManyShortLivedObjectsReuseMemory) {
 
 }  // namespace
 }  // namespace llamalloc::sim
+
+namespace llamalloc::sim {
+namespace {
+
+TEST(LlamaPolicy, IdleThreadsGiveTheirSpansBackAsAtThreadExit) {
+  // Thread 1 allocates twice and goes quiet; thread 2 works on. After thread_idle_ns the first thread's
+  // span goes back to the heap (as release_all does at thread exit), and its objects' frees still work.
+  std::vector<Event> events;
+  Event a = testing::Alloc(0, 0x1000, 64);
+  a.thread = 1;
+  Event b = testing::Alloc(1, 0x2000, 64);
+  b.thread = 1;
+  events = {a, b};
+  for (uint64_t i = 0; i < 30; ++i) {
+    Event e = testing::Alloc(100 * testing::kMs * (i + 1), 0x10000 + 64 * i, 64);
+    e.thread = 2;
+    events.push_back(e);
+  }
+  Event fa = testing::Free(3100 * testing::kMs, 0x1000);
+  fa.thread = 2;
+  events.push_back(fa);
+  LlamaOptions options;
+  options.fixed_class = 0;
+  options.thread_idle_ns = 1000 * testing::kMs;
+  LlamaPolicy policy(options);
+  VectorEventSource source(events);
+  RunResult r = Replay(source, policy, EngineOptions{100 * testing::kMs});
+  double released = -1, threads = -1;
+  for (auto& [name, value] : r.extras) {
+    if (name == "idle_threads_released") released = value;
+    if (name == "threads") threads = value;
+  }
+  EXPECT_EQ(threads, 2);
+  EXPECT_EQ(released, 1);
+  EXPECT_EQ(r.summary.final_live_bytes, 64u * 31);
+  EXPECT_EQ(r.summary.unknown_frees, 0u);
+}
+
+}  // namespace
+}  // namespace llamalloc::sim

@@ -56,7 +56,7 @@ def binary() -> Path:
 
 def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.PathLike,
              interval_ms: float = 10.0, mesh_period_ms: float = 100.0, seed: int = 1,
-             snapshot_ms: Iterable[float] = (), deadline_k: int = 4, progress: Callable[[str], None] | None = None) -> SimResult:
+             snapshot_ms: Iterable[float] = (), deadline_k: int = 4, thread_idle_ms: float = 1000.0, progress: Callable[[str], None] | None = None) -> SimResult:
     """Replays `trace` through each policy; writes `out` (JSON) and its timeline CSV; returns the result."""
     trace = Path(trace)
     if not trace.exists():
@@ -70,7 +70,7 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
     out = Path(out)
     cmd = [str(binary()), str(trace), "--out", str(out), "--interval-ms", repr(float(interval_ms)),
            "--mesh-period-ms", repr(float(mesh_period_ms)), "--seed", str(int(seed)),
-           "--deadline-k", str(int(deadline_k))]
+           "--deadline-k", str(int(deadline_k)), "--thread-idle-ms", repr(float(thread_idle_ms))]
     for p in policies:
         cmd += ["--policy", p]
     for t in snapshot_ms:

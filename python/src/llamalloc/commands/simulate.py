@@ -42,15 +42,19 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--seed", type=int, default=1, show_default=True, help="randomness of the mesh policies")
 @click.option("--deadline-k", type=click.IntRange(1, 1000), default=4, show_default=True,
               help="llama policies: a huge page's deadline is K x its class duration (as LLAMALLOC_DEADLINE_K)")
+@click.option("--thread-idle-ms", type=click.FloatRange(min=0), default=1000.0, show_default=True,
+              help="llama policies: a traced thread idle this long is taken to have exited and gives its spans "
+                   "back (traces carry no thread exits); 0: never")
 @click.option("--snapshot-ms", type=float, multiple=True, help="heap snapshot times (llama policies)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
-            seed: int, deadline_k: int, snapshot_ms: tuple[float, ...], quiet: bool) -> None:
+            seed: int, deadline_k: int, thread_idle_ms: float, snapshot_ms: tuple[float, ...], quiet: bool) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
         out = Path(trace.name).with_suffix(".sim.json")
     progress = None if quiet else (lambda line: click.echo(f"simulate: {line}", err=True))
     result = sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
-                          seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, progress=progress)
+                          seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, thread_idle_ms=thread_idle_ms,
+                          progress=progress)
     click.echo(summary_table(result))
     click.echo(f"wrote {out} (timeline: {out.with_name(out.stem + '.timeline.csv')})")
