@@ -47,7 +47,9 @@ void LocalAllocator::close_run(SpanCursor& c) {
   for (uintptr_t h = c.run_start; h < c.bump;) {
     const SmallHeader* header = reinterpret_cast<const SmallHeader*>(h);
     size_t total = small_total_bytes(header->requested_bytes);
-    if (header->tag != kTagPad && header->tag != kTagFreedLocal) {
+    // Relaxed atomic: another thread may be marking the object freed right now (live and freed count alike).
+    uint16_t tag = __atomic_load_n(&header->tag, __ATOMIC_RELAXED);
+    if (tag != kTagPad && tag != kTagFreedLocal) {
       size_t a = (h - c.span_base) >> kLineShift, b = (h + total - 1 - c.span_base) >> kLineShift;
       for (size_t l = a; l <= b; ++l) counts[l]++;
     }
@@ -100,7 +102,7 @@ void LocalAllocator::release(GlobalAllocator& global, SpanCursor& c) {
 }
 
 void LocalAllocator::free_counted(GlobalAllocator& global, SpanMeta* span, SmallHeader* h) {
-  h->tag = kTagFreed;
+  __atomic_store_n(&h->tag, kTagFreed, __ATOMIC_RELAXED);  // the owner's close_run() may be reading it
   uintptr_t offset = reinterpret_cast<uintptr_t>(h) & (kBlockSpanBytes - 1);
   size_t first = offset >> kLineShift;
   size_t last = (offset + small_total_bytes(h->requested_bytes) - 1) >> kLineShift;
