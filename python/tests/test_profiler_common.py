@@ -70,28 +70,58 @@ def site_samples(prof, site: str):
     return [s for s in prof.samples if site in s.stack[:3]]
 
 
-def assert_exact_sites(prof) -> None:
-    for site, (count, size_class, lifetime_class, alignment) in SITES.items():
+def lifetime_class(lifetime_ns: int) -> int:
+    bound_ns = 10_000_000
+    for k in range(6):
+        if lifetime_ns < bound_ns:
+            return k
+        bound_ns *= 10
+    return 6
+
+
+def lifetime_bounds(stdout: str) -> dict[str, tuple[int, int]]:
+    """The lifetime bounds prof-sites printed for its timed sites ("lifetime SITE MIN_NS MAX_NS")."""
+    out = {}
+    for line in stdout.splitlines():
+        f = line.split()
+        if len(f) == 4 and f[0] == "lifetime":
+            out[f[1]] = (int(f[2]), int(f[3]))
+    return out
+
+
+def assert_exact_sites(prof, bounds: dict[str, tuple[int, int]] | None = None) -> None:
+    """Every site with exactly its count, size class, alignment and lifetime classes. For the timed sites the
+    program's own bounds on the lifetimes (when given) decide the class: a sleep may overrun on a loaded
+    machine, and the profile must then agree with what really happened, not with the nominal table."""
+    for site, (count, size_class, lifetime_class_nominal, alignment) in SITES.items():
         found = site_samples(prof, site)
         assert len(found) == 1, f"{site}: {len(found)} samples: {[s.stack[:4] for s in found]}"
         s = found[0]
         assert s.values["alloc_objects"] == count, site
         assert s.request_size == size_class, site
         assert s.alignment == alignment, site
-        expected_classes = [0] * 8
-        expected_classes[lifetime_class] = count
-        assert s.class_counts == expected_classes, site
-        if lifetime_class == 7:
+        classes = s.class_counts
+        if bounds and site in bounds:
+            lo_ns, hi_ns = bounds[site]
+            assert lo_ns <= s.min_lifetime_ns <= s.max_lifetime_ns <= hi_ns, (site, bounds[site], s)
+            lo, hi = lifetime_class(lo_ns), lifetime_class(hi_ns)
+            assert sum(classes[lo:hi + 1]) == count and sum(classes) == count, (site, classes, lo, hi)
+            if lo == hi:
+                assert classes[lo] == count, site
+        else:
+            expected_classes = [0] * 8
+            expected_classes[lifetime_class_nominal] = count
+            assert classes == expected_classes, (site, classes)
+        if lifetime_class_nominal == 7:
             assert s.values["live_at_exit_objects"] == count and s.values["freed_objects"] == 0, site
         else:
             assert s.values["freed_objects"] == count and s.values["live_at_exit_objects"] == 0, site
             assert 0 <= s.min_lifetime_ns <= s.max_lifetime_ns, site
             assert s.values["lifetime_sum"] >= s.min_lifetime_ns * count, site
         assert "main" in s.stack, f"{site}: stack does not reach main: {s.stack}"
-    # Known lifetimes: 30 ms and 150 ms sleeps.
     tens = site_samples(prof, "site_tens")[0]
-    assert 30e6 <= tens.min_lifetime_ns and tens.max_lifetime_ns < 100e6
+    assert tens.min_lifetime_ns >= 30e6
     medium = site_samples(prof, "site_medium")[0]
-    assert 150e6 <= medium.min_lifetime_ns and medium.max_lifetime_ns < 1e9
+    assert medium.min_lifetime_ns >= 150e6
     inlined = site_samples(prof, "site_inlined")[0]
     assert inlined.stack[:2] == ["inlined_helper", "site_inlined"], inlined.stack

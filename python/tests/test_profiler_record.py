@@ -8,25 +8,34 @@ import subprocess
 import pytest
 
 from llamalloc import profile
-from test_profiler_common import (PEERS, assert_exact_sites, llamalloc, peer_library, pprof, program,
-                                  site_samples)
+from test_profiler_common import (PEERS, assert_exact_sites, lifetime_bounds, llamalloc, peer_library, pprof,
+                                  program, site_samples)
 
 
-def record(tmp_path, *args, name="p.prof", sample_bytes=1, env=None, rc=0, symbolize=True):
+def record(tmp_path, *args, name="p.prof", sample_bytes=1, env=None, rc=0, symbolize=True, stdout=None):
     out = tmp_path / name
-    llamalloc("record", "-o", out, "--sample-bytes", sample_bytes, *args, env=env, check_rc=rc)
+    r = llamalloc("record", "-o", out, "--sample-bytes", sample_bytes, *args, env=env, check_rc=rc)
+    if stdout is not None:
+        stdout.append(r.stdout)
     if symbolize:
         llamalloc("symbolize", out, check_rc=0)
     return out
 
 
+def record_sites(tmp_path, *args, env=None, rc=0, program_args=("sites",), exe=None):
+    """Records prof-sites and returns the profile and the lifetime bounds the program printed."""
+    printed: list[str] = []
+    out = record(tmp_path, *args, "--", exe or program(), *program_args, env=env, rc=rc, stdout=printed)
+    return profile.load(out), lifetime_bounds(printed[0])
+
+
 def test_exact_sites_counts_and_lifetime_classes(tmp_path):
-    out = record(tmp_path, "--", program(), "sites")
-    prof = profile.load(out)
+    prof, bounds = record_sites(tmp_path)
     assert prof.symbolized and prof.sample_bytes == 1
     assert prof.program == str(program())
     assert re.fullmatch(r"[0-9a-f]{40}", prof.build_id)
-    assert_exact_sites(prof)
+    assert set(bounds) == {"site_tens", "site_medium"}
+    assert_exact_sites(prof, bounds)
 
 
 def test_without_frame_pointers_the_dwarf_unwinder_gives_the_same_sites(tmp_path):
@@ -40,16 +49,15 @@ def test_without_frame_pointers_the_dwarf_unwinder_gives_the_same_sites(tmp_path
 @pytest.mark.parametrize("unwind", ["fp", "dwarf"])
 def test_each_unwinder_alone_on_a_frame_pointer_build(tmp_path, unwind):
     env = dict(os.environ, LLAMALLOC_PROF_UNWIND=unwind)
-    prof = profile.load(record(tmp_path, "--", program(), "sites", env=env))
-    assert_exact_sites(prof)
+    assert_exact_sites(*record_sites(tmp_path, env=env))
 
 
 @pytest.mark.parametrize("peer", list(PEERS))
 def test_works_over_each_allocator(tmp_path, peer):
     lib = peer_library(peer)
     args = ["--preload", lib] if lib else []
-    prof = profile.load(record(tmp_path, *args, "--", program(), "sites"))
-    assert_exact_sites(prof)
+    prof, bounds = record_sites(tmp_path, *args)
+    assert_exact_sites(prof, bounds)
     if lib:
         name = os.path.basename(lib).split(".so")[0]
         assert any(os.path.basename(m.path).startswith(name) for m in prof.mappings), \
@@ -58,8 +66,8 @@ def test_works_over_each_allocator(tmp_path, peer):
 
 def test_peer_already_in_ld_preload_comes_after_the_profiler(tmp_path):
     env = dict(os.environ, LD_PRELOAD=PEERS["jemalloc"])
-    prof = profile.load(record(tmp_path, "--", program(), "sites", env=env))
-    assert_exact_sites(prof)
+    prof, bounds = record_sites(tmp_path, env=env)
+    assert_exact_sites(prof, bounds)
     assert any("jemalloc" in m.path for m in prof.mappings)
 
 
@@ -84,7 +92,8 @@ def test_threads_freeing_across_threads(tmp_path):
 
 
 def test_fork_and_exec_children_get_profiles_of_their_own(tmp_path):
-    out = record(tmp_path, "--", program(), "fork")
+    printed: list[str] = []
+    out = record(tmp_path, "--", program(), "fork", stdout=printed)
     prof = profile.load(out)
     assert site_samples(prof, "site_short")[0].values["alloc_objects"] == 200
     assert not site_samples(prof, "site_child")
@@ -98,12 +107,11 @@ def test_fork_and_exec_children_get_profiles_of_their_own(tmp_path):
     assert len(forked) == 1 and len(execed) == 1
     assert site_samples(forked[0], "site_child")[0].values["alloc_objects"] == 11
     assert not site_samples(forked[0], "site_short"), "the forked child must not inherit the parent's samples"
-    assert_exact_sites(execed[0])
+    assert_exact_sites(execed[0], lifetime_bounds(printed[0]))
 
 
 def test_exit_status_is_passed_through_and_profile_still_written(tmp_path):
-    out = record(tmp_path, "--", program(), "sites", 3, rc=3)
-    assert_exact_sites(profile.load(out))
+    assert_exact_sites(*record_sites(tmp_path, rc=3, program_args=("sites", "3")))
 
 
 def test_command_not_found_exits_127(tmp_path):

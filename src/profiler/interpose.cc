@@ -171,17 +171,21 @@ void* ReallocImpl(void* old, size_t size) {
 
 extern "C" {
 
+// malloc, free and calloc are the hot ones: the allocator underneath is called without the guard (nothing of
+// the profiler runs inside it), and the profiler only when its inlined fast path says so.
 __attribute__((visibility("default"))) void* malloc(size_t size) {
   if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, kDefaultAlignment);
-  if (t_guard) return g_next.malloc(size);
+  void* p = g_next.malloc(size);
+  if (LLPROF_LIKELY(t_guard || AllocIsQuiet(size)) || p == nullptr) return p;
   Guard guard;
-  return Allocated(g_next.malloc(size), size, kDefaultAlignment);
+  OnAlloc(p, size, kDefaultAlignment, 0);
+  return p;
 }
 
 __attribute__((visibility("default"))) void free(void* p) {
   if (p == nullptr || LLPROF_UNLIKELY(IsBootstrap(p))) return;
   if (LLPROF_UNLIKELY(!Ready())) return;  // cannot happen: p came from an allocator we found
-  if (t_guard) return g_next.free(p);
+  if (LLPROF_LIKELY(t_guard || FreeIsQuiet(p))) return g_next.free(p);
   Guard guard;
   RecordedFree(p, g_next.free);
 }
@@ -193,9 +197,11 @@ __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
     return nullptr;
   }
   if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(total, kDefaultAlignment);
-  if (t_guard) return g_next.calloc(n, size);
+  void* p = g_next.calloc(n, size);
+  if (LLPROF_LIKELY(t_guard || AllocIsQuiet(total)) || p == nullptr) return p;
   Guard guard;
-  return Allocated(g_next.calloc(n, size), total, kDefaultAlignment);
+  OnAlloc(p, total, kDefaultAlignment, 0);
+  return p;
 }
 
 __attribute__((visibility("default"))) void* realloc(void* old, size_t size) { return ReallocImpl(old, size); }
@@ -279,17 +285,19 @@ void* NewImpl(size_t size, size_t alignment, Call call) {
   if (!Ready() || t_guard) return call();
   void* p;
   {
-    Guard guard;
-    p = call();  // may throw std::bad_alloc: the guard is restored on the way out
+    Guard guard;  // libstdc++'s operator new calls malloc: that inner call is not a second allocation
+    p = call();   // may throw std::bad_alloc: the guard is restored on the way out
   }
+  if (LLPROF_LIKELY(AllocIsQuiet(size)) || p == nullptr) return p;
   Guard guard;
-  return Allocated(p, size, alignment);
+  OnAlloc(p, size, alignment, 0);
+  return p;
 }
 
 template <typename Call>
 void DeleteImpl(void* p, Call call) {
   if (p == nullptr) return;
-  if (!Ready() || t_guard) return call();
+  if (!Ready() || t_guard || FreeIsQuiet(p)) return call();
   Guard guard;
   FreeTicket ticket;
   BeginFree(p, &ticket);

@@ -17,6 +17,12 @@
 #include "trace_format.h"
 
 namespace llamalloc::prof {
+
+std::atomic<int> g_mode{static_cast<int>(Mode::kOff)};
+std::atomic<bool> g_dump_requested{false};
+LiveTable g_live;
+__thread Sampler t_sampler __attribute__((tls_model("initial-exec")));
+
 namespace {
 
 constexpr uint64_t kDefaultSampleBytes = 512 * 1024;
@@ -36,7 +42,6 @@ struct Options {
 };
 
 Options g_options;
-std::atomic<int> g_mode{static_cast<int>(Mode::kOff)};
 char g_exe_path[kPathBytes];
 uint64_t g_pid;
 uint64_t g_start_time_ns;
@@ -44,19 +49,16 @@ uint64_t g_start_mono_ns;
 
 StackTable g_stacks;
 SiteTable g_sites;
-LiveTable g_live;
 std::atomic<uint64_t> g_sampled{0};
 std::atomic<uint64_t> g_dropped{0};
 std::atomic<uint64_t> g_events{0};
 
-std::atomic<bool> g_dump_requested{false};
 std::atomic<uint64_t> g_next_dump_ns{UINT64_MAX};
 SpinLock g_dump_lock;
 
 struct ThreadState {
   uint32_t tid;
   bool sampler_ready;
-  Sampler sampler;
 };
 __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 
@@ -192,7 +194,11 @@ void WriteEnd(Writer& w, uint64_t count) {
   w.Bytes(&e, sizeof(e));
 }
 
-// The output path for this process: the template with %p replaced by the pid.
+// The output path for this process: the template with %p replaced by the pid. A forked child whose template
+// has no %p appends ".<pid>", so that it does not overwrite its parent's file. (A program started by exec gets
+// the same template and cannot tell: `llamalloc record` and `trace` always use %p.)
+uint64_t g_first_pid;
+
 void OutputPath(char* out, size_t capacity) {
   size_t n = 0;
   bool had_pid = false;
@@ -205,8 +211,10 @@ void OutputPath(char* out, size_t capacity) {
       out[n++] = *p;
     }
   }
+  if (!had_pid && g_pid != g_first_pid && n + 24 < capacity) {
+    n += static_cast<size_t>(snprintf(out + n, capacity - n, ".%llu", static_cast<unsigned long long>(g_pid)));
+  }
   out[n] = '\0';
-  (void)had_pid;
 }
 
 // ---- profile mode ------------------------------------------------------------------------------------------
@@ -570,6 +578,7 @@ void InitProfiler() {
   ReadOptions();
   if (g_options.mode == Mode::kOff) return;
   g_pid = static_cast<uint64_t>(getpid());
+  g_first_pid = g_pid;
   g_start_time_ns = RealtimeNs();
   g_start_mono_ns = MonotonicNs();
   ssize_t n = readlink("/proc/self/exe", g_exe_path, sizeof(g_exe_path) - 1);
@@ -600,10 +609,10 @@ void OnAlloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t flag
   if (mode == Mode::kProfile) {
     ThreadState& t = t_state;
     if (LLPROF_UNLIKELY(!t.sampler_ready)) {
-      t.sampler.Init(g_options.sample_bytes, MonotonicNs() ^ (uint64_t{ThreadId()} << 32));
+      t_sampler.Init(g_options.sample_bytes, MonotonicNs() ^ (uint64_t{ThreadId()} << 32));
       t.sampler_ready = true;
     }
-    if (t.sampler.RecordAllocation(size_bytes)) {
+    if (t_sampler.RecordAllocation(size_bytes)) {
       SampleAllocation(ptr, size_bytes, alignment_bytes);
       MaybeDump(MonotonicNs());
     } else if (LLPROF_UNLIKELY(g_dump_requested.load(std::memory_order_relaxed))) {

@@ -3,9 +3,11 @@
 // its own locks only around table updates, never while unwinding.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
+#include "sampling.h"
 #include "tables.h"
 
 namespace llamalloc::prof {
@@ -17,6 +19,8 @@ enum class Mode { kOff, kProfile, kTrace };
 void InitProfiler();
 Mode CurrentMode();
 
+// The slow paths. The entry points call them only when the fast paths below say there is something to do,
+// with the reentrancy guard set.
 void OnAlloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t flags);
 
 // A free is recorded in two steps around the real free: Begin before it (afterwards another thread may already
@@ -32,5 +36,27 @@ void AbortFree(const FreeTicket& ticket);
 
 // Writes the final profile or closes the trace. After it the profiler records nothing more.
 void ProfilerAtExit();
+
+// ---- fast paths, inlined into the entry points --------------------------------------------------------------
+extern std::atomic<int> g_mode;             // a Mode
+extern std::atomic<bool> g_dump_requested;  // set by the signal handler
+extern LiveTable g_live;
+extern __thread Sampler t_sampler __attribute__((tls_model("initial-exec")));
+
+// True when an allocation of this size needs nothing from the profiler: it is off, or the byte countdown of
+// this thread has not run out and no profile was asked for.
+inline bool AllocIsQuiet(size_t size_bytes) {
+  int mode = g_mode.load(std::memory_order_relaxed);
+  if (mode == static_cast<int>(Mode::kOff)) return true;
+  if (mode != static_cast<int>(Mode::kProfile) || g_dump_requested.load(std::memory_order_relaxed)) return false;
+  return t_sampler.TryCountDown(size_bytes);
+}
+
+// True when a free needs nothing from the profiler: it is off, or the object was not sampled.
+inline bool FreeIsQuiet(const void* ptr) {
+  int mode = g_mode.load(std::memory_order_relaxed);
+  if (mode == static_cast<int>(Mode::kOff)) return true;
+  return mode == static_cast<int>(Mode::kProfile) && !g_live.MaybeContains(reinterpret_cast<uint64_t>(ptr));
+}
 
 }  // namespace llamalloc::prof

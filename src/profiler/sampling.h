@@ -39,13 +39,20 @@ class Sampler {
     bytes_until_sample_ = NextInterval();
   }
 
+  // The fast path: counts the allocation down and returns true when it is not to be sampled; false means
+  // "maybe sampled" (also for a sampler not initialised yet), and RecordAllocation must decide.
+  bool TryCountDown(uint64_t size_bytes) {
+    if (bytes_until_sample_ > static_cast<int64_t>(size_bytes)) {
+      bytes_until_sample_ -= static_cast<int64_t>(size_bytes);
+      return true;
+    }
+    return false;
+  }
+
   // True when this allocation is to be sampled.
   bool RecordAllocation(uint64_t size_bytes) {
     if (sample_bytes_ <= 1) return true;
-    if (bytes_until_sample_ > static_cast<int64_t>(size_bytes)) {
-      bytes_until_sample_ -= static_cast<int64_t>(size_bytes);
-      return false;
-    }
+    if (TryCountDown(size_bytes)) return false;
     bytes_until_sample_ = NextInterval();
     return true;
   }

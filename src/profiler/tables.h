@@ -215,14 +215,20 @@ class LiveTable {
     return true;
   }
 
-  // Moves the object at address into *out and forgets it; false when it was not sampled.
-  bool Remove(uint64_t address, LiveObject* out) {
+  // False when the object at address is certainly not in the table. The allocating thread inserted before
+  // returning the pointer, and the program ordered that return before this free: an empty bucket here means
+  // the object was not sampled. Most frees stop at this bitmap (8 KiB, stays in cache) instead of missing the
+  // cache on the bucket array.
+  bool MaybeContains(uint64_t address) const {
     if (count_.load(std::memory_order_relaxed) == 0) return false;
     uint32_t i = BucketOf(address);
-    // The allocating thread inserted before returning the pointer, and the program ordered that return before
-    // this free: an empty bucket here means the object was not sampled. Most frees stop at this bitmap (8 KiB,
-    // stays in cache) instead of missing the cache on the bucket array.
-    if ((occupied_[i / 64].load(std::memory_order_acquire) & (uint64_t{1} << (i % 64))) == 0) return false;
+    return (occupied_[i / 64].load(std::memory_order_acquire) & (uint64_t{1} << (i % 64))) != 0;
+  }
+
+  // Moves the object at address into *out and forgets it; false when it was not sampled.
+  bool Remove(uint64_t address, LiveObject* out) {
+    if (!MaybeContains(address)) return false;
+    uint32_t i = BucketOf(address);
     Bucket& b = buckets_[i];
     LiveObject* found = nullptr;
     {

@@ -27,6 +27,22 @@ void* volatile g_sink;
 
 void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Bounds on the lifetimes of a timed site's objects, as the program saw them: at least from the return of the
+// last allocation to the start of the first free, at most from before the first allocation to after the last
+// free. On a loaded machine a sleep may overrun; the test takes the classes from these bounds.
+struct LifetimeBounds {
+  uint64_t min_ns;
+  uint64_t max_ns;
+};
+LifetimeBounds g_tens_bounds;
+LifetimeBounds g_medium_bounds;
+
 struct Record120 {
   char bytes[120];
 };
@@ -49,16 +65,24 @@ extern "C" NOINLINE void site_short() {
 
 extern "C" NOINLINE void site_tens() {
   void* held[10];
+  uint64_t t0 = NowNs();
   for (auto& p : held) p = calloc(10, 100);
+  uint64_t t1 = NowNs();
   SleepMs(30);
+  uint64_t t2 = NowNs();
   for (auto& p : held) free(p);
+  g_tens_bounds = {t2 - t1, NowNs() - t0};
 }
 
 extern "C" NOINLINE void site_medium() {
   Record120* held[30];
+  uint64_t t0 = NowNs();
   for (auto& p : held) p = new Record120();
+  uint64_t t1 = NowNs();
   SleepMs(150);
+  uint64_t t2 = NowNs();
   for (auto& p : held) delete p;
+  g_medium_bounds = {t2 - t1, NowNs() - t0};
 }
 
 extern "C" NOINLINE void site_never() {
@@ -108,6 +132,10 @@ static int RunSites() {
   site_never();
   site_aligned();
   site_inlined();
+  printf("lifetime site_tens %llu %llu\n", static_cast<unsigned long long>(g_tens_bounds.min_ns),
+         static_cast<unsigned long long>(g_tens_bounds.max_ns));
+  printf("lifetime site_medium %llu %llu\n", static_cast<unsigned long long>(g_medium_bounds.min_ns),
+         static_cast<unsigned long long>(g_medium_bounds.max_ns));
   return 0;
 }
 
