@@ -36,6 +36,8 @@ LLAMALLOC_FAST constexpr size_t small_total_bytes(size_t size) {
 struct SpanCursor {
   uintptr_t bump = 0;       // address of the next header; ≡ 8 (mod 16)
   uintptr_t run_end = 0;    // end of the run of free lines being filled
+  uint32_t objects = 0;     // objects placed in the run (not counting un-bumped ones)
+  uint32_t freed_local = 0; // of those, freed by the owner: when all are, close_run() needs no walk
   uintptr_t run_start = 0;  // first header of the run
   uintptr_t span_base = 0;
   SpanMeta* span = nullptr;
@@ -76,6 +78,7 @@ LLAMALLOC_FAST void* cursor_bump(SpanCursor& c, size_t size) {
   uintptr_t p = c.bump;
   if (LLAMALLOC_LIKELY(p + total <= c.run_end)) {
     c.bump = p + total;
+    c.objects++;
     *reinterpret_cast<uint64_t*>(p) = uint64_t(uint32_t(size)) | (uint64_t(kTagLive) << 32);
     return reinterpret_cast<void*>(p + kSmallHeaderBytes);
   }
@@ -122,7 +125,12 @@ LLAMALLOC_FAST size_t LocalAllocator::free_small(GlobalAllocator& global, SpanMe
   auto* c = static_cast<SpanCursor*>(span->owner_cursor.load(std::memory_order_relaxed));
   if (uintptr_t(c) - uintptr_t(tl_heap) < sizeof(LocalHeap) && header >= c->run_start && header < c->bump) {
     h->tag = kTagFreedLocal;  // a second free of it is reported
-    if (header + small_total_bytes(size) == c->bump) c->bump = header;
+    if (header + small_total_bytes(size) == c->bump) {
+      c->bump = header;
+      c->objects--;
+    } else {
+      c->freed_local++;
+    }
     return size;
   }
   free_counted(global, span, h);

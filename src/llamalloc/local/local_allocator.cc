@@ -31,6 +31,7 @@ bool LocalAllocator::open_run(GlobalAllocator& global, SpanCursor& c) {
   if (c.partially_free) global.counters().lines_recycled.fetch_add(end - line, std::memory_order_relaxed);
   c.run_start = c.bump = c.span_base + line * kLineBytes + kSmallHeaderBytes;
   c.run_end = c.span_base + end * kLineBytes;
+  c.objects = c.freed_local = 0;
   c.next_line = uint32_t(end);
   return true;
 }
@@ -44,7 +45,9 @@ void LocalAllocator::close_run(SpanCursor& c) {
   size_t end_line = (c.run_end - c.span_base) >> kLineShift;
   uint8_t counts[kLinesPerSpan];
   memset(counts + first_line, 0, end_line - first_line);
-  for (uintptr_t h = c.run_start; h < c.bump;) {
+  // Every object of the run freed by the owner (the common case for short-lived objects): all counts are zero.
+  uintptr_t walk_end = c.objects == c.freed_local ? c.run_start : c.bump;
+  for (uintptr_t h = c.run_start; h < walk_end;) {
     const SmallHeader* header = reinterpret_cast<const SmallHeader*>(h);
     size_t total = small_total_bytes(header->requested_bytes);
     // Relaxed atomic: another thread may be marking the object freed right now (live and freed count alike).
@@ -76,6 +79,7 @@ void LocalAllocator::close_run(SpanCursor& c) {
   // The owner still holds its reference, so this cannot reach zero here.
   if (emptied) s->live_lines.fetch_sub(emptied, std::memory_order_acq_rel);
   c.bump = c.run_end = c.run_start = 0;
+  c.objects = c.freed_local = 0;
 }
 
 bool LocalAllocator::refill(GlobalAllocator& global, SpanCursor& c, unsigned lc, bool fresh_only) {
