@@ -66,7 +66,7 @@ uint32_t MeshPolicy::NewSpan(uint32_t size_class) {
 
 void MeshPolicy::AddPartial(uint32_t span) {
   Span& s = spans_[span];
-  if (s.partial_pos != kNone || s.attached || s.meshed) return;
+  if (s.partial_pos != kNone || s.attached || s.leader != span) return;
   auto& list = classes_[s.size_class].partial;
   s.partial_pos = static_cast<uint32_t>(list.size());
   list.push_back(span);
@@ -148,7 +148,7 @@ void MeshPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t) {
   --s.live;
   if (s.live == 0 && !s.attached) {
     ReleaseGroup(leader);
-  } else if (!s.attached && !s.meshed) {
+  } else if (!s.attached) {
     AddPartial(leader);
   }
 }
@@ -189,8 +189,7 @@ void MeshPolicy::MeshNow() {
       BackPages(d.first_page, d.page_count, -1);
       pages_released_by_meshing_ += d.page_count;
       ++meshes_;
-      RemovePartial(keep);
-      RemovePartial(drop);
+      RemovePartial(drop);  // its slots now live on keep's page; keep stays allocatable
       k.slots.merge(d.slots);
       k.live += d.live;
       k.meshed = d.meshed = true;

@@ -7,8 +7,8 @@
 // the next allocation attaches the most recently freed-into partial span, else a new span. Spans of
 // classes <= 512 B are one 4 KiB page; larger classes get ceil(8 * class / 4 KiB) pages; objects
 // above 16 KiB get their own pages and never mesh. Meshing keeps the fuller span's physical page,
-// releases the other's, and the group only receives frees afterwards; when a group empties, all its
-// virtual spans go back to the arena.
+// releases the other's; the group keeps serving allocations through the kept span (one shared occupancy
+// bitmap, as a meshed MiniHeap does) and may mesh again; when it empties, all its virtual spans go back.
 //
 // Footprint: mesh-4k counts the 4 KiB physical pages still backed; mesh-2m counts the 2 MiB huge
 // pages of the arena that still hold at least one backed page (meshing gives back 4 KiB pages; a
@@ -77,7 +77,7 @@ class MeshPolicy final : public Policy {
     uint32_t next_member = kNone;
     uint32_t partial_pos = kNone;  // index in partial_[size_class], or kNone
     bool attached = false;
-    bool meshed = false;        // part of a group: only frees from now on
+    bool meshed = false;        // part of a group of meshed spans
     SlotBitmap slots;           // leader: union of the group's live slots
   };
   struct Place {
@@ -87,7 +87,7 @@ class MeshPolicy final : public Policy {
   };
   struct ClassState {
     uint32_t attached = kNone;
-    std::vector<uint32_t> partial;  // spans with free slots that are not attached or meshed
+    std::vector<uint32_t> partial;  // group leaders with free slots that are not attached
   };
 
   uint32_t NewSpan(uint32_t size_class);

@@ -72,6 +72,26 @@ TEST(MeshPolicy, MeshesTwoSpansWithDisjointSlotsAndReleasesOnePage) {
   }
 }
 
+TEST(MeshPolicy, AMeshedGroupKeepsServingAllocations) {
+  MeshPolicy mesh(Options(false));
+  const uint64_t a = 0x100000, b = 0x200000, c = 0x300000;
+  for (uint64_t i = 0; i < 256; ++i) mesh.Allocate(Object(a + 16 * i, 16));
+  for (uint64_t i = 0; i < 256; ++i) mesh.Allocate(Object(b + 16 * i, 16));
+  mesh.Allocate(Object(c, 16));  // the third span is attached
+  for (uint64_t i = 0; i < 256; ++i) {
+    if (mesh.SlotOf(a + 16 * i) >= 100) mesh.Free(0, a + 16 * i, 16, 0);
+    if (mesh.SlotOf(b + 16 * i) < 200) mesh.Free(0, b + 16 * i, 16, 0);
+  }
+  mesh.MeshNow();
+  ASSERT_EQ(mesh.physical_pages(), 2u);
+  // Fill the attached span (255 more), then 100 more objects: they fit in the group's 100 free slots, so
+  // no new page is backed.
+  for (uint64_t i = 1; i < 256 + 100; ++i) mesh.Allocate(Object(c + 16 * i, 16));
+  EXPECT_EQ(mesh.physical_pages(), 2u);
+  mesh.Allocate(Object(0x900000, 16));
+  EXPECT_EQ(mesh.physical_pages(), 3u);
+}
+
 TEST(MeshPolicy, OverlappingSpansDoNotMesh) {
   MeshPolicy mesh(Options(false));
   const uint64_t a = 0x100000, b = 0x200000;
