@@ -110,6 +110,7 @@ ThreadState* claim_state() {
         // are kept (they are totals of the process).
         g_states[i].cache.clear();
         g_states[i].stack_top = 0;
+        g_states[i].main_thread = false;
         g_states[i].busy = false;
         return &g_states[i];
       }
@@ -120,11 +121,12 @@ ThreadState* claim_state() {
 
 }  // namespace
 
-uintptr_t mapping_end(uintptr_t address) {
+uintptr_t mapping_end(uintptr_t address, bool* is_main_stack) {
   uintptr_t found = 0;
-  for_each_mapping([&](uintptr_t start, uintptr_t end, bool, uint64_t, const char*) {
+  for_each_mapping([&](uintptr_t start, uintptr_t end, bool, uint64_t, const char* path) {
     if (address >= start && address < end) {
       found = end;
+      if (is_main_stack != nullptr) *is_main_stack = strcmp(path, "[stack]") == 0;
       return false;
     }
     return true;
@@ -210,6 +212,7 @@ bool LearnedPredictor::init(const char* model_path, const char* tokens_path, uin
     return false;
   }
   repredict_every_ = repredict_every;
+  thread_root_binary_ = tables_.find_binary("<thread-root>");
   if (g_states == nullptr) {
     void* p = mmap(nullptr, sizeof(ThreadState) * kMaxThreads, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -235,16 +238,33 @@ ThreadState* LearnedPredictor::thread_state() {
 }
 
 size_t LearnedPredictor::capture_stack(const AllocationContext& context, uintptr_t stack_top, uintptr_t* pcs,
-                                       size_t max) {
+                                       size_t max, bool* broken) {
+  if (broken != nullptr) *broken = false;
   if (max == 0 || context.return_address == 0) return 0;
   size_t depth = 0;
   pcs[depth++] = context.return_address;
-  uintptr_t frame = context.stack_address;
-  if (frame == 0 || stack_top == 0 || frame >= stack_top) return depth;
-  // context.stack_address is the heap's own frame (it keeps a frame pointer): its saved rbp is the frame
-  // pointer of the function that called malloc/new. From there, each frame is [saved rbp, return address].
-  uintptr_t fp = *reinterpret_cast<const uintptr_t*>(frame);
-  uintptr_t low = frame;
+  if (stack_top == 0) return depth;
+  // Up the frame-pointer chain from this function through the heap's own frames (its entry points keep frame
+  // pointers, see docs/prediction.md) to the frame whose return address is the caller's: from there on, the
+  // frames are the program's. Each frame is [saved rbp, return address].
+  uintptr_t fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t low = fp;
+  bool found = false;
+  for (int hop = 0; hop < kMaxHeapFrames; ++hop) {
+    const auto* f = reinterpret_cast<const uintptr_t*>(fp);
+    uintptr_t next = f[0];
+    if (f[1] == context.return_address) {
+      found = true;
+      fp = next;
+      break;
+    }
+    if (next <= fp || (next & 7) != 0 || next > stack_top - 16) break;
+    fp = next;
+  }
+  // A heap frame without a frame pointer hides the caller's frame record. The frame at context.stack_address
+  // (the heap's) then holds the caller's rbp if nothing between clobbered it; a wrong guess fails the checks
+  // below (frames must rise within the stack and return into known code), leaving only the return address.
+  if (!found) fp = context.stack_address != 0 ? *reinterpret_cast<const uintptr_t*>(context.stack_address) : 0;
   while (depth < max) {
     if (fp <= low || (fp & 7) != 0 || fp > stack_top - 16) break;
     const auto* f = reinterpret_cast<const uintptr_t*>(fp);
@@ -256,11 +276,14 @@ size_t LearnedPredictor::capture_stack(const AllocationContext& context, uintptr
     low = fp;
     fp = f[0];
   }
+  // The chain ended before the depth bound: at a frame without frame pointer, or at the zero frame pointer of a
+  // thread's start (clone3 clears rbp), with the outermost frames (start_thread ...) not walked either way.
+  if (broken != nullptr) *broken = depth < max;
   return depth;
 }
 
 size_t LearnedPredictor::tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens,
-                                   size_t max) {
+                                   size_t max, bool thread_root) {
   size_t limit = model_.max_tokens() < max ? model_.max_tokens() : max;
   if (limit == 0) return 0;
   size_t n = 0;
@@ -279,18 +302,25 @@ size_t LearnedPredictor::tokens_of(const uintptr_t* pcs, size_t depth, size_t si
       continue;
     }
     for (uint32_t k = 0; k < ft.count && n < limit; ++k) tokens[n++] = ft.ids[k];
-    if (ft.terminal) break;
+    if (ft.terminal) return n;
+  }
+  FrameTokens root;
+  if (thread_root && depth > 0 && thread_root_binary_ >= 0 && n < limit &&
+      tables_.lookup(uint32_t(thread_root_binary_), 1, &root)) {
+    tokens[n++] = kSeparatorToken;
+    for (uint32_t k = 0; k < root.count && n < limit; ++k) tokens[n++] = root.ids[k];
   }
   return n;
 }
 
 unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadState* state) {
   uint64_t t0 = now_ns();
-  if (state->stack_top == 0) state->stack_top = mapping_end(reinterpret_cast<uintptr_t>(&t0));
+  if (state->stack_top == 0) state->stack_top = mapping_end(reinterpret_cast<uintptr_t>(&t0), &state->main_thread);
   uintptr_t pcs[kMaxFrames];
-  size_t depth = capture_stack(context, state->stack_top, pcs, kMaxFrames);
+  bool broken = false;
+  size_t depth = capture_stack(context, state->stack_top, pcs, kMaxFrames, &broken);
   uint32_t tokens[kMaxTokens];
-  size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens);
+  size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens, broken && !state->main_thread);
   unsigned lc = infer(model_, tokens, n, nullptr);
   if (log_fd_ >= 0) log_run(lc, tokens, n);
   CacheCounters::bump(state->counters.model_runs);

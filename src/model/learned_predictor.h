@@ -15,6 +15,8 @@
 namespace llamalloc::model {
 
 inline constexpr unsigned kMaxFrames = 64;
+// Most frames between the predictor and the program's caller (predictor, heap slow path, entry point, ...).
+inline constexpr int kMaxHeapFrames = 16;
 inline constexpr uint32_t kDefaultRepredictEvery = 1000;
 
 // Executable mappings of the process, from /proc/self/maps, each with its binary in the token tables.
@@ -54,6 +56,7 @@ struct ThreadState {
   PredictionCache<kLogCacheEntries> cache;
   CacheCounters counters;
   uintptr_t stack_top = 0;  // end of the mapping holding this thread's stack
+  bool main_thread = false; // its stack is the process's [stack]
   bool busy = false;        // a prediction is running (a signal handler that allocates gets the default)
 };
 
@@ -79,10 +82,15 @@ class LearnedPredictor final : public Predictor {
 
   // The pieces of a model run, public for tests and benchmarks.
   // Return addresses of the caller's stack, innermost first: context.return_address, then the frame-pointer
-  // chain from the saved frame pointer at context.stack_address (see docs/prediction.md).
-  size_t capture_stack(const AllocationContext& context, uintptr_t stack_top, uintptr_t* pcs, size_t max);
+  // chain above the frame that returns to it (see docs/prediction.md). Must be called from the allocation
+  // path itself (its own frame chain leads to the caller).
+  size_t capture_stack(const AllocationContext& context, uintptr_t stack_top, uintptr_t* pcs, size_t max,
+                       bool* broken = nullptr);
   // Tokens of a context as training encodes it: <size:k>, then each frame's tokens separated by '@'.
-  size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max);
+  // `thread_root`: the walk broke in a thread's outermost frames (code without frame pointers, such as
+  // libstdc++'s thread trampoline): the thread root frames of the tables (start_thread @ __clone3) follow.
+  size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max,
+                   bool thread_root = false);
   unsigned run_model(const AllocationContext& context, ThreadState* state);
 
   // Appends "class: tokens" per model run to fd (tests of the token path); -1: off.
@@ -100,10 +108,12 @@ class LearnedPredictor final : public Predictor {
   ModuleMap modules_;
   uint32_t repredict_every_ = kDefaultRepredictEvery;
   int log_fd_ = -1;
+  int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any
 };
 
 // The end of the mapping holding `address` (a thread's stack top), from /proc/self/maps; 0 if not found.
-uintptr_t mapping_end(uintptr_t address);
+// *is_main_stack: the mapping is the process's [stack].
+uintptr_t mapping_end(uintptr_t address, bool* is_main_stack = nullptr);
 
 }  // namespace llamalloc::model
 

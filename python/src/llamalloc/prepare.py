@@ -44,6 +44,8 @@ PATH_BYTES = 304
 MAX_SEGMENTS = 4
 MAX_BINARIES = 256
 TERMINAL = 0x80000000
+#: Part of the cache keys: bump when what prepare computes changes (cached tables are then rebuilt).
+PREPARE_REVISION = 2
 assert HEADER.size == 64
 
 #: Root frames the profiler's DWARF unwinder finds above a C-library function that a frame-pointer walk cannot
@@ -52,6 +54,11 @@ ROOT_CHAINS = {
     "__libc_start_call_main": ["__libc_start_main_impl", "_start"],
     "start_thread": ["__clone3"],
 }
+#: The frames every thread but the main one starts from, as the profiler's unwinder names them. A walk that
+#: breaks in a thread's outermost frames (libstdc++'s std::thread trampoline keeps no frame pointer) ends with
+#: them: they are the table's "<thread-root>" record (one function, [0, 1)).
+THREAD_ROOT = ["start_thread", "__clone3"]
+THREAD_ROOT_PATH = "<thread-root>"
 
 
 @dataclass
@@ -251,8 +258,9 @@ def prepare(model_path, binaries: list[str], output, log=lambda msg: None) -> in
             continue
         seen.add(real)
         tables.append(_cached_table(real, vocab, crc, log))
+    tables.append(BinaryTable(THREAD_ROOT_PATH, 0, 0, "", [], [], [(0, 1, _frame_tokens(vocab, THREAD_ROOT), False)]))
     _write_atomic(Path(output), encode_tables(tables, crc, len(vocab)))
-    return len(tables)
+    return len(tables) - 1
 
 
 def _cached_table(path: str, vocab: Vocabulary, crc: int, log) -> BinaryTable:
@@ -262,7 +270,7 @@ def _cached_table(path: str, vocab: Vocabulary, crc: int, log) -> BinaryTable:
         st = os.stat(path)
     except OSError as e:
         raise FormatError(path, f"cannot read: {e.strerror}") from None
-    key = hashlib.sha256(f"{VERSION}\n{crc:08x}\n{len(vocab)}\n{path}\n{st.st_size}\n{st.st_mtime_ns}".encode()).hexdigest()
+    key = hashlib.sha256(f"{VERSION}.{PREPARE_REVISION}\n{crc:08x}\n{len(vocab)}\n{path}\n{st.st_size}\n{st.st_mtime_ns}".encode()).hexdigest()
     cache = _cache_dir() / f"{key[:32]}.pickle"
     if cache.exists():
         try:
@@ -317,7 +325,7 @@ def prepare_for_run(model_path, program: str, log=None) -> dict[str, str]:
     for b in binaries:
         st = os.stat(b)
         identity.append(f"{b}\n{st.st_size}\n{st.st_mtime_ns}")
-    key = hashlib.sha256(f"{VERSION}\n".encode() + "\n".join(identity).encode()).hexdigest()[:32]
+    key = hashlib.sha256(f"{VERSION}.{PREPARE_REVISION}\n".encode() + "\n".join(identity).encode()).hexdigest()[:32]
     out = _cache_dir() / f"{key}.tokens"
     if not out.exists():
         try:
