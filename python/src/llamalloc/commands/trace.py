@@ -15,7 +15,13 @@ from .record import run_preloaded
 
 
 def _finish(raw: Path, out: Path) -> None:
-    """Moves a finished raw trace into place (temp name in the destination folder, then rename)."""
+    """Moves a finished trace into place: a rename (the tracer writes it in a folder beside the output), or a
+    copy to a temporary name in the destination folder and a rename."""
+    try:
+        os.replace(raw, out)
+        return
+    except OSError:
+        pass
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     try:
         shutil.copyfile(raw, tmp)
@@ -55,7 +61,10 @@ def command(output, to_parquet, preload, cmd):
     out = Path(output or "llamalloc.trace")
     if out.parent and not out.parent.exists():
         raise UserError(f"{out.parent}: no such directory")
-    tmpdir = Path(tempfile.mkdtemp(prefix="llamalloc-trace-"))
+    try:  # beside the output, so that the finished trace is renamed into place, not copied
+        tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError:
+        tmpdir = Path(tempfile.mkdtemp(prefix="llamalloc-trace-"))
     try:
         env = {"LLAMALLOC_PROF_MODE": "trace", "LLAMALLOC_PROF_OUTPUT": str(tmpdir / "trace.%p")}
         pid, status = run_preloaded(cmd, env, preload)
