@@ -67,14 +67,14 @@ def test_report_files_and_page_open_in_headless_chromium(sim_result, tmp_path, c
     assert rc == 0, capsys.readouterr().err
     names = sorted(p.name for p in out.iterdir())
     for expected in ("footprint-grow.png", "fragmentation-grow.png", "meshing-grow.png", "lifetimes.png",
-                     "bench-frag-micro.png", "report.html"):
+                     "bench-frag-micro.png", "index.html"):
         assert expected in names
     heap_maps = [n for n in names if n.startswith("heap-map-grow-")]
     assert len(heap_maps) == 3  # the two requested snapshots and the final one
     pngs = [out / n for n in names if n.endswith(".png")]
     for p in pngs:
         assert p.read_bytes()[:8] == PNG_MAGIC and p.stat().st_size > 5000
-    page = (out / "report.html").read_text()
+    page = (out / "index.html").read_text()
     # Self-contained: every figure embedded, nothing fetched from elsewhere.
     assert page.count('src="data:image/png;base64,') == len(pngs)
     assert not re.search(r'(src|href)="(https?:|file:|//)', page)
@@ -85,7 +85,7 @@ def test_report_files_and_page_open_in_headless_chromium(sim_result, tmp_path, c
     assert f"{oracle['peak_footprint_bytes'] / 2**20:,.1f}" in page
 
     proc = subprocess.run([chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--enable-logging=stderr",
-                           "--v=0", "--dump-dom", (out / "report.html").as_uri()],
+                           "--v=0", "--dump-dom", (out / "index.html").as_uri()],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     console = [l for l in proc.stderr.splitlines() if ":CONSOLE" in l]
@@ -101,7 +101,7 @@ def test_lifetime_panel_sums_the_profiles_class_counts(tmp_path):
     expected = np.sum(np.array(table.column("class_counts").to_pylist()), axis=0)
     assert list(counts.values())[0].tolist() == expected.tolist()
     assert main(["report", "--profile", str(DATA / "prof_sites.prof"), "-o", str(tmp_path / "r"), "-q"]) == 0
-    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["lifetimes.png", "report.html"]
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["index.html", "lifetimes.png"]
 
 
 def test_bad_inputs_are_one_line_errors_and_write_nothing(sim_result, tmp_path, capsys):

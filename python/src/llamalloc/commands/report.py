@@ -16,7 +16,7 @@ from .. import report as report_mod
 @click.option("--profile", "profiles", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
               help="a profile from `llamalloc record`, for the lifetime distribution; repeatable")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("llamalloc-report"), show_default=True, help="folder for the PNGs and report.html")
+              default=Path("llamalloc-report"), show_default=True, help="folder for the PNGs and index.html")
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(sims: tuple[Path, ...], bench: Path | None, profiles: tuple[Path, ...], out_dir: Path,
             quiet: bool) -> None:

@@ -222,7 +222,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
         for png in sorted(staging.glob("*.png")):
             os.replace(png, out_dir / png.name)
             pngs.append(out_dir / png.name)
-        html_path = out_dir / "report.html"
+        html_path = out_dir / "index.html"
         _write_atomically(html_path, page.encode())
     finally:
         for leftover in staging.glob("*"):
