@@ -65,6 +65,9 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
     if not policies:
         raise UserError("simulate: give at least one --policy")
     for p in policies:
+        if p == "llama-model":
+            raise UserError("llama-model is not available yet: the learned predictor cannot yet be fed the trace's "
+                            "stacks (docs/simulator.md); use llama-oracle (perfect lifetimes) or llama-default")
         if p not in POLICIES and p not in ALIASES:
             raise UserError(f"unknown policy '{p}' (known: {', '.join(POLICIES + tuple(ALIASES))})")
     out = Path(out)
