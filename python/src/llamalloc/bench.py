@@ -298,6 +298,8 @@ def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale
             progress(f"skipped: {problem}")
         else:
             usable.append(allocator)
+    # Absolute: workloads change directory (redis-server --dir), and the stats path must survive that.
+    out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "stats").mkdir(exist_ok=True)
 

@@ -256,7 +256,7 @@ class RedisWorkload:
 
 # Checksums of image-server at each scale: every response is a pure function of the request number, so any
 # allocator, schedule or revision must reproduce them.
-IMAGE_SERVER_CHECKSUMS: dict[str, str] = {"small": "d7e5425465c91a01"}
+IMAGE_SERVER_CHECKSUMS: dict[str, str] = {"small": "d7e5425465c91a01", "default": "d099b9fe48df36e5"}
 
 WORKLOADS: dict[str, Workload | RedisWorkload] = {
     "image-server": Workload(
