@@ -160,6 +160,8 @@ def test_missing_profile_and_overlapping_holdout(profiles, tmp_path, capsys):
     expect_error(["train", str(rev1), "--holdout-profile", str(rev1), "-o", str(tmp_path / "m")], capsys,
                  "both for training and as --holdout-profile")
     expect_error(["train", str(rev1), "--holdout", "1.5", "-o", str(tmp_path / "m")], capsys, "--holdout")
+    expect_error(["train", str(rev1), "-o", str(tmp_path / "no" / "m")], capsys, "does not exist")
+    expect_error(["train", str(rev1), "-o", str(tmp_path)], capsys, "is a directory")
     assert list(tmp_path.iterdir()) == []
 
 

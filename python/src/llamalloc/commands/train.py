@@ -9,7 +9,7 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 
 @click.command("train")
 @click.argument("profiles", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Model file to write.")
+@click.option("-o", "--output", required=True, type=click.Path(), help="Model file to write.")
 @click.option("--holdout", type=float, default=0.2, show_default=True,
               help="Fraction of the stacks kept out of training and reported on (0: report on training data).")
 @click.option("--holdout-profile", "holdout_profiles", multiple=True, type=click.Path(dir_okay=False),

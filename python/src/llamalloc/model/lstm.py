@@ -42,7 +42,7 @@ class TrainConfig:
     #: frequent contexts are repeated up to this many times per epoch (the paper samples copies of them)
     max_copies: int = 16
     #: an epoch holds about this many examples (copies included), and at least one of every context
-    examples_per_epoch: int = 8192
+    examples_per_epoch: int = 2048
     seed: int = 0
 
 

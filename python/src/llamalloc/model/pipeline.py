@@ -2,9 +2,11 @@
 LSTM + baselines -> report and model file."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -106,6 +108,18 @@ def class_histogram(contexts: Contexts) -> str:
     return ", ".join(f"{CLASS_NAMES[k]} {counts[k]}" for k in range(NUM_CLASSES) if counts[k])
 
 
+def check_output(output) -> None:
+    """Refuses, before any training, a model path that cannot be written."""
+    path = Path(output)
+    if path.is_dir():
+        raise UserError(f"{output}: is a directory; give the model file's path")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UserError(f"{output}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"{output}: folder {folder} is not writable")
+
+
 def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdout_profiles: Sequence[str] = (),
               seed: int = 0, epochs: int = 40, hidden: int = 64, vocab_words: int = DEFAULT_VOCAB_WORDS,
               max_tokens: int = DEFAULT_MAX_TOKENS, out=None, warn: Warn = warn_on_stderr,
@@ -117,6 +131,7 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         raise UserError(f"{', '.join(sorted(overlap))}: given both for training and as --holdout-profile")
     if max_tokens < 2:
         raise UserError("--max-tokens must be at least 2")
+    check_output(output)
     t0 = time.perf_counter()
     contexts = build_contexts(load(profiles), warn, ", ".join(map(str, profiles)), profiles)
     if holdout_profiles:
@@ -146,7 +161,10 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         report = format_report("training contexts (nothing held out)", score_all(trained.model, train), len(train),
                                train.weights.sum())
     print(report, file=out)
-    modelfile.write(output, trained.model)
+    try:
+        modelfile.write(output, trained.model)
+    except OSError as e:
+        raise UserError(f"{output}: cannot write the model: {e.strerror}") from None
     print(f"wrote {output}", file=sys.stderr)
     return trained
 
