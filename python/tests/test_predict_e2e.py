@@ -129,6 +129,27 @@ def test_thread_contexts_end_where_the_profilers_end(trained, env, tmp_path):
         assert tuple(tokens) in runs, f"{stack}: {tokens}"
 
 
+def test_cpp_new_and_std_thread_contexts_equal_training(trained, env, tmp_path):
+    """C++ allocations (operator new through the heap's entry points, -O2 with inlined allocators) on std::thread
+    workers, whose libstdc++ trampoline keeps no frame pointer: every context of the program's own code that the
+    profile holds is computed identically in the process."""
+    _, _, model = trained
+    exe = paths.build_dir() / "tests" / "model" / "predict-threads"
+    prof, log = tmp_path / "pt.prof", tmp_path / "pt.log"
+    llamalloc("record", "--sample-bytes", "1", "-o", prof, "--", exe, "2", env=env)
+    llamalloc("symbolize", prof, env=env)
+    r = llamalloc("run", "--model", model, "--option", f"PREDICT_LOG={log}", "--", exe, "2", env=env)
+    assert r.stdout.startswith("ok ")
+    runs = {tuple(int(t) for t in line.partition(":")[2].split()) for line in log.read_text().splitlines()}
+    samples = profile.samples_table([prof])
+    own = [(s, z) for s, z in zip(samples.column("stack").to_pylist(), samples.column("request_size").to_pylist())
+           if any(f.startswith("app::serve") for f in s)]
+    assert len(own) >= 3 and all(s[-2:] == ["start_thread", "__clone3"] for s, _ in own)
+    for (stack, _), tokens in zip(own, reference.tokens(modelfile.read(model), [s for s, _ in own],
+                                                         [z for _, z in own])):
+        assert tuple(tokens) in runs, f"{stack}: {tokens}"
+
+
 def test_footprint_with_the_model_is_well_below_without(trained, env):
     d, _, model = trained
     without, _ = run_stats(d, env, "without", "footprint", ROUNDS)
