@@ -60,8 +60,33 @@ Options read_options(const char* (*getenv_fn)(const char*)) {
 
 const Options& options() { return g_options; }
 
+// String options are copied here at start: the environment block is the program's, and some programs rewrite it
+// (redis's setproctitle moves environ and overwrites the original strings), which would silently change them.
+constexpr size_t kStringOptionBytes = 4096;
+#define LLAMALLOC_STORAGE_Uint(NAME, field)
+#define LLAMALLOC_STORAGE_String(NAME, field) static char g_option_##field[kStringOptionBytes];
+#define LLAMALLOC_STORAGE(NAME, field, kind, def, lo, hi, help) LLAMALLOC_STORAGE_##kind(NAME, field)
+LLAMALLOC_OPTIONS(LLAMALLOC_STORAGE)
+#undef LLAMALLOC_STORAGE
+
+static const char* keep_string_option(const char* name, const char* value, const char* fallback, char* storage) {
+  size_t n = strlen(value);
+  if (n >= kStringOptionBytes) {
+    warn_bad(name, value, "a path shorter than 4096 bytes", *fallback ? fallback : "(empty)");
+    return fallback;
+  }
+  memcpy(storage, value, n + 1);
+  return storage;
+}
+
 void init_options() {
   g_options = read_options([](const char* name) -> const char* { return getenv(name); });
+#define LLAMALLOC_KEEP_Uint(NAME, field, def)
+#define LLAMALLOC_KEEP_String(NAME, field, def) \
+  g_options.field = keep_string_option(#NAME, g_options.field, def, g_option_##field);
+#define LLAMALLOC_KEEP(NAME, field, kind, def, lo, hi, help) LLAMALLOC_KEEP_##kind(NAME, field, def)
+  LLAMALLOC_OPTIONS(LLAMALLOC_KEEP)
+#undef LLAMALLOC_KEEP
 }
 
 size_t format_options_markdown(char* buf, size_t capacity) {

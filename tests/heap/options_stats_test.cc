@@ -184,6 +184,30 @@ TEST(StatsTest, PreloadedProgramWritesStatsAtExit) {
   EXPECT_EQ(os.str(), "hello\n");
   expect_complete_and_sane(JsonReader(ss.str()).parse());
 }
+
+// Programs may overwrite their environment block in place (redis's setproctitle does, to make room for its
+// title): options read at start must not change with it.
+TEST(StatsTest, ProgramThatOverwritesItsEnvironmentStillGetsItsStats) {
+  std::string path = ::testing::TempDir() + "/llamalloc_stats_environ.json";
+  unlink(path.c_str());
+  // The interpreter itself (a python3 on PATH may be a shim script whose own children would write the file).
+  std::string cmd = "PY=$(python3 -c 'import sys; print(sys.executable)') && LLAMALLOC_STATS=" + path +
+                    " LD_PRELOAD=" LLAMALLOC_SHARED_LIBRARY " \"$PY\" -c '\n"
+                    "import ctypes\n"
+                    "libc = ctypes.CDLL(None)\n"
+                    "env = ctypes.POINTER(ctypes.c_void_p).in_dll(libc, \"environ\")\n"
+                    "i = 0\n"
+                    "while env[i]:\n"
+                    "    ctypes.memset(env[i], 0, len(ctypes.string_at(env[i])))\n"
+                    "    i += 1\n"
+                    "'";
+  ASSERT_EQ(system(cmd.c_str()), 0);
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "no statistics file at " << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  expect_complete_and_sane(JsonReader(ss.str()).parse());
+}
 #endif
 
 const char* fake_env(const char* name) {

@@ -46,8 +46,9 @@ for _c in _load_commands():
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cli.main(args=argv, prog_name="llamalloc", standalone_mode=False)
-        return 0
+        # Without standalone mode, click returns the code of a ctx.exit(N) instead of raising it.
+        rv = cli.main(args=argv, prog_name="llamalloc", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except click.exceptions.Abort:
         click.echo("llamalloc: interrupted", err=True)
         return 130
