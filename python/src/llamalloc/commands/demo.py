@@ -100,7 +100,9 @@ def _table(rows) -> None:
 @click.option("--allocators", default=ALLOCATORS, show_default=True, help="Allocators to compare.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs per allocator in the comparison (median).")
-def command(workload, scale, out_dir, allocators, repeat):
+@click.option("--epochs", type=click.IntRange(min=1), default=None,
+              help="Most training epochs (default: llamalloc train's).")
+def command(workload, scale, out_dir, allocators, repeat, epochs):
     """Record, train, run with the model, trace, simulate and compare, on a bundled workload.
 
     Prints the comparison against the other allocators at the end and points to the report.
@@ -123,7 +125,8 @@ def command(workload, scale, out_dir, allocators, repeat):
     click.secho(f"llamalloc demo: {workload} at scale {scale}; files in {out}/", bold=True, err=True)
     steps.run("record a sampled lifetime profile", ["record", "--sample-bytes", "4096", "-o", str(prof), "--", *program])
     steps.run("symbolize it (function names for the model)", ["symbolize", str(prof)])
-    steps.run("train the lifetime model", ["train", str(prof), "-o", str(model)])
+    steps.run("train the lifetime model",
+              ["train", str(prof), "-o", str(model), *(["--epochs", str(epochs)] if epochs else [])])
     run_args = ["run", "--stats", str(stats)]
     if has_model_run:
         run_args += ["--model", str(model)]
