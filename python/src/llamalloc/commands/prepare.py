@@ -5,6 +5,7 @@ import sys
 
 import click
 
+from ..errors import FormatError, UserError
 from ..prepare import prepare, program_binaries
 
 
@@ -22,7 +23,12 @@ def command(model, binaries, output, with_libraries):
     does all this by itself. See docs/prediction.md."""
     paths: list[str] = []
     for b in binaries:
-        paths.extend(program_binaries(b) if with_libraries else [b])
+        try:
+            paths.extend(program_binaries(b) if with_libraries else [b])
+        except UserError as e:
+            if e.exit_code == 127:  # a binary to prepare, not a command to run: a missing file
+                raise FormatError(b, "no such file") from None
+            raise
     out = output or f"{model}.tokens"
     n = prepare(model, paths, out, log=lambda m: print(f"llamalloc: {m}", file=sys.stderr))
     print(f"{out}: token tables of {n} binaries", file=sys.stderr)
