@@ -24,12 +24,12 @@ def _quiet(_line: str) -> None:
     pass
 
 
-def speed(examples: int, hidden: int, seed: int) -> dict:
+def speed(examples: int, hidden: int, seed: int, epochs: int) -> dict:
     n_contexts = examples // 4
     contexts = build_contexts(synthetic_samples(n_contexts, seed=seed), warn=_quiet)
     train_idx, test_idx = split_by_stack(contexts, 0.1, seed)
     train, test = contexts.subset(train_idx), contexts.subset(test_idx)
-    config = lstm.TrainConfig(hidden_dim=hidden, seed=seed, examples_per_epoch=examples)
+    config = lstm.TrainConfig(hidden_dim=hidden, seed=seed, examples_per_epoch=examples, max_epochs=epochs)
     t0 = time.perf_counter()
     trained = pipeline.train_contexts(train, config, progress=lambda line: print(line, file=sys.stderr))
     seconds = time.perf_counter() - t0
@@ -51,16 +51,16 @@ def _row(name: str, scores, extra: dict) -> dict:
     return row
 
 
-def accuracy(name: str, rev1: str, rev2: str, hidden: int, seed: int) -> list[dict]:
+def accuracy(name: str, rev1: str, rev2: str, hidden: int, seed: int):
+    """Yields one result row per experiment, as soon as it is done."""
     from .pipeline import load_samples
     c1 = build_contexts(load_samples([rev1]), what=rev1, profiles=[rev1])
     c2 = build_contexts(load_samples([rev2]), what=rev2, profiles=[rev2])
-    rows = []
     config = lstm.TrainConfig(hidden_dim=hidden, seed=seed)
     train_idx, test_idx = split_by_stack(c1, 0.2, seed)
     t0 = time.perf_counter()
     held = pipeline.train_contexts(c1.subset(train_idx), config, progress=_quiet)
-    rows.append(_row(f"{name} same revision (20% of stacks held out)",
+    yield (_row(f"{name} same revision (20% of stacks held out)",
                      pipeline.score_all(held.model, c1.subset(test_idx)),
                      {"train_contexts": len(train_idx), "test_contexts": len(test_idx),
                       "train_seconds": round(time.perf_counter() - t0, 1)}))
@@ -68,10 +68,9 @@ def accuracy(name: str, rev1: str, rev2: str, hidden: int, seed: int) -> list[di
         t0 = time.perf_counter()
         trained = pipeline.train_contexts(ca, config, progress=_quiet)
         match, total = pipeline.matching_stacks(trained.model, cb)
-        rows.append(_row(f"{name} trained on {a}, tested on {b}", pipeline.score_all(trained.model, cb),
+        yield (_row(f"{name} trained on {a}, tested on {b}", pipeline.score_all(trained.model, cb),
                          {"train_contexts": len(ca), "test_contexts": len(cb),
                           "matching_stacks": f"{match}/{total}", "train_seconds": round(time.perf_counter() - t0, 1)}))
-    return rows
 
 
 def main(argv=None) -> int:
@@ -81,6 +80,7 @@ def main(argv=None) -> int:
     sp.add_argument("--examples", type=int, default=50_000)
     sp.add_argument("--hidden", type=int, default=64)
     sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--epochs", type=int, default=40)
     ac = sub.add_parser("accuracy")
     ac.add_argument("name")
     ac.add_argument("rev1")
@@ -89,10 +89,10 @@ def main(argv=None) -> int:
     ac.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.what == "speed":
-        print(json.dumps(speed(args.examples, args.hidden, args.seed)))
+        print(json.dumps(speed(args.examples, args.hidden, args.seed, args.epochs)))
     else:
         for row in accuracy(args.name, args.rev1, args.rev2, args.hidden, args.seed):
-            print(json.dumps(row))
+            print(json.dumps(row), flush=True)
     return 0
 
 
