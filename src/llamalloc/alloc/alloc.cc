@@ -309,6 +309,10 @@ __attribute__((constructor)) static void llamalloc_start() {
 
 __attribute__((destructor)) static void llamalloc_finish() {
   using namespace llamalloc;
+  // The main thread never passes through thread_exit: hand its spans back now, as every other thread's were, so
+  // that huge pages held only by its cached (empty) spans are free in the statistics. Its heap stays usable for
+  // destructors that run after this one.
+  if (tl_heap != &g_empty_heap) LocalAllocator::release_all(g_global, *tl_heap);
   flush_live_bytes();
   const char* path = options().stats;
   if (path != nullptr && *path) {
