@@ -15,7 +15,7 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 @click.option("--holdout-profile", "holdout_profiles", multiple=True, type=click.Path(dir_okay=False),
               help="Report on the contexts of this profile instead (repeatable); all PROFILES train.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
-@click.option("--epochs", type=click.IntRange(1, 10000), default=40, show_default=True,
+@click.option("--epochs", type=click.IntRange(1, 10000), default=100, show_default=True,
               help="Most epochs; training stops earlier on a validation plateau.")
 @click.option("--hidden", type=click.Choice(["64", "16"]), default="64", show_default=True,
               help="LSTM hidden state size (the paper's 64, or its small 16 variant).")

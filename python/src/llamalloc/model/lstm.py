@@ -31,8 +31,8 @@ class TrainConfig:
     hidden_dim: int = 64
     learning_rate: float = 1e-3
     clip_norm: float = 5.0
-    batch_size: int = 128
-    max_epochs: int = 40
+    batch_size: int = 32
+    max_epochs: int = 100
     #: stop when the validation loss has not improved for this many epochs; the best epoch's weights are kept
     patience: int = 4
     #: weight of a context in the loss is count**weight_power. 1.0 is pure count weighting; it lets a handful of

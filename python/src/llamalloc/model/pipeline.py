@@ -121,7 +121,7 @@ def check_output(output) -> None:
 
 
 def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdout_profiles: Sequence[str] = (),
-              seed: int = 0, epochs: int = 40, hidden: int = 64, vocab_words: int = DEFAULT_VOCAB_WORDS,
+              seed: int = 0, epochs: int = 100, hidden: int = 64, vocab_words: int = DEFAULT_VOCAB_WORDS,
               max_tokens: int = DEFAULT_MAX_TOKENS, out=None, warn: Warn = warn_on_stderr,
               load: Callable[[Sequence[str]], pa.Table] = load_samples) -> Trained:
     """The whole of `llamalloc train`; writes the model file only when everything succeeded."""
