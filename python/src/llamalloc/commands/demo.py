@@ -35,18 +35,24 @@ class _Steps:
         self.done = 0
         self.start = time.monotonic()
 
-    def run(self, title: str, args: list[str], ok_statuses=(0,)) -> None:
+    def run(self, title: str, args: list[str], ok_statuses=(0,)) -> str:
         self.done += 1
         shown = "llamalloc " + " ".join(shlex.quote(a) for a in args)
         click.secho(f"\n[{self.done}/{self.total}] {title}", bold=True, err=True)
         click.echo(f"  $ {shown}", err=True)
         t0 = time.monotonic()
-        rc = subprocess.run([sys.executable, "-m", "llamalloc", *args]).returncode
+        proc = subprocess.Popen([sys.executable, "-m", "llamalloc", *args], stdout=subprocess.PIPE, text=True)
+        lines = []
+        for line in proc.stdout:  # shown as it comes, and kept for the closing table
+            sys.stdout.write(line)
+            lines.append(line)
+        rc = proc.wait()
         if rc not in ok_statuses:
             raise UserError(f"demo: step {self.done} ({title}) failed with status {rc}; "
                             f"its command was: {shown}", exit_code=1)
         click.echo(f"  done in {time.monotonic() - t0:.1f} s "
                    f"(demo so far {time.monotonic() - self.start:.0f} s)", err=True)
+        return "".join(lines)
 
 
 def _command_has_option(name: str, option: str) -> bool:
@@ -55,21 +61,44 @@ def _command_has_option(name: str, option: str) -> bool:
     return cmd is not None and any(option in p.opts for p in cmd.params)
 
 
-def _print_tables(bench_json: Path, sim_json: Path, workload: str) -> None:
+def _last_json(text: str) -> dict:
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return {}
+    return {}
+
+
+def _print_tables(bench_json: Path, sim_json: Path, workload: str, model_run: dict, model_stats: dict) -> None:
     bench = json.loads(bench_json.read_text())
     click.secho(f"\n{workload} under each allocator (median of {bench.get('repeat', 1)} run(s), "
                 f"scale {bench.get('scale')})", bold=True)
+    # Footprint at the end: llamalloc's own bookkeeping where it has it, else the workload's address-based lower
+    # bound (frag-micro), as DESIGN.md defines them.
     rows = [("allocator", "time s", "time/glibc", "peak RSS MiB", "final RSS MiB", "AnonHuge MiB",
-             "footprint MiB")]
+             "final footprint MiB")]
+    glibc_seconds = None
     for r in bench.get("results", []):
         if r.get("workload") != workload:
             continue
         s, q = r.get("summary") or {}, r.get("ratios_to_glibc") or {}
-        footprint = s.get("llamalloc.peak_footprint_bytes", s.get("workload.footprint_bytes"))
+        if r.get("allocator") == "glibc":
+            glibc_seconds = s.get("seconds")
+        footprint = s.get("llamalloc.footprint_bytes", s.get("workload.footprint_bytes"))
         rows.append((r.get("allocator", "?"), "-" if s.get("seconds") is None else f"{s['seconds']:.2f}",
                      _ratio(q.get("seconds")), _mib(s.get("peak_rss_bytes")), _mib(s.get("final_rss_bytes")),
                      _mib(s.get("peak_anon_huge_pages_bytes")), _mib(footprint)))
+    if model_stats:
+        seconds = model_run.get("seconds")
+        rows.append(("llamalloc + model", "-" if seconds is None else f"{seconds:.2f}",
+                     _ratio(seconds / glibc_seconds) if seconds and glibc_seconds else "-", "-",
+                     _mib(model_stats.get("rss_bytes")), _mib(model_stats.get("anon_huge_pages_bytes")),
+                     _mib(model_stats.get("footprint_bytes"))))
     _table(rows)
+    if model_stats:
+        click.echo("(llamalloc + model: one run of `llamalloc run --model`; its RSS is read by the allocator at exit)")
     sim = json.loads(sim_json.read_text())
     click.secho("\nReplay of its trace under each placement policy", bold=True)
     rows = [("policy", "peak footprint MiB", "final footprint MiB", "peak live MiB", "avg footprint/live")]
@@ -130,8 +159,9 @@ def command(workload, scale, out_dir, allocators, repeat, epochs):
     run_args = ["run", "--stats", str(stats)]
     if has_model_run:
         run_args += ["--model", str(model)]
-    steps.run("run it with llamalloc" + (" and the model" if has_model_run else " (no learned predictor built yet)"),
-              [*run_args, "--", *program])
+    model_output = steps.run("run it with llamalloc" + (" and the model" if has_model_run else
+                                                         " (no learned predictor built yet)"),
+                             [*run_args, "--", *program])
     steps.run("trace every allocation and free",
               ["trace", "-o", str(trace), "--", *program])
     sim_args = ["simulate", str(trace), "-o", str(sim_json), "-q"]
@@ -144,9 +174,9 @@ def command(workload, scale, out_dir, allocators, repeat, epochs):
     if has_report:
         steps.run("write the report", ["report", "--sim", str(sim_json), "--bench", str(bench_dir / "bench.json"),
                                         "--profile", str(prof), "-o", str(out / "report")])
-    _print_tables(bench_dir / "bench.json", sim_json, workload)
-    if stats.exists():
-        s = json.loads(stats.read_text())
+    s = json.loads(stats.read_text()) if stats.exists() else {}
+    _print_tables(bench_dir / "bench.json", sim_json, workload, _last_json(model_output), s)
+    if s:
         c = s.get("counters", {})
         click.echo(f"\nllamalloc's own statistics ({stats}): peak footprint {_mib(s.get('peak_footprint_bytes'))} MiB "
                    f"for peak live {_mib(s.get('peak_live_bytes'))} MiB; prediction cache hits {c.get('prediction_cache_hits', 0)}, "
