@@ -34,7 +34,7 @@ class TrainConfig:
     batch_size: int = 32
     max_epochs: int = 100
     #: stop when the validation loss has not improved for this many epochs; the best epoch's weights are kept
-    patience: int = 4
+    patience: int = 10
     #: weight of a context in the loss is count**weight_power. 1.0 is pure count weighting; it lets a handful of
     #: hot contexts drown the rest, which the model then memorises instead of learning what the tokens mean
     #: (docs/model.md has the measurements). 0.5 keeps hot contexts more important and every context heard.
