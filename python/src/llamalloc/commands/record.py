@@ -1,10 +1,8 @@
 """`llamalloc record`: run a program under the sampling lifetime profiler and write its profile."""
 from __future__ import annotations
 
-import os
 import shutil
 import sys
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import click
 
 from .. import profile as _profile
 from ..errors import FormatError, UserError
+from ..launch import preload_env, run_program
 from ..paths import native_library
 
 PROFILER_LIBRARY = "libllamalloc_prof.so"
@@ -21,34 +20,9 @@ DEFAULT_SAMPLE_BYTES = 512 * 1024
 def run_preloaded(cmd: tuple[str, ...], env_extra: dict[str, str], preload_after: tuple[str, ...],
                   on_poll=None) -> tuple[int, int]:
     """Runs cmd with the profiler preloaded (then preload_after, then any LD_PRELOAD already set) and returns
-    its pid and exit status, the status shell style (128 + n when killed by signal n; 127 when not found; 126 when not
-    executable). on_poll() is called about twice a second while it runs."""
-    lib = native_library(PROFILER_LIBRARY)
-    env = dict(os.environ)
-    preload = [str(lib), *[str(Path(p).resolve()) if os.sep in p else p for p in preload_after]]
-    if env.get("LD_PRELOAD"):
-        preload.append(env["LD_PRELOAD"])
-    env["LD_PRELOAD"] = " ".join(preload)
-    env.update(env_extra)
-    try:
-        child = subprocess.Popen(list(cmd), env=env)
-    except FileNotFoundError:
-        raise UserError(f"{cmd[0]}: command not found", exit_code=127) from None
-    except PermissionError:
-        raise UserError(f"{cmd[0]}: permission denied", exit_code=126) from None
-    except OSError as e:
-        raise UserError(f"{cmd[0]}: cannot run: {e.strerror}", exit_code=126) from None
-    while True:
-        try:
-            rc = child.wait(timeout=0.5)
-            break
-        except subprocess.TimeoutExpired:
-            if on_poll is not None:
-                on_poll(child.pid)
-        except KeyboardInterrupt:
-            # Ctrl-C went to the program too; let it finish so that its profile is written.
-            continue
-    return child.pid, (128 - rc if rc < 0 else rc)
+    its pid and exit status, shell style (llamalloc.launch.run_program)."""
+    env = preload_env([native_library(PROFILER_LIBRARY), *preload_after], env_extra)
+    return run_program(cmd, env, on_poll=on_poll)
 
 
 def convert_raw(raw: Path, out: Path) -> None:
