@@ -86,8 +86,8 @@ size_t format_message(char* buf, size_t capacity, const char* fmt, ...) {
   return n;
 }
 
-bool ModelFile::open(const char* path, char* error, size_t error_capacity) {
-  close();
+bool map_readonly_file(const char* path, size_t min_bytes, const unsigned char** base, size_t* size_bytes,
+                       char* error, size_t error_capacity) {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     format_message(error, error_capacity, "cannot open: %s", errno == ENOENT ? "no such file" : strerrordesc_np(errno));
@@ -99,7 +99,7 @@ bool ModelFile::open(const char* path, char* error, size_t error_capacity) {
     format_message(error, error_capacity, "not a regular file");
     return false;
   }
-  if (st.st_size < off_t(kHeaderBytes)) {
+  if (st.st_size < off_t(min_bytes)) {
     ::close(fd);
     format_message(error, error_capacity, "truncated: %llu bytes, shorter than the header", (unsigned long long)st.st_size);
     return false;
@@ -110,8 +110,18 @@ bool ModelFile::open(const char* path, char* error, size_t error_capacity) {
     format_message(error, error_capacity, "cannot map: %s", strerrordesc_np(errno));
     return false;
   }
-  base_ = static_cast<const unsigned char*>(p);
-  size_bytes_ = size_t(st.st_size);
+  *base = static_cast<const unsigned char*>(p);
+  *size_bytes = size_t(st.st_size);
+  return true;
+}
+
+void unmap_file(const unsigned char* base, size_t size_bytes) {
+  if (base != nullptr) munmap(const_cast<unsigned char*>(base), size_bytes);
+}
+
+bool ModelFile::open(const char* path, char* error, size_t error_capacity) {
+  close();
+  if (!map_readonly_file(path, kHeaderBytes, &base_, &size_bytes_, error, error_capacity)) return false;
   mapped_ = true;
   if (!validate(error, error_capacity)) {
     close();
@@ -138,7 +148,7 @@ bool ModelFile::open_image(const void* data, size_t size_bytes, char* error, siz
 }
 
 void ModelFile::close() {
-  if (base_ != nullptr && mapped_) munmap(const_cast<unsigned char*>(base_), size_bytes_);
+  if (mapped_) unmap_file(base_, size_bytes_);
   base_ = nullptr;
   size_bytes_ = 0;
   folded_ = w_hidden_ = dense_w_ = dense_b_ = nullptr;

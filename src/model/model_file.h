@@ -72,5 +72,10 @@ unsigned infer(const ModelFile& model, const uint32_t* tokens, size_t count, flo
 
 // Formats into buf like snprintf for %s/%u/%llu only, without allocating (error messages on the init path).
 size_t format_message(char* buf, size_t capacity, const char* fmt, ...);
+// Maps the whole regular file at `path` read-only, with no heap allocation; refuses files shorter than
+// `min_bytes`. On failure writes the reason to `error` and returns false. Undo with unmap_file().
+bool map_readonly_file(const char* path, size_t min_bytes, const unsigned char** base, size_t* size_bytes,
+                       char* error, size_t error_capacity);
+void unmap_file(const unsigned char* base, size_t size_bytes);
 
 }  // namespace llamalloc::model

@@ -1,10 +1,6 @@
 #include "token_table.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 
@@ -33,25 +29,7 @@ T load(const unsigned char* p) {
 
 bool TokenTables::open(const char* path, uint32_t vocab_crc, uint32_t vocab_size, char* error, size_t cap) {
   close();
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    format_message(error, cap, "cannot open: %s", errno == ENOENT ? "no such file" : strerrordesc_np(errno));
-    return false;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < off_t(kHeaderBytes)) {
-    ::close(fd);
-    format_message(error, cap, "truncated or not a regular file");
-    return false;
-  }
-  void* p = mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) {
-    format_message(error, cap, "cannot map: %s", strerrordesc_np(errno));
-    return false;
-  }
-  base_ = static_cast<const unsigned char*>(p);
-  size_bytes_ = size_t(st.st_size);
+  if (!map_readonly_file(path, kHeaderBytes, &base_, &size_bytes_, error, cap)) return false;
   mapped_ = true;
   if (!validate(vocab_crc, vocab_size, error, cap)) {
     close();
@@ -78,7 +56,7 @@ bool TokenTables::open_image(const void* data, size_t size_bytes, uint32_t vocab
 }
 
 void TokenTables::close() {
-  if (base_ != nullptr && mapped_) munmap(const_cast<unsigned char*>(base_), size_bytes_);
+  if (mapped_) unmap_file(base_, size_bytes_);
   base_ = nullptr;
   size_bytes_ = 0;
   binary_count_ = 0;
