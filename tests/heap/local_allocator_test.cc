@@ -148,3 +148,26 @@ TEST_F(LocalAllocatorTest, AlignedSmallObjectsLeaveWalkablePadding) {
 
 }  // namespace
 }  // namespace llamalloc::testing
+
+namespace llamalloc::testing {
+namespace {
+
+// alloc_small skips to the next free line for tiny objects, so every size the tiny rule admits must fit a run of
+// one free line as open_run() starts it (8 bytes in). Sizes 105..120 once broke this and alloc_small spun forever
+// in a partially free span whose free lines were all single (found replaying an image-server trace).
+TEST(LocalAllocatorRules, EveryTinyObjectFitsARunOfOneFreeLine) {
+  alignas(kLineBytes) static unsigned char line[kLineBytes];
+  size_t tiny_sizes = 0;
+  for (size_t size = 1; size <= kSmallMaxBytes; ++size) {
+    if (!LocalAllocator::fits_one_line(size, kMinAlignBytes)) continue;
+    ++tiny_sizes;
+    SpanCursor c;
+    c.run_start = c.bump = reinterpret_cast<uintptr_t>(line) + kSmallHeaderBytes;
+    c.run_end = reinterpret_cast<uintptr_t>(line) + kLineBytes;
+    EXPECT_NE(cursor_bump(c, size), nullptr) << "a tiny object of " << size << " bytes does not fit one line";
+  }
+  EXPECT_EQ(tiny_sizes, 104u) << "objects up to 104 bytes (112 with their header) are tiny";
+}
+
+}  // namespace
+}  // namespace llamalloc::testing

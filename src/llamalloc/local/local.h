@@ -88,6 +88,12 @@ LLAMALLOC_FAST void* cursor_bump(SpanCursor& c, size_t size) {
 // Operations of one thread's heap on one global allocator.
 class LocalAllocator {
  public:
+  // Tiny objects (section 6.6) are those that always fit a run of one free line, so that skipping to the next
+  // free line is enough. A run starts kSmallHeaderBytes into its first line (headers sit at 8 mod 16, objects
+  // at 0 mod 16), and an alignment above 16 may pad by up to the alignment.
+  LLAMALLOC_FAST static constexpr bool fits_one_line(size_t size, size_t alignment) {
+    return small_total_bytes(size) + (alignment > kMinAlignBytes ? alignment : 0) <= kLineBytes - kSmallHeaderBytes;
+  }
   // A small object (size <= kSmallMaxBytes, alignment <= kMaxSmallAlignment) of the class; nullptr + ENOMEM.
   static void* alloc_small(GlobalAllocator& global, LocalHeap& heap, unsigned lc, size_t size, size_t alignment);
   // Frees a small object; `span` is its span. Reports bad and double frees. Returns the size asked for.

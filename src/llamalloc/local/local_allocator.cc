@@ -163,7 +163,7 @@ void* bump(SpanCursor& c, size_t size, size_t alignment) {
 void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsigned lc, size_t size,
                                   size_t alignment) {
   ClassAllocator& ca = heap.classes[lc];
-  bool tiny = small_total_bytes(size) + (alignment > kMinAlignBytes ? alignment : 0) <= kLineBytes;
+  bool tiny = fits_one_line(size, alignment);
   for (;;) {
     SpanCursor& p = ca.primary;
     if (p.span != nullptr) {
