@@ -37,3 +37,26 @@ def trace_bytes(events: list[bytes]) -> bytes:
 def write_trace(path: Path, events: list[bytes]) -> Path:
     path.write_bytes(trace_bytes(events))
     return path
+
+
+MAPPING = 3
+
+
+def stack_record(stack_id: int, frames: list[int]) -> bytes:
+    """A STACK record: frames are return address - 1, innermost first."""
+    return record(STACK, struct.pack("<II", stack_id, len(frames)) + b"".join(struct.pack("<Q", f) for f in frames))
+
+
+def mapping_record(start: int, limit: int, file_offset: int, path: str, build_id: bytes = b"") -> bytes:
+    """A MAPPING record: one executable PT_LOAD of a loaded object."""
+    payload = struct.pack("<QQQII", start, limit, file_offset, len(build_id), len(path.encode())) + build_id
+    payload += path.encode()
+    return record(MAPPING, payload + b"\0" * (-len(payload) % 8))
+
+
+def trace_with(records: list[bytes], events: list[bytes]) -> bytes:
+    """A trace with the given STACK and MAPPING records before its events."""
+    body = header() + b"".join(records)
+    if events:
+        body += record(EVENTS, b"".join(events))
+    return body + record(END, struct.pack("<QQQQ", 0, 0, len(events), 0))

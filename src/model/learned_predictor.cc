@@ -169,6 +169,7 @@ void ModuleMap::refresh(const TokenTables& tables) {
 }
 
 bool ModuleMap::maybe_refresh(const TokenTables& tables, uint64_t now) {
+  if (frozen_) return false;
   uint64_t last = last_refresh_ns_.load(std::memory_order_relaxed);
   if (now - last < kMinRefreshNs) return false;
   int pid = getpid();
@@ -179,6 +180,15 @@ bool ModuleMap::maybe_refresh(const TokenTables& tables, uint64_t now) {
   refresh(tables);
   refreshing_pid_.store(0, std::memory_order_release);
   return true;
+}
+
+void ModuleMap::load(const Module* modules, uint32_t count) {
+  Table* cur = current_.load(std::memory_order_acquire);
+  Table* next = cur == &tables_[0] ? &tables_[1] : &tables_[0];
+  next->count = count < kMaxModules ? count : kMaxModules;
+  for (uint32_t i = 0; i < next->count; ++i) next->modules[i] = modules[i];
+  frozen_ = true;
+  current_.store(next, std::memory_order_release);
 }
 
 bool ModuleMap::find(uintptr_t pc, Module* out) const {

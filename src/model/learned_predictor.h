@@ -36,6 +36,10 @@ class ModuleMap {
   bool maybe_refresh(const TokenTables& tables, uint64_t now_ns);
   // The module holding pc, copied out (a torn read after two refreshes gives a wrong module, never a fault).
   bool find(uintptr_t pc, Module* out) const;
+  // Installs a fixed list of modules (sorted by start, not overlapping) instead of this process's mappings,
+  // and stops refreshes: the trace simulator maps another process's addresses (src/model/trace_predictor.h).
+  // Not for use while other threads look up.
+  void load(const Module* modules, uint32_t count);
 
   static constexpr uint64_t kMinRefreshNs = 50'000'000;
 
@@ -48,6 +52,7 @@ class ModuleMap {
   std::atomic<Table*> current_{nullptr};
   std::atomic<int> refreshing_pid_{0};
   std::atomic<uint64_t> last_refresh_ns_{0};
+  bool frozen_ = false;  // load() was used: the table is not this process's
 };
 
 // Per-thread state, from a pool mapped once (never malloc): the cache and its counters.

@@ -126,8 +126,10 @@ void LlamaPolicy::AdvanceTime(uint64_t time_ns) {
 }
 
 void LlamaPolicy::Allocate(const ObjectAlloc& object) {
-  unsigned lc = options_.fixed_class >= 0 ? unsigned(options_.fixed_class)
-                : object.lifetime_class < kMaxClasses ? object.lifetime_class : kMaxClasses - 1;
+  unsigned lc = options_.class_source ? options_.class_source->ClassOf(object)
+                : options_.fixed_class >= 0 ? unsigned(options_.fixed_class)
+                : object.lifetime_class;
+  if (lc >= kMaxClasses) lc = kMaxClasses - 1;  // the library's clamp_class
   ++allocs_by_class_[lc];
   size_t size = object.size_bytes;
   size_t alignment = std::max<size_t>(object.alignment_bytes, kMinAlignBytes);
@@ -221,6 +223,9 @@ std::vector<std::pair<std::string, double>> LlamaPolicy::summary_extras() const 
       {"idle_threads_released", double(idle_threads_released_)},
   };
   for (unsigned i = 0; i < kMaxClasses; ++i) e.push_back({"allocs_class_" + std::to_string(i), double(allocs_by_class_[i])});
+  if (options_.class_source) {
+    for (auto& kv : options_.class_source->SummaryExtras()) e.push_back(std::move(kv));
+  }
   return e;
 }
 
@@ -234,7 +239,11 @@ std::vector<std::pair<std::string, std::string>> LlamaPolicy::summary_json() con
   std::string list = "[";
   for (size_t i = 0; i < snapshots_.size(); ++i) list += (i ? ",\n        " : "\n        ") + snapshots_[i];
   list += "\n      ]";
-  return {{"snapshots", list}};
+  std::vector<std::pair<std::string, std::string>> json = {{"snapshots", list}};
+  if (options_.class_source) {
+    for (auto& kv : options_.class_source->SummaryJson()) json.push_back(std::move(kv));
+  }
+  return json;
 }
 
 }  // namespace llamalloc::sim

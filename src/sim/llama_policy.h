@@ -24,11 +24,24 @@ namespace llamalloc::sim {
 class SimPlatform;
 class TraceClock;
 
+// Where the lifetime class of each object comes from when it is neither the oracle's nor a fixed one: the
+// llama-model policy's learned predictor (sim/model_policy.h).
+class ClassSource {
+ public:
+  virtual ~ClassSource() = default;
+  // The class the heap gets for this allocation (object.lifetime_class holds the oracle's true class).
+  virtual unsigned ClassOf(const ObjectAlloc& object) = 0;
+  virtual std::vector<std::pair<std::string, double>> SummaryExtras() const { return {}; }
+  virtual std::vector<std::pair<std::string, std::string>> SummaryJson() const { return {}; }
+};
+
 struct LlamaOptions {
   unsigned deadline_k = 4;                 // papers/000 6.4's K
   // -1: llama-oracle (each object's true class). 0..7: llama-default, every object in this class, which is
   // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS, default 0).
   int fixed_class = -1;
+  // Set: llama-model, each object in the class this source gives (fixed_class is then ignored).
+  std::shared_ptr<ClassSource> class_source;
   // A trace has no thread-exit events, but a thread that exits gives its spans back (release_all). A traced
   // thread with no event for this long is taken to have exited; its next event, if any, starts afresh.
   // 0 keeps every thread's spans to the end.
@@ -41,8 +54,11 @@ class LlamaPolicy final : public Policy {
   explicit LlamaPolicy(LlamaOptions options);
   ~LlamaPolicy() override;
 
-  std::string name() const override { return options_.fixed_class < 0 ? "llama-oracle" : "llama-default"; }
-  bool needs_lifetime_classes() const override { return options_.fixed_class < 0; }
+  std::string name() const override {
+    return options_.class_source ? "llama-model" : options_.fixed_class < 0 ? "llama-oracle" : "llama-default";
+  }
+  // llama-model needs them too: its summary compares each prediction with the true class.
+  bool needs_lifetime_classes() const override { return options_.fixed_class < 0 || options_.class_source; }
   void Allocate(const ObjectAlloc& object) override;
   void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
   void AdvanceTime(uint64_t time_ns) override;

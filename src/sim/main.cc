@@ -1,6 +1,8 @@
 // llamalloc-sim: replays a trace through placement policies (called by `llamalloc simulate`).
 //   llamalloc-sim TRACE --policy P [--policy P ...] --out FILE.json [--timeline FILE.csv]
 //                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--deadline-k K] [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
+//                 [--model MODEL [--tokens FILE] [--repredict-every N]]   (llama-model)
+//   llamalloc-sim TRACE --list-mappings    the trace's executable mappings: "path<TAB>build id (hex)" per line
 // Exit status: 0 done, 2 bad input (the trace, an option), 1 anything else. Errors are one line.
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +45,7 @@ int main(int argc, char** argv) {
     std::string trace, out, timeline;
     std::vector<std::string> policies;
     double interval_ms = 10, mesh_period_ms = 100;
-    bool quiet = false;
+    bool quiet = false, list_mappings = false;
     PolicySettings settings;
     std::vector<std::string> args(argv + 1, argv + argc);
     for (size_t i = 0; i < args.size(); ++i) {
@@ -74,6 +76,16 @@ int main(int argc, char** argv) {
         settings.seed = ParseNumber(a, value());
       } else if (a == "--snapshot-ms") {
         settings.snapshot_times_ns.push_back(static_cast<uint64_t>(ParseMs(a, value()) * 1e6));
+      } else if (a == "--model") {
+        settings.model.model_path = value();
+      } else if (a == "--tokens") {
+        settings.model.tokens_path = value();
+      } else if (a == "--repredict-every") {
+        uint64_t n = ParseNumber(a, value());
+        if (n > UINT32_MAX) throw UsageError("--repredict-every is too large");
+        settings.model.repredict_every = static_cast<uint32_t>(n);
+      } else if (a == "--list-mappings") {
+        list_mappings = true;
       } else if (a == "--quiet") {
         quiet = true;
       } else if (a == "--list-policies") {
@@ -88,6 +100,20 @@ int main(int argc, char** argv) {
       }
     }
     if (trace.empty()) throw UsageError("no trace given");
+    if (list_mappings) {
+      // For `llamalloc simulate`, which prepares the token tables of these binaries before a llama-model replay.
+      TraceReader reader(trace, TraceReader::Order::kFile);
+      for (const MappingInfo& m : reader.Mappings()) {
+        std::string hex;
+        for (unsigned char c : m.build_id) {
+          static const char* kDigits = "0123456789abcdef";
+          hex += kDigits[c >> 4];
+          hex += kDigits[c & 15];
+        }
+        std::printf("%s\t%s\n", m.path.c_str(), hex.c_str());
+      }
+      return 0;
+    }
     if (policies.empty()) throw UsageError("no --policy given");
     if (out.empty()) throw UsageError("no --out given");
     if (timeline.empty()) {
@@ -96,7 +122,13 @@ int main(int argc, char** argv) {
     }
     settings.mesh_period_ns = static_cast<uint64_t>(mesh_period_ms * 1e6);
 
+    bool wants_model = false;
+    for (const std::string& p : policies) wants_model |= p == "llama-model";
+    if (wants_model && settings.model.model_path.empty()) throw UsageError("llama-model needs --model FILE");
+    if (!wants_model && !settings.model.model_path.empty()) throw UsageError("--model is for --policy llama-model");
     TraceReader reader(trace);
+    settings.stacks = &reader;
+    settings.warn = [](const std::string& line) { std::fprintf(stderr, "llamalloc-sim: warning: %s\n", line.c_str()); };
     SimulationOutput output;
     output.trace_path = std::filesystem::absolute(trace).string();
     output.interval_ns = static_cast<uint64_t>(interval_ms * 1e6);

@@ -10,7 +10,7 @@
 namespace llamalloc::sim {
 
 std::vector<std::string> PolicyNames() {
-  return {"pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle", "llama-default"};
+  return {"pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle", "llama-default", "llama-model"};
 }
 
 std::vector<std::string> ExpandPolicyName(const std::string& name) {
@@ -45,6 +45,18 @@ std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings
     o.deadline_k = settings.deadline_k;
     o.thread_idle_ns = settings.thread_idle_ns;
     return std::make_unique<LlamaPolicy>(o);
+  }
+  if (name == "llama-model") {
+    if (settings.model.model_path.empty()) throw std::invalid_argument("llama-model needs a model (--model FILE)");
+    if (settings.stacks == nullptr) throw std::invalid_argument("llama-model needs the trace's stacks");
+    LlamaOptions o;
+    o.snapshot_times_ns = settings.snapshot_times_ns;
+    o.deadline_k = settings.deadline_k;
+    o.thread_idle_ns = settings.thread_idle_ns;
+    std::string warning;
+    auto policy = MakeModelPolicy(o, settings.model, *settings.stacks, &warning);
+    if (!warning.empty() && settings.warn) settings.warn(warning);
+    return policy;
   }
   throw std::invalid_argument("unknown policy '" + name + "'");
 }

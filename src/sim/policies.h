@@ -1,11 +1,14 @@
 // The policy names `llamalloc simulate --policy` accepts, and their construction.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "sim/model_policy.h"
 #include "sim/policy.h"
+#include "sim/trace_stacks.h"
 
 namespace llamalloc::sim {
 
@@ -15,6 +18,9 @@ struct PolicySettings {
   unsigned deadline_k = 4;
   uint64_t thread_idle_ns = 1'000'000'000;  // llama policies: see LlamaOptions  // llama policies: deadline = now + K x class duration (LLAMALLOC_DEADLINE_K)
   std::vector<uint64_t> snapshot_times_ns;  // heap snapshots (llama policies)
+  ModelOptions model;                        // llama-model: the model, its token tables, re-prediction
+  const TraceStacks* stacks = nullptr;       // llama-model: the trace's stacks and mappings
+  std::function<void(const std::string&)> warn;  // one-line warnings (llama-model: binaries it cannot tokenise)
 };
 
 // All accepted names, in the order they are documented.

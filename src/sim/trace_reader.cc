@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <queue>
 
 #include "trace_format.h"
 
@@ -20,7 +21,7 @@ void TraceReader::Fail(uint64_t offset, const std::string& problem) const {
   throw FormatError(path_ + ": " + problem + " at byte offset " + std::to_string(offset));
 }
 
-TraceReader::TraceReader(const std::string& path) : path_(path) {
+TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw FormatError(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -98,12 +99,33 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
         seen_end = true;
         break;
       }
-      case prof::RecordType::kStack:
-      case prof::RecordType::kMapping:
+      case prof::RecordType::kStack: {
+        prof::StackRecord sr{};
+        if (rh.payload_bytes < sizeof(sr)) Fail(offset, "corrupt stack record");
+        std::memcpy(&sr, data_ + payload, sizeof(sr));
+        if (sizeof(sr) + 8ull * sr.depth != rh.payload_bytes) Fail(offset, "corrupt stack record: depth and length differ");
+        stacks_[sr.stack_id] = StackRef{payload + sizeof(sr), sr.depth};
+        break;
+      }
+      case prof::RecordType::kMapping: {
+        prof::MappingRecord mr{};
+        if (rh.payload_bytes < sizeof(mr)) Fail(offset, "corrupt mapping record");
+        std::memcpy(&mr, data_ + payload, sizeof(mr));
+        if (sizeof(mr) + uint64_t(mr.build_id_bytes) + mr.path_bytes > rh.payload_bytes) Fail(offset, "corrupt mapping record: lengths");
+        MappingInfo m;
+        m.memory_start = mr.memory_start;
+        m.memory_limit = mr.memory_limit;
+        m.file_offset = mr.file_offset;
+        const char* bytes = reinterpret_cast<const char*>(data_ + payload + sizeof(mr));
+        m.build_id.assign(bytes, mr.build_id_bytes);
+        m.path.assign(bytes + mr.build_id_bytes, mr.path_bytes);
+        mappings_.push_back(std::move(m));
+        break;
+      }
       case prof::RecordType::kSite:
       case prof::RecordType::kProgram:
       case prof::RecordType::kSymbols:
-        break;  // stacks and mappings matter to the model, not to placement
+        break;
       default:
         Fail(offset, "corrupt: unknown record type " + std::to_string(rh.type));
     }
@@ -125,16 +147,60 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
     sorted = t >= last_ns;
     last_ns = t;
   }
-  if (!sorted) {
-    order_.resize(event_count_);
-    std::iota(order_.begin(), order_.end(), 0u);
-    std::stable_sort(order_.begin(), order_.end(), [this](uint32_t a, uint32_t b) {
-      uint64_t ta, tb;
-      std::memcpy(&ta, EventAt(a), sizeof(ta));
-      std::memcpy(&tb, EventAt(b), sizeof(tb));
-      return ta < tb;
-    });
+  if (!sorted && order == Order::kTime) SortByTime();
+}
+
+void TraceReader::SortByTime() {
+  // Each EVENTS record is one thread's buffer, in that thread's order: its times do not decrease. The time order
+  // is then a merge of the records (ties: the earlier record first, as a stable sort of the file's order gives),
+  // sequential reads instead of a sort's random ones over a file that may be many GiB.
+  auto time_at = [this](const Chunk& c, uint64_t i) {
+    uint64_t t;
+    std::memcpy(&t, data_ + c.offset + i * sizeof(prof::TraceEvent), sizeof(t));
+    return t;
+  };
+  bool chunks_sorted = true;
+  for (const Chunk& c : chunks_) {
+    for (uint64_t i = 1; i < c.count && chunks_sorted; ++i) chunks_sorted = time_at(c, i) >= time_at(c, i - 1);
+    if (!chunks_sorted) break;
   }
+  order_.clear();
+  order_.reserve(event_count_);
+  if (chunks_sorted) {
+    using Head = std::pair<uint64_t, uint32_t>;  // (time of the record's next event, record index)
+    std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
+    std::vector<uint64_t> position(chunks_.size(), 0);
+    for (uint32_t c = 0; c < chunks_.size(); ++c) heads.push({time_at(chunks_[c], 0), c});
+    while (!heads.empty()) {
+      uint32_t c = heads.top().second;
+      heads.pop();
+      const Chunk& chunk = chunks_[c];
+      order_.push_back(static_cast<uint32_t>(chunk.first_index + position[c]));
+      if (++position[c] < chunk.count) heads.push({time_at(chunk, position[c]), c});
+    }
+    return;
+  }
+  order_.resize(event_count_);
+  std::iota(order_.begin(), order_.end(), 0u);
+  std::stable_sort(order_.begin(), order_.end(), [this](uint32_t a, uint32_t b) {
+    uint64_t ta, tb;
+    std::memcpy(&ta, EventAt(a), sizeof(ta));
+    std::memcpy(&tb, EventAt(b), sizeof(tb));
+    return ta < tb;
+  });
+}
+
+bool TraceReader::Stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const {
+  auto it = stacks_.find(stack_id);
+  if (it == stacks_.end()) return false;
+  // Records are 8-byte aligned in the file and the mapping is page aligned: the addresses are read in place.
+  *frames = reinterpret_cast<const uint64_t*>(data_ + it->second.offset);
+  *depth = it->second.depth;
+  return true;
+}
+
+void TraceReader::ForEachStack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const {
+  for (const auto& [id, ref] : stacks_) fn(id, reinterpret_cast<const uint64_t*>(data_ + ref.offset), ref.depth);
 }
 
 TraceReader::~TraceReader() {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/engine.h"
+#include "sim/trace_stacks.h"
 
 namespace llamalloc::sim {
 
@@ -18,9 +19,12 @@ class FormatError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-class TraceReader final : public EventSource {
+class TraceReader final : public EventSource, public TraceStacks {
  public:
-  explicit TraceReader(const std::string& path);
+  // kTime: events are replayed in time order (an index is built when the file is not in it). kFile: the file is
+  // checked but no index is built, for a reader that only wants the stacks and mappings.
+  enum class Order { kTime, kFile };
+  explicit TraceReader(const std::string& path, Order order = Order::kTime);
   ~TraceReader() override;
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
@@ -35,9 +39,15 @@ class TraceReader final : public EventSource {
   // the reader replays them through a sorted index instead.
   bool reordered() const { return !order_.empty(); }
 
+  // The STACK and MAPPING records (read in place from the mapped file).
+  bool Stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const override;
+  void ForEachStack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const override;
+  const std::vector<MappingInfo>& Mappings() const override { return mappings_; }
+
  private:
   [[noreturn]] void Fail(uint64_t offset, const std::string& problem) const;
   const void* EventAt(uint64_t index) const;
+  void SortByTime();
 
   std::string path_;
   const unsigned char* data_ = nullptr;
@@ -49,6 +59,12 @@ class TraceReader final : public EventSource {
     uint64_t count;
   };
   std::vector<Chunk> chunks_;
+  struct StackRef {
+    uint64_t offset;  // of the first address
+    uint32_t depth;
+  };
+  std::unordered_map<uint32_t, StackRef> stacks_;
+  std::vector<MappingInfo> mappings_;
   std::vector<uint32_t> order_;  // sorted replay order when the file is not in time order
   uint64_t event_count_ = 0;
   uint64_t next_ = 0;

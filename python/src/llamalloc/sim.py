@@ -25,7 +25,10 @@ from .errors import FormatError, UserError
 FORMAT = "llamalloc-sim"
 VERSION = 1
 BINARY = "src/sim/llamalloc-sim"
-POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle", "llama-default")
+POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle", "llama-default",
+            "llama-model")
+#: The tracer's own library: its frames are removed from the trace's stacks, so it needs no token table.
+TRACER_LIBRARY = "libllamalloc_prof"
 ALIASES = {"mesh": ("mesh-4k", "mesh-2m")}
 
 
@@ -54,10 +57,82 @@ def binary() -> Path:
     return paths.native_binary(BINARY)
 
 
+def trace_mappings(trace: str | os.PathLike) -> list[tuple[str, str]]:
+    """The executable mappings of a trace's process, (path as the process named it, build id in hex), read by the
+    engine (which checks the whole file first: a bad trace is a one-line FormatError)."""
+    r = subprocess.run([str(binary()), str(trace), "--list-mappings"], capture_output=True, text=True)
+    if r.returncode != 0:
+        lines = [line for line in r.stderr.splitlines() if line.startswith("llamalloc-sim: error: ")]
+        message = lines[-1][len("llamalloc-sim: error: "):] if lines else f"llamalloc-sim failed with status {r.returncode}"
+        raise UserError(message, exit_code=2 if r.returncode == 2 else 1)
+    out = []
+    for line in r.stdout.splitlines():
+        path, _, build_id = line.partition("\t")
+        out.append((path, build_id))
+    return out
+
+
+def trace_binaries(trace: str | os.PathLike) -> list[str]:
+    """The binaries of a trace that exist here and are worth token tables: real paths of its executable mappings,
+    in order, without the tracer's own library. Missing ones are left out (the engine names them in a warning:
+    their frames are <unsymbolized>)."""
+    binaries: list[str] = []
+    for path, _ in trace_mappings(trace):
+        if not path.startswith("/") or Path(path).name.startswith(TRACER_LIBRARY):
+            continue
+        real = os.path.realpath(path)
+        try:
+            with open(real, "rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    continue
+        except OSError:
+            continue
+        if real not in binaries:
+            binaries.append(real)
+    return binaries
+
+
+def prepare_tokens(model_path: str | os.PathLike, trace: str | os.PathLike,
+                   log: Callable[[str], None] = lambda m: None) -> Path | None:
+    """Token tables of the trace's binaries for the model, as `llamalloc run --model` prepares them for a program:
+    in the cache (LLAMALLOC_CACHE_DIR, default ~/.cache/llamalloc/tokens), keyed by the model's vocabulary and each
+    binary's path, size and mtime, so a second simulation (or a run of the same program) prepares nothing. None
+    when no binary of the trace is on this machine."""
+    import hashlib
+
+    from . import prepare as prep
+    from .model import modelfile
+
+    model = modelfile.read(model_path)  # a bad model is refused here (one line naming the file)
+    binaries = trace_binaries(trace)
+    if not binaries:
+        return None
+    identity = [f"{prep.vocab_crc(model):08x}", str(len(model.vocabulary))]
+    for b in binaries:
+        st = os.stat(b)
+        identity.append(f"{b}\n{st.st_size}\n{st.st_mtime_ns}")
+    key = hashlib.sha256(f"{prep.VERSION}.{prep.PREPARE_REVISION}\n".encode()
+                         + "\n".join(identity).encode()).hexdigest()[:32]
+    out = prep._cache_dir() / f"{key}.tokens"
+    if not out.exists():
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create the token cache {out.parent}: {e.strerror}") from None
+        prep.prepare(model_path, binaries, out, log=log)
+    return out
+
+
 def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.PathLike,
              interval_ms: float = 10.0, mesh_period_ms: float = 100.0, seed: int = 1,
-             snapshot_ms: Iterable[float] = (), deadline_k: int = 4, thread_idle_ms: float = 1000.0, progress: Callable[[str], None] | None = None) -> SimResult:
-    """Replays `trace` through each policy; writes `out` (JSON) and its timeline CSV; returns the result."""
+             snapshot_ms: Iterable[float] = (), deadline_k: int = 4, thread_idle_ms: float = 1000.0,
+             progress: Callable[[str], None] | None = None, model: str | os.PathLike | None = None,
+             tokens: str | os.PathLike | None = None, repredict_every: int = 1000,
+             warn: Callable[[str], None] | None = None) -> SimResult:
+    """Replays `trace` through each policy; writes `out` (JSON) and its timeline CSV; returns the result.
+
+    llama-model needs `model`; its token tables are `tokens` if given, else prepared for the trace's binaries (and
+    cached). Warnings (binaries whose frames cannot be tokenised) go to `warn`, even when `progress` is None."""
     trace = Path(trace)
     if not trace.exists():
         raise UserError(f"{trace}: no such trace file")
@@ -65,15 +140,28 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
     if not policies:
         raise UserError("simulate: give at least one --policy")
     for p in policies:
-        if p == "llama-model":
-            raise UserError("llama-model is not available yet: the learned predictor cannot yet be fed the trace's "
-                            "stacks (docs/simulator.md); use llama-oracle (perfect lifetimes) or llama-default")
         if p not in POLICIES and p not in ALIASES:
             raise UserError(f"unknown policy '{p}' (known: {', '.join(POLICIES + tuple(ALIASES))})")
+    wants_model = "llama-model" in policies
+    if wants_model and model is None:
+        raise UserError("llama-model needs a model: --model FILE (from `llamalloc train`)")
+    if not wants_model and (model is not None or tokens is not None):
+        raise UserError("--model and --tokens are for --policy llama-model")
     out = Path(out)
     cmd = [str(binary()), str(trace), "--out", str(out), "--interval-ms", repr(float(interval_ms)),
            "--mesh-period-ms", repr(float(mesh_period_ms)), "--seed", str(int(seed)),
            "--deadline-k", str(int(deadline_k)), "--thread-idle-ms", repr(float(thread_idle_ms))]
+    if wants_model:
+        from .model import modelfile
+
+        modelfile.read(model)  # one line naming a missing or corrupt model before anything runs
+        if tokens is None:
+            tokens = prepare_tokens(model, trace, log=progress or (lambda m: None))
+        elif not Path(tokens).is_file():
+            raise FormatError(tokens, "no such file")
+        cmd += ["--model", str(model), "--repredict-every", str(int(repredict_every))]
+        if tokens is not None:
+            cmd += ["--tokens", str(tokens)]
     for p in policies:
         cmd += ["--policy", p]
     for t in snapshot_ms:
@@ -85,6 +173,9 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
         line = line.rstrip("\n")
         if line.startswith("llamalloc-sim: error: "):
             last_error = line[len("llamalloc-sim: error: "):]
+        elif line.startswith("llamalloc-sim: warning: "):
+            if warn is not None:
+                warn(line[len("llamalloc-sim: warning: "):])
         elif progress is not None:
             progress(line.removeprefix("llamalloc-sim: "))
     rc = proc.wait()

@@ -21,6 +21,14 @@ def summary_table(result: sim.SimResult) -> str:
         lines.append(f"{name:<18} {_mib(s['final_footprint_bytes']):>10} {_mib(s['peak_footprint_bytes']):>10} "
                      f"{_mib(s['final_live_bytes']):>9} {s['average_fragmentation_ratio']:>8.2f}x "
                      f"{s['final_fragmentation_ratio']:>9.2f}x {s['events_per_second']:>10.3g}")
+    model = result.policies.get("llama-model")
+    if model is not None:
+        e = model.extras
+        lines.append(f"llama-model: prediction cache hit rate {100 * e.get('prediction_cache_hit_rate', 0):.1f}% "
+                     f"({e.get('prediction_cache_hits', 0):.0f} hits, {e.get('prediction_cache_misses', 0):.0f} "
+                     f"misses), {e.get('model_runs', 0):.0f} model runs; against each object's true class: "
+                     f"{100 * e.get('accuracy_exact', 0):.1f}% exact, "
+                     f"{100 * e.get('accuracy_within_one_class', 0):.1f}% within one class")
     first = next(iter(result.policies.values())).summary
     if first.get("unknown_frees"):
         lines.append(f"note: {first['unknown_frees']} frees named an address that was never allocated "
@@ -32,7 +40,7 @@ def summary_table(result: sim.SimResult) -> str:
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--policy", "-p", "policies", multiple=True, required=True,
               help="pages-4k, pages-2m, mesh (= mesh-4k + mesh-2m), mesh-4k, mesh-2m, tcmalloc, "
-                   "tcmalloc-lifetime, llama-oracle, llama-default; repeat for several")
+                   "tcmalloc-lifetime, llama-oracle, llama-default, llama-model (with --model); repeat for several")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="result JSON (default: TRACE's name + .sim.json); the timeline CSV goes beside it")
 @click.option("--interval-ms", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
@@ -46,15 +54,25 @@ def summary_table(result: sim.SimResult) -> str:
               help="llama policies: a traced thread idle this long is taken to have exited and gives its spans "
                    "back (traces carry no thread exits); 0: never")
 @click.option("--snapshot-ms", type=float, multiple=True, help="heap snapshot times (llama policies)")
+@click.option("--model", "model", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="llama-model: the lifetime model (from `llamalloc train`)")
+@click.option("--tokens", "tokens", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="llama-model: token tables from `llamalloc prepare` (default: prepared for the trace's binaries "
+                   "and cached, as `llamalloc run --model` does)")
+@click.option("--repredict-every", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="llama-model: a cache entry runs the model again after this many hits (LLAMALLOC_REPREDICT_EVERY; "
+                   "0: never)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
-            seed: int, deadline_k: int, thread_idle_ms: float, snapshot_ms: tuple[float, ...], quiet: bool) -> None:
+            seed: int, deadline_k: int, thread_idle_ms: float, snapshot_ms: tuple[float, ...], model: Path | None,
+            tokens: Path | None, repredict_every: int, quiet: bool) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
         out = Path(trace.name).with_suffix(".sim.json")
     progress = None if quiet else (lambda line: click.echo(f"simulate: {line}", err=True))
     result = sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
                           seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, thread_idle_ms=thread_idle_ms,
-                          progress=progress)
+                          progress=progress, model=model, tokens=tokens, repredict_every=repredict_every,
+                          warn=lambda line: click.echo(f"simulate: warning: {line}", err=True))
     click.echo(summary_table(result))
     click.echo(f"wrote {out} (timeline: {out.with_name(out.stem + '.timeline.csv')})")

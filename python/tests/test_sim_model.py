@@ -1,0 +1,274 @@
+"""llama-model: the simulated heap fed by a learned model through the process's prediction cache (docs/simulator.md).
+
+Hand-made pieces with known answers: a "switch" LSTM whose class is decided by one word of the stack (built by
+hand, checked against the reference inference), token tables of a made-up binary, and a trace whose stacks fall
+in that binary's mapping. Then a real program: its trace replayed with token tables prepared on the fly from its
+binaries, and again after its binary was deleted (a warning, the replay goes on)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llamalloc import paths, sim
+from llamalloc import prepare as prep
+from llamalloc.model import modelfile, reference
+from llamalloc.model.tokenizer import SPECIAL_TOKENS, Vocabulary
+from test_sim_support import alloc, free, mapping_record, stack_record, trace_with
+
+# The made-up program: one executable segment at file offset 0x1000, ELF vaddr 0x401000, mapped at LOAD.
+LOAD, SEG_OFFSET, SEG_VADDR = 0x5555_0000_1000, 0x1000, 0x401000
+SITES = {"keep_record": 0x401010, "temp_buffer": 0x401020, "main": 0x401030}  # return addresses (ELF vaddr)
+GONE = 0x7F00_0000_1000  # a library of the trace that is not on this machine
+
+
+def runtime_frame(site: str) -> int:
+    """The trace's address of a frame: the run-time return address - 1."""
+    return SITES[site] - SEG_VADDR + LOAD - 1
+
+
+def switch_model(switch: dict[str, int], default_class: int, words: list[str]) -> modelfile.ModelFile:
+    """An LSTM whose class is switch[w] if word w is in the context, else default_class: one cell per switch word
+    that latches (input and cell gates open only for its word, forget gate always open), a dense layer reading
+    the latched cells."""
+    vocab = SPECIAL_TOKENS + words
+    v, keys = len(vocab), list(switch)
+    hidden = len(keys)
+    big = 20.0
+    embedding = np.zeros((v, hidden), np.float32)
+    w_input = np.zeros((hidden, 4 * hidden), np.float32)
+    bias = np.zeros(4 * hidden, np.float32)
+    for j, word in enumerate(keys):
+        embedding[vocab.index(word), j] = 1.0
+        w_input[j, j] = 2 * big              # input gate: open for this word only
+        w_input[j, 2 * hidden + j] = big     # cell candidate: +1
+    bias[:hidden] = -big
+    bias[hidden:2 * hidden] = big            # forget gate: keep what was latched
+    bias[3 * hidden:] = big                  # output gate: open
+    dense_w = np.zeros((hidden, 8), np.float32)
+    dense_b = np.full(8, -10.0, np.float32)
+    dense_b[default_class] = 3.0
+    for j, word in enumerate(keys):
+        dense_w[j, switch[word]] = 10.0      # a latched cell gives h = tanh(1) = 0.76: 7.6 > 3
+        dense_b[switch[word]] = 0.0
+    return modelfile.ModelFile(vocabulary=vocab, embedding=embedding, w_input=w_input,
+                               w_hidden=np.zeros((hidden, 4 * hidden), np.float32), bias=bias,
+                               folded=(embedding @ w_input + bias).astype(np.float32), dense_w=dense_w,
+                               dense_b=dense_b, max_tokens=128, default_class=default_class, program="test")
+
+
+def write_tables(model: modelfile.ModelFile, binary: Path, out: Path) -> Path:
+    """Token tables of the made-up binary, as `llamalloc prepare` lays them out."""
+    vocab = Vocabulary(model.vocabulary)
+    st = binary.stat()
+    sites = [(addr, vocab.frame_ids(name), False) for name, addr in sorted(SITES.items(), key=lambda kv: kv[1])]
+    table = prep.BinaryTable(str(binary.resolve()), st.st_size, st.st_mtime_ns, "", [(SEG_OFFSET, SEG_VADDR, 0x1000)],
+                             sites, [])
+    root = prep.BinaryTable(prep.THREAD_ROOT_PATH, 0, 0, "", [], [], [(0, 1, vocab.frame_ids("start_thread"), False)])
+    out.write_bytes(prep.encode_tables([table, root], prep.vocab_crc(model), len(vocab)))
+    return out
+
+
+N_KEEP, N_TEMP, N_GONE, N_OTHER_THREAD = 40, 40, 40, 7
+
+
+def hand_made_trace(path: Path, binary: Path) -> Path:
+    """Thread 1 keeps N_KEEP records (never freed: class 7) and allocates short buffers from two contexts, one in
+    a library that is gone (freed within 1 ms: class 0); thread 2 allocates a few short buffers."""
+    main = runtime_frame("main")
+    records = [mapping_record(LOAD, LOAD + 0x1000, SEG_OFFSET, str(binary)),
+               mapping_record(GONE, GONE + 0x1000, 0, "/nonexistent/libgone.so.1"),
+               stack_record(1, [runtime_frame("keep_record"), main]),
+               stack_record(2, [runtime_frame("temp_buffer"), main]),
+               stack_record(3, [GONE + 0x100, main])]
+    events = []
+    for i in range(N_KEEP):
+        t = 2.0 * i
+        events.append(alloc(t, 0x10_0000 + i * 0x1000, 256, stack=1))
+        events.append(alloc(t + 0.1, 0x20_0000 + i * 0x1000, 4096, stack=2))
+        events.append(alloc(t + 0.2, 0x30_0000 + i * 0x1000, 100, stack=3))
+        events.append(free(t + 0.5, 0x20_0000 + i * 0x1000))
+        events.append(free(t + 0.6, 0x30_0000 + i * 0x1000))
+    for i in range(N_OTHER_THREAD):
+        events.append(alloc(100.0 + i, 0x40_0000 + i * 0x1000, 4096, stack=2, thread=2))
+        events.append(free(100.3 + i, 0x40_0000 + i * 0x1000, thread=2))
+    path.write_bytes(trace_with(records, sorted(events, key=lambda e: int.from_bytes(e[:8], "little"))))
+    return path
+
+
+def llamalloc(*args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.fixture()
+def made_up(tmp_path):
+    binary = tmp_path / "app"
+    binary.write_bytes(b"not really an ELF file, but the tables only look at its size and mtime" * 10)
+    trace = hand_made_trace(tmp_path / "app.trace", binary)
+    return tmp_path, binary, trace
+
+
+def policy(result_path: Path, name: str) -> dict:
+    return next(p for p in json.loads(result_path.read_text())["policies"] if p["policy"] == name)
+
+
+def test_switch_model_gives_the_classes_it_was_built_for(tmp_path):
+    m = switch_model({"keep_record": 7}, 0, ["keep_record", "temp_buffer", "main"])
+    path = tmp_path / "m.model"
+    modelfile.write(path, m)
+    classes, _ = reference.predict(path, [["keep_record", "main"], ["temp_buffer", "main"], ["0x1234", "main"]],
+                                   [256, 4096, 100])
+    assert list(classes) == [7, 0, 0]
+
+
+def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up):
+    d, binary, trace = made_up
+    m = switch_model({"keep_record": 7}, 0, ["keep_record", "temp_buffer", "main"])
+    modelfile.write(d / "m.model", m)
+    tokens = write_tables(m, binary, d / "m.tokens")
+    out = d / "r.sim.json"
+    r = llamalloc("simulate", trace, "-p", "llama-model", "-p", "llama-oracle", "--model", d / "m.model",
+                  "--tokens", tokens, "--repredict-every", 5, "--thread-idle-ms", 0, "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    # The library that is gone: one warning line naming it; the replay goes on.
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "/nonexistent/libgone.so.1 (not on this machine)" in warnings[0], r.stderr
+    assert str(binary) not in warnings[0]
+    model, oracle = policy(out, "llama-model"), policy(out, "llama-oracle")
+    e = model["extras"]
+    # Every record in class 7, every buffer (the gone library's too: <unsymbolized> -> default) in class 0.
+    assert e["allocs_class_7"] == N_KEEP
+    assert e["allocs_class_0"] == N_TEMP + N_GONE + N_OTHER_THREAD
+    # The model is right about every object, so the heap does exactly what it does with the true classes.
+    assert e["accuracy_exact"] == 1.0 and e["accuracy_within_one_class"] == 1.0
+    assert model["class_confusion"][7][7] == N_KEEP and model["class_confusion"][0][0] == N_TEMP + N_GONE + N_OTHER_THREAD
+    for k in ("final_footprint_bytes", "peak_footprint_bytes", "average_fragmentation_ratio"):
+        assert model["summary"][k] == oracle["summary"][k]
+    result = sim.load(out)
+    assert np.array_equal(result.policies["llama-model"].timeline["footprint_bytes"],
+                          result.policies["llama-oracle"].timeline["footprint_bytes"])
+    assert np.nanmax(result.policies["llama-model"].timeline["hp_class_7"]) >= 1
+    final = model["snapshots"][-1]["pages"]
+    assert any(p["class"] == 7 and int(p["live"], 16) != 0 for p in final)
+    # The cache: thread 1 has three contexts, thread 2 one; each context's first allocation misses.
+    allocs = N_KEEP + N_TEMP + N_GONE + N_OTHER_THREAD
+    assert e["prediction_cache_misses"] == 4 and e["prediction_cache_hits"] == allocs - 4
+    # Every 5th hit of an entry runs the model again (39 hits per thread-1 context, 6 for thread 2's).
+    repredictions = 3 * (39 // 5) + 6 // 5
+    assert e["repredictions"] == repredictions and e["model_runs"] == 4 + repredictions
+    assert e["model_inferences"] == 3 and e["prediction_caches"] == 2
+    assert "prediction cache hit rate" in r.stdout and "100.0% exact" in r.stdout
+
+
+def test_a_model_of_another_program_still_replays_and_its_accuracy_is_counted(made_up):
+    d, binary, trace = made_up
+    # Another program's words: nothing of the trace is in its vocabulary, every context gets its default class 1.
+    m = switch_model({"Handler": 7}, 1, ["Handler", "Cache", "Insert"])
+    modelfile.write(d / "other.model", m)
+    tokens = write_tables(m, binary, d / "other.tokens")
+    out = d / "o.sim.json"
+    r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "other.model", "--tokens", tokens,
+                  "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    e = policy(out, "llama-model")["extras"]
+    total = N_KEEP + N_TEMP + N_GONE + N_OTHER_THREAD
+    assert e["allocs_class_1"] == total
+    short = N_TEMP + N_GONE + N_OTHER_THREAD  # true class 0, predicted 1: over, but within one class
+    assert e["accuracy_exact"] == 0.0
+    assert e["accuracy_within_one_class"] == pytest.approx(short / total, rel=1e-5)
+    assert e["over_predicted_fraction"] == pytest.approx(short / total, rel=1e-5)
+    assert e["under_predicted_fraction"] == pytest.approx(N_KEEP / total, rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["missing", "corrupt"])
+def test_a_bad_model_file_is_one_line_exit_2_and_nothing_written(made_up, kind):
+    d, binary, trace = made_up
+    bad = d / "bad.model"
+    if kind == "corrupt":
+        bad.write_bytes(b"LLAMODEL" + b"\x01" * 300)
+    out = d / "bad.sim.json"
+    r = llamalloc("simulate", trace, "-p", "llama-model", "-p", "pages-4k", "--model", bad, "-o", out)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "Traceback" not in r.stderr
+    assert not out.exists()
+    # The engine itself refuses it too (non-zero, one line naming the file).
+    r = subprocess.run([str(sim.binary()), str(trace), "--policy", "llama-model", "--model", str(bad),
+                        "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 2 and str(bad) in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_llama_model_needs_a_model_and_the_model_needs_the_policy(made_up):
+    d, _, trace = made_up
+    r = llamalloc("simulate", trace, "-p", "llama-model", "-o", d / "x.json")
+    assert r.returncode == 2 and "--model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = llamalloc("simulate", trace, "-p", "pages-4k", "--model", d / "x.model", "-o", d / "x.json")
+    assert r.returncode == 2 and "llama-model" in r.stderr
+
+
+# A real program: token tables prepared from its binaries (objdump, eu-addr2line), its PIE mapped wherever ASLR put
+# it. keep_record() is its only context with that word: the switch model puts exactly its objects in class 7.
+ROUNDS = 20
+KEPT = ROUNDS * 16  # predict-contexts footprint: 16 records per round, never freed
+
+
+def program() -> Path:
+    p = paths.build_dir() / "tests" / "model" / "predict-contexts"
+    assert p.exists(), f"{p} is not built: build the project before the tests"
+    return p
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sim-model-real")
+    env = dict(os.environ, LLAMALLOC_CACHE_DIR=str(d / "cache"))
+    m = switch_model({"keep_record": 7}, 0, ["keep_record", "temp_buffer", "handle_request", "store_records",
+                                             "footprint", "main"])
+    modelfile.write(d / "switch.model", m)
+    trace = d / "app.trace"
+    r = llamalloc("trace", "-o", trace, "--", program(), "footprint", ROUNDS, env=env)
+    assert r.returncode == 0, r.stderr
+    return d, env, trace
+
+
+def test_real_trace_tokens_come_from_its_binaries_and_are_cached(real):
+    d, env, trace = real
+    out = d / "real.sim.json"
+    r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "switch.model", "-o", out, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "preparing tokens of" in r.stderr and "warning" not in r.stderr
+    e = policy(out, "llama-model")["extras"]
+    assert e["allocs_class_7"] == KEPT
+    assert e["prediction_cache_hits"] > 10 * e["prediction_cache_misses"]
+    # Second time: the tables come from the cache.
+    r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "switch.model", "-o", out, env=env)
+    assert r.returncode == 0 and "preparing tokens of" not in r.stderr, r.stderr
+    assert policy(out, "llama-model")["extras"]["allocs_class_7"] == KEPT
+
+
+def test_a_binary_missing_on_disk_is_one_warning_and_the_replay_goes_on(real):
+    d, env, _ = real
+    copy = d / "gone" / "predict-contexts-copy"
+    copy.parent.mkdir()
+    shutil.copy2(program(), copy)
+    trace = d / "gone.trace"
+    r = llamalloc("trace", "-o", trace, "--", copy, "footprint", ROUNDS, env=env)
+    assert r.returncode == 0, r.stderr
+    copy.unlink()
+    out = d / "gone.sim.json"
+    r = llamalloc("simulate", trace, "-p", "llama-model", "-p", "llama-oracle", "--model", d / "switch.model",
+                  "-o", out, "-q", env=env)
+    assert r.returncode == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and str(copy) in warnings[0] and "not on this machine" in warnings[0], r.stderr
+    model = policy(out, "llama-model")
+    assert model["extras"]["allocs_class_7"] == 0  # keep_record's frames are <unsymbolized> now
+    assert model["summary"]["events"] == policy(out, "llama-oracle")["summary"]["events"]

@@ -1,0 +1,90 @@
+#include "sim/model_policy.h"
+
+#include "sim/trace_reader.h"
+#include "trace_predictor.h"
+
+namespace llamalloc::sim {
+
+ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStacks& stacks, std::string* warning)
+    : predictor_(std::make_unique<model::TracePredictor>()), stacks_(stacks) {
+  std::string error;
+  if (!predictor_->init(options.model_path, options.tokens_path, options.repredict_every, &error)) {
+    throw FormatError(error);
+  }
+  std::vector<model::TraceMapping> mappings;
+  for (const MappingInfo& m : stacks.Mappings()) {
+    mappings.push_back(model::TraceMapping{m.memory_start, m.memory_limit, m.file_offset, m.path, m.build_id});
+  }
+  predictor_->load_mappings(mappings);
+  stacks.ForEachStack([&](uint32_t, const uint64_t* frames, uint32_t depth) { predictor_->note_stack(frames, depth); });
+  *warning = predictor_->warning();
+}
+
+ModelClassSource::~ModelClassSource() = default;
+
+unsigned ModelClassSource::ClassOf(const ObjectAlloc& object) {
+  const uint64_t* frames = nullptr;
+  uint32_t depth = 0;
+  // A stack the trace does not hold (the profiler's table was full) leaves only the size to the model, as a
+  // walk that found no frame would.
+  if (!stacks_.Stack(object.stack_id, &frames, &depth)) ++without_stack_;
+  unsigned lc = predictor_->predict(object.thread, frames, depth, object.size_bytes);
+  if (lc > 7) lc = 7;
+  ++predicted_;
+  if (object.lifetime_class < 8) ++confusion_[object.lifetime_class][lc];
+  return lc;
+}
+
+std::vector<std::pair<std::string, double>> ModelClassSource::SummaryExtras() const {
+  model::TracePredictionTotals t = predictor_->totals();
+  uint64_t known = 0, exact = 0, within_one = 0, over = 0, under = 0;
+  for (int truth = 0; truth < 8; ++truth) {
+    for (int p = 0; p < 8; ++p) {
+      uint64_t n = confusion_[truth][p];
+      known += n;
+      if (p == truth) exact += n;
+      if (p - truth <= 1 && truth - p <= 1) within_one += n;
+      if (p > truth) over += n;
+      if (p < truth) under += n;
+    }
+  }
+  auto frac = [](uint64_t a, uint64_t b) { return b ? double(a) / double(b) : 0.0; };
+  uint64_t lookups = t.hits + t.misses;
+  return {
+      {"prediction_cache_hits", double(t.hits)},
+      {"prediction_cache_misses", double(t.misses)},
+      {"prediction_cache_hit_rate", frac(t.hits, lookups)},
+      {"model_runs", double(t.model_runs)},
+      {"repredictions", double(t.repredictions)},
+      {"repredictions_changed", double(t.repredictions_changed)},
+      {"repredict_every", double(predictor_->repredict_every())},
+      {"model_inferences", double(t.model_inferences)},
+      {"prediction_caches", double(t.threads)},
+      {"allocs_without_stack", double(without_stack_)},
+      {"predicted_objects", double(predicted_)},
+      {"accuracy_exact", frac(exact, known)},
+      {"accuracy_within_one_class", frac(within_one, known)},
+      {"over_predicted_fraction", frac(over, known)},
+      {"under_predicted_fraction", frac(under, known)},
+  };
+}
+
+std::vector<std::pair<std::string, std::string>> ModelClassSource::SummaryJson() const {
+  std::string j = "[";
+  for (int truth = 0; truth < 8; ++truth) {
+    j += truth ? ", [" : "[";
+    for (int p = 0; p < 8; ++p) j += (p ? ", " : "") + std::to_string(confusion_[truth][p]);
+    j += "]";
+  }
+  j += "]";
+  // Rows: the object's true class (from the trace); columns: the class the model gave it.
+  return {{"class_confusion", j}};
+}
+
+std::unique_ptr<LlamaPolicy> MakeModelPolicy(LlamaOptions options, const ModelOptions& model,
+                                             const TraceStacks& stacks, std::string* warning) {
+  options.class_source = std::make_shared<ModelClassSource>(model, stacks, warning);
+  return std::make_unique<LlamaPolicy>(std::move(options));
+}
+
+}  // namespace llamalloc::sim

@@ -1,0 +1,52 @@
+// llama-model: the real llamalloc heap (LlamaPolicy) fed with the learned model's class for every allocation,
+// through the same prediction cache as in the process (src/model/trace_predictor.h). Its summary says how well
+// the model did: cache hits and misses, model runs, and each prediction against the object's true class.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "sim/llama_policy.h"
+#include "sim/trace_stacks.h"
+
+namespace llamalloc::model {
+class TracePredictor;
+}
+
+namespace llamalloc::sim {
+
+struct ModelOptions {
+  std::string model_path;
+  std::string tokens_path;  // empty: no token tables (every frame <unsymbolized>)
+  uint32_t repredict_every = 1000;  // LLAMALLOC_REPREDICT_EVERY's default
+};
+
+class ModelClassSource final : public ClassSource {
+ public:
+  // Opens the model and the tables and places the trace's mappings; throws FormatError (one line naming the
+  // file) for a bad model or token file. `warning` gets the line naming binaries whose frames cannot be
+  // tokenised (empty if none).
+  ModelClassSource(const ModelOptions& options, const TraceStacks& stacks, std::string* warning);
+  ~ModelClassSource() override;
+
+  unsigned ClassOf(const ObjectAlloc& object) override;
+  std::vector<std::pair<std::string, double>> SummaryExtras() const override;
+  std::vector<std::pair<std::string, std::string>> SummaryJson() const override;
+
+  // confusion[true class][predicted class], objects whose true class is known.
+  const std::array<std::array<uint64_t, 8>, 8>& confusion() const { return confusion_; }
+  model::TracePredictor& predictor() { return *predictor_; }
+
+ private:
+  std::unique_ptr<model::TracePredictor> predictor_;
+  const TraceStacks& stacks_;
+  std::array<std::array<uint64_t, 8>, 8> confusion_{};
+  uint64_t predicted_ = 0, without_stack_ = 0;
+};
+
+// The llama-model policy: LlamaPolicy with a ModelClassSource.
+std::unique_ptr<LlamaPolicy> MakeModelPolicy(LlamaOptions options, const ModelOptions& model,
+                                             const TraceStacks& stacks, std::string* warning);
+
+}  // namespace llamalloc::sim
