@@ -11,8 +11,10 @@
 // At the end it prints one JSON line: totals, an order-independent checksum of all counts and the top words.
 // The corpus can be written out (--dump-corpus) so that a test recounts it independently.
 //
-// WORDCOUNT_REVISION=2 builds the second revision: renamed namespaces and functions and a refactored
-// tokenizer, the way a later release differs (papers/000 Table 2).
+// WORDCOUNT_REVISION=2 builds the second revision: renamed namespaces and functions, a refactored tokenizer,
+// a renamed task planner and an extra wrapper frame around every stage, the way a later release differs
+// (papers/000 Table 2). It is built at the same optimisation level as revision 1, so that lifetimes, the
+// model's labels, stay comparable between the two (docs/model.md).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -199,6 +202,163 @@ std::size_t partition_of(std::string_view word, std::size_t partitions) {
 }  // namespace stages
 
 // ---------------------------------------------------------------------------------------------------------
+// The job runtime around the stages, as a dataflow framework has one: a task plan per stage, a job log, stage
+// statistics, round checkpoints and process-wide counters. It does not touch the words; it is here because a
+// real pipeline allocates much of its memory in such code, through the same helpers as the stages (strings,
+// vectors, maps), and it is the runtime's role, not the helper, that decides how long an allocation lives
+// (papers/000 section 2.2): task names die at once, a stage's task plan lives the stage, job-log lines the
+// next 256 lines, round checkpoints two rounds, stage statistics the job, counters for good (never freed).
+#if WORDCOUNT_REVISION >= 2
+#define WC_RUNTIME dataflow
+#else
+#define WC_RUNTIME runtime
+#endif
+namespace WC_RUNTIME {
+
+struct TaskSpec {
+  std::string name;
+  std::string stage;
+  std::size_t shard = 0;
+  std::vector<std::string> inputs;
+};
+using TaskPlan = std::vector<std::unique_ptr<TaskSpec>>;
+
+inline std::string task_name(const char* stage, int round, std::size_t shard) {
+  return std::string(stage) + "/round-" + std::to_string(round) + "/shard-" + std::to_string(shard);
+}
+
+class JobLog {
+ public:
+  void line(std::string text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    recent_.push_back(std::move(text));
+    if (recent_.size() > 256) recent_.pop_front();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::deque<std::string> recent_;
+};
+
+class StageStats {
+ public:
+  void finish(const char* stage, int round, std::uint64_t tasks, double seconds) {
+    auto record = std::make_unique<Record>();
+    record->stage = stage;
+    record->tasks = tasks;
+    record->seconds = seconds;
+    std::lock_guard<std::mutex> lock(mutex_);
+    records_[std::string(stage) + ":" + std::to_string(round)] = std::move(record);
+  }
+
+ private:
+  struct Record {
+    std::string stage;
+    std::uint64_t tasks = 0;
+    double seconds = 0;
+  };
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<Record>> records_;
+};
+
+// The manifest of each finished round; the last two are kept (what a restart would resume from).
+class Checkpoints {
+ public:
+  void commit(int round, const TaskPlan& plan) {
+    auto manifest = std::make_unique<Manifest>();
+    manifest->round = round;
+    for (const auto& task : plan) manifest->tasks.push_back(task->name);
+    manifests_.push_back(std::move(manifest));
+    if (manifests_.size() > 2) manifests_.pop_front();
+  }
+
+ private:
+  struct Manifest {
+    int round = 0;
+    std::vector<std::string> tasks;
+  };
+  std::deque<std::unique_ptr<Manifest>> manifests_;
+};
+
+// Process-wide counters, created on first use and never freed (leaked on purpose, as such registries are).
+class Counters {
+ public:
+  static Counters& instance() {
+    static Counters* counters = new Counters;
+    return *counters;
+  }
+  void add(const std::string& name, std::uint64_t value) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& counter = counters_[name];
+    if (!counter) counter = std::make_unique<std::uint64_t>(0);
+    *counter += value;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::unique_ptr<std::uint64_t>> counters_;
+};
+
+#if WORDCOUNT_REVISION >= 2
+class TaskPlanner {
+ public:
+  TaskPlan make_tasks(const char* stage, int round, std::size_t shards) {
+#else
+class Scheduler {
+ public:
+  TaskPlan plan(const char* stage, int round, std::size_t shards) {
+#endif
+    TaskPlan tasks;
+    for (std::size_t s = 0; s < shards; ++s) {
+      auto task = std::make_unique<TaskSpec>();
+      task->name = task_name(stage, round, s);
+      task->stage = stage;
+      task->shard = s;
+      task->inputs.push_back("shard-" + std::to_string(s));
+      tasks.push_back(std::move(task));
+    }
+    return tasks;
+  }
+};
+
+// One stage of a round: its task plan lives while `body` runs; each finished task writes a log line.
+struct Job {
+  JobLog log;
+  StageStats stats;
+  Checkpoints checkpoints;
+#if WORDCOUNT_REVISION >= 2
+  TaskPlanner planner;
+#else
+  Scheduler scheduler;
+#endif
+};
+
+template <typename Body>
+#if WORDCOUNT_REVISION >= 2
+// Revision 2 runs every stage through this wrapper, an extra frame in every stage's stacks.
+[[gnu::noinline]]
+#endif
+TaskPlan run_stage(Job& job, const char* stage, int round, std::size_t shards, Body&& body) {
+  auto started = std::chrono::steady_clock::now();
+#if WORDCOUNT_REVISION >= 2
+  TaskPlan tasks = job.planner.make_tasks(stage, round, shards);
+#else
+  TaskPlan tasks = job.scheduler.plan(stage, round, shards);
+#endif
+  body(tasks);
+  Counters::instance().add(std::string(stage) + ".tasks", tasks.size());
+  job.stats.finish(stage, round, tasks.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  return tasks;
+}
+
+inline void task_done(Job& job, const TaskSpec& task, std::uint64_t items) {
+  job.log.line(task.name + " done: " + std::to_string(items) + " items");
+}
+
+}  // namespace WC_RUNTIME
+
+// ---------------------------------------------------------------------------------------------------------
 namespace pipeline {
 
 // What a round leaves behind for the final report: allocated during the tokenize stage, kept to the end.
@@ -294,8 +454,13 @@ class Pipeline {
 
     // Stage 1: generate the round's text.
     std::vector<std::string> texts(shards);
-    util::run_on_threads(threads, [&](int worker) {
-      for (std::size_t s = worker; s < shards; s += threads) texts[s] = generator_.shard(first_shard + s);
+    WC_RUNTIME::run_stage(job_, "generate", round, shards, [&](const WC_RUNTIME::TaskPlan& tasks) {
+      util::run_on_threads(threads, [&](int worker) {
+        for (std::size_t s = worker; s < shards; s += threads) {
+          texts[s] = generator_.shard(first_shard + s);
+          WC_RUNTIME::task_done(job_, *tasks[s], texts[s].size());
+        }
+      });
     });
     if (dump != nullptr) {
       for (const std::string& text : texts) dump->write(text.data(), static_cast<std::streamsize>(text.size()));
@@ -307,28 +472,31 @@ class Pipeline {
     summary->round = round;
     summary->longest_words.resize(shards);
     std::mutex summary_mutex;
-    util::run_on_threads(threads, [&](int worker) {
-      for (std::size_t s = worker; s < shards; s += threads) {
+    WC_RUNTIME::run_stage(job_, "tokenize", round, shards, [&](const WC_RUNTIME::TaskPlan& tasks) {
+      util::run_on_threads(threads, [&](int worker) {
+        for (std::size_t s = worker; s < shards; s += threads) {
 #if WORDCOUNT_REVISION >= 2
-        tokens[s] = stages::extract_words(texts[s]);
+          tokens[s] = stages::extract_words(texts[s]);
 #else
-        tokens[s] = stages::tokenize(texts[s]);
+          tokens[s] = stages::tokenize(texts[s]);
 #endif
-      }
-      std::map<std::size_t, std::uint64_t> histogram;
-      for (std::size_t s = worker; s < shards; s += threads) {
-        const std::string* longest = nullptr;
-        for (const std::string& token : tokens[s]) {
-          ++histogram[token.size()];
-          if (longest == nullptr || token.size() > longest->size()) longest = &token;
+          WC_RUNTIME::task_done(job_, *tasks[s], tokens[s].size());
         }
-        if (longest != nullptr) summary->longest_words[s] = *longest;
-      }
-      std::lock_guard<std::mutex> lock(summary_mutex);
-      for (const auto& [length, count] : histogram) {
-        summary->length_histogram[length] += count;
-        summary->words += count;
-      }
+        std::map<std::size_t, std::uint64_t> histogram;
+        for (std::size_t s = worker; s < shards; s += threads) {
+          const std::string* longest = nullptr;
+          for (const std::string& token : tokens[s]) {
+            ++histogram[token.size()];
+            if (longest == nullptr || token.size() > longest->size()) longest = &token;
+          }
+          if (longest != nullptr) summary->longest_words[s] = *longest;
+        }
+        std::lock_guard<std::mutex> lock(summary_mutex);
+        for (const auto& [length, count] : histogram) {
+          summary->length_histogram[length] += count;
+          summary->words += count;
+        }
+      });
     });
     texts.clear();
     texts.shrink_to_fit();
@@ -336,26 +504,34 @@ class Pipeline {
     // Stage 3: combine each shard and split the local table into partitions (the shuffle).
     const std::size_t partitions = totals_.partitions();
     std::vector<std::vector<stages::PartitionBuffer>> shuffled(shards, std::vector<stages::PartitionBuffer>(partitions));
-    util::run_on_threads(threads, [&](int worker) {
-      for (std::size_t s = worker; s < shards; s += threads) {
-        stages::CountTable local = stages::combine(tokens[s]);
-        stages::Tokens().swap(tokens[s]);
-        for (auto& [word, count] : local) {
-          shuffled[s][stages::partition_of(word, partitions)].emplace_back(word, count);
+    WC_RUNTIME::run_stage(job_, "combine", round, shards, [&](const WC_RUNTIME::TaskPlan& tasks) {
+      util::run_on_threads(threads, [&](int worker) {
+        for (std::size_t s = worker; s < shards; s += threads) {
+          stages::CountTable local = stages::combine(tokens[s]);
+          stages::Tokens().swap(tokens[s]);
+          for (auto& [word, count] : local) {
+            shuffled[s][stages::partition_of(word, partitions)].emplace_back(word, count);
+          }
+          WC_RUNTIME::task_done(job_, *tasks[s], local.size());
         }
-      }
+      });
     });
     tokens.clear();
 
     // Stage 4: reduce each partition into the long-lived totals while the shuffle buffers are alive.
-    util::run_on_threads(threads, [&](int worker) {
-      for (std::size_t p = worker; p < partitions; p += threads) {
-        auto& table = totals_.partition(p);
-        for (std::size_t s = 0; s < shards; ++s) {
-          for (const auto& [word, count] : shuffled[s][p]) table[word] += count;
-        }
-      }
-    });
+    WC_RUNTIME::TaskPlan reduced =
+        WC_RUNTIME::run_stage(job_, "reduce", round, partitions, [&](const WC_RUNTIME::TaskPlan& tasks) {
+          util::run_on_threads(threads, [&](int worker) {
+            for (std::size_t p = worker; p < partitions; p += threads) {
+              auto& table = totals_.partition(p);
+              for (std::size_t s = 0; s < shards; ++s) {
+                for (const auto& [word, count] : shuffled[s][p]) table[word] += count;
+              }
+              WC_RUNTIME::task_done(job_, *tasks[p], table.size());
+            }
+          });
+        });
+    job_.checkpoints.commit(round, reduced);
     summaries_.push_back(std::move(summary));
   }
 
@@ -363,6 +539,7 @@ class Pipeline {
   corpus::Generator generator_;
   PartitionedTable<std::unordered_map<std::string, std::uint64_t>> totals_;
   std::vector<std::unique_ptr<RoundSummary>> summaries_;
+  WC_RUNTIME::Job job_;
 };
 
 }  // namespace pipeline

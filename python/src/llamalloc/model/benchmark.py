@@ -5,13 +5,19 @@
     python -m llamalloc.model.benchmark accuracy NAME REV1.prof REV2.prof [--hidden 64]
         LSTM and baselines on held-out contexts of REV1 (same revision), and trained on REV1, tested on REV2
         and the other way round (across revisions), with the fraction of matching stack traces
+    python -m llamalloc.model.benchmark workloads [--workload image-server] [--profiles DIR] [--reuse]
+        records several runs of each revision of the workloads (RUN_VARIANTS), then the accuracy experiments
+        above on the merged runs, and prints them as a Markdown table (bench/model/accuracy.sh)
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -51,26 +57,117 @@ def _row(name: str, scores, extra: dict) -> dict:
     return row
 
 
-def accuracy(name: str, rev1: str, rev2: str, hidden: int, seed: int):
-    """Yields one result row per experiment, as soon as it is done."""
+def _label(paths) -> str:
+    paths = [str(p) for p in paths]
+    return paths[0] if len(paths) == 1 else f"{len(paths)} runs ({os.path.basename(paths[0])}, ...)"
+
+
+def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float | None = None,
+             holdout: float = 0.2):
+    """Yields one result row per experiment, as soon as it is done. `rev1` and `rev2` are a profile or a list
+    of profiles (several runs of one revision, merged)."""
     from .pipeline import load_samples
-    c1 = build_contexts(load_samples([rev1]), what=rev1, profiles=[rev1])
-    c2 = build_contexts(load_samples([rev2]), what=rev2, profiles=[rev2])
+    rev1 = [rev1] if isinstance(rev1, (str, Path)) else list(rev1)
+    rev2 = [rev2] if isinstance(rev2, (str, Path)) else list(rev2)
+    c1 = build_contexts(load_samples(rev1), warn=_quiet, what=_label(rev1), profiles=rev1)
+    c2 = build_contexts(load_samples(rev2), warn=_quiet, what=_label(rev2), profiles=rev2)
     config = lstm.TrainConfig(hidden_dim=hidden, seed=seed)
-    train_idx, test_idx = split_by_stack(c1, 0.2, seed)
-    t0 = time.perf_counter()
-    held = pipeline.train_contexts(c1.subset(train_idx), config, progress=_quiet)
-    yield (_row(f"{name} same revision (20% of stacks held out)",
-                     pipeline.score_all(held.model, c1.subset(test_idx)),
-                     {"train_contexts": len(train_idx), "test_contexts": len(test_idx),
-                      "train_seconds": round(time.perf_counter() - t0, 1)}))
-    for a, b, ca, cb in ((rev1, rev2, c1, c2), (rev2, rev1, c2, c1)):
+    if weight_power is not None:
+        config.weight_power = weight_power
+    for rev, contexts, label in (("r1", c1, rev1), ("r2", c2, rev2)):
+        train_idx, test_idx = split_by_stack(contexts, holdout, seed)
+        t0 = time.perf_counter()
+        held = pipeline.train_contexts(contexts.subset(train_idx), config, progress=_quiet)
+        yield (_row(f"{name} {rev}, same revision ({100 * holdout:.0f}% of stacks held out)",
+                    pipeline.score_all(held.model, contexts.subset(test_idx)),
+                    {"kind": "same", "train_contexts": len(train_idx), "test_contexts": len(test_idx),
+                     "train_stacks": len(set(contexts.subset(train_idx).stacks)),
+                     "test_stacks": len(set(contexts.subset(test_idx).stacks)),
+                     "train_seconds": round(time.perf_counter() - t0, 1), "epochs": held.result.epochs_run,
+                     "profiles": _label(label)}))
+    for a, b, ca, cb, la, lb in (("r1", "r2", c1, c2, rev1, rev2), ("r2", "r1", c2, c1, rev2, rev1)):
         t0 = time.perf_counter()
         trained = pipeline.train_contexts(ca, config, progress=_quiet)
         match, total = pipeline.matching_stacks(trained.model, cb)
         yield (_row(f"{name} trained on {a}, tested on {b}", pipeline.score_all(trained.model, cb),
-                         {"train_contexts": len(ca), "test_contexts": len(cb),
-                          "matching_stacks": f"{match}/{total}", "train_seconds": round(time.perf_counter() - t0, 1)}))
+                    {"kind": "across", "train_contexts": len(ca), "test_contexts": len(cb),
+                     "train_stacks": len(set(ca.stacks)), "test_stacks": len(set(cb.stacks)),
+                     "matching_stacks": f"{match}/{total}", "train_seconds": round(time.perf_counter() - t0, 1),
+                     "epochs": trained.result.epochs_run, "profiles": f"{_label(la)} -> {_label(lb)}"}))
+
+
+#: The runs recorded of each revision, merged into one dataset per revision: the default scale with other
+#: client/worker counts, load phases or corpus seeds, so that each context is observed under several loads
+#: (a label is then not one run's accident) and rarer paths are sampled. Both revisions get the same runs.
+RUN_VARIANTS: dict[str, list[list[str]]] = {
+    "image-server": [
+        ["--scale", "default"],
+        ["--scale", "default", "--clients", "4", "--workers", "6", "--requests", "1500"],
+        ["--scale", "default", "--phases", "3", "--requests", "1500"],
+    ],
+    "word-count": [
+        ["--scale", "default", "--rounds", "6"],
+        ["--scale", "default", "--rounds", "6", "--threads", "16", "--seed", "7"],
+        ["--scale", "default", "--rounds", "4", "--shards", "64", "--seed", "11"],
+    ],
+}
+SAMPLE_BYTES = 8192
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "llamalloc", *args]
+
+
+def record_runs(workload: str, folder: Path, runs: int, reuse: bool, log=print) -> dict[str, list[Path]]:
+    """Profiles of `runs` variants of each revision of `workload` (recorded, then symbolised), by revision."""
+    from .. import workloads as _workloads
+    from ..errors import UserError
+
+    profiles: dict[str, list[Path]] = {}
+    variants = RUN_VARIANTS[workload][:runs]
+    for revision, program in (("r1", workload), ("r2", f"{workload}-r2")):
+        binary = _workloads.get(program).executable()
+        profiles[revision] = []
+        for i, args in enumerate(variants):
+            path = folder / f"{workload}-{revision}-run{i}.prof"
+            profiles[revision].append(path)
+            if reuse and path.exists():
+                continue
+            t0 = time.perf_counter()
+            done = subprocess.run(_cli("record", "--sample-bytes", str(SAMPLE_BYTES), "-o", str(path), "--",
+                                       str(binary), *args), capture_output=True, text=True)
+            if done.returncode != 0:
+                raise UserError(f"{program} {' '.join(args)}: recording failed: {done.stderr.strip()[-300:]}")
+            done = subprocess.run(_cli("symbolize", str(path)), capture_output=True, text=True)
+            if done.returncode != 0:
+                raise UserError(f"{path}: symbolize failed: {done.stderr.strip()[-300:]}")
+            log(f"recorded {path} ({program} {' '.join(args)}) in {time.perf_counter() - t0:.0f} s")
+    return profiles
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The accuracy table of docs/model.md: weighted / unweighted / off-by-one weighted / off-by-one
+    unweighted, and each lookup table's coverage of the test contexts."""
+    lines = ["| experiment | contexts (stacks) train / test | matching stacks | LSTM | exact-match (found) | "
+             "site + size (found) | train s |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        cells = []
+        for key, value in row.items():
+            if isinstance(value, dict) and "weighted" in value:
+                text = (f"{_pct(value['weighted'])} / {_pct(value['unweighted'])} / "
+                        f"{_pct(value['off_by_one_weighted'])} / {_pct(value['off_by_one_unweighted'])}")
+                if value["found"] is not None:
+                    text += f" ({_pct(value['found'])})"
+                cells.append(text)
+        lines.append(f"| {row['experiment']} | {row['train_contexts']} ({row['train_stacks']}) / "
+                     f"{row['test_contexts']} ({row['test_stacks']}) | {row.get('matching_stacks', '-')} | "
+                     f"{' | '.join(cells)} | {row['train_seconds']} |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -87,12 +184,34 @@ def main(argv=None) -> int:
     ac.add_argument("rev2")
     ac.add_argument("--hidden", type=int, default=64)
     ac.add_argument("--seed", type=int, default=0)
+    ac.add_argument("--weight-power", type=float, default=None)
+    wl = sub.add_parser("workloads")
+    wl.add_argument("--workload", action="append", choices=sorted(RUN_VARIANTS),
+                    help="repeatable; default: all of them")
+    wl.add_argument("--profiles", default="bench-model-profiles", help="folder for the recorded profiles")
+    wl.add_argument("--runs", type=int, default=len(RUN_VARIANTS["image-server"]),
+                    help="runs recorded per revision")
+    wl.add_argument("--reuse", action="store_true", help="keep profiles already in the folder")
+    wl.add_argument("--hidden", type=int, default=64)
+    wl.add_argument("--seed", type=int, default=0)
+    wl.add_argument("--weight-power", type=float, default=None)
     args = parser.parse_args(argv)
     if args.what == "speed":
         print(json.dumps(speed(args.examples, args.hidden, args.seed, args.epochs)))
-    else:
-        for row in accuracy(args.name, args.rev1, args.rev2, args.hidden, args.seed):
+    elif args.what == "accuracy":
+        for row in accuracy(args.name, args.rev1, args.rev2, args.hidden, args.seed, args.weight_power):
             print(json.dumps(row), flush=True)
+    else:
+        folder = Path(args.profiles)
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for workload in args.workload or sorted(RUN_VARIANTS):
+            runs = record_runs(workload, folder, args.runs, args.reuse,
+                               log=lambda line: print(line, file=sys.stderr, flush=True))
+            for row in accuracy(workload, runs["r1"], runs["r2"], args.hidden, args.seed, args.weight_power):
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+        print(markdown_table(rows))
     return 0
 
 

@@ -9,6 +9,7 @@ A padded step (past the context's length) leaves the state unchanged.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,32 @@ import optax
 from .classes import NUM_CLASSES
 
 Params = dict  # name -> jnp.ndarray (float32)
+
+
+def enable_compilation_cache() -> str | None:
+    """Keeps XLA's compiled training and prediction steps on disk (LLAMALLOC_CACHE_DIR, default
+    ~/.cache/llamalloc, under jax/), so that only the first run on a machine pays the compilation: it was most
+    of a cold training run (docs/model.md). LLAMALLOC_JAX_CACHE=0 turns it off; a cache directory the user set
+    through JAX itself is left alone. Returns the directory in use, or None."""
+    if os.environ.get("LLAMALLOC_JAX_CACHE", "1") == "0":
+        return None
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return current
+    base = os.environ.get("LLAMALLOC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "llamalloc")
+    folder = os.path.join(base, "jax")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None  # an unwritable cache only costs time
+    jax.config.update("jax_compilation_cache_dir", folder)
+    # Every step function is worth keeping: the small ones still take a second or more to compile here.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder
+
+
+enable_compilation_cache()
 PARAM_NAMES = ("embedding", "w_input", "w_hidden", "bias", "dense_w", "dense_b")
 
 
