@@ -147,7 +147,8 @@ def command(workload, scale, out_dir, allocators, repeat, epochs):
     has_model_run = _command_has_option("run", "--model")
     has_report = "report" in cli.commands
     from .. import sim as _sim
-    policies = ["pages-4k", "pages-2m", "mesh", "tcmalloc-lifetime", "llama-default", "llama-oracle"]
+    # llama-model: the heap fed by the model trained in step 3, through the prediction cache (docs/simulator.md).
+    policies = ["pages-4k", "pages-2m", "mesh", "tcmalloc-lifetime", "llama-default", "llama-oracle", "llama-model"]
     policies = [p for p in policies if p in _sim.POLICIES or p in _sim.ALIASES]
 
     steps = _Steps(7 + int(has_report))
@@ -167,6 +168,8 @@ def command(workload, scale, out_dir, allocators, repeat, epochs):
     sim_args = ["simulate", str(trace), "-o", str(sim_json), "-q"]
     for p in policies:
         sim_args += ["-p", p]
+    if "llama-model" in policies:
+        sim_args += ["--model", str(model)]
     steps.run("replay the trace under each placement policy: " + ", ".join(policies), sim_args)
     steps.run("compare the allocators side by side",
               ["bench", "-w", workload, "--allocators", allocators, "--repeat", str(repeat), "--scale", scale,
