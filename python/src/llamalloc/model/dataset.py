@@ -103,6 +103,23 @@ def check_samples(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "t
         warn(f"profiles of different programs are mixed: {listing}")
 
 
+#: What every unsymbolised frame becomes in a context (still an address to the tokeniser: <unsymbolized>).
+UNSYMBOLIZED_FRAME = "0x0"
+
+
+def _canonical_stacks(stacks: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Stacks with every unsymbolised frame (a raw address, e.g. in a library without symbols) written as
+    UNSYMBOLIZED_FRAME. Addresses move from run to run (ASLR): kept as they are, one calling context of two runs
+    became two contexts, which the model cannot tell apart (both are <unsymbolized> tokens), and a held-out
+    "unseen" stack could be a training stack at other addresses."""
+    con = duckdb.connect()
+    con.register("stacks", pa.table({"stack": stacks}))
+    return con.sql(f"""
+        SELECT list_transform(stack, lambda f: CASE WHEN {_is_unsymbolized_sql('f')} THEN '{UNSYMBOLIZED_FRAME}'
+                                               ELSE f END) AS stack
+        FROM stacks""").to_arrow_table().column("stack")
+
+
 def label_sql(weight: str = "weight") -> str:
     """SQL for the 95th percentile class of columns c0..c7 whose sum is `weight`: the first class whose
     cumulative count reaches 95% of the total (integer arithmetic, no rounding)."""
@@ -117,8 +134,9 @@ def build_contexts(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "
     are the files the samples come from: each must contribute samples."""
     check_samples(samples, warn, what, profiles)
     sizes = samples.column("request_size").to_numpy(zero_copy_only=False)
+    stacks = _canonical_stacks(samples.column("stack"))
     table = pa.table({
-        "stack": samples.column("stack"),
+        "stack": stacks,
         "size_class": pa.array(size_class(sizes), pa.int64()),
         "class_counts": samples.column("class_counts"),
         "program": samples.column("program"),
