@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llamalloc import paths, sim
+from llamalloc import paths, profile, sim
 from llamalloc import prepare as prep
 from llamalloc.model import modelfile, reference
 from llamalloc.model.tokenizer import SPECIAL_TOKENS, Vocabulary
@@ -241,13 +241,33 @@ def real(tmp_path_factory):
 
 def test_real_trace_tokens_come_from_its_binaries_and_are_cached(real):
     d, env, trace = real
-    out = d / "real.sim.json"
-    r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "switch.model", "-o", out, env=env)
+    out, log = d / "real.sim.json", d / "predict.log"
+    r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "switch.model", "-o", out,
+                  "--predict-log", log, env=env)
     assert r.returncode == 0, r.stderr
     assert "preparing tokens of" in r.stderr and "warning" not in r.stderr
     e = policy(out, "llama-model")["extras"]
     assert e["allocs_class_7"] == KEPT
     assert e["prediction_cache_hits"] > 10 * e["prediction_cache_misses"]
+    # The tokens of the program's own contexts are those training gives the same contexts in a symbolized
+    # profile of the same program.
+    runs = {}
+    for line in log.read_text().splitlines():
+        cls, _, ids = line.partition(":")
+        runs[tuple(int(t) for t in ids.split())] = int(cls)
+    assert len(runs) == e["model_inferences"]
+    prof = d / "real.prof"
+    assert llamalloc("record", "--sample-bytes", "1", "-o", prof, "--", program(), "footprint", ROUNDS,
+                     env=env).returncode == 0
+    assert llamalloc("symbolize", prof, env=env).returncode == 0
+    samples = profile.samples_table([prof])
+    own = [(s, z) for s, z in zip(samples.column("stack").to_pylist(), samples.column("request_size").to_pylist())
+           if s[0] in ("keep_record", "temp_buffer")]
+    assert len(own) == 2
+    m = modelfile.read(d / "switch.model")
+    for (stack, _), tokens in zip(own, reference.tokens(m, [s for s, _ in own], [z for _, z in own])):
+        assert tuple(tokens) in runs, f"{stack}: {tokens} not among the replay's contexts {sorted(runs)}"
+        assert runs[tuple(tokens)] == (7 if stack[0] == "keep_record" else 0)
     # Second time: the tables come from the cache.
     r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "switch.model", "-o", out, env=env)
     assert r.returncode == 0 and "preparing tokens of" not in r.stderr, r.stderr

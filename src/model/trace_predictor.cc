@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -176,7 +177,15 @@ size_t TracePredictor::tokens(const uint64_t* frames, uint32_t depth, uint64_t s
 unsigned TracePredictor::classify(const uint64_t* frames, uint32_t depth, uint64_t size_bytes) {
   uint32_t ids[kMaxTokens];
   size_t n = tokens(frames, depth, size_bytes, ids, kMaxTokens);
-  return infer(predictor_->model(), ids, n, nullptr);
+  unsigned lc = infer(predictor_->model(), ids, n, nullptr);
+  if (log_fd_ >= 0) {
+    std::string line = std::to_string(lc) + ":";
+    for (size_t i = 0; i < n; ++i) line += " " + std::to_string(ids[i]);
+    line += "\n";
+    ssize_t w = ::write(log_fd_, line.data(), line.size());
+    (void)w;
+  }
+  return lc;
 }
 
 unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32_t depth, uint64_t size_bytes) {

@@ -67,6 +67,10 @@ class TracePredictor {
   // The model's class for a stack and size, without the cache (tests).
   unsigned classify(const uint64_t* frames, uint32_t depth, uint64_t size_bytes);
 
+  // Appends "class: token ids" for each context the model classifies (each distinct stack and size class once),
+  // as LLAMALLOC_PREDICT_LOG does in the process; -1: off.
+  void set_log_fd(int fd) { log_fd_ = fd; }
+
   TracePredictionTotals totals() const;
   uint32_t repredict_every() const { return repredict_every_; }
   const ModelFile& model() const { return predictor_->model(); }
@@ -85,6 +89,7 @@ class TracePredictor {
   uint32_t repredict_every_ = kDefaultRepredictEvery;
   CacheCounters counters_;
   uint64_t inferences_ = 0, threads_ = 0;
+  int log_fd_ = -1;
   // Traced thread id -> its cache, kept to the end: Linux hands out thread ids in sequence, so an id that comes
   // back is the same thread (a new thread, with a new id, starts with an empty cache as in the process).
   std::unordered_map<uint32_t, std::unique_ptr<Cache>> caches_;

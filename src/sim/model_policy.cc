@@ -1,5 +1,11 @@
 #include "sim/model_policy.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "sim/trace_reader.h"
 #include "trace_predictor.h"
 
@@ -16,11 +22,18 @@ ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStack
     mappings.push_back(model::TraceMapping{m.memory_start, m.memory_limit, m.file_offset, m.path, m.build_id});
   }
   predictor_->load_mappings(mappings);
+  if (!options.predict_log.empty()) {
+    log_fd_ = ::open(options.predict_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd_ < 0) throw FormatError(options.predict_log + ": cannot write: " + std::strerror(errno));
+    predictor_->set_log_fd(log_fd_);
+  }
   stacks.ForEachStack([&](uint32_t, const uint64_t* frames, uint32_t depth) { predictor_->note_stack(frames, depth); });
   *warning = predictor_->warning();
 }
 
-ModelClassSource::~ModelClassSource() = default;
+ModelClassSource::~ModelClassSource() {
+  if (log_fd_ >= 0) ::close(log_fd_);
+}
 
 unsigned ModelClassSource::ClassOf(const ObjectAlloc& object) {
   const uint64_t* frames = nullptr;

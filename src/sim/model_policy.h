@@ -20,6 +20,7 @@ struct ModelOptions {
   std::string model_path;
   std::string tokens_path;  // empty: no token tables (every frame <unsymbolized>)
   uint32_t repredict_every = 1000;  // LLAMALLOC_REPREDICT_EVERY's default
+  std::string predict_log;          // non-empty: "class: token ids" per context the model classifies
 };
 
 class ModelClassSource final : public ClassSource {
@@ -43,6 +44,7 @@ class ModelClassSource final : public ClassSource {
   const TraceStacks& stacks_;
   std::array<std::array<uint64_t, 8>, 8> confusion_{};
   uint64_t predicted_ = 0, without_stack_ = 0;
+  int log_fd_ = -1;
 };
 
 // The llama-model policy: LlamaPolicy with a ModelClassSource.

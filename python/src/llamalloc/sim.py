@@ -128,7 +128,7 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
              snapshot_ms: Iterable[float] = (), deadline_k: int = 4, thread_idle_ms: float = 1000.0,
              progress: Callable[[str], None] | None = None, model: str | os.PathLike | None = None,
              tokens: str | os.PathLike | None = None, repredict_every: int = 1000,
-             warn: Callable[[str], None] | None = None) -> SimResult:
+             warn: Callable[[str], None] | None = None, predict_log: str | os.PathLike | None = None) -> SimResult:
     """Replays `trace` through each policy; writes `out` (JSON) and its timeline CSV; returns the result.
 
     llama-model needs `model`; its token tables are `tokens` if given, else prepared for the trace's binaries (and
@@ -162,6 +162,8 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
         cmd += ["--model", str(model), "--repredict-every", str(int(repredict_every))]
         if tokens is not None:
             cmd += ["--tokens", str(tokens)]
+        if predict_log is not None:
+            cmd += ["--predict-log", str(predict_log)]
     for p in policies:
         cmd += ["--policy", p]
     for t in snapshot_ms:
