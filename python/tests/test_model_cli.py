@@ -162,7 +162,18 @@ def test_missing_profile_and_overlapping_holdout(profiles, tmp_path, capsys):
     expect_error(["train", str(rev1), "--holdout", "1.5", "-o", str(tmp_path / "m")], capsys, "--holdout")
     expect_error(["train", str(rev1), "-o", str(tmp_path / "no" / "m")], capsys, "does not exist")
     expect_error(["train", str(rev1), "-o", str(tmp_path)], capsys, "is a directory")
+    rc, _, err = run(["train", str(rev1), "--weight-power", "1.5", "-o", str(tmp_path / "m")], capsys)
+    assert rc == 2 and "Invalid value for '--weight-power'" in err and "Traceback" not in err  # click's usage error
     assert list(tmp_path.iterdir()) == []
+
+
+def test_weight_power_is_used_and_recorded_in_the_model(profiles, tmp_path, capsys):
+    _, rev1, _ = profiles
+    model = tmp_path / "m.model"
+    rc, _, err = run(["train", str(rev1), "-o", str(model), "--hidden", "16", "--epochs", "1", "--max-tokens", "32",
+                      "--weight-power", "1"], capsys)
+    assert rc == 0, err
+    assert modelfile.read(model).metadata["weight_power"] == 1.0
 
 
 def test_evaluate_refuses_bad_model_files(profiles, trained_model, tmp_path, capsys):

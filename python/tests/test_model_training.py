@@ -123,3 +123,36 @@ def test_training_is_deterministic_under_a_seed():
     first = weights(5)
     np.testing.assert_array_equal(first, weights(5))
     assert not np.array_equal(first, weights(6))
+
+
+@pytest.mark.parametrize("power", [0.5, 1.0])
+def test_a_context_weighs_its_count_to_the_power_in_the_loss(power):
+    counts = np.array([1, 3, 100, 10_000, 7], np.int64)
+    config = lstm.TrainConfig(weight_power=power, examples_per_epoch=64, max_copies=16)
+    copies, per_copy = lstm._example_copies(counts, config)
+    assert np.all(copies >= 1) and np.all(copies <= 16)
+    assert copies[3] == 16 and copies[0] == 1  # frequent contexts are repeated, every context is seen
+    total = copies * per_copy.astype(np.float64)  # each context's whole weight in an epoch's loss
+    np.testing.assert_allclose(total / total[0], counts.astype(np.float64) ** power, rtol=1e-5)
+
+
+def test_compiled_steps_are_kept_in_the_cache_folder(tmp_path):
+    import os
+    import subprocess
+    import sys
+    script = ("import numpy as np\n"
+              "from llamalloc.model import lstm\n"
+              "import jax\n"
+              "p = lstm.init_params(jax.random.PRNGKey(0), 60, 4, 4)\n"
+              "lstm.predict_logits(p, np.zeros((3, 16), np.int32), np.ones(3, np.int32), batch_size=4)\n"
+              "print(lstm.enable_compilation_cache())\n")
+    env = {**os.environ, "LLAMALLOC_CACHE_DIR": str(tmp_path)}
+    env.pop("LLAMALLOC_JAX_CACHE", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(tmp_path / "jax")
+    assert any(p.name.startswith("jit_logits_fn") for p in (tmp_path / "jax").iterdir())
+    env["LLAMALLOC_JAX_CACHE"] = "0"
+    off = tmp_path / "off"
+    env["LLAMALLOC_CACHE_DIR"] = str(off)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "None" and not off.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import UserError
+from ..model.classes import DEFAULT_WEIGHT_POWER
 from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 
 
@@ -23,8 +24,12 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
               show_default=True, help="Number of most common tokens kept; the others are <unk>.")
 @click.option("--max-tokens", type=click.IntRange(2, 4096), default=DEFAULT_MAX_TOKENS, show_default=True,
               help="Longest token sequence of a context (outermost frames are cut).")
+@click.option("--weight-power", type=click.FloatRange(0.0, 1.0), default=DEFAULT_WEIGHT_POWER, show_default=True,
+              help="A context weighs count**POWER in the loss: 1 weights by observed count (the paper), smaller "
+                   "values let rare contexts be heard (docs/model.md).")
 @click.pass_context
-def command(ctx, profiles, output, holdout, holdout_profiles, seed, epochs, hidden, vocab_words, max_tokens):
+def command(ctx, profiles, output, holdout, holdout_profiles, seed, epochs, hidden, vocab_words, max_tokens,
+            weight_power):
     """Train the lifetime model on PROFILE... (from `llamalloc record`, symbolized) and write MODEL.
 
     Prints, for the LSTM and the exact-match and allocation-site baselines, the weighted and unweighted
@@ -34,4 +39,5 @@ def command(ctx, profiles, output, holdout, holdout_profiles, seed, epochs, hidd
     from ..model.pipeline import run_train  # JAX loads only when training
 
     run_train(profiles, output, holdout=0.0 if holdout_profiles else holdout, holdout_profiles=holdout_profiles,
-              seed=seed, epochs=epochs, hidden=int(hidden), vocab_words=vocab_words, max_tokens=max_tokens)
+              seed=seed, epochs=epochs, hidden=int(hidden), vocab_words=vocab_words, max_tokens=max_tokens,
+              weight_power=weight_power)

@@ -13,6 +13,9 @@ NEVER_FREED = 7
 #: Labels use the 95th percentile of a context's lifetimes (papers/000 section 5.1).
 LABEL_PERCENTILE = 0.95
 
+#: A context weighs count**DEFAULT_WEIGHT_POWER in the training loss (docs/model.md has the measurements).
+DEFAULT_WEIGHT_POWER = 0.5
+
 #: Request sizes are bucketed by powers of two: size class k holds sizes in (2^(k-1), 2^k], class 0 holds 0 and 1.
 #: 48 classes reach 128 TiB; larger requests share the last class. The allocator computes the same with
 #: `size <= 1 ? 0 : min(64 - clz(size - 1), 47)`.

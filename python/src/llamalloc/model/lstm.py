@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .classes import NUM_CLASSES
+from .classes import DEFAULT_WEIGHT_POWER, NUM_CLASSES
 
 Params = dict  # name -> jnp.ndarray (float32)
 
@@ -65,7 +65,7 @@ class TrainConfig:
     #: weight of a context in the loss is count**weight_power. 1.0 is pure count weighting; it lets a handful of
     #: hot contexts drown the rest, which the model then memorises instead of learning what the tokens mean
     #: (docs/model.md has the measurements). 0.5 keeps hot contexts more important and every context heard.
-    weight_power: float = 0.5
+    weight_power: float = DEFAULT_WEIGHT_POWER
     #: frequent contexts are repeated up to this many times per epoch (the paper samples copies of them)
     max_copies: int = 16
     #: an epoch holds about this many examples (copies included), and at least one of every context

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..errors import UserError
 from . import baselines, lstm, modelfile
-from .classes import NUM_CLASSES
+from .classes import DEFAULT_WEIGHT_POWER, NUM_CLASSES
 from .dataset import Contexts, Warn, build_contexts, split_by_stack, warn_on_stderr
 from .metrics import Scores, format_report, score
 from .tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS, Vocabulary
@@ -123,7 +123,8 @@ def check_output(output) -> None:
 def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdout_profiles: Sequence[str] = (),
               seed: int = 0, epochs: int = 100, hidden: int = 64, vocab_words: int = DEFAULT_VOCAB_WORDS,
               max_tokens: int = DEFAULT_MAX_TOKENS, out=None, warn: Warn = warn_on_stderr,
-              load: Callable[[Sequence[str]], pa.Table] = load_samples) -> Trained:
+              load: Callable[[Sequence[str]], pa.Table] = load_samples,
+              weight_power: float = DEFAULT_WEIGHT_POWER) -> Trained:
     """The whole of `llamalloc train`; writes the model file only when everything succeeded."""
     out = out or sys.stdout
     overlap = set(map(str, profiles)) & set(map(str, holdout_profiles))
@@ -146,7 +147,7 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
     print(f"dataset: {len(contexts)} contexts ({len(set(contexts.stacks))} stacks), "
           f"{int(contexts.weights.sum())} sampled objects; labels: {class_histogram(contexts)} "
           f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
-    config = lstm.TrainConfig(hidden_dim=hidden, max_epochs=epochs, seed=seed)
+    config = lstm.TrainConfig(hidden_dim=hidden, max_epochs=epochs, seed=seed, weight_power=weight_power)
     metadata = {"profiles": [str(p) for p in profiles], "holdout": holdout,
                 "holdout_profiles": [str(p) for p in holdout_profiles]}
     trained = train_contexts(train, config, vocab_words, max_tokens, metadata=metadata)
