@@ -206,6 +206,7 @@ TEST_F(GlobalAllocatorTest, PromotionChainEndsAtTheLongestFiniteClass) {
 }
 
 TEST_F(GlobalAllocatorTest, DemotionChainEndsAtTheShortestClass) {
+  heap->configure(HeapConfig{4, kK, false, false});  // the paper's rules: no same-class recycling
   // A class 2 page with residual blocks R and free blocks that shorter classes recycle.
   uintptr_t residual = blocks(2, 128);
   uintptr_t filler = blocks(2, 128);
@@ -231,6 +232,41 @@ TEST_F(GlobalAllocatorTest, DemotionChainEndsAtTheShortestClass) {
   free(n0);
   EXPECT_EQ(info(p).state, PageState::kUnused) << "the empty page goes back to the OS";
   free(other);
+}
+
+TEST_F(GlobalAllocatorTest, SameClassRecyclingFillsAnActivePageBeforeAFreshOneAndRenewsItsDeadline) {
+  // Page A of class 1: filled (active), then half of it freed.
+  uintptr_t a1 = blocks(1, 128);
+  uintptr_t a2 = blocks(1, 128);
+  uintptr_t a = page_of(a1);
+  ASSERT_EQ(info(a).state, PageState::kActive);
+  free(a2);
+  // Page B, the open page of class 1, fills up.
+  uintptr_t b1 = blocks(1, 256);
+  uintptr_t b = page_of(b1);
+  ASSERT_NE(b, a);
+  advance(5 * kMs);
+  uint64_t old_deadline = info(a).deadline_ns;
+  // The next class 1 object: no longer class has free blocks and the open page is full, so it goes to the free
+  // blocks of page A (residual: same class) instead of a fresh huge page, and A's deadline moves.
+  size_t pages_before = heap->pages_in_use(kMaxClasses);
+  uintptr_t c = blocks(1, 64);
+  EXPECT_EQ(page_of(c), a);
+  EXPECT_TRUE(info(a).residual.test(block_of(c)));
+  EXPECT_EQ(heap->pages_in_use(kMaxClasses), pages_before) << "no fresh huge page";
+  EXPECT_EQ(info(a).deadline_ns, clock.now + kK * heap->class_duration_ns(1));
+  EXPECT_GT(info(a).deadline_ns, old_deadline);
+  // With the paper's rules (same_class_recycling off) the same request takes a fresh page.
+  GlobalAllocator paper(platform, clock, HeapConfig{4, kK, true, false});
+  void* p1 = paper.alloc_large(1, 128 * kBlockBytes, kBlockBytes);
+  void* p2 = paper.alloc_large(1, 128 * kBlockBytes, kBlockBytes);
+  void* q1 = paper.alloc_large(1, 256 * kBlockBytes, kBlockBytes);
+  paper.free_large(p2);
+  void* r = paper.alloc_large(1, 64 * kBlockBytes, kBlockBytes);
+  EXPECT_NE(page_of(reinterpret_cast<uintptr_t>(r)), page_of(reinterpret_cast<uintptr_t>(p1)));
+  EXPECT_NE(page_of(reinterpret_cast<uintptr_t>(r)), page_of(reinterpret_cast<uintptr_t>(q1)));
+  for (void* x : {p1, q1, r}) paper.free_large(x);
+  for (uintptr_t x : {a1, b1, c}) free(x);
 }
 
 TEST_F(GlobalAllocatorTest, DeadlineWithoutResidualBlocksDemotes) {

@@ -355,7 +355,7 @@ TEST(HeapDeathTest, DoubleFreeSeenByLineCounts) {
         // Close the thread's runs (so the free takes the counted path), then simulate a lost decrement
         // elsewhere: the line already counts zero objects.
         LocalAllocator::release_all(g_global, *tl_heap);
-        size_t line = (reinterpret_cast<uintptr_t>(h) & (kBlockSpanBytes - 1)) >> kLineShift;
+        size_t line = line_of_offset(reinterpret_cast<uintptr_t>(h) & (kBlockSpanBytes - 1));
         s->line_objects[line].store(0);
         LocalAllocator::free_small(g_global, s, p);
       },

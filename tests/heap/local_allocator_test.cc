@@ -65,6 +65,7 @@ TEST_F(LocalAllocatorTest, LineCountsFollowObjectsAndAFreedSpanReturnsToTheGloba
 }
 
 TEST_F(LocalAllocatorTest, PartiallyFreeSpansAreRecycledLineByLineAfterTheDeadline) {
+  global->configure(HeapConfig{8, 2, false, false});  // the paper's rules: lines recycled after the deadline
   // Fill a whole huge page with 64-byte objects of class 2 so that it becomes active with a deadline.
   std::vector<void*> objs;
   uintptr_t page = 0;
@@ -81,7 +82,7 @@ TEST_F(LocalAllocatorTest, PartiallyFreeSpansAreRecycledLineByLineAfterTheDeadli
   // Keep the objects that start in every eighth line; free the rest: runs of about six free lines appear.
   std::vector<void*> kept;
   for (void* p : objs) {
-    if (((reinterpret_cast<uintptr_t>(p) - 8) >> kLineShift) % 8 != 0) free(p);
+    if (line_of_offset(reinterpret_cast<uintptr_t>(p) - 8) % 8 != 0) free(p);
     else kept.push_back(p);
   }
   for (void* p : kept) memset(p, 0x5A, 56);
@@ -96,8 +97,8 @@ TEST_F(LocalAllocatorTest, PartiallyFreeSpansAreRecycledLineByLineAfterTheDeadli
   // Now shorter-lived objects go into the free lines of the partially free spans.
   std::set<uintptr_t> kept_lines;
   for (void* p : kept) {
-    kept_lines.insert((reinterpret_cast<uintptr_t>(p) - 8) >> kLineShift);
-    kept_lines.insert((reinterpret_cast<uintptr_t>(p) + 55) >> kLineShift);
+    kept_lines.insert(line_of_offset(reinterpret_cast<uintptr_t>(p) - 8));  // spans are line aligned
+    kept_lines.insert(line_of_offset(reinterpret_cast<uintptr_t>(p) + 55));
   }
   int recycled_here = 0;
   std::vector<void*> fresh;
@@ -106,9 +107,9 @@ TEST_F(LocalAllocatorTest, PartiallyFreeSpansAreRecycledLineByLineAfterTheDeadli
     fresh.push_back(p);
     if ((reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1)) == page) {
       ++recycled_here;
-      EXPECT_EQ(kept_lines.count((reinterpret_cast<uintptr_t>(p) - 8) >> kLineShift), 0u)
+      EXPECT_EQ(kept_lines.count(line_of_offset(reinterpret_cast<uintptr_t>(p) - 8)), 0u)
           << "a recycled object never lands in a live line";
-      EXPECT_EQ(kept_lines.count((reinterpret_cast<uintptr_t>(p) + 55) >> kLineShift), 0u);
+      EXPECT_EQ(kept_lines.count(line_of_offset(reinterpret_cast<uintptr_t>(p) + 55)), 0u);
     }
     memset(p, 0xC3, 56);
   }
@@ -116,12 +117,11 @@ TEST_F(LocalAllocatorTest, PartiallyFreeSpansAreRecycledLineByLineAfterTheDeadli
   EXPECT_GT(global->counters().lines_recycled.load(), recycled_before);
   for (void* p : kept)
     for (int i = 0; i < 56; ++i) ASSERT_EQ(static_cast<unsigned char*>(p)[i], 0x5A);
-  // Medium objects do not fit the one-line holes: they go to an overflow span.
-  uint64_t overflow_before = global->counters().overflow_allocations.load();
+  // Medium objects do not go into the small objects' holes: they fill spans of their own.
   ASSERT_TRUE(heap.classes[0].primary.partially_free);
   void* medium = alloc(0, 1000);
-  EXPECT_GT(global->counters().overflow_allocations.load(), overflow_before);
   EXPECT_NE(span_of(medium), span_of(fresh.back()));
+  EXPECT_EQ(heap.classes[0].medium.span, global->span_of(reinterpret_cast<uintptr_t>(medium)));
   free(medium);
   for (void* p : fresh) free(p);
   for (void* p : kept) free(p);
@@ -129,6 +129,84 @@ TEST_F(LocalAllocatorTest, PartiallyFreeSpansAreRecycledLineByLineAfterTheDeadli
   LocalAllocator::release_all(*global, heap);
   global->check_invariants();
   EXPECT_EQ(global->page_info(page).state, PageState::kUnused) << "all objects freed: the page is released";
+}
+
+TEST_F(LocalAllocatorTest, EarlyLineRecyclingFillsTheHolesOfALongerClassBeforeItsDeadline) {
+  // A class 3 page full of 56-byte objects; most of them die at once, every eighth line stays live.
+  std::vector<void*> objs;
+  uintptr_t page = 0;
+  for (;;) {
+    void* p = alloc(3, 56);
+    if (page == 0) page = reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1);
+    if ((reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1)) != page) {
+      free(p);
+      break;
+    }
+    objs.push_back(p);
+  }
+  LocalAllocator::release_all(*global, heap);
+  ASSERT_EQ(global->page_info(page).state, PageState::kActive);
+  std::vector<void*> kept;
+  for (void* p : objs) {
+    if (line_of_offset(reinterpret_cast<uintptr_t>(p) - 8) % 8 != 0) free(p);
+    else kept.push_back(p);
+  }
+  // Long before the page's deadline (10 s x K), class 0 objects go into its free lines: no fresh memory.
+  size_t footprint = global->gauges().footprint_bytes;
+  int here = 0;
+  std::vector<void*> fresh;
+  for (int i = 0; i < 1000; ++i) {
+    void* p = alloc(0, 56);
+    fresh.push_back(p);
+    here += (reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1)) == page;
+  }
+  EXPECT_EQ(here, 1000);
+  EXPECT_LE(global->gauges().footprint_bytes, footprint + kHugePageBytes) << "at most one open page more";
+  for (void* p : fresh) free(p);
+  for (void* p : kept) free(p);
+  LocalAllocator::release_all(*global, heap);
+  global->check_invariants();
+}
+
+TEST_F(LocalAllocatorTest, AFreedMediumObjectLeavesAHoleThatTheNextOfItsSizeFits) {
+  // Medium objects start at a line and hold whole lines alone.
+  void* a = alloc(2, 1000);
+  void* b = alloc(2, 1000);
+  EXPECT_EQ((reinterpret_cast<uintptr_t>(a) - kSmallHeaderBytes) % kLineBytes, kSmallHeaderBytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(a), 1024u) << "1000 + 8 rounded to 8 lines";
+  EXPECT_EQ(LocalAllocator::usable_size(a), 1016u);
+  // Fill class 2 pages with 1000-byte values interleaved with 24-byte objects (a server's keys and values),
+  // then free every other value: the holes are exactly one value long.
+  std::vector<void*> values, keys;
+  for (int i = 0; i < 6000; ++i) {
+    values.push_back(alloc(2, 1000));
+    keys.push_back(alloc(2, 24));
+  }
+  LocalAllocator::release_all(*global, heap);
+  // A class 2 object that fits no open page: the last open page becomes active too (an open page is still being
+  // filled by its own class; only active pages are recycled by shorter ones).
+  void* whole_page = global->alloc_large(2, kHugePageBytes, kBlockBytes);
+  for (size_t i = 0; i < values.size(); i += 2) free(values[i]);
+  size_t footprint = global->gauges().footprint_bytes;
+  std::set<uintptr_t> value_spans;
+  for (void* p : values) value_spans.insert(span_of(p));
+  // As many class 1 values again go into those holes (early line recycling of the longer class 2).
+  std::vector<void*> again;
+  size_t in_holes = 0;
+  for (int i = 0; i < 3000; ++i) {
+    again.push_back(alloc(1, 1000));
+    in_holes += value_spans.count(span_of(again.back()));
+  }
+  EXPECT_EQ(in_holes, 3000u) << "every value went into a hole left by another";
+  EXPECT_EQ(global->gauges().footprint_bytes, footprint) << "no fresh memory";
+  for (void* p : again) free(p);
+  for (size_t i = 1; i < values.size(); i += 2) free(values[i]);
+  for (void* p : keys) free(p);
+  global->free_large(whole_page);
+  free(a);
+  free(b);
+  LocalAllocator::release_all(*global, heap);
+  global->check_invariants();
 }
 
 TEST_F(LocalAllocatorTest, AlignedSmallObjectsLeaveWalkablePadding) {

@@ -62,18 +62,24 @@ void GlobalAllocator::recyclable_remove(HugePageMeta* p) {
 
 void GlobalAllocator::partial_push(SpanMeta* s, unsigned c) {
   if (s->in_partial_list) return;
-  s->partial_prev = nullptr;
-  s->partial_next = partial_head_[c];
-  if (partial_head_[c]) partial_head_[c]->partial_prev = s;
-  partial_head_[c] = s;
-  s->in_partial_list = 1;
+  unsigned b = partial_bucket(s->live_lines.load(std::memory_order_relaxed));
+  // At the tail: a span just used up and given back (a few short runs left) is not the next one handed out.
+  SpanMeta*& tail = partial_tail_[c][b];
+  s->partial_next = nullptr;
+  s->partial_prev = tail;
+  if (tail) tail->partial_next = s;
+  else partial_head_[c][b] = s;
+  tail = s;
+  s->in_partial_list = uint8_t(1 + b);
 }
 
 void GlobalAllocator::partial_remove(SpanMeta* s, unsigned c) {
   if (!s->in_partial_list) return;
+  unsigned b = s->in_partial_list - 1u;
   if (s->partial_prev) s->partial_prev->partial_next = s->partial_next;
-  else partial_head_[c] = s->partial_next;
+  else partial_head_[c][b] = s->partial_next;
   if (s->partial_next) s->partial_next->partial_prev = s->partial_prev;
+  else partial_tail_[c][b] = s->partial_prev;
   s->partial_prev = s->partial_next = nullptr;
   s->in_partial_list = 0;
 }
@@ -137,7 +143,11 @@ void GlobalAllocator::activate(HugePageMeta* p) {
   p->deadline_ns = d == kNoDeadline ? kNoDeadline : clock_.now_ns() + config_.deadline_k * d;
   active_push(p);
   if (!p->live.all()) recyclable_push(p);
-  if (p->live.none()) release_page(p);
+  if (p->live.none()) {
+    release_page(p);
+    return;
+  }
+  if (lines_recyclable(p)) queue_partial_spans(p);
 }
 
 void GlobalAllocator::release_page(HugePageMeta* p) {
@@ -257,10 +267,32 @@ void GlobalAllocator::mark_allocated(HugePageMeta* p, size_t first, size_t count
   }
 }
 
-SpanMeta* GlobalAllocator::pop_partial_span(unsigned lc) {
-  // Longest class first: its spans' remaining objects are the least likely to be freed soon.
-  for (unsigned c = num_classes(); c-- > lc + 1;) {
-    while (SpanMeta* s = partial_head_[c]) {
+HugePageMeta* GlobalAllocator::recycle_blocks(unsigned c, size_t count, size_t align_blocks, size_t* first) {
+  for (HugePageMeta* p = recyclable_head_[c]; p != nullptr; p = p->recyclable_next)
+    if (take_blocks(p, count, align_blocks, first)) {
+      counters_.blocks_recycled.fetch_add(count, std::memory_order_relaxed);
+      return p;
+    }
+  return nullptr;
+}
+
+void GlobalAllocator::renew_deadline(HugePageMeta* p) {
+  uint64_t d = class_duration_ns(p->lifetime_class);
+  if (d == kNoDeadline) return;
+  // now + K x class is at least every deadline of the class set before: the page goes to the list's tail.
+  active_remove(p);
+  p->deadline_ns = clock_.now_ns() + config_.deadline_k * d;
+  active_push(p);
+}
+
+SpanMeta* GlobalAllocator::pop_partial_span(unsigned lowest_class, unsigned highest_class) {
+  // The emptiest spans first, and among those the longest class first (its spans' remaining objects are the
+  // least likely to be freed soon). Emptiness comes first: a span refilled until its runs were too short is
+  // queued again at once, and with one list it came straight back, again and again, while spans that were
+  // mostly free waited below it (redis: 40,000 queued spans 80% free, the heap at 4x its live bytes).
+  for (unsigned b = kPartialBuckets; b-- > 0;)
+  for (unsigned c = highest_class + 1; c-- > lowest_class;) {
+    while (SpanMeta* s = partial_head_[c][b]) {
       partial_remove(s, c);
       int32_t live = s->live_lines.load(std::memory_order_acquire);
       // Zero: the last line was just freed and that thread is waiting for the lock to free the span.
@@ -278,42 +310,52 @@ bool GlobalAllocator::acquire_span(unsigned lc, bool fresh_only, SpanGrant* gran
   expire_deadlines(clock_.now_ns());
   HugePageMeta* page = nullptr;
   size_t first = 0;
-  SpanMeta* span = nullptr;
-  bool residual = false;
-  if (!fresh_only) span = pop_partial_span(lc);
-  if (span != nullptr) {
-    page = span->page;
-    first = span_index(span) * kBlocksPerSpan;
-    // Section 6.3: a recycled span is open and non-residual.
-    page->residual.clear_range(first, kBlocksPerSpan);
-    grant->partially_free = true;
-  } else {
-    // Free blocks of longer-lived active pages, longest class first (the paper's preference for small objects).
-    for (unsigned c = num_classes(); c-- > lc + 1 && page == nullptr;) {
-      for (HugePageMeta* p = recyclable_head_[c]; p != nullptr; p = p->recyclable_next)
-        if (take_blocks(p, kBlocksPerSpan, kBlocksPerSpan, &first)) {
-          page = p;
-          counters_.blocks_recycled.fetch_add(kBlocksPerSpan, std::memory_order_relaxed);
-          break;
-        }
+  bool residual = false, same_class = false;
+  // (1) A partially free span of a longer class (non-residual).
+  SpanMeta* span = fresh_only || lc + 1 >= num_classes() ? nullptr : pop_partial_span(lc + 1, num_classes() - 1);
+  // (2) Free blocks of longer-lived active pages, longest class first (the paper's preference for small objects).
+  if (span == nullptr)
+    for (unsigned c = num_classes(); c-- > lc + 1 && page == nullptr;)
+      page = recycle_blocks(c, kBlocksPerSpan, kBlocksPerSpan, &first);
+  if (span == nullptr && page == nullptr) {
+    // (3) The open page of the class (residual).
+    page = open_[lc];
+    if (page != nullptr && !take_blocks(page, kBlocksPerSpan, kBlocksPerSpan, &first)) {
+      activate(page);
+      page = nullptr;
     }
-    if (page == nullptr) {
-      page = ensure_open_page(lc);
-      if (page != nullptr && !take_blocks(page, kBlocksPerSpan, kBlocksPerSpan, &first)) {
-        activate(page);
-        page = open_new_page(lc);
-        if (page != nullptr && !take_blocks(page, kBlocksPerSpan, kBlocksPerSpan, &first)) page = nullptr;
-      }
+    // (4) Instead of a fresh huge page: a partially free span or free blocks of an active page of the same
+    // class (residual; the page's deadline moves to now + K x class).
+    if (page == nullptr && config_.same_class_recycling) {
+      if (!fresh_only) span = pop_partial_span(lc, lc);
+      if (span == nullptr) page = recycle_blocks(lc, kBlocksPerSpan, kBlocksPerSpan, &first);
+      same_class = span != nullptr || page != nullptr;
+      if (same_class) renew_deadline(span != nullptr ? span->page : page);
+    }
+    // (5) A fresh huge page.
+    if (span == nullptr && page == nullptr) {
+      page = open_new_page(lc);
+      if (page != nullptr && !take_blocks(page, kBlocksPerSpan, kBlocksPerSpan, &first)) page = nullptr;
       if (page == nullptr) {
         errno = ENOMEM;
         debug_check();
         return false;
       }
-      residual = true;
     }
+    residual = true;
+  }
+  if (span != nullptr) {
+    page = span->page;
+    first = span_index(span) * kBlocksPerSpan;
+    // Section 6.3: a span recycled for a shorter class is open and non-residual; for its own class, residual.
+    if (same_class) page->residual.set_range(first, kBlocksPerSpan);
+    else page->residual.clear_range(first, kBlocksPerSpan);
+    grant->partially_free = true;
+  } else {
     span = &page->spans[first / kBlocksPerSpan];
     span->live_lines.store(1, std::memory_order_relaxed);  // the owner's reference
     span->page = page;
+    span->owned = 1;  // before mark_allocated: activating the page queues its partially free spans, not this one
     span->small.store(1, std::memory_order_release);
     mark_allocated(page, first, kBlocksPerSpan, residual);
     grant->partially_free = false;
@@ -338,7 +380,7 @@ void GlobalAllocator::close_span(SpanMeta* span) {
     free_span_locked(span);
   } else {
     HugePageMeta* page = span->page;
-    if (page->deadline_passed && page->state == PageState::kActive && before - 1 < int32_t(kLinesPerSpan))
+    if (lines_recyclable(page) && before - 1 < int32_t(kLinesPerSpan))
       partial_push(span, page->lifetime_class);
   }
   expire_deadlines(clock_.now_ns());
@@ -348,6 +390,22 @@ void GlobalAllocator::close_span(SpanMeta* span) {
 void GlobalAllocator::free_span(SpanMeta* span) {
   LockGuard g(lock_);
   free_span_locked(span);
+  expire_deadlines(clock_.now_ns());
+  debug_check();
+}
+
+void GlobalAllocator::span_partially_freed(SpanMeta* span) {
+  LockGuard g(lock_);
+  // Between the caller's decrement and this lock other threads may have freed the span's other lines, given
+  // the span and even its page back (the metadata then reads as zero: no page, not small).
+  HugePageMeta* page = span->page;
+  int32_t live = span->live_lines.load(std::memory_order_acquire);
+  if (page != nullptr && !span->owned && span->small.load(std::memory_order_relaxed) && lines_recyclable(page) &&
+      live > 0 && live < int32_t(kLinesPerSpan)) {
+    if (span->in_partial_list && span->in_partial_list - 1u != partial_bucket(live))
+      partial_remove(span, page->lifetime_class);
+    partial_push(span, page->lifetime_class);
+  }
   expire_deadlines(clock_.now_ns());
   debug_check();
 }
@@ -382,18 +440,19 @@ void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) 
   size_t first = 0;
   bool residual = false;
   // Section 6.3: large objects prefer the next longer class (lr + 1), then the longer ones after it.
-  for (unsigned c = lc + 1; c < num_classes() && page == nullptr; ++c) {
-    for (HugePageMeta* p = recyclable_head_[c]; p != nullptr; p = p->recyclable_next)
-      if (take_blocks(p, count, align_blocks, &first)) {
-        page = p;
-        counters_.blocks_recycled.fetch_add(count, std::memory_order_relaxed);
-        break;
-      }
-  }
+  for (unsigned c = lc + 1; c < num_classes() && page == nullptr; ++c)
+    page = recycle_blocks(c, count, align_blocks, &first);
   if (page == nullptr) {
-    page = ensure_open_page(lc);
+    page = open_[lc];
     if (page != nullptr && !take_blocks(page, count, align_blocks, &first)) {
       activate(page);
+      page = nullptr;
+    }
+    if (page == nullptr && config_.same_class_recycling) {
+      page = recycle_blocks(lc, count, align_blocks, &first);
+      if (page != nullptr) renew_deadline(page);
+    }
+    if (page == nullptr) {
       page = open_new_page(lc);
       if (page != nullptr && !take_blocks(page, count, align_blocks, &first)) page = nullptr;
     }
@@ -622,9 +681,10 @@ void GlobalAllocator::check_invariants_locked() {
     for (HugePageMeta* p = recyclable_head_[c]; p; p = p->recyclable_next)
       LLAMALLOC_CHECK(p->in_recyclable && p->lifetime_class == c && p->state == PageState::kActive,
                       "invariant: recyclable list entry");
-    for (SpanMeta* s = partial_head_[c]; s; s = s->partial_next)
-      LLAMALLOC_CHECK(s->in_partial_list && !s->owned && s->page->lifetime_class == c,
-                      "invariant: partial span list entry");
+    for (unsigned b = 0; b < kPartialBuckets; ++b)
+      for (SpanMeta* s = partial_head_[c][b]; s; s = s->partial_next)
+        LLAMALLOC_CHECK(s->in_partial_list == 1 + b && !s->owned && s->page->lifetime_class == c,
+                        "invariant: partial span list entry");
     if (open_[c]) LLAMALLOC_CHECK(open_[c]->state == PageState::kOpen, "invariant: open page not open");
   }
   LLAMALLOC_CHECK(total * kHugePageBytes == gauges_.footprint_bytes, "invariant: footprint miscounted");

@@ -30,7 +30,7 @@ struct SpanMeta {
   std::atomic<int32_t> live_lines;
   std::atomic<uint8_t> small;  // 1 while the span holds small objects: read by free() without the lock
   uint8_t owned;               // a thread-local allocator bump allocates in it (global lock)
-  uint8_t in_partial_list;     // closed, partially free, on a page past its deadline (global lock)
+  uint8_t in_partial_list;     // closed, partially free, on a page past its deadline: 1 + its bucket (global lock)
   uint8_t lifetime_class;      // the class its current or last owner allocated
   SpanMeta* partial_prev;
   SpanMeta* partial_next;
@@ -59,7 +59,7 @@ struct HugePageMeta {
   PageState state;
   PageKind kind;
   uint8_t lifetime_class;
-  uint8_t deadline_passed;  // partially free spans may be recycled (section 6.6)
+  uint8_t deadline_passed;  // its deadline expired once
   uint8_t in_recyclable;
   uint32_t large_requested_bytes[kBlocksPerHugePage];  // by first block
   SpanMeta spans[kSpansPerHugePage];
@@ -91,6 +91,12 @@ struct SpanGrant {
 struct HeapConfig {
   unsigned num_classes = kMaxClasses;  // the last one is "never freed"
   unsigned deadline_k = 4;             // deadline = now + K x class duration
+  // Partially free spans of an active page are recycled (for shorter classes) at once, like its free blocks;
+  // false: only after the page's deadline, as papers/000 section 6.6 has it.
+  bool early_line_recycling = true;
+  // When the open page of a class is full, the class's own active pages (their partially free spans and free
+  // blocks) are used before a fresh huge page; false: never, as papers/000 section 6.3 has it.
+  bool same_class_recycling = true;
 };
 
 // A snapshot of one huge page for tests and the simulator.
@@ -133,6 +139,16 @@ class GlobalAllocator {
   void close_span(SpanMeta* span);
   // Called by the thread whose decrement brought live_lines to zero.
   void free_span(SpanMeta* span);
+  // Called when a closed span gets its first free line, and when its free lines reach a multiple of
+  // kLinesPerSpan / kPartialBuckets: queued for recycling if its page allows (lines_recyclable), or moved to
+  // the list of its new emptiness, so that the emptiest spans are found first.
+  void span_partially_freed(SpanMeta* span);
+  static constexpr unsigned kPartialBuckets = 4;
+  static constexpr unsigned partial_bucket(int32_t live_lines) {
+    unsigned free_lines = live_lines >= int32_t(kLinesPerSpan) ? 0 : unsigned(int32_t(kLinesPerSpan) - live_lines);
+    unsigned b = free_lines * kPartialBuckets / kLinesPerSpan;
+    return b < kPartialBuckets ? b : kPartialBuckets - 1;
+  }
 
   // --- large (blocks) and huge (whole huge pages) objects ---------------------------------------------
   // bytes > kSmallMaxBytes or alignment too large for a span. nullptr when exhausted.
@@ -191,7 +207,11 @@ class GlobalAllocator {
   void free_huge_locked(HugePageMeta* head);
   bool take_blocks(HugePageMeta* page, size_t count, size_t align_blocks, size_t* first);
   void mark_allocated(HugePageMeta* page, size_t first, size_t count, bool residual);
-  SpanMeta* pop_partial_span(unsigned lc);
+  SpanMeta* pop_partial_span(unsigned lowest_class, unsigned highest_class);
+  // Free blocks on an active page of class c (first fit); the page or null.
+  HugePageMeta* recycle_blocks(unsigned c, size_t count, size_t align_blocks, size_t* first);
+  // The page is given the deadline of a page activated now (same-class recycling placed residual objects).
+  void renew_deadline(HugePageMeta* page);
 
   void active_push(HugePageMeta* p);
   void active_remove(HugePageMeta* p);
@@ -200,6 +220,10 @@ class GlobalAllocator {
   void partial_push(SpanMeta* s, unsigned lc);
   void partial_remove(SpanMeta* s, unsigned lc);
   void queue_partial_spans(HugePageMeta* page);
+  // Whether the partially free spans of `page` may be recycled now (section 6.6 and early_line_recycling).
+  bool lines_recyclable(const HugePageMeta* page) const {
+    return page->state == PageState::kActive && (config_.early_line_recycling || page->deadline_passed);
+  }
   void debug_check() {
     if (LLAMALLOC_DEBUG_CHECKS) check_invariants_locked();
   }
@@ -222,7 +246,10 @@ class GlobalAllocator {
   HugePageMeta* active_head_[kMaxClasses] = {};
   HugePageMeta* active_tail_[kMaxClasses] = {};
   HugePageMeta* recyclable_head_[kMaxClasses] = {};
-  SpanMeta* partial_head_[kMaxClasses] = {};
+  // Partially free spans by class and by emptiness (kPartialBuckets lists of 32 free lines each), oldest first:
+  // the emptiest are recycled first (see pop_partial_span).
+  SpanMeta* partial_head_[kMaxClasses][kPartialBuckets] = {};
+  SpanMeta* partial_tail_[kMaxClasses][kPartialBuckets] = {};
   Region* current_region_[kMaxClasses] = {};
   size_t region_count_ = 0;
   Region regions_[kMaxRegions] = {};

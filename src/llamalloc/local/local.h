@@ -28,9 +28,22 @@ inline constexpr uint16_t kTagFreed = 0xF4EE;  // freed (a second free is report
 inline constexpr uint16_t kTagPad = 0x9AD0;    // alignment padding before an aligned object
 inline constexpr uint16_t kTagFreedLocal = 0xF10C;  // freed by the owner inside its current run (not counted)
 
-// Bytes a small object of `size` occupies in its span, header included; a multiple of 16.
+// Bytes a small object of `size` occupies in its span, header included; a multiple of 16, and of a line for
+// medium objects.
 LLAMALLOC_FAST constexpr size_t small_total_bytes(size_t size) {
-  return (size + kSmallHeaderBytes + kMinAlignBytes - 1) & ~(kMinAlignBytes - 1);
+  size_t total = (size + kSmallHeaderBytes + kMinAlignBytes - 1) & ~(kMinAlignBytes - 1);
+  return total < kMediumMinTotalBytes ? total : (total + kLineBytes - 1) & ~(kLineBytes - 1);
+}
+
+// The line grid of a span. Runs start kSmallHeaderBytes into their first line (headers sit at 8 mod 16), so
+// line i is counted as the bytes [128 i + 8, 128 (i + 1) + 8) of the span (the last one ends at the span's
+// end): a medium object placed at the start of a run then covers its own lines and no other.
+LLAMALLOC_FAST constexpr size_t line_of_offset(size_t offset_in_span) {
+  return (offset_in_span - kSmallHeaderBytes) >> kLineShift;
+}
+LLAMALLOC_FAST constexpr size_t line_start_offset(size_t line) { return (line << kLineShift) + kSmallHeaderBytes; }
+LLAMALLOC_FAST constexpr size_t line_end_offset(size_t end_line) {
+  return end_line >= kLinesPerSpan ? kBlockSpanBytes : line_start_offset(end_line);
 }
 
 struct SpanCursor {
@@ -43,6 +56,7 @@ struct SpanCursor {
   SpanMeta* span = nullptr;
   uint32_t next_line = 0;  // first line after the current run
   bool partially_free = false;
+  bool rescanned = false;  // a medium object looked for a run from the span's first line again
 
   bool check() const;  // invariant checker
 };
@@ -50,6 +64,9 @@ struct SpanCursor {
 struct ClassAllocator {
   SpanCursor primary;
   SpanCursor overflow;
+  // Medium objects (kMediumMinTotalBytes and up) fill spans of their own: a medium object's freed lines are then
+  // a hole the next one fits, instead of being pinned by small objects that were placed between them.
+  SpanCursor medium;
   // The span used up last, its last run still open: the owner's frees of its recent objects stay free of
   // atomics until the next span is used up and this one is settled and closed.
   SpanCursor retired;
@@ -72,16 +89,23 @@ extern __thread LocalHeap* tl_heap __attribute__((tls_model("initial-exec")));
 extern __thread int64_t tl_live_delta __attribute__((tls_model("initial-exec")));
 extern LocalHeap g_empty_heap;
 
-// Bump allocates in the cursor's run; nullptr when the object does not fit.
+// Writes the header of an object of `size` (occupying `total` bytes) at p and bumps past it.
+LLAMALLOC_FAST void* cursor_place(SpanCursor& c, uintptr_t p, size_t size, size_t total) {
+  c.bump = p + total;
+  c.objects++;
+  *reinterpret_cast<uint64_t*>(p) = uint64_t(uint32_t(size)) | (uint64_t(kTagLive) << 32);
+  return reinterpret_cast<void*>(p + kSmallHeaderBytes);
+}
+
+// A medium object: at the next line start of the run, after a padding record if the bump is mid-line.
+LLAMALLOC_NOINLINE void* cursor_bump_medium(SpanCursor& c, size_t size, size_t total);
+
+// Bump allocates a small object (not medium) in the cursor's run; nullptr when it does not fit, and always for
+// a medium object (the slow path places it with its class's medium cursor).
 LLAMALLOC_FAST void* cursor_bump(SpanCursor& c, size_t size) {
   size_t total = small_total_bytes(size);
   uintptr_t p = c.bump;
-  if (LLAMALLOC_LIKELY(p + total <= c.run_end)) {
-    c.bump = p + total;
-    c.objects++;
-    *reinterpret_cast<uint64_t*>(p) = uint64_t(uint32_t(size)) | (uint64_t(kTagLive) << 32);
-    return reinterpret_cast<void*>(p + kSmallHeaderBytes);
-  }
+  if (LLAMALLOC_LIKELY(p + total <= c.run_end && total < kMediumMinTotalBytes)) return cursor_place(c, p, size, total);
   return nullptr;
 }
 
