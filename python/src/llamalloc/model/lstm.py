@@ -247,22 +247,22 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
         acc = float(np.sum(w * (logits.argmax(1) == v_labels)) / w.sum())
         return float(np.sum(w * ce) / w.sum()), acc
 
-    best = (math.inf, params, 0)
+    use_validation = validation is not None and len(validation[1]) > 0
+    best = (math.inf, params, 0)  # (loss, params, epoch)
     history = []
     stale = 0
     epoch = 0
     for epoch in range(1, config.max_epochs + 1):
-        loss_sum = correct_sum = weight_sum = 0.0
+        sums = []  # device scalars, read once per epoch so that steps are dispatched without waiting
         for length, members in _batches(np.arange(len(examples)), ex_lengths, config.batch_size, buckets, rng):
             b_ids, b_len, b_labels, b_weights = _padded(ex_ids, ex_lengths, members, length, config.batch_size,
                                                         ex_labels, ex_weights)
             params, opt_state, loss, correct, total = train_step(params, opt_state, b_ids, b_len, b_labels,
                                                                  b_weights)
-            loss_sum += float(loss)
-            correct_sum += float(correct)
-            weight_sum += float(total)
+            sums.append((loss, correct, total))
+        loss_sum, correct_sum, weight_sum = (float(x) for x in np.asarray(sums, np.float64).sum(axis=0))
         train_loss, train_acc = loss_sum / weight_sum, correct_sum / weight_sum
-        if validation is not None and len(validation[1]):
+        if use_validation:
             val_loss, val_acc = evaluate(*validation)
             line = (f"epoch {epoch:3d}/{config.max_epochs}  loss {train_loss:.4f}  accuracy {train_acc:.3f}  "
                     f"validation loss {val_loss:.4f}  accuracy {val_acc:.3f}")
