@@ -349,6 +349,16 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
   return lc;
 }
 
+bool LearnedPredictor::thread_cache(PredictionCacheView* view) {
+  ThreadState* state = thread_state();
+  if (state == nullptr) return false;
+  view->entries = state->cache.entries();
+  view->shift = ThreadState::kLogCacheEntries == 0 ? 64 : 64 - ThreadState::kLogCacheEntries;
+  view->repredict_every = repredict_every_ == 0 ? UINT32_MAX : repredict_every_;
+  view->hits = &state->counters.hits;
+  return true;
+}
+
 void LearnedPredictor::set_log_fd(int fd) { log_fd_ = fd; }
 
 // One line per model run, "class: token ids", written with one write(2) so that lines of threads do not mix.

@@ -81,6 +81,7 @@ class LearnedPredictor final : public Predictor {
   unsigned predict(const AllocationContext& context) override;
   // Stores totals() into the heap's prediction counters (at exit, before the statistics file is written).
   void report(Counters& counters) override;
+  bool thread_cache(PredictionCacheView* view) override;
 
   // Sum over every thread that ever predicted (exited threads included).
   PredictionTotals totals() const;

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "predictor/predictor.h"
+
 namespace llamalloc::model {
 
 inline constexpr unsigned kNumClasses = 8;
@@ -19,11 +21,8 @@ inline constexpr unsigned kMaxTokens = 4096;  // llamalloc train --max-tokens al
 uint32_t crc32(uint32_t crc, const void* data, size_t size_bytes);
 
 // The lifetime size class of a request (the model's <size:k> token is kFirstSizeToken + this).
-inline unsigned size_class(size_t size_bytes) {
-  if (size_bytes <= 1) return 0;
-  unsigned k = 64 - unsigned(__builtin_clzll(uint64_t(size_bytes) - 1));
-  return k < kNumSizeClasses - 1 ? k : kNumSizeClasses - 1;
-}
+inline unsigned size_class(size_t size_bytes) { return request_size_class(size_bytes); }
+static_assert(kRequestSizeClasses == kNumSizeClasses, "the heap's fast path keys its cache on the same classes");
 
 class ModelFile {
  public:

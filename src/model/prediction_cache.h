@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "predictor/predictor.h"
+
 namespace llamalloc::model {
 
 // Counters of one thread's cache. One writer (the owning thread), read by the statistics writer at exit:
@@ -26,15 +28,9 @@ struct CacheCounters {
   }
 };
 
-// The cache key: a 64-bit mix of the three parts (never 0, which marks an empty entry). The size enters as its
-// size class: the model only sees the class, so exact sizes would only add misses.
+// The cache key (the heap's fast path computes the same one: predictor/predictor.h).
 inline uint64_t cache_key(uintptr_t return_address, uintptr_t stack_address, unsigned size_class) {
-  uint64_t k = uint64_t(return_address) * 0x9E3779B97F4A7C15ull;
-  k ^= (uint64_t(stack_address) + (uint64_t(size_class) << 56)) * 0xC2B2AE3D27D4EB4Full;
-  k ^= k >> 29;
-  k *= 0xBF58476D1CE4E5B9ull;
-  k ^= k >> 32;
-  return k | 1;
+  return prediction_cache_key(return_address, stack_address, size_class);
 }
 
 template <unsigned kLogEntries>
@@ -42,11 +38,9 @@ class PredictionCache {
  public:
   static constexpr unsigned kEntries = 1u << kLogEntries;
 
-  struct Entry {
-    uint64_t key;
-    uint32_t hits;  // since the last model run for this entry
-    uint8_t lifetime_class;
-  };
+  using Entry = PredictionCacheEntry;
+  static constexpr unsigned kShift = 64 - kLogEntries;
+  Entry* entries() { return entries_; }
 
   static unsigned index_of(uint64_t key) { return unsigned(key >> (64 - kLogEntries)); }
 

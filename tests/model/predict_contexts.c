@@ -1,6 +1,7 @@
 /* A test program for the learned predictor (python/tests/test_predict_*.py). Built with frame pointers.
  *   footprint ROUNDS   long-lived objects (never freed) from one calling context, interleaved with short-lived
- *                      buffers from another: without a model they pin every huge page the buffers used.
+ *                      buffers of similar size from another, ROUNDS x 0.8 MiB of them live at once: without a
+ *                      model the long-lived ones pin every huge page the buffers used.
  *   threads N          N threads allocating from several contexts at once (many threads predicting at once)
  *   dlopen LIB N       a thread dlopens/dlcloses LIB and calls its allocating function while N threads allocate
  *   fork               allocates, forks; the child allocates from new contexts and exits 0
@@ -30,25 +31,29 @@ NOINLINE void store_records(void** kept, int count) {
 }
 
 NOINLINE void handle_request(void** temps, int count) {
-  for (int i = 0; i < count; ++i) temps[i] = temp_buffer(4096);
+  for (int i = 0; i < count; ++i) temps[i] = temp_buffer(200);
 }
 
 static int footprint(int rounds) {
-  enum { kTemps = 480, kKeep = 16 };
-  static void* temps[kTemps];
-  void** kept = calloc((size_t)rounds * kKeep, sizeof(void*));
+  /* Each round: 4000 request buffers of 200 bytes (about 0.8 MiB), all live at once, with a 256-byte record
+     kept after every 200 of them; then the buffers die. Buffers and records are small objects of the same
+     cursor, so without a model the records end up spread over every huge page the buffers filled and pin
+     them all; with one they sit together on a page of the "never freed" class. */
+  enum { kTemps = 4000, kKeepEvery = 200 };
+  size_t n_temps = (size_t)rounds * kTemps, n_kept = n_temps / kKeepEvery;
+  void** temps = calloc(n_temps, sizeof(void*));
+  void** kept = calloc(n_kept, sizeof(void*));
   unsigned long sum = 0;
-  for (int r = 0; r < rounds; ++r) {
-    for (int k = 0; k < kKeep; ++k) {
-      handle_request(temps + k * (kTemps / kKeep), kTemps / kKeep);
-      store_records(kept + (size_t)r * kKeep + k, 1);
-    }
-    for (int i = 0; i < kTemps; ++i) {
-      sum += ((unsigned char*)temps[i])[7];
-      free(temps[i]);
-    }
+  for (size_t k = 0; k < n_kept; ++k) {
+    handle_request(temps + k * kKeepEvery, kKeepEvery);
+    store_records(kept + k, 1);
   }
-  for (size_t i = 0; i < (size_t)rounds * kKeep; ++i) sum += ((unsigned char*)kept[i])[3];
+  for (size_t i = 0; i < n_temps; ++i) {
+    sum += ((unsigned char*)temps[i])[7];
+    free(temps[i]);
+  }
+  free(temps);
+  for (size_t i = 0; i < n_kept; ++i) sum += ((unsigned char*)kept[i])[3];
   g_sink = kept;  /* kept objects are never freed */
   printf("ok %lu\n", sum);
   return 0;

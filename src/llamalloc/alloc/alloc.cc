@@ -133,7 +133,7 @@ void check_heap() {
   LLAMALLOC_CHECK(tl_heap->check(g_global), "invariant: thread-local heap inconsistent");
 }
 
-void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_address) {
+void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_address, uintptr_t stack_address) {
   LocalHeap* h = thread_heap();
   if (h == nullptr) {
     errno = ENOMEM;
@@ -141,9 +141,12 @@ void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_a
   }
   if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   if (lc == kPredictClass) {
-    AllocationContext context{return_address, reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), size};
+    if (stack_address == 0) stack_address = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    AllocationContext context{return_address, stack_address, size};
     lc = clamp_class(g_predictor_ptr->predict(context));
     h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(lc);
+    // The first prediction of a thread with a cached predictor hands its cache to the fast path.
+    if (g_every_allocation && h->prediction_cache.entries == nullptr) g_predictor_ptr->thread_cache(&h->prediction_cache);
   } else {
     lc = clamp_class(lc);
   }

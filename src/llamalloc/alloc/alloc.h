@@ -16,7 +16,9 @@ namespace llamalloc {
 extern GlobalAllocator g_global;
 inline constexpr unsigned kPredictClass = ~0u;
 
-LLAMALLOC_NOINLINE void* malloc_slow(size_t size, size_t alignment, unsigned lifetime_class, uintptr_t return_address);
+// stack_address: the stack height the fast path keyed the prediction cache with (0: take this frame's).
+LLAMALLOC_NOINLINE void* malloc_slow(size_t size, size_t alignment, unsigned lifetime_class, uintptr_t return_address,
+                                     uintptr_t stack_address = 0);
 LLAMALLOC_NOINLINE void free_slow(void* p);
 // Initialises the heap once (options, predictor); safe to call any number of times.
 void ensure_init();
@@ -34,14 +36,31 @@ LLAMALLOC_FAST void debug_check_heap() {
 
 LLAMALLOC_FAST void* heap_malloc(size_t size) {
   LocalHeap* h = tl_heap;
+  unsigned lc = kPredictClass;
+  uintptr_t stack_address = 0;
   if (LLAMALLOC_LIKELY(size <= kSmallMaxBytes)) {
-    if (void* p = cursor_bump(h->classes[h->fast_class].primary, size)) {
+    unsigned fast = h->fast_class;
+    if (LLAMALLOC_UNLIKELY(h->prediction_cache.entries != nullptr)) {
+      // A learned predictor: probe this thread's prediction cache inline (papers/000 section 7). A hit that is
+      // not due for re-prediction costs a hash, one load and two stores; anything else goes to the predictor.
+      stack_address = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+      uint64_t key = prediction_cache_key(reinterpret_cast<uintptr_t>(__builtin_return_address(0)), stack_address,
+                                          request_size_class(size));
+      PredictionCacheEntry& e = h->prediction_cache.entries[key >> h->prediction_cache.shift];
+      if (LLAMALLOC_LIKELY(e.key == key && e.hits + 1 < h->prediction_cache.repredict_every)) {
+        e.hits++;
+        std::atomic<uint64_t>& hits = *h->prediction_cache.hits;
+        hits.store(hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        fast = lc = e.lifetime_class;
+      }
+    }
+    if (void* p = cursor_bump(h->classes[fast].primary, size)) {
       tl_live_delta += int64_t(size);
       debug_check_heap();
       return p;
     }
   }
-  return malloc_slow(size, kMinAlignBytes, kPredictClass, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  return malloc_slow(size, kMinAlignBytes, lc, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), stack_address);
 }
 
 LLAMALLOC_FAST void heap_free(void* p) {

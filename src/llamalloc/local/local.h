@@ -78,6 +78,8 @@ struct LocalHeap {
   ClassAllocator classes[kMaxClasses + 1];
   uint8_t fast_class = kMaxClasses;
   LocalHeap* next_free = nullptr;
+  // With a context-sensitive predictor: this thread's prediction cache, probed by the fast path (null: none).
+  PredictionCacheView prediction_cache;
 
   bool check(GlobalAllocator& global) const;
 };

@@ -1,8 +1,11 @@
 // The one predictor interface: where the lifetime class of an allocation comes from (papers/000 section 7).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+
+#define LLAMALLOC_PREDICTOR_INLINE inline __attribute__((always_inline))
 
 namespace llamalloc {
 
@@ -26,6 +29,44 @@ enum class Consult : uint8_t {
   kEveryAllocation,
 };
 
+// One entry of a context-sensitive predictor's per-thread prediction cache (papers/000 Figure 7), laid out for
+// the allocation fast path, which probes it inline (see heap_malloc) and only calls the predictor on a miss or
+// when an entry is due for re-prediction.
+struct PredictionCacheEntry {
+  uint64_t key;  // prediction_cache_key(); 0 = empty
+  uint32_t hits;  // since the last model run for this entry
+  uint8_t lifetime_class;
+};
+
+// What the fast path needs to probe a thread's cache: entries[key >> shift], the re-prediction period
+// (UINT32_MAX: never) and the thread's hit counter (one writer, relaxed).
+struct PredictionCacheView {
+  PredictionCacheEntry* entries = nullptr;
+  uint32_t shift = 64;
+  uint32_t repredict_every = UINT32_MAX;
+  std::atomic<uint64_t>* hits = nullptr;
+};
+
+// The cache key: a 64-bit mix of the return address, the stack height and the request's size class (never 0).
+// The size enters as its class because the model only sees the class.
+LLAMALLOC_PREDICTOR_INLINE uint64_t prediction_cache_key(uintptr_t return_address, uintptr_t stack_address,
+                                                         unsigned size_class) {
+  uint64_t k = uint64_t(return_address) * 0x9E3779B97F4A7C15ull;
+  k ^= (uint64_t(stack_address) + (uint64_t(size_class) << 56)) * 0xC2B2AE3D27D4EB4Full;
+  k ^= k >> 29;
+  k *= 0xBF58476D1CE4E5B9ull;
+  k ^= k >> 32;
+  return k | 1;
+}
+
+// The size class a model sees (its <size:k> token): ceil(log2(size)), capped at kRequestSizeClasses - 1.
+inline constexpr unsigned kRequestSizeClasses = 48;
+LLAMALLOC_PREDICTOR_INLINE unsigned request_size_class(size_t size_bytes) {
+  if (size_bytes <= 1) return 0;
+  unsigned k = 64 - unsigned(__builtin_clzll(uint64_t(size_bytes) - 1));
+  return k < kRequestSizeClasses - 1 ? k : kRequestSizeClasses - 1;
+}
+
 class Predictor {
  public:
   virtual Consult consult() const = 0;
@@ -35,6 +76,9 @@ class Predictor {
   // Stores the predictor's own counters (cache hits and misses, model runs, ...) into the heap's, before the
   // statistics are written. Not on the allocation path.
   virtual void report(Counters&) {}
+  // kEveryAllocation predictors with a prediction cache: the calling thread's cache, for the fast path to
+  // probe inline. Called from the allocation slow path (never with the heap's lock held); false: none.
+  virtual bool thread_cache(PredictionCacheView*) { return false; }
 
  protected:
   ~Predictor() = default;
