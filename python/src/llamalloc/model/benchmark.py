@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from . import lstm, pipeline
-from .dataset import build_contexts, split_by_stack
+from .dataset import build_contexts, folds_by_stack, split_by_stack
 from .synthetic import synthetic_samples
 
 
@@ -62,8 +62,35 @@ def _label(paths) -> str:
     return paths[0] if len(paths) == 1 else f"{len(paths)} runs ({os.path.basename(paths[0])}, ...)"
 
 
+def _cross_validated(name: str, contexts, folds: int, config: lstm.TrainConfig, profiles: str) -> dict:
+    """Same-revision generalisation with every stack held out once: `folds` models, each trained on the other
+    folds' stacks; their held-out predictions pooled and scored together."""
+    pooled: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    seconds, epochs, train_contexts = [], [], []
+    for train_idx, test_idx in folds_by_stack(contexts, folds, config.seed):
+        t0 = time.perf_counter()
+        trained = pipeline.train_contexts(contexts.subset(train_idx), config, progress=_quiet)
+        seconds.append(time.perf_counter() - t0)
+        epochs.append(trained.result.epochs_run)
+        train_contexts.append(len(train_idx))
+        for predictor, (pred, found) in pipeline.predict_all(trained.model, contexts.subset(test_idx)).items():
+            if predictor not in pooled:
+                pooled[predictor] = (np.zeros(len(contexts), np.int64),
+                                     None if found is None else np.zeros(len(contexts), bool))
+            pooled[predictor][0][test_idx] = pred
+            if found is not None:
+                pooled[predictor][1][test_idx] = found
+    n_stacks = len(set(contexts.stacks))
+    return _row(f"{name}, same revision ({folds}-fold: every stack held out once)",
+                pipeline.score_predictions(pooled, contexts),
+                {"kind": "same", "folds": folds, "train_contexts": round(float(np.mean(train_contexts))),
+                 "test_contexts": len(contexts), "train_stacks": round(n_stacks * (folds - 1) / folds),
+                 "test_stacks": n_stacks, "train_seconds": round(float(np.mean(seconds)), 1),
+                 "epochs": round(float(np.mean(epochs)), 1), "profiles": profiles})
+
+
 def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float | None = None,
-             holdout: float = 0.2):
+             holdout: float = 0.2, folds: int = 1):
     """Yields one result row per experiment, as soon as it is done. `rev1` and `rev2` are a profile or a list
     of profiles (several runs of one revision, merged)."""
     from .pipeline import load_samples
@@ -75,6 +102,9 @@ def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float 
     if weight_power is not None:
         config.weight_power = weight_power
     for rev, contexts, label in (("r1", c1, rev1), ("r2", c2, rev2)):
+        if folds > 1:
+            yield _cross_validated(f"{name} {rev}", contexts, folds, config, _label(label))
+            continue
         train_idx, test_idx = split_by_stack(contexts, holdout, seed)
         t0 = time.perf_counter()
         held = pipeline.train_contexts(contexts.subset(train_idx), config, progress=_quiet)
@@ -195,6 +225,8 @@ def main(argv=None) -> int:
     wl.add_argument("--hidden", type=int, default=64)
     wl.add_argument("--seed", type=int, default=0)
     wl.add_argument("--weight-power", type=float, default=None)
+    wl.add_argument("--folds", type=int, default=5,
+                    help="same-revision rows: k-fold over stacks (1: one 20%% hold-out instead)")
     args = parser.parse_args(argv)
     if args.what == "speed":
         print(json.dumps(speed(args.examples, args.hidden, args.seed, args.epochs)))
@@ -208,7 +240,8 @@ def main(argv=None) -> int:
         for workload in args.workload or sorted(RUN_VARIANTS):
             runs = record_runs(workload, folder, args.runs, args.reuse,
                                log=lambda line: print(line, file=sys.stderr, flush=True))
-            for row in accuracy(workload, runs["r1"], runs["r2"], args.hidden, args.seed, args.weight_power):
+            for row in accuracy(workload, runs["r1"], runs["r2"], args.hidden, args.seed, args.weight_power,
+                                folds=args.folds):
                 print(json.dumps(row), flush=True)
                 rows.append(row)
         print(markdown_table(rows))

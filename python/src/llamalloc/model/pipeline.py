@@ -84,20 +84,28 @@ def lstm_name(model: modelfile.ModelFile) -> str:
     return f"lstm (hidden {model.hidden_dim})"
 
 
-def score_all(model: modelfile.ModelFile, test: Contexts) -> list[Scores]:
-    """Scores of the model's LSTM and of its two baselines on labelled contexts."""
+def predict_all(model: modelfile.ModelFile, test: Contexts) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Predictor name -> (predicted classes, found mask of a lookup table or None), for the model's LSTM and
+    its two baselines."""
     vocab = Vocabulary(model.vocabulary)
     ids, lengths = vocab.encode_batch(test.stacks, test.size_classes, model.max_tokens)
     logits = lstm.predict_logits({k: np.asarray(v) for k, v in model.params().items()}, ids, lengths)
     exact = baselines.LookupTable(model.train_contexts, model.train_context_class, model.default_class)
     site = baselines.LookupTable(model.train_sites, model.train_site_class, model.default_class)
-    exact_pred, exact_found = exact.lookup(baselines.context_keys(test))
-    site_pred, site_found = site.lookup(baselines.site_keys(test))
-    return [
-        score(lstm_name(model), logits.argmax(1), test.labels, test.weights),
-        score("exact-match lookup", exact_pred, test.labels, test.weights, exact_found),
-        score("allocation site + size", site_pred, test.labels, test.weights, site_found),
-    ]
+    return {
+        lstm_name(model): (logits.argmax(1), None),
+        "exact-match lookup": exact.lookup(baselines.context_keys(test)),
+        "allocation site + size": site.lookup(baselines.site_keys(test)),
+    }
+
+
+def score_predictions(predictions: dict, test: Contexts) -> list[Scores]:
+    return [score(name, pred, test.labels, test.weights, found) for name, (pred, found) in predictions.items()]
+
+
+def score_all(model: modelfile.ModelFile, test: Contexts) -> list[Scores]:
+    """Scores of the model's LSTM and of its two baselines on labelled contexts."""
+    return score_predictions(predict_all(model, test), test)
 
 
 def matching_stacks(model: modelfile.ModelFile, test: Contexts) -> tuple[int, int]:

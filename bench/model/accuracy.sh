@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Accuracy of the lifetime model on the workloads (docs/model.md, "Measurements").
+#
+# Records 3 runs of each revision of image-server and word-count under `llamalloc record --sample-bytes 8192`
+# (the run variants are RUN_VARIANTS in python/src/llamalloc/model/benchmark.py), symbolises them, merges the
+# runs of each revision and, per workload: trains on 80% of each revision's stacks and reports on the other 20%
+# (same revision), trains on all of r1 and reports on r2, and the other way round. LSTM, exact-match lookup and
+# allocation site + size; one JSON row per experiment, then the Markdown table of docs/model.md.
+#
+#   bench/model/accuracy.sh [OUT_DIR] [options of `python -m llamalloc.model.benchmark workloads`]
+#       e.g. bench/model/accuracy.sh /tmp/acc --workload word-count --weight-power 1 --reuse
+#
+# Needs the `workloads` and `llamalloc_prof` targets built in $LLAMALLOC_BUILD_DIR (default: build/). Takes
+# about 15 minutes of recording and 30 of training on a quiet 2-core machine. --reuse keeps the profiles of
+# an earlier run in OUT_DIR/profiles, so that other training settings can be compared on the same data.
+set -euo pipefail
+out=${1:-bench-model-out}
+[ $# -gt 0 ] && shift
+mkdir -p "$out"
+python -m llamalloc.model.benchmark workloads --profiles "$out/profiles" "$@" | tee "$out/accuracy.txt"
