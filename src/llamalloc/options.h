@@ -37,6 +37,9 @@ namespace llamalloc {
     "Empty: every frame is unsymbolized, the model sees only the size.")                                        \
   X(REPREDICT_EVERY, repredict_every, Uint, 1000, 0, 4294967295,                                               \
     "A prediction cache entry runs the model again after this many hits and keeps the longer class (0: never).") \
+  X(REPREDICT_BACKOFF, repredict_backoff, Uint, 10, 0, 16,                                                    \
+    "A re-prediction that keeps an entry's class doubles that entry's period, up to REPREDICT_EVERY x "          \
+    "2^REPREDICT_BACKOFF hits; one that changes it starts over (0: always every REPREDICT_EVERY hits).")        \
   X(PREDICT_LOG, predict_log, String, "", 0, 0,                                                                  \
     "Append 'class: token ids' of every model run to this file (tests, debugging). Empty: none.")
 

@@ -209,7 +209,7 @@ bool ModuleMap::find(uintptr_t pc, Module* out) const {
 }
 
 bool LearnedPredictor::init(const char* model_path, const char* tokens_path, uint32_t repredict_every,
-                            char* error, size_t cap) {
+                            char* error, size_t cap, unsigned repredict_backoff) {
   char why[256];
   if (!model_.open(model_path, why, sizeof why)) {
     format_message(error, cap, "%s: %s", model_path, why);
@@ -222,6 +222,7 @@ bool LearnedPredictor::init(const char* model_path, const char* tokens_path, uin
     return false;
   }
   repredict_every_ = repredict_every;
+  repredict_backoff_ = repredict_backoff;
   thread_root_binary_ = tables_.find_binary("<thread-root>");
   if (g_states == nullptr) {
     void* p = mmap(nullptr, sizeof(ThreadState) * kMaxThreads, PROT_READ | PROT_WRITE,
@@ -344,7 +345,7 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
   uint64_t key = cache_key(context.return_address, context.stack_address, size_class(context.size_bytes));
   state->busy = true;
   unsigned lc = state->cache.lookup(key, repredict_every_, state->counters,
-                                    [&] { return run_model(context, state); });
+                                    [&] { return run_model(context, state); }, repredict_backoff_);
   state->busy = false;
   return lc;
 }

@@ -75,7 +75,7 @@ class LearnedPredictor final : public Predictor {
   // Maps the model and the token tables (tokens_path may be null: every frame is then <unsymbolized>, the
   // model sees only the size). On failure: false and a reason naming the file in `error`.
   bool init(const char* model_path, const char* tokens_path, uint32_t repredict_every, char* error,
-            size_t error_capacity);
+            size_t error_capacity, unsigned repredict_backoff = 0);
 
   Consult consult() const override { return Consult::kEveryAllocation; }
   unsigned predict(const AllocationContext& context) override;
@@ -113,6 +113,7 @@ class LearnedPredictor final : public Predictor {
   TokenTables tables_;
   ModuleMap modules_;
   uint32_t repredict_every_ = kDefaultRepredictEvery;
+  unsigned repredict_backoff_ = 0;
   int log_fd_ = -1;
   int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any
 };

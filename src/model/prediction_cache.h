@@ -45,18 +45,25 @@ class PredictionCache {
   static unsigned index_of(uint64_t key) { return unsigned(key >> (64 - kLogEntries)); }
 
   // The class for `key`; `run_model()` gives the model's class (called on a miss and on re-prediction).
+  // max_backoff: a re-prediction that keeps the class doubles the entry's period, up to repredict_every <<
+  // max_backoff (0: every repredict_every hits, the paper's rule); one that changes it starts over.
   template <typename RunModel>
-  unsigned lookup(uint64_t key, uint32_t repredict_every, CacheCounters& counters, RunModel&& run_model) {
+  unsigned lookup(uint64_t key, uint32_t repredict_every, CacheCounters& counters, RunModel&& run_model,
+                  unsigned max_backoff = 0) {
     Entry& e = entries_[index_of(key)];
     if (__builtin_expect(e.key == key, 1)) {
       CacheCounters::bump(counters.hits);
-      if (__builtin_expect(repredict_every == 0 || ++e.hits < repredict_every, 1)) return e.lifetime_class;
+      if (__builtin_expect(repredict_every == 0 || ++e.hits < uint64_t(repredict_every) << e.backoff, 1))
+        return e.lifetime_class;
       e.hits = 0;
       CacheCounters::bump(counters.repredictions);
       unsigned fresh = run_model();
       if (fresh > e.lifetime_class) {
         e.lifetime_class = uint8_t(fresh);
+        e.backoff = 0;
         CacheCounters::bump(counters.repredictions_changed);
+      } else if (e.backoff < max_backoff) {
+        e.backoff++;
       }
       return e.lifetime_class;
     }
@@ -66,6 +73,7 @@ class PredictionCache {
     e.key = key;
     e.hits = 0;
     e.lifetime_class = uint8_t(fresh);
+    e.backoff = 0;
     return fresh;
   }
 

@@ -34,7 +34,8 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
   if (o.predict_log != nullptr && *o.predict_log)
     predictor->set_log_fd(open(o.predict_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   char error[512];
-  if (!predictor->init(model_path, o.tokens, uint32_t(o.repredict_every), error, sizeof error)) {
+  if (!predictor->init(model_path, o.tokens, uint32_t(o.repredict_every), error, sizeof error,
+                       unsigned(o.repredict_backoff))) {
     char line[600];
     format_message(line, sizeof line, "llamalloc: warning: %s; running without predictions\n", error);
     write_stderr_line(line);

@@ -104,6 +104,34 @@ TEST(PredictionCache, EveryNHitsPredictsAgainAndKeepsTheLongerClass) {
   EXPECT_EQ(model.runs, 6);
 }
 
+TEST(PredictionCache, AReconfirmedClassDoublesTheEntrysPeriodAndAChangedOneStartsOver) {
+  PredictionCache<4> cache;
+  CacheCounters counters;
+  FakeModel model{2};
+  uint64_t key = cache_key(0x401000, 0x7ffc0000, 5);
+  const uint32_t n = 10;
+  auto lookup = [&] { return cache.lookup(key, n, counters, [&] { return model(); }, /*max_backoff=*/2); };
+  lookup();  // miss: class 2, period n
+  auto hits_until_run = [&] {
+    int before = model.runs, hits = 0;
+    while (model.runs == before) {
+      lookup();
+      ++hits;
+    }
+    return hits;
+  };
+  EXPECT_EQ(hits_until_run(), 10);  // same class: the period doubles
+  EXPECT_EQ(hits_until_run(), 20);
+  EXPECT_EQ(hits_until_run(), 40);  // capped at n << 2
+  EXPECT_EQ(hits_until_run(), 40);
+  model.answer = 4;  // a longer class: taken, and the period starts over
+  EXPECT_EQ(hits_until_run(), 40);
+  EXPECT_EQ(cache.entry(PredictionCache<4>::index_of(key)).lifetime_class, 4u);
+  EXPECT_EQ(hits_until_run(), 10);
+  // The fast path's view of the same entry: re-predicted after n << backoff hits.
+  EXPECT_EQ(cache.entry(PredictionCache<4>::index_of(key)).backoff, 1u);
+}
+
 TEST(PredictionCache, ZeroMeansNeverPredictAgain) {
   PredictionCache<4> cache;
   CacheCounters counters;

@@ -36,10 +36,12 @@ struct PredictionCacheEntry {
   uint64_t key;  // prediction_cache_key(); 0 = empty
   uint32_t hits;  // since the last model run for this entry
   uint8_t lifetime_class;
+  uint8_t backoff;  // the entry is re-predicted every repredict_every << backoff hits
 };
 
 // What the fast path needs to probe a thread's cache: entries[key >> shift], the re-prediction period
-// (UINT32_MAX: never) and the thread's hit counter (one writer, relaxed).
+// (UINT32_MAX: never; an entry's own period is this << its backoff) and the thread's hit counter (one writer,
+// relaxed).
 struct PredictionCacheView {
   PredictionCacheEntry* entries = nullptr;
   uint32_t shift = 64;
