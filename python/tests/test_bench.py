@@ -75,6 +75,47 @@ def test_bench_reads_the_llamalloc_statistics_file(tmp_path):
         assert run["metrics"]["long_lived_placement"] == "llamalloc_malloc_class"
 
 
+def constant_model(path: Path, lifetime_class: int) -> Path:
+    """A valid model file whose answer is always `lifetime_class` (its dense layer ignores the LSTM)."""
+    import numpy as np
+    from llamalloc.model import modelfile
+    from llamalloc.model.tokenizer import SPECIAL_TOKENS
+
+    vocab = SPECIAL_TOKENS + ["main"]
+    v, hidden = len(vocab), 1
+    embedding = np.zeros((v, hidden), np.float32)
+    w_input = np.zeros((hidden, 4 * hidden), np.float32)
+    bias = np.zeros(4 * hidden, np.float32)
+    dense_b = np.full(8, -10.0, np.float32)
+    dense_b[lifetime_class] = 10.0
+    modelfile.write(path, modelfile.ModelFile(
+        vocabulary=vocab, embedding=embedding, w_input=w_input, w_hidden=np.zeros((hidden, 4 * hidden), np.float32),
+        bias=bias, folded=(embedding @ w_input + bias).astype(np.float32), dense_w=np.zeros((hidden, 8), np.float32),
+        dense_b=dense_b, max_tokens=128, default_class=lifetime_class, program="test"))
+    return path
+
+
+def test_bench_with_a_model_runs_llamalloc_with_it_and_reports_a_workload_without_one(tmp_path):
+    lib = llamalloc_library()
+    if not is_real_llamalloc(lib):
+        pytest.skip("needs the real libllamalloc.so (the learned predictor is part of it)")
+    model = constant_model(tmp_path / "c3.model", 3)
+    out = _bench(["--scale", "small", "--repeat", "1", "--allocators", "llamalloc", "-w", "word-count",
+                  "-w", "frag-micro", "--model", f"word-count={model}", "--out", str(tmp_path / "out"),
+                  "--no-plots"], tmp_path)
+    assert out.returncode == 1, out.stderr  # frag-micro has no model: reported, the rest completed
+    assert "frag-micro under llamalloc+model: no model given" in out.stderr
+    data = json.loads((tmp_path / "out" / "bench.json").read_text())
+    entry = next(e for e in data["results"] if e["allocator"] == "llamalloc+model" and e["workload"] == "word-count")
+    stats = entry["runs"][0]["llamalloc_stats"]
+    counters = stats.get("counters", stats)
+    assert counters["prediction_cache_hits"] + counters["prediction_cache_misses"] > 1000, counters
+    assert stats["huge_pages_by_class"][3] > 0, "the model's class was used"
+    plain = next(e for e in data["results"] if e["allocator"] == "llamalloc" and e["workload"] == "word-count")
+    assert plain["runs"][0]["llamalloc_stats"]["counters"]["prediction_cache_misses"] == 0
+    assert "llamalloc+model" in out.stdout
+
+
 def test_bench_missing_allocator_keeps_what_completed(tmp_path):
     out = _bench(["--scale", "small", "--repeat", "1", "--allocators", "glibc,ghost=/nonexistent/libghost.so",
                   "-w", "word-count", "--out", str(tmp_path / "out"), "--no-plots"], tmp_path)
@@ -103,6 +144,9 @@ def test_bench_missing_workload_binary_is_reported(tmp_path, monkeypatch):
     (["-w", "nope"], "unknown workload 'nope'"),
     (["--allocators", "glibc,hoard"], "unknown allocator 'hoard'"),
     (["--repeat", "0"], "--repeat must be at least 1"),
+    (["--model", "word-count"], "--model word-count: expected WORKLOAD=MODEL"),
+    (["--model", "nope=/etc/hostname"], "unknown workload 'nope'"),
+    (["--model", "word-count=/nonexistent.model"], "/nonexistent.model does not exist"),
 ])
 def test_bench_bad_arguments_are_one_line_errors(tmp_path, args, message):
     out = _bench(["--scale", "small", "--out", str(tmp_path / "out"), *args], tmp_path)

@@ -32,6 +32,8 @@ PEER_LIBRARIES = {
     "mimalloc": SYSTEM_LIBDIR / "libmimalloc.so.2",
 }
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc", "llamalloc")
+# llamalloc with a learned model per workload (`llamalloc bench --model WORKLOAD=MODEL`).
+MODEL_ALLOCATOR = "llamalloc+model"
 MiB = 1 << 20
 
 
@@ -69,14 +71,14 @@ def parse_allocators(spec: str) -> list[tuple[str, Path | None, str | None]]:
             lib = PEER_LIBRARIES[item]
             out.append((item, lib, None if lib.is_file() else
                         f"allocator {item}: {lib} not found (install it with scripts/setup.sh)"))
-        elif item == "llamalloc":
+        elif item in ("llamalloc", MODEL_ALLOCATOR):
             try:
-                out.append(("llamalloc", paths.native_library("libllamalloc.so"), None))
+                out.append((item, paths.native_library("libllamalloc.so"), None))
             except UserError as e:
-                out.append(("llamalloc", None, f"allocator llamalloc: {e}"))
+                out.append((item, None, f"allocator {item}: {e}"))
         else:
-            raise UserError(f"--allocators: unknown allocator {item!r}; known: {', '.join(ALLOCATORS)} "
-                            f"(or NAME=/path/to/lib.so)")
+            raise UserError(f"--allocators: unknown allocator {item!r}; known: {', '.join(ALLOCATORS)}, "
+                            f"{MODEL_ALLOCATOR} (or NAME=/path/to/lib.so)")
     if len({n for n, _, _ in out}) != len(out):
         raise UserError("--allocators: an allocator is named twice")
     return out
@@ -259,9 +261,14 @@ class BenchResult:
         }
 
 
-def allocator_env(allocator: Allocator, stats_path: Path | None) -> dict[str, str]:
+def allocator_env(allocator: Allocator, stats_path: Path | None,
+                  model_env: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     env.pop("LLAMALLOC_STATS", None)
+    env.pop("LLAMALLOC_MODEL", None)
+    env.pop("LLAMALLOC_TOKENS", None)
+    if model_env:
+        env.update(model_env)
     if allocator.library is not None:
         env["LD_PRELOAD"] = str(allocator.library)
     if allocator.is_llamalloc and stats_path is not None:
@@ -282,7 +289,11 @@ Progress = Callable[[str], None]
 
 
 def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale: str, out_dir: Path,
-              progress: Progress = lambda line: None, interval_seconds: float = 0.1) -> BenchResult:
+              progress: Progress = lambda line: None, interval_seconds: float = 0.1,
+              models: dict[str, Path] | None = None) -> BenchResult:
+    """models: workload name -> model file, for the llamalloc+model allocator (its runs of a workload without a
+    model are skipped and reported)."""
+    models = dict(models or {})
     if repeat < 1:
         raise UserError("--repeat must be at least 1")
     if scale not in _workloads.SCALES:
@@ -314,13 +325,27 @@ def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale
             progress(f"skipped: {e}")
             done += len(usable) * repeat
             continue
+        model_env: dict[str, str] | None = None
+        runnable = list(usable)
+        if any(a.name == MODEL_ALLOCATOR for a in usable):
+            if workload.name not in models:
+                problem = f"{workload.name} under {MODEL_ALLOCATOR}: no model given (--model {workload.name}=MODEL)"
+                result.problems.append(problem)
+                progress(f"skipped: {problem}")
+                runnable = [a for a in usable if a.name != MODEL_ALLOCATOR]
+                done += repeat
+            else:
+                from .prepare import prepare_for_run  # the token tables of the program and its libraries, cached
+                model_env = prepare_for_run(str(models[workload.name]), str(workload.executable()),
+                                            log=lambda msg: progress(msg))
         for rep in range(repeat):
             # Interleave allocators within a repeat so that slow drift on a shared machine hits all alike.
-            for allocator in usable:
+            for allocator in runnable:
                 done += 1
                 label = f"[{done}/{total}] {workload.name} under {allocator.name} (repeat {rep + 1}/{repeat})"
                 progress(f"{label} ...")
-                run = _one_run(workload, allocator, rep, scale, out_dir, interval_seconds)
+                run = _one_run(workload, allocator, rep, scale, out_dir, interval_seconds,
+                               model_env if allocator.name == MODEL_ALLOCATOR else None)
                 result.runs.append(run)
                 if run.ok:
                     peak = run.peak_rss_bytes
@@ -333,14 +358,16 @@ def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale
     return result
 
 
-def _one_run(workload, allocator: Allocator, rep: int, scale: str, out_dir: Path, interval: float) -> Run:
+def _one_run(workload, allocator: Allocator, rep: int, scale: str, out_dir: Path, interval: float,
+             model_env: dict[str, str] | None = None) -> Run:
     stats_path = out_dir / "stats" / f"{workload.name}.{allocator.name}.{rep}.json"
     stats_path.unlink(missing_ok=True)
     sampler = MemorySampler(interval)
     workdir = Path(tempfile.mkdtemp(prefix=f"llamalloc-bench-{workload.name}-"))
     started = time.monotonic()
     try:
-        metrics = workload.run(scale, allocator_env(allocator, stats_path), workdir, on_start=sampler.start)
+        metrics = workload.run(scale, allocator_env(allocator, stats_path, model_env), workdir,
+                               on_start=sampler.start)
         run = Run(workload.name, allocator.name, rep, ok=True, metrics=metrics)
     except UserError as e:
         run = Run(workload.name, allocator.name, rep, ok=False, error=str(e))

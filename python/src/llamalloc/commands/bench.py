@@ -24,19 +24,33 @@ from ..errors import UserError
               help="Where to write the JSON results (default: OUT/bench.json).")
 @click.option("--interval", default=0.1, show_default=True, type=float, help="RSS sampling interval, seconds.")
 @click.option("--no-plots", is_flag=True, help="Skip the matplotlib plots.")
-def command(workload_names, allocators, repeat, scale, out_dir, json_path, interval, no_plots):
+@click.option("--model", "model_specs", multiple=True, metavar="WORKLOAD=MODEL",
+              help=f"A model for a workload (repeatable): adds the allocator {_bench.MODEL_ALLOCATOR}, llamalloc "
+                   f"with that model (LLAMALLOC_MODEL and the program's token tables).")
+def command(workload_names, allocators, repeat, scale, out_dir, json_path, interval, no_plots, model_specs):
     """Run workloads under glibc, jemalloc, tcmalloc, mimalloc and llamalloc (LD_PRELOAD) and compare time,
     throughput, peak and final RSS and AnonHugePages, as ratios to glibc."""
     if interval <= 0:
         raise UserError("--interval must be positive")
     names = list(workload_names) or list(_workloads.DEFAULT_WORKLOADS)
+    models: dict[str, Path] = {}
+    for spec in model_specs:
+        workload, sep, path = spec.partition("=")
+        if not sep or not workload or not path:
+            raise UserError(f"--model {spec}: expected WORKLOAD=MODEL")
+        _workloads.get(workload)  # an unknown workload is bad input
+        if not Path(path).is_file():
+            raise UserError(f"--model {spec}: {path} does not exist")
+        models[workload] = Path(path)
+    if models and _bench.MODEL_ALLOCATOR not in [a.strip() for a in allocators.split(",")]:
+        allocators = f"{allocators},{_bench.MODEL_ALLOCATOR}"
     json_path = json_path or out_dir / "bench.json"
 
     def progress(line: str) -> None:
         click.echo(f"bench: {line}", err=True)
 
     result = _bench.run_bench(names, allocators, repeat, scale, out_dir, progress=progress,
-                              interval_seconds=interval)
+                              interval_seconds=interval, models=models)
     _bench.write_json(result, json_path)
     click.echo(_bench.format_table(result))
     click.echo(f"bench: results written to {json_path}", err=True)
