@@ -90,7 +90,7 @@ def _cross_validated(name: str, contexts, folds: int, config: lstm.TrainConfig, 
 
 
 def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float | None = None,
-             holdout: float = 0.2, folds: int = 1):
+             holdout: float = 0.2, folds: int = 1, kinds=("same", "across")):
     """Yields one result row per experiment, as soon as it is done. `rev1` and `rev2` are a profile or a list
     of profiles (several runs of one revision, merged)."""
     from .pipeline import load_samples
@@ -101,7 +101,7 @@ def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float 
     config = lstm.TrainConfig(hidden_dim=hidden, seed=seed)
     if weight_power is not None:
         config.weight_power = weight_power
-    for rev, contexts, label in (("r1", c1, rev1), ("r2", c2, rev2)):
+    for rev, contexts, label in (("r1", c1, rev1), ("r2", c2, rev2)) if "same" in kinds else ():
         if folds > 1:
             yield _cross_validated(f"{name} {rev}", contexts, folds, config, _label(label))
             continue
@@ -115,7 +115,8 @@ def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float 
                      "test_stacks": len(set(contexts.subset(test_idx).stacks)),
                      "train_seconds": round(time.perf_counter() - t0, 1), "epochs": held.result.epochs_run,
                      "profiles": _label(label)}))
-    for a, b, ca, cb, la, lb in (("r1", "r2", c1, c2, rev1, rev2), ("r2", "r1", c2, c1, rev2, rev1)):
+    across = (("r1", "r2", c1, c2, rev1, rev2), ("r2", "r1", c2, c1, rev2, rev1))
+    for a, b, ca, cb, la, lb in across if "across" in kinds else ():
         t0 = time.perf_counter()
         trained = pipeline.train_contexts(ca, config, progress=_quiet)
         match, total = pipeline.matching_stacks(trained.model, cb)
@@ -227,6 +228,7 @@ def main(argv=None) -> int:
     wl.add_argument("--weight-power", type=float, default=None)
     wl.add_argument("--folds", type=int, default=5,
                     help="same-revision rows: k-fold over stacks (1: one 20%% hold-out instead)")
+    wl.add_argument("--only", choices=("same", "across"), help="only the same-revision or the cross-revision rows")
     args = parser.parse_args(argv)
     if args.what == "speed":
         print(json.dumps(speed(args.examples, args.hidden, args.seed, args.epochs)))
@@ -241,7 +243,7 @@ def main(argv=None) -> int:
             runs = record_runs(workload, folder, args.runs, args.reuse,
                                log=lambda line: print(line, file=sys.stderr, flush=True))
             for row in accuracy(workload, runs["r1"], runs["r2"], args.hidden, args.seed, args.weight_power,
-                                folds=args.folds):
+                                folds=args.folds, kinds=(args.only,) if args.only else ("same", "across")):
                 print(json.dumps(row), flush=True)
                 rows.append(row)
         print(markdown_table(rows))
