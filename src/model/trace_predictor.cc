@@ -188,17 +188,21 @@ unsigned TracePredictor::classify(const uint64_t* frames, uint32_t depth, uint64
   return lc;
 }
 
-unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32_t depth, uint64_t size_bytes) {
-  auto it = caches_.find(thread);
-  if (it == caches_.end()) {
-    ++threads_;
-    it = caches_.emplace(thread, std::make_unique<Cache>()).first;
+unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32_t depth, uint64_t size_bytes,
+                                 uint64_t height) {
+  if (last_cache_ == nullptr || thread != last_thread_) {
+    auto it = caches_.find(thread);
+    if (it == caches_.end()) {
+      ++threads_;
+      it = caches_.emplace(thread, std::make_unique<Cache>()).first;
+    }
+    last_thread_ = thread;
+    last_cache_ = it->second.get();
   }
-  uint64_t height = stack_height_stand_in(frames, depth);
   unsigned sc = size_class(size_bytes);
   uintptr_t return_address = depth > 0 ? uintptr_t(frames[0] + 1) : 0;
   uint64_t key = cache_key(return_address, uintptr_t(height), sc);
-  return it->second->lookup(key, repredict_every_, counters_, [&] {
+  return last_cache_->lookup(key, repredict_every_, counters_, [&] {
     CacheCounters::bump(counters_.model_runs);
     uint64_t memo_key = mix(depth > 0 ? mix(height, frames[0]) : height, sc);
     auto m = memo_.find(memo_key);

@@ -60,7 +60,11 @@ class TracePredictor {
   // caller). The cache key is cache_key(return address of frame 0, stand-in stack height, size class): a trace
   // has no stack height, so the stand-in is a hash of the return addresses of the whole stack (the frames that
   // make the height in the process; see docs/simulator.md).
-  unsigned predict(uint32_t thread, const uint64_t* frames, uint32_t depth, uint64_t size_bytes);
+  unsigned predict(uint32_t thread, const uint64_t* frames, uint32_t depth, uint64_t size_bytes) {
+    return predict(thread, frames, depth, size_bytes, stack_height_stand_in(frames, depth));
+  }
+  // The same with the stand-in height computed once per stack by the caller.
+  unsigned predict(uint32_t thread, const uint64_t* frames, uint32_t depth, uint64_t size_bytes, uint64_t height);
 
   // The token ids of one trace stack and size, as training encodes them (tests).
   size_t tokens(const uint64_t* frames, uint32_t depth, uint64_t size_bytes, uint32_t* out, size_t max);
@@ -93,6 +97,8 @@ class TracePredictor {
   // Traced thread id -> its cache, kept to the end: Linux hands out thread ids in sequence, so an id that comes
   // back is the same thread (a new thread, with a new id, starts with an empty cache as in the process).
   std::unordered_map<uint32_t, std::unique_ptr<Cache>> caches_;
+  uint32_t last_thread_ = 0;  // a thread allocates in runs: its cache is found without the map
+  Cache* last_cache_ = nullptr;
   std::unordered_map<uint64_t, uint8_t> memo_;                    // stack hash ^ size class -> model class
   std::vector<Placed> placed_;                                    // sorted by start
   std::vector<std::string> problems_;                             // "path (reason)"

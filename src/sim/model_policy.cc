@@ -36,12 +36,18 @@ ModelClassSource::~ModelClassSource() {
 }
 
 unsigned ModelClassSource::ClassOf(const ObjectAlloc& object) {
-  const uint64_t* frames = nullptr;
-  uint32_t depth = 0;
-  // A stack the trace does not hold (the profiler's table was full) leaves only the size to the model, as a
-  // walk that found no frame would.
-  if (!stacks_.Stack(object.stack_id, &frames, &depth)) ++without_stack_;
-  unsigned lc = predictor_->predict(object.thread, frames, depth, object.size_bytes);
+  uint64_t key = uint64_t{object.stack_id} + 1;
+  StackInfo* info = stack_info_.Find(key);
+  if (info == nullptr) {
+    StackInfo fresh{nullptr, 0, 0};
+    // A stack the trace does not hold (the profiler's table was full) leaves only the size to the model, as a
+    // walk that found no frame would.
+    stacks_.Stack(object.stack_id, &fresh.frames, &fresh.depth);
+    fresh.height = model::TracePredictor::stack_height_stand_in(fresh.frames, fresh.depth);
+    info = &stack_info_.Put(key, fresh);
+  }
+  if (info->frames == nullptr) ++without_stack_;
+  unsigned lc = predictor_->predict(object.thread, info->frames, info->depth, object.size_bytes, info->height);
   if (lc > 7) lc = 7;
   ++predicted_;
   if (object.lifetime_class < 8) ++confusion_[object.lifetime_class][lc];

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "sim/flat_map.h"
 #include "sim/llama_policy.h"
 #include "sim/trace_stacks.h"
 
@@ -42,6 +43,12 @@ class ModelClassSource final : public ClassSource {
  private:
   std::unique_ptr<model::TracePredictor> predictor_;
   const TraceStacks& stacks_;
+  struct StackInfo {
+    const uint64_t* frames;
+    uint32_t depth;
+    uint64_t height;  // the cache's stand-in stack height
+  };
+  FlatMap<StackInfo> stack_info_;  // stack id + 1 -> its frames, computed once per stack
   std::array<std::array<uint64_t, 8>, 8> confusion_{};
   uint64_t predicted_ = 0, without_stack_ = 0;
   int log_fd_ = -1;
