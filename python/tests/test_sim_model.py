@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from llamalloc import paths, profile, sim
+from llamalloc import trace as tracefile
 from llamalloc import prepare as prep
 from llamalloc.model import modelfile, reference
 from llamalloc.model.tokenizer import SPECIAL_TOKENS, Vocabulary
@@ -217,7 +218,6 @@ def test_llama_model_needs_a_model_and_the_model_needs_the_policy(made_up):
 # A real program: token tables prepared from its binaries (objdump, eu-addr2line), its PIE mapped wherever ASLR put
 # it. keep_record() is its only context with that word: the switch model puts exactly its objects in class 7.
 ROUNDS = 20
-KEPT = ROUNDS * 16  # predict-contexts footprint: 16 records per round, never freed
 
 
 def program() -> Path:
@@ -236,18 +236,31 @@ def real(tmp_path_factory):
     trace = d / "app.trace"
     r = llamalloc("trace", "-o", trace, "--", program(), "footprint", ROUNDS, env=env)
     assert r.returncode == 0, r.stderr
-    return d, env, trace
+    return d, env, trace, kept_records(trace, env)
+
+
+def kept_records(trace: Path, env) -> int:
+    """Allocations of the trace made by keep_record() (frame 0), counted on a symbolized copy."""
+    copy = trace.with_name("symbolized-" + trace.name)
+    shutil.copy(trace, copy)
+    assert llamalloc("symbolize", copy, env=env).returncode == 0
+    t = tracefile.load(copy)
+    allocs = t.events[(t.events["kind"] & 0xFF) == 1]
+    names = {sid: (t.symbols.get(frames[0]) or [("?",)])[0][0] if frames else "?" for sid, frames in t.stacks.items()}
+    n = sum(1 for sid in allocs["stack_id"] if names.get(int(sid)) == "keep_record")
+    assert n > 0
+    return n
 
 
 def test_real_trace_tokens_come_from_its_binaries_and_are_cached(real):
-    d, env, trace = real
+    d, env, trace, kept = real
     out, log = d / "real.sim.json", d / "predict.log"
     r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "switch.model", "-o", out,
                   "--predict-log", log, env=env)
     assert r.returncode == 0, r.stderr
     assert "preparing tokens of" in r.stderr and "warning" not in r.stderr
     e = policy(out, "llama-model")["extras"]
-    assert e["allocs_class_7"] == KEPT
+    assert e["allocs_class_7"] == kept
     assert e["prediction_cache_hits"] > 10 * e["prediction_cache_misses"]
     # The tokens of the program's own contexts are those training gives the same contexts in a symbolized
     # profile of the same program.
@@ -271,11 +284,11 @@ def test_real_trace_tokens_come_from_its_binaries_and_are_cached(real):
     # Second time: the tables come from the cache.
     r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "switch.model", "-o", out, env=env)
     assert r.returncode == 0 and "preparing tokens of" not in r.stderr, r.stderr
-    assert policy(out, "llama-model")["extras"]["allocs_class_7"] == KEPT
+    assert policy(out, "llama-model")["extras"]["allocs_class_7"] == kept
 
 
 def test_a_binary_missing_on_disk_is_one_warning_and_the_replay_goes_on(real):
-    d, env, _ = real
+    d, env, _, _ = real
     copy = d / "gone" / "predict-contexts-copy"
     copy.parent.mkdir()
     shutil.copy2(program(), copy)
@@ -292,3 +305,16 @@ def test_a_binary_missing_on_disk_is_one_warning_and_the_replay_goes_on(real):
     model = policy(out, "llama-model")
     assert model["extras"]["allocs_class_7"] == 0  # keep_record's frames are <unsymbolized> now
     assert model["summary"]["events"] == policy(out, "llama-oracle")["summary"]["events"]
+
+
+def test_a_trace_without_mappings_replays_with_a_warning(tmp_path):
+    from test_sim_support import write_trace
+    trace = write_trace(tmp_path / "bare.trace", [alloc(0, 0x1000, 64), free(1, 0x1000)])
+    m = switch_model({"keep_record": 7}, 2, ["keep_record"])
+    modelfile.write(tmp_path / "m.model", m)
+    out = tmp_path / "bare.sim.json"
+    r = llamalloc("simulate", trace, "-p", "llama-model", "--model", tmp_path / "m.model", "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "no executable mapping" in warnings[0], r.stderr
+    assert policy(out, "llama-model")["extras"]["allocs_class_2"] == 1

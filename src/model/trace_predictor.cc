@@ -130,6 +130,7 @@ void TracePredictor::load_mappings(const std::vector<TraceMapping>& mappings) {
 }
 
 void TracePredictor::note_stack(const uint64_t* frames, uint32_t depth) {
+  noted_frames_ += depth;
   for (uint32_t i = 0; i < depth; ++i) {
     uint64_t pc = frames[i];
     auto it = std::upper_bound(placed_.begin(), placed_.end(), pc,
@@ -148,6 +149,10 @@ std::string TracePredictor::warning() const {
     if (problem_frames_[i] == 0) continue;
     list += (n++ ? ", " : "") + problems_[i];
     frames += problem_frames_[i];
+  }
+  if (placed_.empty() && noted_frames_ > 0) {
+    return "the trace records no executable mapping: its " + std::to_string(noted_frames_) +
+           " frames are <unsymbolized>";
   }
   if (n == 0) return "";
   return std::to_string(n) + (n == 1 ? " binary" : " binaries") + " of the trace cannot be tokenised: " + list +

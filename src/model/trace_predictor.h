@@ -103,6 +103,7 @@ class TracePredictor {
   std::vector<Placed> placed_;                                    // sorted by start
   std::vector<std::string> problems_;                             // "path (reason)"
   std::vector<uint64_t> problem_frames_;
+  uint64_t noted_frames_ = 0;
 };
 
 }  // namespace llamalloc::model
