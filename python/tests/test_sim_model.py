@@ -136,7 +136,8 @@ def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up)
     tokens = write_tables(m, binary, d / "m.tokens")
     out = d / "r.sim.json"
     r = llamalloc("simulate", trace, "-p", "llama-model", "-p", "llama-oracle", "--model", d / "m.model",
-                  "--tokens", tokens, "--repredict-every", 5, "--thread-idle-ms", 0, "-o", out, "-q")
+                  "--tokens", tokens, "--repredict-every", 5, "--repredict-backoff", 0, "--thread-idle-ms", 0,
+                  "-o", out, "-q")
     assert r.returncode == 0, r.stderr
     # The library that is gone: one warning line naming it; the replay goes on.
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
@@ -166,6 +167,13 @@ def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up)
     assert e["repredictions"] == repredictions and e["model_runs"] == 4 + repredictions
     assert e["model_inferences"] == 3 and e["prediction_caches"] == 2
     assert "prediction cache hit rate" in r.stdout and "100.0% exact" in r.stdout
+    # With the library's back-off (a re-prediction that keeps the class doubles the entry's period): re-predicted
+    # at hits 5, 15 and 35 of a thread-1 context, at hit 5 of thread 2's.
+    r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "m.model", "--tokens", tokens,
+                  "--repredict-every", 5, "--repredict-backoff", 10, "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    e = policy(out, "llama-model")["extras"]
+    assert e["repredictions"] == 3 * 3 + 1 and e["model_runs"] == 4 + 10 and e["prediction_cache_misses"] == 4
 
 
 def test_a_model_of_another_program_still_replays_and_its_accuracy_is_counted(made_up):

@@ -34,7 +34,7 @@ TracePredictor::TracePredictor() : predictor_(std::make_unique<LearnedPredictor>
 TracePredictor::~TracePredictor() = default;
 
 bool TracePredictor::init(const std::string& model_path, const std::string& tokens_path, uint32_t repredict_every,
-                          std::string* error) {
+                          std::string* error, unsigned repredict_backoff) {
   char why[512];
   if (!predictor_->init(model_path.c_str(), tokens_path.empty() ? nullptr : tokens_path.c_str(), repredict_every,
                         why, sizeof why)) {
@@ -42,6 +42,7 @@ bool TracePredictor::init(const std::string& model_path, const std::string& toke
     return false;
   }
   repredict_every_ = repredict_every;
+  repredict_backoff_ = repredict_backoff;
   // Until the trace's mappings are loaded the module map is this process's: no trace address is known.
   predictor_->modules().load(nullptr, 0);
   return true;
@@ -216,7 +217,7 @@ unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32
     unsigned lc = classify(frames, depth, size_bytes);
     memo_.emplace(memo_key, uint8_t(lc));
     return lc;
-  });
+  }, repredict_backoff_);
 }
 
 TracePredictionTotals TracePredictor::totals() const {

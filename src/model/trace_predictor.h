@@ -41,8 +41,9 @@ class TracePredictor {
 
   // Maps the model and the token tables (tokens_path empty: no tables, every frame is <unsymbolized>, the model
   // sees only the size). On failure: false and one line "FILE: problem" in *error.
+  // repredict_every and repredict_backoff: as LLAMALLOC_REPREDICT_EVERY and LLAMALLOC_REPREDICT_BACKOFF.
   bool init(const std::string& model_path, const std::string& tokens_path, uint32_t repredict_every,
-            std::string* error);
+            std::string* error, unsigned repredict_backoff = 0);
 
   // Places the trace's executable mappings over the binaries of the token tables: a frame's ELF virtual
   // address is found as the process's module map finds it (path, then the PT_LOAD segment holding the mapping's
@@ -77,6 +78,7 @@ class TracePredictor {
 
   TracePredictionTotals totals() const;
   uint32_t repredict_every() const { return repredict_every_; }
+  unsigned repredict_backoff() const { return repredict_backoff_; }
   const ModelFile& model() const { return predictor_->model(); }
 
   // The stand-in stack height of a trace stack (exposed for tests).
@@ -91,6 +93,7 @@ class TracePredictor {
 
   std::unique_ptr<LearnedPredictor> predictor_;  // model, token tables, the trace's module map, tokens_of
   uint32_t repredict_every_ = kDefaultRepredictEvery;
+  unsigned repredict_backoff_ = 0;
   CacheCounters counters_;
   uint64_t inferences_ = 0, threads_ = 0;
   int log_fd_ = -1;

@@ -14,7 +14,8 @@ namespace llamalloc::sim {
 ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStacks& stacks, std::string* warning)
     : predictor_(std::make_unique<model::TracePredictor>()), stacks_(stacks) {
   std::string error;
-  if (!predictor_->init(options.model_path, options.tokens_path, options.repredict_every, &error)) {
+  if (!predictor_->init(options.model_path, options.tokens_path, options.repredict_every, &error,
+                        options.repredict_backoff)) {
     throw FormatError(error);
   }
   std::vector<model::TraceMapping> mappings;
@@ -77,6 +78,7 @@ std::vector<std::pair<std::string, double>> ModelClassSource::SummaryExtras() co
       {"repredictions", double(t.repredictions)},
       {"repredictions_changed", double(t.repredictions_changed)},
       {"repredict_every", double(predictor_->repredict_every())},
+      {"repredict_backoff", double(predictor_->repredict_backoff())},
       {"model_inferences", double(t.model_inferences)},
       {"prediction_caches", double(t.threads)},
       {"allocs_without_stack", double(without_stack_)},

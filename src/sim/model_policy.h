@@ -21,6 +21,7 @@ struct ModelOptions {
   std::string model_path;
   std::string tokens_path;  // empty: no token tables (every frame <unsymbolized>)
   uint32_t repredict_every = 1000;  // LLAMALLOC_REPREDICT_EVERY's default
+  unsigned repredict_backoff = 10;  // LLAMALLOC_REPREDICT_BACKOFF's default
   std::string predict_log;          // non-empty: "class: token ids" per context the model classifies
 };
 

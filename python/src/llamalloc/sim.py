@@ -127,7 +127,7 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
              interval_ms: float = 10.0, mesh_period_ms: float = 100.0, seed: int = 1,
              snapshot_ms: Iterable[float] = (), deadline_k: int = 4, thread_idle_ms: float = 1000.0,
              progress: Callable[[str], None] | None = None, model: str | os.PathLike | None = None,
-             tokens: str | os.PathLike | None = None, repredict_every: int = 1000,
+             tokens: str | os.PathLike | None = None, repredict_every: int = 1000, repredict_backoff: int = 10,
              warn: Callable[[str], None] | None = None, predict_log: str | os.PathLike | None = None) -> SimResult:
     """Replays `trace` through each policy; writes `out` (JSON) and its timeline CSV; returns the result.
 
@@ -159,7 +159,8 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
             tokens = prepare_tokens(model, trace, log=progress or (lambda m: None))
         elif not Path(tokens).is_file():
             raise FormatError(tokens, "no such file")
-        cmd += ["--model", str(model), "--repredict-every", str(int(repredict_every))]
+        cmd += ["--model", str(model), "--repredict-every", str(int(repredict_every)),
+                "--repredict-backoff", str(int(repredict_backoff))]
         if tokens is not None:
             cmd += ["--tokens", str(tokens)]
         if predict_log is not None:
