@@ -265,14 +265,14 @@ WORKLOADS: dict[str, Workload | RedisWorkload] = {
         expected_checksums=IMAGE_SERVER_CHECKSUMS),
     "image-server-r2": Workload(
         "image-server-r2", "workloads/image-server/image-server-r2",
-        "image-server, revision 2: renamed and refactored, -O0", "requests_per_second",
+        "image-server, revision 2: renamed and refactored, -O2", "requests_per_second",
         expected_checksums=IMAGE_SERVER_CHECKSUMS),
     "word-count": Workload(
         "word-count", "workloads/word-count/word-count",
         "staged word-count pipeline over a generated corpus, many threads (-O2)", "words_per_second"),
     "word-count-r2": Workload(
         "word-count-r2", "workloads/word-count/word-count-r2",
-        "word-count, revision 2: renamed and refactored, -O0", "words_per_second"),
+        "word-count, revision 2: renamed and refactored, -O2", "words_per_second"),
     "frag-micro": Workload(
         "frag-micro", "workloads/frag-micro/frag-micro",
         "papers/000 section 9.6: 64 B objects swinging 1 MB..top, 5 MB long-lived (class 7 under llamalloc)",
