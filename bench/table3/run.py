@@ -8,11 +8,12 @@ Each step's output stays in OUT (profiles, models, training reports, bench.json,
 output exists is not redone, so an interrupted run continues. Measured quantities and their sources:
 
 - accuracy: the LSTM's weighted / unweighted accuracy on held-out stacks, from `llamalloc train`'s report;
-- footprint: llamalloc's own (huge pages in use at exit, its statistics file); for jemalloc and tcmalloc, whose
-  pages we cannot see, the final RSS (resident bytes at exit: an upper bound of their 2 MiB-page footprint only
-  if every resident page is part of a live huge page, so the figures compare like with like only roughly; the
-  trace-based lower bound of DESIGN.md is `llamalloc simulate --policy pages-2m` on a trace taken under them);
-- live: the live bytes at exit from llamalloc's statistics file (the same program state under every allocator);
+- footprint, at the peak and at exit: llamalloc's own (huge pages in use, its statistics file); for jemalloc and
+  tcmalloc, whose pages we cannot see, RSS (peak and final, sampled by bench): resident bytes, not 2 MiB pages,
+  so the comparison is only rough (the trace-based lower bound of DESIGN.md is `llamalloc simulate --policy
+  pages-2m` on a trace taken under them);
+- live: peak and final live bytes from llamalloc+model's statistics file (the same program under every
+  allocator); the workloads free nearly everything before they exit, so the peak table is the meaningful one;
 - fragmentation reduction of A over B: 1 - (footprint_A - live) / (footprint_B - live) (DESIGN.md);
 - cache hit ratio: prediction cache hits / (hits + misses) under llamalloc+model.
 """
@@ -107,30 +108,41 @@ def main() -> None:
         values = [v for v in values if v is not None]
         return statistics.median(values) if values else None
 
-    print(f"Table 3 analogue, scale {a.scale}, median of {a.repeat} run(s); MiB at exit")
-    head = ["workload", "accuracy (w/u)", "jemalloc RSS", "tcmalloc RSS", "llamalloc fp", "llamalloc+model fp",
-            "live", "reduction vs jemalloc", "vs tcmalloc", "vs llamalloc", "cache hits"]
-    print(" | ".join(head))
-    for w in names:
-        live = med([r["llamalloc_stats"]["live_bytes"] for r in runs(w, "llamalloc+model") if r.get("llamalloc_stats")])
-        fp = lambda alloc: med([r["llamalloc_stats"]["footprint_bytes"] for r in runs(w, alloc)  # noqa: E731
-                                if r.get("llamalloc_stats")])
-        rss = lambda alloc: med([r.get("final_rss_bytes") or (r.get("memory") or {}).get("final_rss_bytes")  # noqa
-                                 for r in runs(w, alloc)])
-        je, tc, ll, lm = rss("jemalloc"), rss("tcmalloc"), fp("llamalloc"), fp("llamalloc+model")
-        hits = med([r["llamalloc_stats"]["counters"]["prediction_cache_hits"] /
-                    max(1, r["llamalloc_stats"]["counters"]["prediction_cache_hits"] +
-                        r["llamalloc_stats"]["counters"]["prediction_cache_misses"])
-                    for r in runs(w, "llamalloc+model") if r.get("llamalloc_stats")])
+    def stat(w, alloc, key):
+        return med([r["llamalloc_stats"][key] for r in runs(w, alloc) if isinstance(r.get("llamalloc_stats"), dict)
+                    and key in r["llamalloc_stats"]])
 
-        def red(b):
-            if None in (lm, b, live) or b - live <= 0:
-                return "-"
-            return f"{100 * (1 - (lm - live) / (b - live)):.0f}%"
+    def rss(w, alloc, key):
+        return med([r.get(key) for r in runs(w, alloc)])
 
-        f = lambda v: "-" if v is None else f"{v / MiB:.1f}"  # noqa: E731
-        print(" | ".join([w, acc[w], f(je), f(tc), f(ll), f(lm), f(live), red(je), red(tc), red(ll),
-                          "-" if hits is None else f"{100 * hits:.2f}%"]))
+    def red(a_fp, b_fp, live):
+        if None in (a_fp, b_fp, live) or b_fp - live <= 0:
+            return "-"
+        return f"{100 * (1 - (a_fp - live) / (b_fp - live)):.0f}%"
+
+    f = lambda v: "-" if v is None else f"{v / MiB:.0f}"  # noqa: E731
+    for when, rss_key, fp_key, live_key in (("at the peak", "peak_rss_bytes", "peak_footprint_bytes", "peak_live_bytes"),
+                                            ("at exit", "final_rss_bytes", "footprint_bytes", "live_bytes")):
+        print(f"\nTable 3 analogue {when}, scale {a.scale}, median of {a.repeat} run(s), MiB. jemalloc and tcmalloc: "
+              f"RSS; llamalloc: its footprint (huge pages in use); live: llamalloc+model's statistics")
+        head = ["workload", "accuracy (w/u)", "jemalloc", "tcmalloc", "llamalloc", "llamalloc+model", "live",
+                "reduction vs jemalloc", "vs tcmalloc", "vs llamalloc", "fp/live", "cache hits", "time vs jemalloc"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for w in names:
+            live = stat(w, "llamalloc+model", live_key)
+            je, tc = rss(w, "jemalloc", rss_key), rss(w, "tcmalloc", rss_key)
+            ll, lm = stat(w, "llamalloc", fp_key), stat(w, "llamalloc+model", fp_key)
+            hits = med([r["llamalloc_stats"]["counters"]["prediction_cache_hits"] /
+                        max(1, r["llamalloc_stats"]["counters"]["prediction_cache_hits"] +
+                            r["llamalloc_stats"]["counters"]["prediction_cache_misses"])
+                        for r in runs(w, "llamalloc+model") if isinstance(r.get("llamalloc_stats"), dict)])
+            t_je, t_lm = med([r.get("seconds") for r in runs(w, "jemalloc")]), \
+                med([r.get("seconds") for r in runs(w, "llamalloc+model")])
+            print("| " + " | ".join([
+                w, acc[w], f(je), f(tc), f(ll), f(lm), f(live), red(lm, je, live), red(lm, tc, live), red(lm, ll, live),
+                "-" if not live or lm is None else f"{lm / live:.2f}", "-" if hits is None else f"{100 * hits:.2f}%",
+                "-" if not t_je or t_lm is None else f"{t_lm / t_je:.2f}"]) + " |")
 
 
 if __name__ == "__main__":
