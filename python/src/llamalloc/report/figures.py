@@ -24,6 +24,7 @@ POLICY_STYLE = {
     "tcmalloc-lifetime": dict(color="#9467bd", label="TCMalloc lifetime-aware filler"),
     "llama-oracle": dict(color="#2ca02c", label="llamalloc, perfect lifetimes"),
     "llama-default": dict(color="#8c564b", label="llamalloc, no model"),
+    "llama-model": dict(color="#e377c2", label="llamalloc, learned model"),
 }
 
 
@@ -99,7 +100,7 @@ def meshing_comparison(result: SimResult, path) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     any_policy = next(iter(p.values()))
     a.plot(any_policy.time_s, any_policy.timeline["live_bytes"] / MIB, color="black", lw=1.5, label="live")
-    for name in ("pages-2m", "mesh-2m", "tcmalloc-lifetime", "llama-oracle"):
+    for name in ("pages-2m", "mesh-2m", "tcmalloc-lifetime", "llama-oracle", "llama-model"):
         if name in p:
             a.plot(p[name].time_s, p[name].timeline["footprint_bytes"] / MIB, lw=1.2, **_style(name))
     a.set_xlabel("trace time (s)")
@@ -108,7 +109,8 @@ def meshing_comparison(result: SimResult, path) -> None:
     a.grid(alpha=0.3)
     a.legend(fontsize=7)
     groups = [("program's pages", "pages-4k", "pages-2m"), ("Mesh", "mesh-4k", "mesh-2m"),
-              ("TCMalloc lifetime", None, "tcmalloc-lifetime"), ("llamalloc oracle", None, "llama-oracle")]
+              ("TCMalloc lifetime", None, "tcmalloc-lifetime"), ("llamalloc oracle", None, "llama-oracle"),
+              ("llamalloc model", None, "llama-model")]
     groups = [g for g in groups if (g[1] in p) or (g[2] in p)]
     x = np.arange(len(groups))
     small = [p[g[1]].summary["final_footprint_bytes"] / MIB if g[1] in p else 0 for g in groups]
