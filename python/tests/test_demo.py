@@ -24,6 +24,7 @@ def test_demo_runs_the_whole_loop(tmp_path):
         assert step in r.stderr
     table = r.stdout
     assert "glibc" in table and "llamalloc" in table and "llama-oracle" in table
+    assert "llama-model" in table  # the replay with the model the demo trained
     bench = json.loads((out / "bench" / "bench.json").read_text())
     assert {x["allocator"] for x in bench["results"]} == {"glibc", "llamalloc"}
     stats = json.loads((out / "frag-micro.stats.json").read_text())
