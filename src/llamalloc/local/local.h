@@ -1,6 +1,7 @@
 // Thread-local span allocators (papers/000 sections 6.1 and 6.6): per lifetime class one primary span
-// (fresh or partially free, bump allocated run of free lines by run of free lines) and one overflow span for
-// small objects that do not fit the current run of a partially free span. The allocation fast path is a bump
+// (fresh or partially free, bump allocated run of free lines by run of free lines), one overflow span for
+// small objects that do not fit the current run of a partially free span, and one span for medium objects
+// (>= kMediumMinTotalBytes, line aligned, placed on the slow path). The allocation fast path is a bump
 // and one store; the free fast path is a header check and one atomic decrement per line the object covers.
 #pragma once
 

@@ -133,8 +133,8 @@ void LocalAllocator::line_emptied(GlobalAllocator& global, SpanMeta* span) {
   int32_t before = span->live_lines.fetch_sub(1, std::memory_order_acq_rel);
   if (before == 1) {
     global.free_span(span);
-  } else if (before == int32_t(kLinesPerSpan) ||
-             (kLinesPerSpan - (before - 1)) % (kLinesPerSpan / GlobalAllocator::kPartialBuckets) == 0) {
+  } else if (int32_t free_after = int32_t(kLinesPerSpan) - (before - 1);
+             free_after == 1 || (free_after > 0 && free_after % int32_t(kLinesPerSpan / GlobalAllocator::kPartialBuckets) == 0)) {
     // A closed span that was full has its first free line. Its page's deadline may already have passed (then
     // the deadline scan that queues partially free spans has come and gone), so it is queued now; otherwise it
     // would wait for the page's next deadline, which after a few promotions is minutes away. (An owned span
