@@ -102,6 +102,11 @@ void MeshPolicy::Allocate(const ObjectAlloc& object) {
   }
   if (cls.attached == kNone) {
     uint32_t span;
+    // A partial group may have been filled by meshing (its live slots are the union of two spans');
+    // such a group is full, not partial: it leaves the list until a free makes room.
+    while (!cls.partial.empty() && spans_[cls.partial.back()].live >= spans_[cls.partial.back()].capacity) {
+      RemovePartial(cls.partial.back());
+    }
     if (!cls.partial.empty()) {
       span = cls.partial.back();
       RemovePartial(span);
@@ -192,6 +197,9 @@ void MeshPolicy::MeshNow() {
       RemovePartial(drop);  // its slots now live on keep's page; keep stays allocatable
       k.slots.merge(d.slots);
       k.live += d.live;
+      // A group that meshing filled is no longer partial: allocating from it would put two objects
+      // in one slot (and past the span's capacity), a footprint below the live bytes.
+      if (k.live >= k.capacity) RemovePartial(keep);
       k.meshed = d.meshed = true;
       // Splice drop's member chain after keep's head.
       uint32_t tail = drop;
