@@ -51,3 +51,28 @@ def test_mesh_4k_footprint_never_below_live(tmp_path, capsys):
     below = tl["footprint_bytes"] < tl["live_bytes"]
     assert not below.any(), f"footprint below live at {int(below.sum())} samples"
     assert r.summary["peak_footprint_bytes"] >= r.summary["peak_live_bytes"]
+
+
+def test_simulate_shows_the_state_after_the_peak_not_only_after_teardown(tmp_path, capsys):
+    # 4 MiB live for a second (the peak), 1 MiB live for a second after it, then teardown to 4 KiB.
+    events, t = [], 0.0
+    addrs = [BASE + i * (1 << 20) for i in range(64)]
+    for a in addrs:
+        events.append(alloc(t, a, 64 * 1024))
+    for a in addrs[16:]:
+        events.append(free(1000.0, a))
+    for t in range(1010, 2000, 10):  # keep the clock going at 1 MiB live
+        events.append(alloc(t, BASE + (1 << 30) + t, 16))
+        events.append(free(t + 1, BASE + (1 << 30) + t))
+    for a in addrs[1:16]:
+        events.append(free(2000.0, a))
+    trace = write_trace(tmp_path / "p.trace", events)
+    out = tmp_path / "p.sim.json"
+    assert main(["simulate", str(trace), "-p", "pages-4k", "-o", str(out), "-q"]) == 0
+    stdout = capsys.readouterr().out
+    assert "after-peak MiB" in stdout and "exit MiB" in stdout
+    a = sim.load(out).policies["pages-4k"].after_peak()
+    assert a["live_bytes"] == pytest.approx(1 << 20, rel=0.01)
+    assert a["footprint_bytes"] == pytest.approx(1 << 20, rel=0.01)
+    row = next(line for line in stdout.splitlines() if line.startswith("pages-4k")).split()
+    assert row[1:4] == ["4.0", "1.0", "1.0"]  # peak, after-peak footprint, after-peak live

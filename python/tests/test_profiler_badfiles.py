@@ -41,7 +41,7 @@ def make_bad(tmp_path: Path, kind: str) -> Path:
         p.write_bytes(gzip.compress(m.SerializeToString()))
     elif kind in ("truncated-trace", "other-version-trace", "corrupt-trace"):
         t = tmp_path / "good.trace"
-        llamalloc("trace", "-o", t, "--", "true", check_rc=0)
+        llamalloc("trace", "--no-compress", "-o", t, "--", "true", check_rc=0)  # the record format's bytes
         data = bytearray(t.read_bytes())
         if kind == "truncated-trace":
             data = data[: len(data) - 20]

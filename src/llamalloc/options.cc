@@ -34,7 +34,85 @@ bool parse_uint(const char* text, uint64_t lo, uint64_t hi, uint64_t* out) {
   return true;
 }
 
+// Names that start with LLAMALLOC_ and are not options, yet are ours: read by the profiler (LLAMALLOC_PROF_*), by
+// the stats dump, or by the llamalloc command; they are not misspellings.
+constexpr const char* kOtherNames[] = {"STATS_SIGNAL", "STATS_INTERVAL_S", "BUILD_DIR", "LIBDIR", "CACHE_DIR",
+                                       "JAX_CACHE", "REDIS_SERVER"};
+constexpr size_t kMaxNameBytes = 64;
+
+// Edit distance of two short names (at most kMaxNameBytes; longer ones count as far apart), without allocating:
+// the allocator is starting.
+size_t edit_distance(const char* a, size_t na, const char* b, size_t nb) {
+  if (na >= kMaxNameBytes || nb >= kMaxNameBytes) return kMaxNameBytes;
+  size_t row[kMaxNameBytes + 1];
+  for (size_t j = 0; j <= nb; ++j) row[j] = j;
+  for (size_t i = 1; i <= na; ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= nb; ++j) {
+      size_t up = row[j];
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      size_t best = diagonal + cost;
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diagonal = up;
+    }
+  }
+  return row[nb];
+}
+
 }  // namespace
+
+size_t check_environment_names(char* const* env, void (*warn)(const char* line)) {
+  static constexpr const char* kOptionNames[] = {
+#define LLAMALLOC_NAME(NAME, field, kind, def, lo, hi, help) #NAME,
+      LLAMALLOC_OPTIONS(LLAMALLOC_NAME)
+#undef LLAMALLOC_NAME
+  };
+  constexpr char kPrefix[] = "LLAMALLOC_";
+  constexpr size_t kPrefixBytes = sizeof(kPrefix) - 1;
+  size_t unknown = 0;
+  for (char* const* e = env; e != nullptr && *e != nullptr; ++e) {
+    const char* entry = *e;
+    if (strncmp(entry, kPrefix, kPrefixBytes) != 0) continue;
+    const char* name = entry + kPrefixBytes;
+    const char* eq = strchr(name, '=');
+    size_t n = eq ? size_t(eq - name) : strlen(name);
+    if (n >= 5 && strncmp(name, "PROF_", 5) == 0) continue;
+    bool known = false;
+    const char* closest = nullptr;
+    size_t closest_distance = kMaxNameBytes;
+    auto consider = [&](const char* candidate) {
+      size_t m = strlen(candidate);
+      if (m == n && strncmp(candidate, name, n) == 0) known = true;
+      size_t d = edit_distance(name, n, candidate, m);
+      if (d < closest_distance) {
+        closest_distance = d;
+        closest = candidate;
+      }
+    };
+    for (const char* option : kOptionNames) consider(option);
+    for (const char* other : kOtherNames) consider(other);
+    if (known) continue;
+    ++unknown;
+    char line[512];
+    int len;
+    // A suggestion when the name is a few edits away (a third of its length, at least 1, at most 3).
+    size_t near = n / 3 < 1 ? 1 : (n / 3 > 3 ? 3 : n / 3);
+    if (closest != nullptr && closest_distance <= near) {
+      len = snprintf(line, sizeof(line),
+                     "llamalloc: warning: LLAMALLOC_%.*s is not a llamalloc option (did you mean LLAMALLOC_%s?); "
+                     "ignored\n", static_cast<int>(n > 200 ? 200 : n), name, closest);
+    } else {
+      len = snprintf(line, sizeof(line),
+                     "llamalloc: warning: LLAMALLOC_%.*s is not a llamalloc option (see docs/options.md); ignored\n",
+                     static_cast<int>(n > 200 ? 200 : n), name);
+    }
+    if (len > 0) warn(line);
+  }
+  return unknown;
+}
 
 Options read_options(const char* (*getenv_fn)(const char*)) {
   Options o;
@@ -87,6 +165,13 @@ void init_options() {
 #define LLAMALLOC_KEEP(NAME, field, kind, def, lo, hi, help) LLAMALLOC_KEEP_##kind(NAME, field, def)
   LLAMALLOC_OPTIONS(LLAMALLOC_KEEP)
 #undef LLAMALLOC_KEEP
+  // Misspelled names would be ignored without a word (jemalloc's and mimalloc's warn too): once, at start.
+  check_environment_names(environ, write_stderr);
+  if (*g_options.model != 0 && *g_options.tokens == 0) {
+    write_stderr("llamalloc: warning: LLAMALLOC_MODEL is set without LLAMALLOC_TOKENS: the model sees no function "
+                 "names (every frame is <unsymbolized>), only sizes; prepare the tables with `llamalloc prepare "
+                 "MODEL PROGRAM -o FILE` and set LLAMALLOC_TOKENS=FILE, or use `llamalloc run --model`\n");
+  }
 }
 
 size_t format_options_markdown(char* buf, size_t capacity) {

@@ -58,6 +58,11 @@ Options read_options(const char* (*getenv_fn)(const char*));
 const Options& options();
 void init_options();
 
+// Warns (one line each, through `warn`) about every LLAMALLOC_* variable of `env` that is neither an option nor
+// another name of ours (LLAMALLOC_PROF_*, ...), with the closest option name when one is near; returns how many.
+// init_options() runs it once on the process environment.
+size_t check_environment_names(char* const* env, void (*warn)(const char* line));
+
 // One line per option, as Markdown (docs/options.md). Writes into buf; returns the length needed.
 size_t format_options_markdown(char* buf, size_t capacity);
 

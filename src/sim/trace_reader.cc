@@ -1,5 +1,6 @@
 #include "sim/trace_reader.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -16,6 +17,90 @@
 namespace llamalloc::sim {
 
 namespace prof = llamalloc::prof;
+
+namespace {
+
+// zstd-compressed traces (`llamalloc trace` writes them so) are decompressed into anonymous memory with the
+// system's libzstd.so.1, loaded at run time: the simulator builds without zstd's headers and needs the library
+// only for a compressed trace. The declarations are zstd's stable streaming API (zstd.h, v1.3+).
+constexpr unsigned char kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+struct ZstdInBuffer {
+  const void* src;
+  size_t size;
+  size_t pos;
+};
+struct ZstdOutBuffer {
+  void* dst;
+  size_t size;
+  size_t pos;
+};
+
+// Returns the decompressed bytes in an anonymous mapping of exactly *out_bytes (munmap it), or throws.
+unsigned char* DecompressZstd(const std::string& path, const unsigned char* data, uint64_t bytes,
+                              uint64_t* out_bytes) {
+  void* lib = ::dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) throw FormatError(path + ": compressed with zstd, and libzstd.so.1 cannot be loaded");
+  using Create = void* (*)();
+  using Free = size_t (*)(void*);
+  using Init = size_t (*)(void*);
+  using Decompress = size_t (*)(void*, ZstdOutBuffer*, ZstdInBuffer*);
+  using IsError = unsigned (*)(size_t);
+  using ErrorName = const char* (*)(size_t);
+  auto create = reinterpret_cast<Create>(::dlsym(lib, "ZSTD_createDStream"));
+  auto free_stream = reinterpret_cast<Free>(::dlsym(lib, "ZSTD_freeDStream"));
+  auto init = reinterpret_cast<Init>(::dlsym(lib, "ZSTD_initDStream"));
+  auto decompress = reinterpret_cast<Decompress>(::dlsym(lib, "ZSTD_decompressStream"));
+  auto is_error = reinterpret_cast<IsError>(::dlsym(lib, "ZSTD_isError"));
+  auto error_name = reinterpret_cast<ErrorName>(::dlsym(lib, "ZSTD_getErrorName"));
+  if (!create || !free_stream || !init || !decompress || !is_error || !error_name) {
+    throw FormatError(path + ": compressed with zstd, and libzstd.so.1 lacks the streaming API");
+  }
+  void* stream = create();
+  init(stream);
+  size_t capacity = std::max<uint64_t>(uint64_t{1} << 20, bytes * 4);
+  void* out = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (out == MAP_FAILED) {
+    free_stream(stream);
+    throw FormatError(path + ": cannot map memory to decompress it");
+  }
+  ZstdInBuffer in{data, bytes, 0};
+  ZstdOutBuffer o{out, capacity, 0};
+  size_t last = 1;
+  while (in.pos < in.size || o.pos == o.size) {
+    if (o.pos == o.size) {
+      void* grown = ::mremap(o.dst, o.size, o.size * 2, MREMAP_MAYMOVE);
+      if (grown == MAP_FAILED) {
+        ::munmap(o.dst, o.size);
+        free_stream(stream);
+        throw FormatError(path + ": cannot map memory to decompress it");
+      }
+      o.dst = grown;
+      o.size *= 2;
+    }
+    size_t before_in = in.pos, before_out = o.pos;
+    last = decompress(stream, &o, &in);
+    if (is_error(last)) {
+      std::string why = error_name(last);
+      ::munmap(o.dst, o.size);
+      free_stream(stream);
+      throw FormatError(path + ": corrupt zstd stream (" + why + ")");
+    }
+    if (in.pos == before_in && o.pos == before_out && o.pos < o.size) break;  // no progress: input used up
+  }
+  free_stream(stream);
+  if (last != 0) {
+    ::munmap(o.dst, o.size);
+    throw FormatError(path + ": truncated zstd stream (the compressed trace was cut)");
+  }
+  size_t final_bytes = std::max<size_t>(o.pos, 1);
+  void* shrunk = ::mremap(o.dst, o.size, final_bytes, 0);
+  if (shrunk == MAP_FAILED) shrunk = o.dst;  // keeps the larger mapping; munmap of the prefix still works
+  else o.size = final_bytes;
+  *out_bytes = o.pos;
+  return static_cast<unsigned char*>(shrunk);
+}
+
+}  // namespace
 
 void TraceReader::Fail(uint64_t offset, const std::string& problem) const {
   throw FormatError(path_ + ": " + problem + " at byte offset " + std::to_string(offset));
@@ -41,6 +126,24 @@ TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
     data_ = static_cast<const unsigned char*>(p);
   }
   ::close(fd);
+  if (size_bytes_ >= 4 && std::memcmp(data_, kZstdMagic, 4) == 0) {
+    uint64_t raw_bytes = 0;
+    unsigned char* raw = nullptr;
+    try {
+      raw = DecompressZstd(path, data_, size_bytes_, &raw_bytes);
+    } catch (...) {
+      ::munmap(const_cast<unsigned char*>(data_), size_bytes_);
+      data_ = nullptr;
+      throw;
+    }
+    ::munmap(const_cast<unsigned char*>(data_), size_bytes_);
+    data_ = raw;
+    size_bytes_ = raw_bytes;
+    if (size_bytes_ == 0) {  // an empty stream: nothing to read (the destructor unmaps one page)
+      ::munmap(raw, 1);
+      data_ = nullptr;
+    }
+  }
 
   prof::FileHeader header{};
   if (size_bytes_ < sizeof(header)) {

@@ -290,37 +290,85 @@ def _cached_table(path: str, vocab: Vocabulary, crc: int, log) -> BinaryTable:
     return table
 
 
-def program_binaries(program: str) -> list[str]:
-    """The executable at `program` (a path or a name on PATH) and the libraries it links."""
-    exe = program if os.sep in program else shutil.which(program)
+def resolve_program(program: str, as_path: bool = False) -> str:
+    """The real path of `program`: a path, or a name looked up on PATH as a shell would (as_path: a name that is
+    an existing file is that file, as for `llamalloc prepare`, whose arguments are files)."""
+    if os.sep in program or (as_path and os.path.lexists(program)):
+        exe = program
+    else:
+        exe = shutil.which(program)
     if exe is None or not os.path.exists(exe):
-        raise UserError(f"{program}: command not found", exit_code=127)
-    exe = os.path.realpath(exe)
-    with open(exe, "rb") as f:
-        if f.read(4) != b"\x7fELF":
-            raise UserError(f"{program}: not an ELF executable (a script?): give the binary that allocates to "
-                            f"`llamalloc prepare`")
+        raise UserError(f"{program}: command not found" if not as_path else f"{program}: no such file",
+                        exit_code=127)
+    if os.path.isdir(exe):
+        raise UserError(f"{program}: is a directory, not a program", exit_code=126)
+    return os.path.realpath(exe)
+
+
+def is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}", exit_code=126) from None
+
+
+def program_binaries(program: str, as_path: bool = False) -> list[str]:
+    """The executable at `program` (a path or a name on PATH; as_path: an existing file first) and the libraries
+    it links."""
+    exe = resolve_program(program, as_path)
+    if not is_elf(exe):
+        raise UserError(f"{program}: not an ELF executable (a script?): give the binary that allocates to "
+                        f"`llamalloc prepare`")
     return [exe] + linked_libraries(exe)
 
 
-def prepare_for_run(model_path, program: str, log=None) -> dict[str, str]:
+def _base(path: str) -> str:
+    return os.path.basename(path.rstrip("/"))
+
+
+def trained_on_other_program(model: modelfile.ModelFile, programs: list[str]) -> list[str] | None:
+    """The programs the model was trained on when none of them is one of `programs` (by real path or file
+    name), else None. A model of another program predicts the common library frames it knows and guesses the
+    rest."""
+    trained = [p for p in (model.program or "").split("\n") if p]
+    if not trained or not programs:
+        return None
+    names = {_base(p) for p in programs} | {os.path.realpath(p) for p in programs}
+    for t in trained:
+        if _base(t) in names or os.path.realpath(t) in names:
+            return None
+    return trained
+
+
+def prepare_for_run(model_path, program: str, log=None, binaries: list[str] | None = None) -> dict[str, str]:
     """The environment that makes the allocator predict with `model_path` for `program`: LLAMALLOC_MODEL and
     LLAMALLOC_TOKENS (token tables of the program and its libraries, in the cache, rebuilt when the model or a
-    binary changes). A program that is not an ELF executable (a script) runs with the model but no tables:
-    every frame is then <unsymbolized>."""
+    binary changes). A program that is not an ELF executable (a wrapper script) is refused unless `binaries`
+    names the binaries that allocate (`run --binary`): without their tables the model would see only sizes."""
     import sys
 
     if log is None:
         log = lambda m: print(f"llamalloc: {m}", file=sys.stderr)  # noqa: E731
     model_path = os.path.realpath(model_path)
     model = modelfile.read(model_path)  # a bad model is refused here, before the program starts
-    try:
-        binaries = program_binaries(program)
-    except UserError as e:
-        if e.exit_code == 127:
-            raise
-        log(f"warning: {e}; running without token tables")
-        return {"LLAMALLOC_MODEL": model_path}
+    exe = resolve_program(program)
+    found: list[str] = []
+    if is_elf(exe):
+        found = [exe] + linked_libraries(exe)
+    elif not binaries:
+        raise UserError(f"{program}: not an ELF executable (a wrapper script?): the model needs the token tables "
+                        f"of the binary that allocates; name it with --binary PATH (e.g. llamalloc run --model "
+                        f"{os.path.basename(model_path)} --binary ./server -- {program})")
+    for b in binaries or []:
+        found += program_binaries(b, as_path=True)
+    executables = ([exe] if found and found[0] == exe else []) + [resolve_program(b, True) for b in binaries or []]
+    other = trained_on_other_program(model, executables)
+    if other is not None:
+        log(f"warning: {model_path} was trained on {', '.join(other)}, not on "
+            f"{', '.join(executables)}: its classes for this program's own functions are guesses; record and "
+            f"train on this program (docs/prediction.md)")
+    binaries = list(dict.fromkeys(found))
     identity = [f"{vocab_crc(model):08x}", str(len(model.vocabulary))]
     for b in binaries:
         st = os.stat(b)

@@ -44,6 +44,40 @@ class PolicyResult:
     def time_s(self) -> np.ndarray:
         return self.timeline["time_ns"] / 1e9
 
+    def after_peak(self) -> dict:
+        """The state after the live peak and before teardown, which `final_*` (at exit, after the program freed
+        what its destructors free) does not show: the median footprint and live bytes of the samples after the
+        live peak (once live is below PEAK_FRACTION of its maximum for good) and before teardown (the last sample
+        whose live bytes are at least TEARDOWN_FRACTION of the maximum); the peak's last sample when there is none
+        in between."""
+        return after_peak(self.timeline)
+
+
+#: For `after_peak`: the peak ends where the live bytes fall for good below PEAK_FRACTION of their maximum, and
+#: teardown begins where they fall for good below TEARDOWN_FRACTION of it.
+PEAK_FRACTION = 0.9
+TEARDOWN_FRACTION = 0.1
+
+
+def after_peak(timeline: dict[str, np.ndarray]) -> dict:
+    live = np.nan_to_num(np.asarray(timeline.get("live_bytes", np.zeros(0)), float))
+    foot = np.nan_to_num(np.asarray(timeline.get("footprint_bytes", np.zeros(0)), float))
+    if len(live) == 0 or live.max() <= 0:
+        return {"footprint_bytes": 0.0, "live_bytes": 0.0, "fragmentation_ratio": 0.0, "samples": 0}
+    top = live.max()
+    peak_end = int(np.nonzero(live >= PEAK_FRACTION * top)[0][-1])
+    end = int(np.nonzero(live >= TEARDOWN_FRACTION * top)[0][-1])
+    window = slice(peak_end + 1, end + 1) if end > peak_end else slice(peak_end, peak_end + 1)
+    f, l_ = float(np.median(foot[window])), float(np.median(live[window]))
+    return {"footprint_bytes": f, "live_bytes": l_, "fragmentation_ratio": f / l_ if l_ > 0 else 0.0,
+            "samples": window.stop - window.start}
+
+
+def default_output(trace: str | os.PathLike) -> Path:
+    """Where `llamalloc simulate TRACE` writes its result without -o: TRACE's file name with the suffix .sim.json
+    (server.trace -> server.sim.json), in the current folder."""
+    return Path(Path(trace).name).with_suffix(".sim.json")
+
 
 @dataclass
 class SimResult:
@@ -148,6 +182,13 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
     if not wants_model and (model is not None or tokens is not None):
         raise UserError("--model and --tokens are for --policy llama-model")
     out = Path(out)
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():  # before the replay, which may take minutes
+        raise UserError(f"{out}: folder {folder} does not exist")
+    if out.is_dir():
+        raise UserError(f"{out}: is a directory; give the result file's path")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"{out}: folder {folder} is not writable")
     cmd = [str(binary()), str(trace), "--out", str(out), "--interval-ms", repr(float(interval_ms)),
            "--mesh-period-ms", repr(float(mesh_period_ms)), "--seed", str(int(seed)),
            "--deadline-k", str(int(deadline_k)), "--thread-idle-ms", repr(float(thread_idle_ms))]

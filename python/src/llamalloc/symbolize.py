@@ -159,7 +159,8 @@ def symbolize_trace(path, out, warn) -> int:
     raw = _trace.read_raw(path, _trace.TRACE_MAGIC, _trace.TRACE_VERSION, "trace")
     addresses = {a for st in raw.stacks.values() for a in st}
     symbols = symbolize_addresses(raw.mappings, addresses, warn)
-    data = Path(path).read_bytes()
+    compressed = _trace.is_compressed(path)
+    data = _trace.file_bytes(path)
     header_bytes = struct.unpack_from("<I", data, 12)[0]
     parts = [data[:header_bytes]]
     end = b""
@@ -179,7 +180,8 @@ def symbolize_trace(path, out, warn) -> int:
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     try:
-        tmp.write_bytes(b"".join(parts))
+        body = b"".join(parts)
+        tmp.write_bytes(_trace.compress_bytes(body) if compressed else body)
         os.replace(tmp, out)
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror}") from None
@@ -201,6 +203,6 @@ def symbolize(path, out=None, warn=lambda msg: None) -> int:
     out = out or path
     if head[:2] == b"\x1f\x8b":
         return symbolize_profile(path, out, warn)
-    if head == _trace.TRACE_MAGIC:
+    if head == _trace.TRACE_MAGIC or (head[:4] == _trace.ZSTD_MAGIC and _trace.file_bytes(path)[:8] == _trace.TRACE_MAGIC):
         return symbolize_trace(path, out, warn)
     raise FormatError(path, "neither a llamalloc profile nor a llamalloc trace")

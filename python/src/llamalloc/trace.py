@@ -78,10 +78,63 @@ class RawFile:
     end: tuple[int, int, int, int] | None = None  # end_time_ns, end_mono_ns, count, dropped
 
 
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: zstd level of `llamalloc trace`'s files: fast (hundreds of MB/s) and about 6x smaller than the raw events.
+ZSTD_LEVEL = 3
+
+
+def is_compressed(path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == ZSTD_MAGIC
+    except OSError:
+        return False
+
+
+def compress_file(src, dst, level: int = ZSTD_LEVEL) -> None:
+    """Writes src compressed with zstd (one frame) to dst, streaming."""
+    import zstandard
+
+    cctx = zstandard.ZstdCompressor(level=level, write_checksum=True)
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        cctx.copy_stream(fin, fout, size=os.fstat(fin.fileno()).st_size)
+
+
+def _decompress(path, data: bytes) -> bytes:
+    import zstandard
+
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+            chunks = []
+            while True:
+                chunk = reader.read(1 << 24)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        return b"".join(chunks)
+    except zstandard.ZstdError as e:
+        raise FormatError(path, f"corrupt zstd stream ({e})") from None
+
+
+def file_bytes(path) -> bytes:
+    """The bytes of a trace or raw file, decompressed when it is zstd-compressed."""
+    data = Path(path).read_bytes()
+    return _decompress(path, data) if data[:4] == ZSTD_MAGIC else data
+
+
+def compress_bytes(data: bytes, level: int = ZSTD_LEVEL) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=level, write_checksum=True).compress(data)
+
+
 def read_raw(path, magic: bytes, version: int, what: str) -> RawFile:
-    """Reads any file in the record format; FormatError for anything but a complete file of this version."""
+    """Reads any file in the record format, plain or zstd-compressed; FormatError for anything but a complete
+    file of this version."""
     try:
         data = Path(path).read_bytes()
+        if data[:4] == ZSTD_MAGIC:
+            data = _decompress(path, data)
     except FileNotFoundError:
         raise FormatError(path, "no such file") from None
     except IsADirectoryError:

@@ -6,7 +6,7 @@ import sys
 import click
 
 from ..errors import FormatError, UserError
-from ..prepare import prepare, program_binaries
+from ..prepare import prepare, program_binaries, resolve_program
 
 
 @click.command("prepare")
@@ -24,7 +24,8 @@ def command(model, binaries, output, with_libraries):
     paths: list[str] = []
     for b in binaries:
         try:
-            paths.extend(program_binaries(b) if with_libraries else [b])
+            # BINARY is a file (an existing path as given, even without a slash), else a name on PATH.
+            paths.extend(program_binaries(b, as_path=True) if with_libraries else [resolve_program(b, True)])
         except UserError as e:
             if e.exit_code == 127:  # a binary to prepare, not a command to run: a missing file
                 raise FormatError(b, "no such file") from None

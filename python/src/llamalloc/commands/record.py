@@ -10,7 +10,7 @@ import click
 
 from .. import profile as _profile
 from ..errors import FormatError, UserError
-from ..launch import preload_env, run_program
+from ..launch import check_command, preload_env, run_program
 from ..paths import native_library
 
 PROFILER_LIBRARY = "libllamalloc_prof.so"
@@ -45,6 +45,7 @@ def command(output, sample_bytes, interval, preload, cmd):
     The program's exit status is passed through. Its children that also allocate (fork, exec) get profiles of
     their own, written as OUTPUT.<pid>. Send SIGUSR2 to the program for a profile while it runs.
     """
+    cmd = check_command(cmd)
     out = Path(output)
     if out.parent and not out.parent.exists():
         raise UserError(f"{out.parent}: no such directory")
@@ -75,14 +76,21 @@ def command(output, sample_bytes, interval, preload, cmd):
 
         pid, status = run_preloaded(cmd, env, preload, on_poll=publish)
         # The program is the process we started (exec keeps its pid); other processes are its children.
-        main_pid_raw = None
-        for raw in sorted(tmpdir.glob("raw.*")):
-            if raw.name.endswith(".tmp"):
-                continue
-            if raw.name == f"raw.{pid}":
-                main_pid_raw = raw
-            else:
-                convert_raw(raw, out.with_name(f"{out.name}.{raw.name.split('.', 1)[1]}"))
+        raws = [r for r in sorted(tmpdir.glob("raw.*")) if not r.name.endswith(".tmp")]
+        main_pid_raw = next((r for r in raws if r.name == f"raw.{pid}"), None)
+        note = ""
+        if main_pid_raw is None and raws:
+            # A wrapper (a shell script) that allocates nothing itself, or leaves by exec/_exit: the profile of
+            # its child that sampled the most is the program's.
+            main_pid_raw = max(raws, key=lambda r: r.stat().st_size)
+            note = (f" (of its child process {main_pid_raw.name.split('.', 1)[1]}: {cmd[0]} itself wrote no "
+                    f"profile)")
+        children = []
+        for raw in raws:
+            if raw != main_pid_raw:
+                child_out = out.with_name(f"{out.name}.{raw.name.split('.', 1)[1]}")
+                convert_raw(raw, child_out)
+                children.append(child_out)
         if main_pid_raw is None:
             msg = f"{cmd[0]} ended without writing a profile (killed, or it never returned from exec/_exit)"
             if status != 0:
@@ -92,6 +100,13 @@ def command(output, sample_bytes, interval, preload, cmd):
         convert_raw(main_pid_raw, out)
         if status != 0:
             click.echo(f"llamalloc: {cmd[0]} exited with status {status}; profile written to {out}", err=True)
+        else:
+            click.echo(f"llamalloc: profile written to {out}{note}", err=True)
+        if children:
+            click.echo(f"llamalloc: profiles of {len(children)} other processes: "
+                       f"{', '.join(str(c) for c in children[:4])}{' ...' if len(children) > 4 else ''}", err=True)
+        model = out.with_suffix(".model") if out.suffix else out.with_name(out.name + ".model")
+        click.echo(f"llamalloc: next: llamalloc symbolize {out} && llamalloc train {out} -o {model}", err=True)
         # The program's status is this command's (SystemExit: cli.main keeps no status of a command's own).
         sys.exit(status)
     finally:

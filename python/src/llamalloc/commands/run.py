@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
-from ..launch import preload_env, run_program
+from ..launch import check_command, preload_env, run_program
 from ..paths import native_library
 
 
@@ -19,9 +19,15 @@ from ..paths import native_library
 @click.option("--model", "model", type=click.Path(dir_okay=False),
               help="Lifetime model (from `llamalloc train`): predict each allocation's lifetime class with it. The "
                    "token tables of CMD and its libraries are prepared first (cached; see docs/prediction.md).")
+@click.option("--binary", "binaries", multiple=True, metavar="PATH",
+              help="With --model: a binary that CMD runs (when CMD is a wrapper script), whose token tables the "
+                   "model needs (repeatable).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(stats, options, model, cmd):
+def command(stats, options, model, binaries, cmd):
     """Run CMD with libllamalloc.so preloaded. The program's exit status is passed through."""
+    cmd = check_command(cmd)
+    if binaries and not model:
+        raise UserError("--binary names the binaries a model predicts for: give --model with it")
     extra: dict[str, str] = {}
     for opt in options:
         name, sep, value = opt.partition("=")
@@ -37,7 +43,7 @@ def command(stats, options, model, cmd):
     if model:
         from ..prepare import prepare_for_run
 
-        extra.update(prepare_for_run(model, cmd[0]))
+        extra.update(prepare_for_run(model, cmd[0], binaries=list(binaries)))
     env = preload_env([native_library("libllamalloc.so")], extra)
     _, status = run_program(cmd, env)
     sys.exit(status)

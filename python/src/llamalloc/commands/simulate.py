@@ -13,14 +13,21 @@ def _mib(n: float) -> str:
 
 
 def summary_table(result: sim.SimResult) -> str:
-    """The comparison the user reads first: footprint and fragmentation per policy."""
-    head = f"{'policy':<18} {'final MiB':>10} {'peak MiB':>10} {'live MiB':>9} {'avg frag':>9} {'final frag':>10} {'events/s':>10}"
+    """The comparison the user reads first: footprint and fragmentation per policy, at the peak, after it (before
+    teardown) and at exit (after the program's destructors ran, often nearly empty: exit ratios are large)."""
+    head = (f"{'policy':<18} {'peak MiB':>9} {'after-peak MiB':>14} {'live MiB':>9} {'frag':>7} {'avg frag':>9} "
+            f"{'exit MiB':>9} {'exit live':>9} {'events/s':>9}")
     lines = [head, "-" * len(head)]
     for name, p in result.policies.items():
         s = p.summary
-        lines.append(f"{name:<18} {_mib(s['final_footprint_bytes']):>10} {_mib(s['peak_footprint_bytes']):>10} "
-                     f"{_mib(s['final_live_bytes']):>9} {s['average_fragmentation_ratio']:>8.2f}x "
-                     f"{s['final_fragmentation_ratio']:>9.2f}x {s['events_per_second']:>10.3g}")
+        a = p.after_peak()
+        lines.append(f"{name:<18} {_mib(s['peak_footprint_bytes']):>9} {_mib(a['footprint_bytes']):>14} "
+                     f"{_mib(a['live_bytes']):>9} {a['fragmentation_ratio']:>6.2f}x "
+                     f"{s['average_fragmentation_ratio']:>8.2f}x {_mib(s['final_footprint_bytes']):>9} "
+                     f"{_mib(s['final_live_bytes']):>9} {s['events_per_second']:>9.3g}")
+    lines.append(f"after-peak: medians between the live peak (live below {100 * sim.PEAK_FRACTION:.0f}% of its "
+                 f"maximum) and teardown (below {100 * sim.TEARDOWN_FRACTION:.0f}%); exit: the trace's end, after "
+                 "teardown")
     model = result.policies.get("llama-model")
     if model is not None:
         e = model.extras
@@ -42,7 +49,8 @@ def summary_table(result: sim.SimResult) -> str:
               help="pages-4k, pages-2m, mesh (= mesh-4k + mesh-2m), mesh-4k, mesh-2m, tcmalloc, "
                    "tcmalloc-lifetime, llama-oracle, llama-default, llama-model (with --model); repeat for several")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="result JSON (default: TRACE's name + .sim.json); the timeline CSV goes beside it")
+              help="result JSON (default: TRACE's file name with the suffix .sim.json, in the current folder: "
+                   "server.trace -> server.sim.json); the timeline CSV goes beside it")
 @click.option("--interval-ms", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="timeline sample period, in trace time")
 @click.option("--mesh-period-ms", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
@@ -75,7 +83,7 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
             quiet: bool) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
-        out = Path(trace.name).with_suffix(".sim.json")
+        out = sim.default_output(trace)
     progress = None if quiet else (lambda line: click.echo(f"simulate: {line}", err=True))
     result = sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
                           seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, thread_idle_ms=thread_idle_ms,

@@ -80,6 +80,8 @@ class TrainResult:
     best_epoch: int
     seconds: float
     history: list = field(default_factory=list)
+    #: Ctrl-C stopped training after a finished epoch: params are the best epoch's so far
+    interrupted: bool = False
 
 
 def init_params(key, vocab_size: int, embedding_dim: int, hidden_dim: int) -> Params:
@@ -212,9 +214,20 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
           progress: Callable[[str], None] | None = None) -> TrainResult:
     """Trains on encoded contexts. `validation` is (ids, lengths, labels, weights) of contexts kept out of
     training, used only to stop early; without it the training loss decides the plateau."""
+    bar = None
     if progress is None:
+        # On a terminal: a bar with a time estimate (to --epochs; early stopping usually ends sooner), the epoch
+        # lines printed above it. Elsewhere (a log, a pipe): the lines alone.
+        from tqdm import tqdm
+
+        bar = tqdm(total=config.max_epochs, unit="epoch", desc="train", file=sys.stderr, leave=False,
+                   disable=not sys.stderr.isatty(), dynamic_ncols=True)
+
         def progress(line: str) -> None:
-            print(line, file=sys.stderr, flush=True)
+            if bar.disable:
+                print(line, file=sys.stderr, flush=True)
+            else:
+                bar.write(line, file=sys.stderr)
     t0 = time.perf_counter()
     key = jax.random.PRNGKey(config.seed)
     params = init_params(key, vocab_size, config.embedding_dim, config.hidden_dim)
@@ -252,32 +265,45 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
     history = []
     stale = 0
     epoch = 0
-    for epoch in range(1, config.max_epochs + 1):
-        sums = []  # device scalars, read once per epoch so that steps are dispatched without waiting
-        for length, members in _batches(np.arange(len(examples)), ex_lengths, config.batch_size, buckets, rng):
-            b_ids, b_len, b_labels, b_weights = _padded(ex_ids, ex_lengths, members, length, config.batch_size,
-                                                        ex_labels, ex_weights)
-            params, opt_state, loss, correct, total = train_step(params, opt_state, b_ids, b_len, b_labels,
-                                                                 b_weights)
-            sums.append((loss, correct, total))
-        loss_sum, correct_sum, weight_sum = (float(x) for x in np.asarray(sums, np.float64).sum(axis=0))
-        train_loss, train_acc = loss_sum / weight_sum, correct_sum / weight_sum
-        if use_validation:
-            val_loss, val_acc = evaluate(*validation)
-            line = (f"epoch {epoch:3d}/{config.max_epochs}  loss {train_loss:.4f}  accuracy {train_acc:.3f}  "
-                    f"validation loss {val_loss:.4f}  accuracy {val_acc:.3f}")
-        else:
-            val_loss, val_acc = train_loss, train_acc
-            line = f"epoch {epoch:3d}/{config.max_epochs}  loss {train_loss:.4f}  accuracy {train_acc:.3f}"
-        history.append((epoch, train_loss, train_acc, val_loss, val_acc))
-        progress(f"{line}  ({time.perf_counter() - t0:.1f} s)")
-        if val_loss < best[0] - 1e-4:
-            best = (val_loss, params, epoch)
-            stale = 0
-        else:
-            stale += 1
-            if stale >= config.patience:
-                progress(f"stopping: no improvement for {config.patience} epochs; keeping epoch {best[2]}")
-                break
+    interrupted = False
+    try:
+        for epoch in range(1, config.max_epochs + 1):
+            sums = []  # device scalars, read once per epoch so that steps are dispatched without waiting
+            for length, members in _batches(np.arange(len(examples)), ex_lengths, config.batch_size, buckets, rng):
+                b_ids, b_len, b_labels, b_weights = _padded(ex_ids, ex_lengths, members, length, config.batch_size,
+                                                            ex_labels, ex_weights)
+                params, opt_state, loss, correct, total = train_step(params, opt_state, b_ids, b_len, b_labels,
+                                                                     b_weights)
+                sums.append((loss, correct, total))
+            loss_sum, correct_sum, weight_sum = (float(x) for x in np.asarray(sums, np.float64).sum(axis=0))
+            train_loss, train_acc = loss_sum / weight_sum, correct_sum / weight_sum
+            if use_validation:
+                val_loss, val_acc = evaluate(*validation)
+                line = (f"epoch {epoch:3d}/{config.max_epochs}  loss {train_loss:.4f}  accuracy {train_acc:.3f}  "
+                        f"validation loss {val_loss:.4f}  accuracy {val_acc:.3f}")
+            else:
+                val_loss, val_acc = train_loss, train_acc
+                line = f"epoch {epoch:3d}/{config.max_epochs}  loss {train_loss:.4f}  accuracy {train_acc:.3f}"
+            history.append((epoch, train_loss, train_acc, val_loss, val_acc))
+            progress(f"{line}  ({time.perf_counter() - t0:.1f} s)")
+            if val_loss < best[0] - 1e-4:
+                best = (val_loss, params, epoch)
+                stale = 0
+            else:
+                stale += 1
+                if stale >= config.patience:
+                    progress(f"stopping: no improvement for {config.patience} epochs; keeping epoch {best[2]}")
+                    break
+            if bar is not None:
+                bar.update(1)
+    except KeyboardInterrupt:
+        # Ctrl-C: the epochs already finished are not thrown away; the best of them is the result.
+        if best[2] == 0:
+            raise
+        interrupted = True
+        progress(f"interrupted: keeping epoch {best[2]}, the best of the {len(history)} finished")
+    finally:
+        if bar is not None:
+            bar.close()
     params = {k: np.asarray(v) for k, v in best[1].items()}
-    return TrainResult(params, epoch, best[2], time.perf_counter() - t0, history)
+    return TrainResult(params, len(history), best[2], time.perf_counter() - t0, history, interrupted)

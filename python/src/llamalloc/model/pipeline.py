@@ -69,6 +69,7 @@ def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int =
     meta = dict(metadata or {})
     meta.update({"embedding_dim": config.embedding_dim, "hidden_dim": config.hidden_dim, "seed": config.seed,
                  "epochs_run": result.epochs_run, "best_epoch": result.best_epoch,
+                 "interrupted": result.interrupted,
                  "training_seconds": round(result.seconds, 3), "training_contexts": len(train),
                  "training_weight": int(train.weights.sum()), "weight_power": config.weight_power})
     model = modelfile.ModelFile(
@@ -164,7 +165,9 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
                 "holdout_profiles": [str(p) for p in holdout_profiles]}
     trained = train_contexts(train, config, vocab_words, max_tokens, metadata=metadata)
     print(f"trained on {len(train)} contexts in {trained.result.seconds:.1f} s "
-          f"({trained.result.epochs_run} epochs, kept epoch {trained.result.best_epoch})", file=sys.stderr)
+          f"({trained.result.epochs_run} epochs, kept epoch {trained.result.best_epoch}"
+          f"{'; interrupted by Ctrl-C, the best model so far is written' if trained.result.interrupted else ''})",
+          file=sys.stderr)
     if len(test):
         report = format_report(held_what, score_all(trained.model, test), len(test), test.weights.sum())
         if holdout_profiles:
