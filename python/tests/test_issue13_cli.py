@@ -186,3 +186,41 @@ def test_readme_report_names_the_file_simulate_writes():
     assert simulate and report
     assert "-o" not in simulate.group(2).split()
     assert report.group(1) == str(sim.default_output(simulate.group(1)))
+
+
+def _stderr_on_a_terminal(args, env) -> str:
+    import pty
+    import sys
+
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a terminal 120 columns wide
+    proc = subprocess.Popen([sys.executable, "-m", "llamalloc", *map(str, args)], stdout=subprocess.DEVNULL,
+                            stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the other end is closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=300)
+    os.close(master)
+    assert proc.returncode == 0
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_simulate_and_prepare_draw_a_progress_bar_on_a_terminal(work, tmp_path):
+    d, env = work
+    t = tmp_path / "a.trace"
+    llamalloc("trace", "-o", t, "--", d / "alloc", "1000", env=env, check_rc=0)
+    err = _stderr_on_a_terminal(["simulate", t, "-p", "pages-4k", "-p", "mesh", "-o", tmp_path / "s.json"], env)
+    assert re.search(r"simulate: +\d+%\|.*\| \d/3 ", err), err
+    err = _stderr_on_a_terminal(["prepare", d / "other.model", d / "alloc", "-o", tmp_path / "t.tokens"], env)
+    assert re.search(r"prepare: +\d+%\|.*\| \d/\d+ ", err), err

@@ -250,14 +250,17 @@ def prepare(model_path, binaries: list[str], output, log=lambda msg: None) -> in
     model = modelfile.read(model_path)
     vocab = Vocabulary(model.vocabulary)
     crc = vocab_crc(model)
+    from .progress import Bar
+
     tables: list[BinaryTable] = []
-    seen: set[str] = set()
-    for b in binaries:
-        real = os.path.realpath(b)
-        if real in seen:
-            continue
-        seen.add(real)
-        tables.append(_cached_table(real, vocab, crc, log))
+    reals = list(dict.fromkeys(os.path.realpath(b) for b in binaries))
+    with Bar(len(reals), "prepare", "binary") as bar:
+        # On a terminal the log lines go above the bar (and the bar's estimate counts binaries, the big one
+        # being the C library).
+        line = (lambda m: bar.line(f"llamalloc: {m}")) if bar.enabled else log
+        for real in reals:
+            tables.append(_cached_table(real, vocab, crc, line))
+            bar.advance()
     tables.append(BinaryTable(THREAD_ROOT_PATH, 0, 0, "", [], [], [(0, 1, _frame_tokens(vocab, THREAD_ROOT), False)]))
     _write_atomic(Path(output), encode_tables(tables, crc, len(vocab)))
     return len(tables) - 1

@@ -46,11 +46,23 @@ def command(workload_names, allocators, repeat, scale, out_dir, json_path, inter
         allocators = f"{allocators},{_bench.MODEL_ALLOCATOR}"
     json_path = json_path or out_dir / "bench.json"
 
-    def progress(line: str) -> None:
-        click.echo(f"bench: {line}", err=True)
+    import re
 
-    result = _bench.run_bench(names, allocators, repeat, scale, out_dir, progress=progress,
-                              interval_seconds=interval, models=models)
+    from ..progress import Bar
+
+    bar = Bar(None, "bench", "run", prefix="bench: ")
+
+    def progress(line: str) -> None:
+        bar.line(line)
+        m = re.match(r"\[(\d+)/(\d+)\] .*: ", line)  # a run finished (or failed): "[done/total] ...: ..."
+        if m:
+            bar.set(int(m.group(1)), int(m.group(2)))
+
+    try:
+        result = _bench.run_bench(names, allocators, repeat, scale, out_dir, progress=progress,
+                                  interval_seconds=interval, models=models)
+    finally:
+        bar.close()
     _bench.write_json(result, json_path)
     click.echo(_bench.format_table(result))
     click.echo(f"bench: results written to {json_path}", err=True)

@@ -84,11 +84,31 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
         out = sim.default_output(trace)
-    progress = None if quiet else (lambda line: click.echo(f"simulate: {line}", err=True))
-    result = sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
+    from ..progress import Bar
+
+    expanded = [q for p in policies for q in sim.ALIASES.get(p, (p,))]
+    bar = Bar(len(expanded), "simulate", "policy", prefix="simulate: ") if not quiet else None
+
+    def progress(line: str) -> None:
+        bar.line(line)
+        if " done in " in line:
+            bar.advance()
+
+    try:
+        result = _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k,
+                           thread_idle_ms, None if quiet else progress, model, tokens, repredict_every,
+                           predict_log, repredict_backoff)
+    finally:
+        if bar is not None:
+            bar.close()
+    click.echo(summary_table(result))
+    click.echo(f"wrote {out} (timeline: {out.with_name(out.stem + '.timeline.csv')})")
+
+
+def _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k, thread_idle_ms,
+              progress, model, tokens, repredict_every, predict_log, repredict_backoff):
+    return sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
                           seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, thread_idle_ms=thread_idle_ms,
                           progress=progress, model=model, tokens=tokens, repredict_every=repredict_every,
                           predict_log=predict_log, repredict_backoff=repredict_backoff,
                           warn=lambda line: click.echo(f"simulate: warning: {line}", err=True))
-    click.echo(summary_table(result))
-    click.echo(f"wrote {out} (timeline: {out.with_name(out.stem + '.timeline.csv')})")
