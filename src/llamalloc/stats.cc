@@ -108,6 +108,19 @@ bool expand_stats_path(const char* pattern, char* out, size_t capacity) {
   return true;
 }
 
+void print_stats(GlobalAllocator& heap) {
+  char json[8192];
+  size_t n = format_stats_json(heap, json, sizeof(json) - 1);
+  if (n == 0) return;
+  json[n] = '\n';
+  size_t done = 0;
+  while (done < n + 1) {
+    ssize_t w = ::write(2, json + done, n + 1 - done);
+    if (w <= 0) return;
+    done += size_t(w);
+  }
+}
+
 bool write_stats_file(GlobalAllocator& heap, const char* pattern) {
   char json[8192];
   size_t n = format_stats_json(heap, json, sizeof(json));

@@ -61,6 +61,8 @@ size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity);
 // Writes the JSON to `path` through a temporary file and rename(2). false (and errno) on failure. "%p" in the
 // path becomes the process id (every process that inherits LLAMALLOC_STATS writes the file at its exit).
 bool write_stats_file(GlobalAllocator& heap, const char* path);
+// Writes the JSON, and a newline, to stderr (llamalloc_stats_print). No allocation.
+void print_stats(GlobalAllocator& heap);
 // `pattern` with %p replaced by the process id; false if it does not fit.
 bool expand_stats_path(const char* pattern, char* out, size_t capacity);
 
