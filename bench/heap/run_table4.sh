@@ -14,11 +14,12 @@ for f in "$bench" "$llamalloc"; do
   [ -e "$f" ] || { echo "run_table4.sh: error: $f not found (build the heap_table4_bench and llamalloc_shared targets)" >&2; exit 2; }
 done
 declare -A libs=([glibc]="" [jemalloc]=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+                 [tcmalloc]=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
                  [mimalloc]=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 [llamalloc]=$llamalloc)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for ((r = 0; r < reps; r++)); do
-  for name in glibc jemalloc mimalloc llamalloc; do
+  for name in glibc jemalloc tcmalloc mimalloc llamalloc; do
     lib=${libs[$name]}
     if [ -n "$lib" ] && [ ! -e "$lib" ]; then echo "run_table4.sh: warning: $lib missing, $name skipped" >&2; continue; fi
     LD_PRELOAD=$lib "$bench" --benchmark_min_time=0.2 --benchmark_format=json > "$out/$name.$r.json"
@@ -34,12 +35,14 @@ for f in sorted(out.glob("*.json")):
         cpu[(b["name"], alloc)].append(b["cpu_time"])
         real[(b["name"], alloc)].append(b["real_time"])
 names = list(dict.fromkeys(n for n, _ in cpu))
-allocs = [a for a in ["glibc", "jemalloc", "mimalloc", "llamalloc"] if any((n, a) in cpu for n in names)]
+allocs = [a for a in ["glibc", "jemalloc", "tcmalloc", "mimalloc", "llamalloc"] if any((n, a) in cpu for n in names)]
 med = lambda d, k: statistics.median(d[k]) if k in d else float("nan")
 print(f"median ns per alloc+free pair, CPU time (wall time in parentheses), {len(next(iter(cpu.values())))} runs each")
 print(f"{'benchmark':42}" + "".join(f"{a:>20}" for a in allocs) + f"{'llama/mi':>10}{'llama/je':>10}")
 for n in names:
     row = "".join(f"{med(cpu, (n, a)):>11.1f} ({med(real, (n, a)):>5.1f})" for a in allocs)
-    l, m, j = med(cpu, (n, "llamalloc")), med(cpu, (n, "mimalloc")), med(cpu, (n, "jemalloc"))
+    # Cross-thread rows: the freeing thread's CPU is not the benchmark thread's, so the ratio is of wall time.
+    d = real if "CrossThread" in n else cpu
+    l, m, j = med(d, (n, "llamalloc")), med(d, (n, "mimalloc")), med(d, (n, "jemalloc"))
     print(f"{n:42}{row}{l / m:>10.2f}{l / j:>10.2f}")
 PY

@@ -3,11 +3,14 @@
 //   fast path:   a small object (64 B), allocated and freed by one thread (the thread-local path)
 //   global path: a large object (16 KiB >= 8 KiB), which llamalloc places in blocks under its global lock
 // Each row runs with 1 and 2 threads. A second pair of rows keeps 64 objects live, so that a free is not
-// always of the object just allocated.
+// always of the object just allocated. 1 KiB and 4 KiB pairs (issue 11), and objects freed by another thread.
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -34,7 +37,49 @@ void window_loop(benchmark::State& state, size_t size) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// Objects allocated by the benchmark thread and freed by another: a single-producer single-consumer ring of
+// 4096 slots; the consumer frees whatever arrives. Each iteration is one malloc (and, in the other thread, its
+// free), so the figure is ns per alloc+remote-free pair as seen by the allocating thread.
+void cross_thread_loop(benchmark::State& state, size_t size) {
+  constexpr size_t kRing = 4096;
+  std::vector<std::atomic<void*>> ring(kRing);
+  for (auto& slot : ring) slot.store(nullptr, std::memory_order_relaxed);
+  std::atomic<bool> done{false};
+  std::thread consumer([&] {
+    size_t i = 0;
+    for (;;) {
+      void* p = ring[i].exchange(nullptr, std::memory_order_acquire);
+      if (p != nullptr) {
+        free(p);
+        i = (i + 1) % kRing;
+      } else if (done.load(std::memory_order_acquire)) {
+        for (auto& slot : ring) free(slot.exchange(nullptr));
+        return;
+      }
+    }
+  });
+  size_t i = 0;
+  for (auto _ : state) {
+    void* p = malloc(size);
+    benchmark::DoNotOptimize(p);
+    void* expected = nullptr;
+    while (!ring[i].compare_exchange_weak(expected, p, std::memory_order_release, std::memory_order_relaxed))
+      expected = nullptr;
+    i = (i + 1) % kRing;
+  }
+  done.store(true, std::memory_order_release);
+  consumer.join();
+  state.SetItemsProcessed(state.iterations());
+}
+
 void BM_FastPath(benchmark::State& state) { pair_loop(state, 64); }
+void BM_Pair1KiB(benchmark::State& state) { pair_loop(state, 1024); }
+void BM_Pair4KiB(benchmark::State& state) { pair_loop(state, 4096); }
+void BM_Window1KiB(benchmark::State& state) { window_loop(state, 1024); }
+void BM_Window4KiB(benchmark::State& state) { window_loop(state, 4096); }
+void BM_CrossThread64(benchmark::State& state) { cross_thread_loop(state, 64); }
+void BM_CrossThread1KiB(benchmark::State& state) { cross_thread_loop(state, 1024); }
+void BM_CrossThread4KiB(benchmark::State& state) { cross_thread_loop(state, 4096); }
 void BM_GlobalPath(benchmark::State& state) { pair_loop(state, 16 * 1024); }
 void BM_FastPathWindow64(benchmark::State& state) { window_loop(state, 64); }
 void BM_GlobalPathWindow64(benchmark::State& state) { window_loop(state, 16 * 1024); }
@@ -43,6 +88,14 @@ BENCHMARK(BM_FastPath)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_GlobalPath)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_FastPathWindow64)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_GlobalPathWindow64)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Pair1KiB)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Pair4KiB)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Window1KiB)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Window4KiB)->Threads(1)->Threads(2)->UseRealTime();
+// One allocating thread (the freeing one is its own): wall time, since the consumer's CPU is not counted.
+BENCHMARK(BM_CrossThread64)->UseRealTime();
+BENCHMARK(BM_CrossThread1KiB)->UseRealTime();
+BENCHMARK(BM_CrossThread4KiB)->UseRealTime();
 
 }  // namespace
 

@@ -30,28 +30,9 @@ inline constexpr size_t kLineShift = 7;
 inline constexpr size_t kLineBytes = size_t{1} << kLineShift;
 inline constexpr size_t kLinesPerSpan = kBlockSpanBytes / kLineBytes;
 
-// Every small object carries an 8-byte header (its size and a tag) right before it. The user pointer is
-// aligned to 16 bytes because glibc guarantees alignof(max_align_t) == 16 and SSE code depends on it.
+// Every object is aligned to 16 bytes because glibc guarantees alignof(max_align_t) == 16 and SSE code
+// depends on it. Small objects (up to 32 KiB) come from size-class spans (local/size_class.h).
 inline constexpr size_t kMinAlignBytes = 16;
-inline constexpr size_t kSmallHeaderBytes = 8;
-
-// Objects whose header plus payload fit in one block are small (bump allocated in spans); the rest are large
-// (whole blocks from the global allocator, no header) and those above a huge page are huge (whole huge pages).
-inline constexpr size_t kSmallMaxTotalBytes = kBlockBytes;
-inline constexpr size_t kSmallMaxBytes = kSmallMaxTotalBytes - kSmallHeaderBytes;
-
-// Medium objects (header and payload of at least 512 B) are placed at the start of a line and rounded up to
-// whole lines, so that they hold their lines alone: freeing one leaves a run of free lines that the next object of
-// its size fits exactly. Without this a freed 1 KiB object shares its first and last lines with its neighbours
-// and leaves a hole one line too short for another of its size (redis under redis-benchmark -d 1000 reached
-// 3.4x its live bytes that way). The rounding costs at most 255 B per object, under 50% at 512 B and under 3% at
-// 8 KiB; below 512 B objects pack densely and rely on their neighbours dying (Immix's bet).
-inline constexpr size_t kMediumMinTotalBytes = 512;
-
-// A line count holds the objects overlapping a line: at most 128/16 starting in it plus one reaching in from the
-// line before. The owner of a span adds kLineBias to each line of the run it bump allocates into, so that no
-// free can drive a count to zero while the owner is still placing objects there (section 8, reference counts).
-inline constexpr uint8_t kLineBias = 32;
 
 // Lifetime classes: at most 8 (docs/architecture.md): 0 = < 10 ms, x10 each, the last one = never freed.
 inline constexpr unsigned kMaxClasses = 8;
@@ -73,9 +54,6 @@ static_assert(kBlocksPerHugePage == 256, "bitmaps are four 64-bit words");
 static_assert(kBlocksPerSpan == 2, "the paper's M = 2");
 static_assert(kLinesPerSpan == 128, "line counts are one byte each, 128 per span");
 static_assert(kSpansPerHugePage == 128);
-static_assert(kSmallHeaderBytes + kMinAlignBytes / 2 == kMinAlignBytes, "header keeps user pointers 16-aligned");
-static_assert(kLineBias + kLineBytes / kMinAlignBytes + 1 < 255, "biased line counts fit in a byte");
-static_assert(kLineBias > kLineBytes / kMinAlignBytes + 1, "bias exceeds the objects a line can hold");
 static_assert(kRegionBytes % kHugePageBytes == 0);
 static_assert(kMaxClasses <= 8);
 

@@ -149,6 +149,7 @@ void Engine::Process(const Event& event) {
 void Engine::Finish() {
   if (!started_) return;
   policy_.AdvanceTime(summary_.last_time_ns);
+  policy_.AtExit();
   // The end state, even when a sample at this very time shows the state before its events.
   TakeSample(summary_.last_time_ns);
   summary_.final_live_bytes = live_bytes_;

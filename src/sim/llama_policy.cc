@@ -115,6 +115,17 @@ void LlamaPolicy::ReleaseIdleThreads() {
   }
 }
 
+void LlamaPolicy::AtExit() {
+  // The library's destructor and thread-exit hooks: every thread heap gives its empty spans back.
+  for (ThreadState& t : threads_) {
+    if (!t.holds_spans) continue;
+    tl_heap = t.heap.get();
+    LocalAllocator::release_all(*global_, *t.heap);
+    t.holds_spans = false;
+  }
+  tl_heap = &g_empty_heap;
+}
+
 void LlamaPolicy::AdvanceTime(uint64_t time_ns) {
   now_ns_ = std::max(now_ns_, time_ns);
   clock_->set(now_ns_);
@@ -134,16 +145,10 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
   size_t size = object.size_bytes;
   size_t alignment = std::max<size_t>(object.alignment_bytes, kMinAlignBytes);
   if (alignment & (alignment - 1)) alignment = kMinAlignBytes;  // not a power of two: malloc's default
-  // The same dispatch as the library's malloc_slow (src/llamalloc/alloc/alloc.cc).
-  void* p;
-  if (size <= kSmallMaxBytes && alignment <= kMaxSmallAlignment && size + alignment <= kSmallMaxBytes) {
-    LocalHeap& heap = HeapFor(object.thread);
-    tl_heap = &heap;  // the library tells its owner's frees apart by the calling thread's heap
-    p = alignment <= kMinAlignBytes ? cursor_bump(heap.classes[lc].primary, size) : nullptr;
-    if (p == nullptr) p = LocalAllocator::alloc_small(*global_, heap, lc, size, alignment);
-  } else {
-    p = global_->alloc_large(lc, size, alignment);
-  }
+  // The library's one allocation entry point below its fast path (src/llamalloc/local/local.h).
+  LocalHeap& heap = HeapFor(object.thread);
+  tl_heap = &heap;
+  void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
   placed_.Put(object.address, reinterpret_cast<uint64_t>(p));
 }
@@ -151,14 +156,8 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
 void LlamaPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t thread) {
   uint64_t placed = 0;
   if (!placed_.Erase(address, &placed)) return;
-  void* p = reinterpret_cast<void*>(placed);
-  SpanMeta* s = global_->span_of(placed);
-  if (s != nullptr && s->small.load(std::memory_order_relaxed)) {
-    tl_heap = &HeapFor(thread);  // the freeing thread, as in the process
-    LocalAllocator::free_small(*global_, s, p);
-  } else {
-    global_->free_large(p);
-  }
+  tl_heap = &HeapFor(thread);  // the freeing thread, as in the process
+  LocalAllocator::deallocate(*global_, tl_heap, reinterpret_cast<void*>(placed));
 }
 
 uint64_t LlamaPolicy::footprint_bytes() const { return global_->gauges().footprint_bytes; }

@@ -61,6 +61,7 @@ class LlamaPolicy final : public Policy {
   bool needs_lifetime_classes() const override { return options_.fixed_class < 0 || options_.class_source; }
   void Allocate(const ObjectAlloc& object) override;
   void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
+  void AtExit() override;
   void AdvanceTime(uint64_t time_ns) override;
   uint64_t footprint_bytes() const override;
   std::vector<std::string> extra_columns() const override;

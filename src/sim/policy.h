@@ -42,6 +42,9 @@ class Policy {
   virtual void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) = 0;
   // Called with the time of every event before it is applied (deadlines, periodic work).
   virtual void AdvanceTime(uint64_t /*time_ns*/) {}
+  // The end of the trace: what the process did at exit before its statistics were taken (the library's thread
+  // heaps give their empty spans back).
+  virtual void AtExit() {}
 
   // The bytes the OS backs now under this policy (its own definition; see docs/simulator.md).
   virtual uint64_t footprint_bytes() const = 0;

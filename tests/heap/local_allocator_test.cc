@@ -1,5 +1,6 @@
-// Thread-local span allocation on real memory with a fake clock: bump allocation in runs of free lines,
-// line counts, line recycling in partially free spans after their page's deadline, overflow spans.
+// Thread heaps on real memory with a fake clock: size classes, size-class spans inside lifetime classes,
+// owner and remote frees, full spans brought back by a remote free, the empty-span cache, and the global
+// allocator's lifetime-class placement underneath.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -14,237 +15,159 @@ namespace {
 
 class LocalAllocatorTest : public ::testing::Test {
  protected:
-  LocalAllocatorTest() : global(std::make_unique<GlobalAllocator>(platform, clock, HeapConfig{8, 2})) {}
-  ~LocalAllocatorTest() override { LocalAllocator::release_all(*global, heap); }
+  LocalAllocatorTest() : global(std::make_unique<GlobalAllocator>(platform, clock, HeapConfig{8, 2})) {
+    other = std::make_unique<LocalHeap>();
+  }
+  ~LocalAllocatorTest() override {
+    LocalAllocator::release_all(*global, heap);
+    LocalAllocator::release_all(*global, *other);
+  }
 
-  void* alloc(unsigned lc, size_t size) {
-    void* p = cursor_bump(heap.classes[lc].primary, size);
-    if (p == nullptr) p = LocalAllocator::alloc_small(*global, heap, lc, size, 16);
+  void* alloc(unsigned lc, size_t size, size_t alignment = 16) {
+    void* p = LocalAllocator::allocate(*global, heap, lc, size, alignment);
     EXPECT_TRUE(heap.check(*global));
     return p;
   }
-  void free(void* p) {
-    SpanMeta* s = global->span_of(reinterpret_cast<uintptr_t>(p));
-    ASSERT_NE(s, nullptr);
-    ASSERT_TRUE(s->small.load());
-    LocalAllocator::free_small(*global, s, p);
+  // A free by the owner (heap) or by another thread (other).
+  void free(void* p, LocalHeap* by = nullptr) {
+    LocalAllocator::deallocate(*global, by ? by : &heap, p);
+    EXPECT_TRUE(heap.check(*global));
   }
-  static uintptr_t span_of(const void* p) { return reinterpret_cast<uintptr_t>(p) & ~(kBlockSpanBytes - 1); }
+  SmallSpan* span(const void* p) { return LocalAllocator::span_of(*global, p); }
 
-  LinuxPlatform platform;  // objects need real memory: their headers are written
+  LinuxPlatform platform;  // blocks need real memory: free lists are written into them
   FakeClock clock;
   std::unique_ptr<GlobalAllocator> global;
   LocalHeap heap;
+  std::unique_ptr<LocalHeap> other;
 };
 
-TEST_F(LocalAllocatorTest, BumpAllocatesContiguouslyWithEightByteHeaders) {
+TEST(SizeClasses, EveryRequestGetsABlockAtMostAQuarterLargerAndEveryAlignmentIsServed) {
+  for (size_t size = 0; size <= kSmallMaxBytes; ++size) {
+    unsigned sc = size_class_of(size);
+    ASSERT_LT(sc, kNumSizeClasses);
+    size_t b = size_class_bytes(sc);
+    ASSERT_GE(b, size);
+    if (sc > 0) ASSERT_LT(size_class_bytes(sc - 1), size) << "not the smallest class for " << size;
+    if (size > 128) ASSERT_LE(b * 4, size * 5 + 4 * 16) << size;
+    ASSERT_EQ(b % 16, 0u);
+    ASSERT_EQ(classify(size, 16), sc);
+    for (size_t a = 32; a <= kMaxSmallAlignment; a <<= 1) {
+      unsigned c = classify(size, a);
+      ASSERT_NE(c, kLargeRequest) << size << " aligned " << a;
+      ASSERT_EQ(size_class_bytes(c) % a, 0u);
+      ASSERT_GE(size_class_bytes(c), size);
+    }
+    ASSERT_EQ(size_class_span_bytes(sc) % kBlockSpanBytes, 0u);
+    ASSERT_GE(size_class_span_bytes(sc) / b, 7u) << "a span holds several objects";
+  }
+  EXPECT_EQ(classify(kSmallMaxBytes + 1, 16), kLargeRequest);
+  EXPECT_EQ(classify(100, 8192), kLargeRequest);
+}
+
+TEST_F(LocalAllocatorTest, BlocksOfASizeClassAreContiguousAlignedAndHaveNoHeader) {
   char* a = static_cast<char*>(alloc(0, 24));
   char* b = static_cast<char*>(alloc(0, 24));
-  EXPECT_EQ(b - a, 32) << "24 bytes + 8 header = 32";
+  EXPECT_EQ(b - a, 32) << "24 bytes round up to the 32-byte class, with no header";
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 16, 0u);
-  EXPECT_EQ(LocalAllocator::usable_size(a), 24u);
+  EXPECT_EQ(LocalAllocator::usable_size(span(a)), 32u);
+  EXPECT_EQ(span(a), span(b));
+  EXPECT_EQ(span(a)->start % kBlockSpanBytes, 0u) << "spans are 16 KiB aligned";
+  for (size_t al = 32; al <= 4096; al <<= 1) {
+    void* p = alloc(0, 40, al);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % al, 0u);
+    free(p);
+  }
   free(a);
   free(b);
   global->check_invariants();
 }
 
-TEST_F(LocalAllocatorTest, LineCountsFollowObjectsAndAFreedSpanReturnsToTheGlobalAllocator) {
+TEST_F(LocalAllocatorTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySpanIsKeptOrCached) {
   std::vector<void*> objs;
-  for (int i = 0; i < 300; ++i) objs.push_back(alloc(0, 100));  // 112 bytes: some straddle lines
-  uintptr_t first_span = span_of(objs[0]);
-  SpanMeta* s = global->span_of(first_span);
-  EXPECT_TRUE(s->owned == 0) << "the first span was filled and closed";
-  EXPECT_GT(s->live_lines.load(), 120);
-  for (void* p : objs)
-    if (span_of(p) == first_span) free(p);
-  EXPECT_EQ(s->small.load(), 0) << "the last free gave the span back";
-  EXPECT_FALSE(global->page_info(first_span).live.test((first_span & (kHugePageBytes - 1)) / kBlockBytes));
-  for (void* p : objs)
-    if (span_of(p) != first_span) free(p);
-  global->check_invariants();
-}
-
-TEST_F(LocalAllocatorTest, PartiallyFreeSpansAreRecycledLineByLineAfterTheDeadline) {
-  global->configure(HeapConfig{8, 2, false, false});  // the paper's rules: lines recycled after the deadline
-  // Fill a whole huge page with 64-byte objects of class 2 so that it becomes active with a deadline.
-  std::vector<void*> objs;
-  uintptr_t page = 0;
-  while (true) {
-    void* p = alloc(2, 56);
-    if (page == 0) page = reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1);
-    if ((reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1)) != page) {
-      free(p);
-      break;
-    }
-    objs.push_back(p);
-  }
-  ASSERT_EQ(global->page_info(page).state, PageState::kActive);
-  // Keep the objects that start in every eighth line; free the rest: runs of about six free lines appear.
-  std::vector<void*> kept;
-  for (void* p : objs) {
-    if (line_of_offset(reinterpret_cast<uintptr_t>(p) - 8) % 8 != 0) free(p);
-    else kept.push_back(p);
-  }
-  for (void* p : kept) memset(p, 0x5A, 56);
-  uint64_t recycled_before = global->counters().lines_recycled.load();
-  // Before the deadline a class 0 request may take only completely free blocks.
-  void* early = alloc(0, 56);
-  EXPECT_NE(reinterpret_cast<uintptr_t>(early) & ~(kHugePageBytes - 1), page);
-  LocalAllocator::release_all(*global, heap);
-  clock.now += 2 * global->class_duration_ns(2) + 1;
-  global->tick();
-  EXPECT_EQ(global->page_info(page).lifetime_class, 3u) << "live residual blocks at the deadline: promoted";
-  // Now shorter-lived objects go into the free lines of the partially free spans.
-  std::set<uintptr_t> kept_lines;
-  for (void* p : kept) {
-    kept_lines.insert(line_of_offset(reinterpret_cast<uintptr_t>(p) - 8));  // spans are line aligned
-    kept_lines.insert(line_of_offset(reinterpret_cast<uintptr_t>(p) + 55));
-  }
-  int recycled_here = 0;
-  std::vector<void*> fresh;
-  for (int i = 0; i < 400; ++i) {
-    void* p = alloc(0, 56);
-    fresh.push_back(p);
-    if ((reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1)) == page) {
-      ++recycled_here;
-      EXPECT_EQ(kept_lines.count(line_of_offset(reinterpret_cast<uintptr_t>(p) - 8)), 0u)
-          << "a recycled object never lands in a live line";
-      EXPECT_EQ(kept_lines.count(line_of_offset(reinterpret_cast<uintptr_t>(p) + 55)), 0u);
-    }
-    memset(p, 0xC3, 56);
-  }
-  EXPECT_GT(recycled_here, 300);
-  EXPECT_GT(global->counters().lines_recycled.load(), recycled_before);
-  for (void* p : kept)
-    for (int i = 0; i < 56; ++i) ASSERT_EQ(static_cast<unsigned char*>(p)[i], 0x5A);
-  // Medium objects do not go into the small objects' holes: they fill spans of their own.
-  ASSERT_TRUE(heap.classes[0].primary.partially_free);
-  void* medium = alloc(0, 1000);
-  EXPECT_NE(span_of(medium), span_of(fresh.back()));
-  EXPECT_EQ(heap.classes[0].medium.span, global->span_of(reinterpret_cast<uintptr_t>(medium)));
-  free(medium);
-  for (void* p : fresh) free(p);
-  for (void* p : kept) free(p);
-  free(early);
-  LocalAllocator::release_all(*global, heap);
-  global->check_invariants();
-  EXPECT_EQ(global->page_info(page).state, PageState::kUnused) << "all objects freed: the page is released";
-}
-
-TEST_F(LocalAllocatorTest, EarlyLineRecyclingFillsTheHolesOfALongerClassBeforeItsDeadline) {
-  // A class 3 page full of 56-byte objects; most of them die at once, every eighth line stays live.
-  std::vector<void*> objs;
-  uintptr_t page = 0;
-  for (;;) {
-    void* p = alloc(3, 56);
-    if (page == 0) page = reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1);
-    if ((reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1)) != page) {
-      free(p);
-      break;
-    }
-    objs.push_back(p);
-  }
-  LocalAllocator::release_all(*global, heap);
-  ASSERT_EQ(global->page_info(page).state, PageState::kActive);
-  std::vector<void*> kept;
-  for (void* p : objs) {
-    if (line_of_offset(reinterpret_cast<uintptr_t>(p) - 8) % 8 != 0) free(p);
-    else kept.push_back(p);
-  }
-  // Long before the page's deadline (10 s x K), class 0 objects go into its free lines: no fresh memory.
-  size_t footprint = global->gauges().footprint_bytes;
-  int here = 0;
-  std::vector<void*> fresh;
-  for (int i = 0; i < 1000; ++i) {
-    void* p = alloc(0, 56);
-    fresh.push_back(p);
-    here += (reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1)) == page;
-  }
-  EXPECT_EQ(here, 1000);
-  EXPECT_LE(global->gauges().footprint_bytes, footprint + kHugePageBytes) << "at most one open page more";
-  for (void* p : fresh) free(p);
-  for (void* p : kept) free(p);
-  LocalAllocator::release_all(*global, heap);
-  global->check_invariants();
-}
-
-TEST_F(LocalAllocatorTest, AFreedMediumObjectLeavesAHoleThatTheNextOfItsSizeFits) {
-  // Medium objects start at a line and hold whole lines alone.
-  void* a = alloc(2, 1000);
-  void* b = alloc(2, 1000);
-  EXPECT_EQ((reinterpret_cast<uintptr_t>(a) - kSmallHeaderBytes) % kLineBytes, kSmallHeaderBytes);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(a), 1024u) << "1000 + 8 rounded to 8 lines";
-  EXPECT_EQ(LocalAllocator::usable_size(a), 1016u);
-  // Fill class 2 pages with 1000-byte values interleaved with 24-byte objects (a server's keys and values),
-  // then free every other value: the holes are exactly one value long.
-  std::vector<void*> values, keys;
-  for (int i = 0; i < 6000; ++i) {
-    values.push_back(alloc(2, 1000));
-    keys.push_back(alloc(2, 24));
-  }
-  LocalAllocator::release_all(*global, heap);
-  // A class 2 object that fits no open page: the last open page becomes active too (an open page is still being
-  // filled by its own class; only active pages are recycled by shorter ones).
-  void* whole_page = global->alloc_large(2, kHugePageBytes, kBlockBytes);
-  for (size_t i = 0; i < values.size(); i += 2) free(values[i]);
-  size_t footprint = global->gauges().footprint_bytes;
-  std::set<uintptr_t> value_spans;
-  for (void* p : values) value_spans.insert(span_of(p));
-  // As many class 1 values again go into those holes (early line recycling of the longer class 2).
-  std::vector<void*> again;
-  size_t in_holes = 0;
-  for (int i = 0; i < 3000; ++i) {
-    again.push_back(alloc(1, 1000));
-    in_holes += value_spans.count(span_of(again.back()));
-  }
-  EXPECT_EQ(in_holes, 3000u) << "every value went into a hole left by another";
-  EXPECT_EQ(global->gauges().footprint_bytes, footprint) << "no fresh memory";
-  for (void* p : again) free(p);
-  for (size_t i = 1; i < values.size(); i += 2) free(values[i]);
-  for (void* p : keys) free(p);
-  global->free_large(whole_page);
-  free(a);
-  free(b);
-  LocalAllocator::release_all(*global, heap);
-  global->check_invariants();
-}
-
-TEST_F(LocalAllocatorTest, AlignedSmallObjectsLeaveWalkablePadding) {
-  std::vector<void*> objs;
-  for (size_t a = 32; a <= kMaxSmallAlignment; a <<= 1) {
-    void* x = alloc(1, 24);
-    void* p = LocalAllocator::alloc_small(*global, heap, 1, 40, a);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % a, 0u);
-    objs.push_back(x);
-    objs.push_back(p);
-  }
-  LocalAllocator::release_all(*global, heap);  // close_run walks over the padding records
+  for (int i = 0; i < 300; ++i) objs.push_back(alloc(0, 100));  // 112-byte class: 146 per 16 KiB span
+  std::set<SmallSpan*> spans;
+  for (void* p : objs) spans.insert(span(p));
+  EXPECT_EQ(spans.size(), 3u);
+  size_t before = global->gauges().footprint_bytes;
   for (void* p : objs) free(p);
-  global->check_invariants();
-  EXPECT_EQ(global->gauges().footprint_bytes, kHugePageBytes) << "only the open page is left";
+  // The span the fast path uses is kept; the other two go to the thread's span cache, not to other size classes.
+  EXPECT_EQ(heap.cache_count[0][span_kind(16 * 1024)], 2u);
+  EXPECT_EQ(global->gauges().footprint_bytes, before);
+  std::set<void*> again;
+  std::set<SmallSpan*> again_spans;
+  for (int i = 0; i < 300; ++i) {
+    void* p = alloc(0, 100);
+    again.insert(p);
+    again_spans.insert(span(p));
+  }
+  EXPECT_EQ(again_spans, spans) << "the same spans serve again: no new memory";
+  for (void* p : again) free(p);
+  LocalAllocator::release_all(*global, heap);
+  PageInfo page = global->page_info(reinterpret_cast<uintptr_t>(objs[0]));
+  EXPECT_TRUE(page.live.none()) << "thread exit gives every empty span back";
+  EXPECT_LE(global->gauges().footprint_bytes, kHugePageBytes) << "only the class's open page stays";
 }
 
-}  // namespace
-}  // namespace llamalloc::testing
+TEST_F(LocalAllocatorTest, FreesByAnotherThreadAreCollectedInBulkByTheOwner) {
+  std::vector<void*> objs;
+  for (int i = 0; i < 100; ++i) objs.push_back(alloc(0, 1000));  // 1 KiB class: 16 per span
+  SmallSpan* s = span(objs[0]);
+  uint32_t used = s->used;
+  for (int i = 0; i < 16; ++i)
+    if (span(objs[i]) == s) free(objs[i], other.get());
+  EXPECT_EQ(s->used, used) << "remote frees are not counted until the owner takes them";
+  EXPECT_NE(s->xfree.load() & ~kXfreeStateMask, 0u);
+  LocalAllocator::collect_remote(s);
+  EXPECT_EQ(s->used, 0u);
+  EXPECT_EQ(s->xfree.load() & ~kXfreeStateMask, 0u);
+  for (int i = 16; i < 100; ++i) free(objs[i], other.get());
+}
 
-namespace llamalloc::testing {
-namespace {
+TEST_F(LocalAllocatorTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
+  std::vector<void*> objs;
+  for (int i = 0; i < 17; ++i) objs.push_back(alloc(0, 1024));  // the 17th takes a second span
+  SmallSpan* full = span(objs[0]);
+  ASSERT_NE(full, span(objs[16]));
+  EXPECT_FALSE(full->queued) << "a full span is off the queue";
+  EXPECT_EQ(full->xfree.load(), kXfreeFull);
+  free(objs[3], other.get());
+  EXPECT_EQ(heap.notify.load(), full) << "the first remote free into it tells the owner";
+  EXPECT_EQ(full->xfree.load() & kXfreeStateMask, kXfreeNotified);
+  free(objs[4], other.get());
+  EXPECT_EQ(heap.notify.load(), full) << "once";
+  // Use up the second span: the owner drains its notify list and finds the two blocks again.
+  std::set<void*> got;
+  for (int i = 0; i < 17; ++i) got.insert(alloc(0, 1024));
+  EXPECT_TRUE(got.count(objs[3]) && got.count(objs[4]));
+  EXPECT_EQ(heap.notify.load(), nullptr);
+  for (void* p : got) free(p);
+  for (int i = 0; i < 17; ++i)
+    if (i != 3 && i != 4) free(objs[i]);
+}
 
-// alloc_small skips to the next free line for tiny objects, so every size the tiny rule admits must fit a run of
-// one free line as open_run() starts it (8 bytes in). Sizes 105..120 once broke this and alloc_small spun forever
-// in a partially free span whose free lines were all single (found replaying an image-server trace).
-TEST(LocalAllocatorRules, EveryTinyObjectFitsARunOfOneFreeLine) {
-  alignas(kLineBytes) static unsigned char line[kLineBytes];
-  size_t tiny_sizes = 0;
-  for (size_t size = 1; size <= kSmallMaxBytes; ++size) {
-    if (!LocalAllocator::fits_one_line(size, kMinAlignBytes)) continue;
-    ++tiny_sizes;
-    SpanCursor c;
-    c.run_start = c.bump = reinterpret_cast<uintptr_t>(line) + kSmallHeaderBytes;
-    c.run_end = reinterpret_cast<uintptr_t>(line) + kLineBytes;
-    EXPECT_NE(cursor_bump(c, size), nullptr) << "a tiny object of " << size << " bytes does not fit one line";
-  }
-  EXPECT_EQ(tiny_sizes, 104u) << "objects up to 104 bytes (112 with their header) are tiny";
+TEST_F(LocalAllocatorTest, SpansOfALifetimeClassComeFromHugePagesOfThatClassOrLonger) {
+  void* s0 = alloc(0, 64);
+  void* s3 = alloc(3, 64);
+  void* s7 = alloc(7, 20000);
+  EXPECT_EQ(global->page_info(reinterpret_cast<uintptr_t>(s0)).lifetime_class, 0u);
+  EXPECT_EQ(global->page_info(reinterpret_cast<uintptr_t>(s3)).lifetime_class, 3u);
+  EXPECT_EQ(global->page_info(reinterpret_cast<uintptr_t>(s7)).lifetime_class, 7u);
+  EXPECT_NE(reinterpret_cast<uintptr_t>(s0) >> kHugePageShift, reinterpret_cast<uintptr_t>(s3) >> kHugePageShift);
+  EXPECT_EQ(global->pages_in_use(0) + global->pages_in_use(3) + global->pages_in_use(7), 3u);
+  free(s0);
+  free(s3);
+  free(s7);
+}
+
+TEST_F(LocalAllocatorTest, LargeRequestsTakeWholeBlocksAndSmallOnesAbove8KiBUseSizeClasses) {
+  void* v = alloc(0, 16 * 1024 + 64);  // a redis value just above 16 KiB
+  EXPECT_EQ(LocalAllocator::usable_size(span(v)), 20u * 1024) << "the 20 KiB class, not 24 KiB of blocks";
+  void* big = alloc(0, 40 * 1024);
+  EXPECT_EQ(span(big), nullptr);
+  EXPECT_EQ(global->large_usable_size(big), 40u * 1024);
+  free(v);
+  free(big);
 }
 
 }  // namespace

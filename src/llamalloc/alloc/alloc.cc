@@ -151,26 +151,14 @@ void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_a
   } else {
     lc = clamp_class(lc);
   }
-  void* p;
-  if (size <= kSmallMaxBytes && alignment <= kMaxSmallAlignment && size + alignment <= kSmallMaxBytes) {
-    p = alignment <= kMinAlignBytes ? cursor_bump(h->classes[lc].primary, size) : nullptr;
-    if (p == nullptr) p = LocalAllocator::alloc_small(g_global, *h, lc, size, alignment);
-  } else {
-    p = g_global.alloc_large(lc, size, alignment);
-  }
-  if (p == nullptr) {
-    errno = ENOMEM;
-  } else {
-    tl_live_delta += int64_t(size);
-  }
+  void* p = LocalAllocator::allocate(g_global, *h, lc, size, alignment);
   debug_check_heap();
   return p;
 }
 
 void free_slow(void* p) {
   if (p == nullptr) return;
-  if (!g_global.owns(p)) fatal_pointer("free of", p, "pointer not allocated by llamalloc");
-  tl_live_delta -= int64_t(g_global.free_large(p));
+  LocalAllocator::deallocate(g_global, tl_heap, p);
   if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   debug_check_heap();
 }
@@ -179,8 +167,9 @@ void* heap_malloc_class(size_t size, unsigned lifetime_class) {
   LocalHeap* h = tl_heap;
   lifetime_class = lifetime_class < kMaxClasses ? lifetime_class : kMaxClasses - 1;
   if (size <= kSmallMaxBytes && h != &g_empty_heap && lifetime_class < g_global.num_classes()) {
-    if (void* p = cursor_bump(h->classes[lifetime_class].primary, size)) {
-      tl_live_delta += int64_t(size);
+    SmallSpan* s = h->spans[lifetime_class][size_class_of(size)];
+    if (void* p = span_pop(s)) {
+      tl_live_delta += int64_t(s->block_size);
       debug_check_heap();
       return p;
     }
@@ -202,9 +191,7 @@ void* heap_calloc(size_t count, size_t size) {
 
 size_t heap_usable_size(const void* p) {
   if (p == nullptr) return 0;
-  SpanMeta* s = g_global.span_of(reinterpret_cast<uintptr_t>(p));
-  if (s == nullptr) return 0;
-  if (s->small.load(std::memory_order_relaxed)) return LocalAllocator::usable_size(p);
+  if (SmallSpan* s = LocalAllocator::span_of(g_global, p)) return LocalAllocator::usable_size(s);
   return g_global.large_usable_size(p);
 }
 
@@ -214,22 +201,14 @@ void* heap_realloc(void* p, size_t size) {
     heap_free(p);
     return nullptr;
   }
-  SpanMeta* s = g_global.span_of(reinterpret_cast<uintptr_t>(p));
-  if (s == nullptr) fatal_pointer("realloc of", p, "pointer not allocated by llamalloc");
   size_t usable;
-  if (s->small.load(std::memory_order_relaxed)) {
-    SmallHeader* h = reinterpret_cast<SmallHeader*>(static_cast<char*>(p) - kSmallHeaderBytes);
-    if (h->tag != kTagLive)
-      fatal_pointer("realloc of", p, h->tag == kTagFreed || h->tag == kTagFreedLocal ? "object already freed" : "pointer not allocated by llamalloc");
-    usable = small_total_bytes(h->requested_bytes) - kSmallHeaderBytes;
-    // In place when the object keeps its lines: the same 16-byte granule count.
-    if (small_total_bytes(size) == small_total_bytes(h->requested_bytes)) {
-      tl_live_delta += int64_t(size) - int64_t(h->requested_bytes);
-      h->requested_bytes = uint32_t(size);
-      return p;
-    }
-    if (size < usable && size >= usable / 2) return p;
+  if (SmallSpan* s = LocalAllocator::span_of(g_global, p)) {
+    LocalAllocator::check_live(s, p, "realloc of");
+    usable = LocalAllocator::usable_size(s);
+    // In place while the object stays in its size class or shrinks by at most half.
+    if (size <= usable && (size > usable / 2 || classify(size, kMinAlignBytes) == s->size_class)) return p;
   } else {
+    if (!g_global.owns(p)) fatal_pointer("realloc of", p, "pointer not allocated by llamalloc");
     usable = g_global.large_usable_size(p);
     if (usable == 0) fatal_pointer("realloc of", p, "pointer not the start of a live object");
     if (size <= usable && size > kSmallMaxBytes && size >= usable / 2) return p;

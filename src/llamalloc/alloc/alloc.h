@@ -54,8 +54,9 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
         fast = lc = e.lifetime_class;
       }
     }
-    if (void* p = cursor_bump(h->classes[fast].primary, size)) {
-      tl_live_delta += int64_t(size);
+    SmallSpan* s = h->spans[fast][size_class_of(size)];
+    if (void* p = span_pop(s)) {
+      tl_live_delta += int64_t(s->block_size);
       debug_check_heap();
       return p;
     }
@@ -64,9 +65,9 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
 }
 
 LLAMALLOC_FAST void heap_free(void* p) {
-  SpanMeta* s = g_global.span_of(reinterpret_cast<uintptr_t>(p));
-  if (LLAMALLOC_LIKELY(s != nullptr && s->small.load(std::memory_order_relaxed))) {
-    tl_live_delta -= int64_t(LocalAllocator::free_small(g_global, s, p));
+  SmallSpan* s = LocalAllocator::span_of(g_global, p);  // null for nullptr: region slot 0 is never ours
+  if (LLAMALLOC_LIKELY(s != nullptr)) {
+    tl_live_delta -= int64_t(LocalAllocator::free_small(g_global, tl_heap, s, p));
     debug_check_heap();
     return;
   }

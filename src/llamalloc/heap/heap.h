@@ -22,6 +22,42 @@ enum class PageKind : uint8_t { kBlocks = 0, kHugeHead = 1, kHugeTail = 2 };
 
 struct Region;
 
+// A size-class span (Heap 2.0, docs/heap.md): a run of whole blocks, 16 KiB aligned, that serves one size class
+// of one lifetime class for one thread heap, mimalloc style. The global allocator hands its blocks out as a
+// large object and never looks inside; local/ owns every field. It lives in the SpanMeta of its first 16 KiB
+// span, and every SpanMeta it covers points at it (SpanMeta::size_span), so free() finds it in two loads.
+struct alignas(64) SmallSpan {
+  // --- read by every thread that frees into the span; written by the owner only when (re)initialised --------
+  uintptr_t key;         // link encoding (a corrupted or double-freed block is told apart from a free one)
+  uintptr_t start;       // address of block 0
+  void* owner;           // the LocalHeap (never freed: thread heaps are pooled)
+  uint32_t block_size;
+  uint32_t reciprocal;   // ceil(2^32 / block_size): an offset's block index without a division
+  uint32_t span_bytes;
+  uint32_t capacity;     // blocks that fit the span
+  uint32_t extended;     // blocks 0 .. extended-1 have been put on a list; the rest are untouched memory
+  uint8_t size_class;
+  uint8_t lifetime_class;
+  uint8_t queued;        // in the owner's queue of its (lifetime class, size class)
+  uint8_t cached;        // empty, kept in the owner's span cache
+  // --- the owner thread's hot fields (no atomics), on their own cache line -----------------------------------
+  alignas(64) void* free;  // blocks to hand out: a list whose links are xor-ed with `key`
+  void* local_free;      // the owner's frees, the same encoding; moved to `free` when that runs dry
+  uint32_t used;         // blocks handed out and not yet back on `free` or `local_free` (collected remote frees count)
+  SmallSpan* next;       // queue links (owner)
+  SmallSpan* prev;
+  // --- written by other threads -------------------------------------------------------------------------
+  // Frees by other threads: the head of a list (links encoded like `free`) with the state in the low 2 bits:
+  // kXfreeFull = the owner took the span off its queue because it was full, and the first remote free must
+  // tell it (push the span on the owner's notify list and set kXfreeNotified).
+  alignas(64) std::atomic<uintptr_t> xfree;
+  SmallSpan* notify_next;
+};
+
+inline constexpr uintptr_t kXfreeFull = 1;
+inline constexpr uintptr_t kXfreeNotified = 2;
+inline constexpr uintptr_t kXfreeStateMask = 3;
+
 // One 16 KiB block span. Line counts are the objects overlapping each line (section 6.6). live_lines counts the
 // lines with objects, plus one while a thread-local allocator owns the span, so that it reaches zero exactly
 // once, in the thread that must give the span back.
@@ -38,6 +74,11 @@ struct SpanMeta {
   // The owning thread's cursor (a local/ SpanCursor) while owned, else null: lets the owner free objects of
   // its current run without atomics. Written only by the owner; others read it and see a foreign cursor.
   std::atomic<void*> owner_cursor;
+  // The size-class span this 16 KiB span is part of (Heap 2.0), or null. Set before the span's first block is
+  // handed out and cleared before its blocks go back to the global allocator.
+  std::atomic<SmallSpan*> size_span;
+  // When this is the first 16 KiB of a size-class span: its metadata.
+  SmallSpan small_span;
 
   bool check() const;  // invariant checker: counts within bounds, owner reference consistent
 };

@@ -1,8 +1,9 @@
-// Thread-local span allocators (papers/000 sections 6.1 and 6.6): per lifetime class one primary span
-// (fresh or partially free, bump allocated run of free lines by run of free lines), one overflow span for
-// small objects that do not fit the current run of a partially free span, and one span for medium objects
-// (>= kMediumMinTotalBytes, line aligned, placed on the slow path). The allocation fast path is a bump
-// and one store; the free fast path is a header check and one atomic decrement per line the object covers.
+// Thread heaps of Heap 2.0 (docs/heap.md): small objects (up to 32 KiB) come from size-class spans inside
+// each lifetime class. A span serves one size class of one lifetime class for one thread: the owner pops
+// blocks from a free list and pushes its own frees on a local list without atomics; other threads push their
+// frees on the span's one atomic list, which the owner takes in bulk (mimalloc's sharded free lists). Spans
+// are whole blocks the global allocator hands out with its lifetime-class placement (huge pages, deadlines,
+// promotion and demotion, recycling between classes), so the heap stays organised by lifetime above the span.
 #pragma once
 
 #include <atomic>
@@ -12,162 +13,123 @@
 #include "base.h"
 #include "config.h"
 #include "heap/heap.h"
+#include "local/size_class.h"
 #include "predictor/predictor.h"
 
 namespace llamalloc {
 
-// 8 bytes before every small object.
-struct SmallHeader {
-  uint32_t requested_bytes;
-  uint16_t tag;
-  uint16_t unused;
-};
-static_assert(sizeof(SmallHeader) == kSmallHeaderBytes);
+// Empty spans a thread keeps per lifetime class and span size before giving them back (one lock round trip
+// saved per span reuse; at most 4 x 256 KiB per class and kind).
+inline constexpr unsigned kSpanCacheSlots = 4;
 
-inline constexpr uint16_t kTagLive = 0x11A3;   // allocated
-inline constexpr uint16_t kTagFreed = 0xF4EE;  // freed (a second free is reported)
-inline constexpr uint16_t kTagPad = 0x9AD0;    // alignment padding before an aligned object
-inline constexpr uint16_t kTagFreedLocal = 0xF10C;  // freed by the owner inside its current run (not counted)
-
-// Bytes a small object of `size` occupies in its span, header included; a multiple of 16, and of a line for
-// medium objects.
-LLAMALLOC_FAST constexpr size_t small_total_bytes(size_t size) {
-  size_t total = (size + kSmallHeaderBytes + kMinAlignBytes - 1) & ~(kMinAlignBytes - 1);
-  return total < kMediumMinTotalBytes ? total : (total + kLineBytes - 1) & ~(kLineBytes - 1);
-}
-
-// The line grid of a span. Runs start kSmallHeaderBytes into their first line (headers sit at 8 mod 16), so
-// line i is counted as the bytes [128 i + 8, 128 (i + 1) + 8) of the span (the last one ends at the span's
-// end): a medium object placed at the start of a run then covers its own lines and no other.
-LLAMALLOC_FAST constexpr size_t line_of_offset(size_t offset_in_span) {
-  return (offset_in_span - kSmallHeaderBytes) >> kLineShift;
-}
-LLAMALLOC_FAST constexpr size_t line_start_offset(size_t line) { return (line << kLineShift) + kSmallHeaderBytes; }
-LLAMALLOC_FAST constexpr size_t line_end_offset(size_t end_line) {
-  return end_line >= kLinesPerSpan ? kBlockSpanBytes : line_start_offset(end_line);
-}
-
-struct SpanCursor {
-  uintptr_t bump = 0;       // address of the next header; ≡ 8 (mod 16)
-  uintptr_t run_end = 0;    // end of the run of free lines being filled
-  uint32_t objects = 0;     // objects placed in the run (not counting un-bumped ones)
-  uint32_t freed_local = 0; // of those, freed by the owner: when all are, close_run() needs no walk
-  uintptr_t run_start = 0;  // first header of the run
-  uintptr_t span_base = 0;
-  SpanMeta* span = nullptr;
-  uint32_t next_line = 0;  // first line after the current run
-  bool partially_free = false;
-  bool rescanned = false;  // a medium object looked for a run from the span's first line again
-
-  bool check() const;  // invariant checker
-};
-
-struct ClassAllocator {
-  SpanCursor primary;
-  SpanCursor overflow;
-  // Medium objects (kMediumMinTotalBytes and up) fill spans of their own: a medium object's freed lines are then
-  // a hole the next one fits, instead of being pinned by small objects that were placed between them.
-  SpanCursor medium;
-  // The span used up last, its last run still open: the owner's frees of its recent objects stay free of
-  // atomics until the next span is used up and this one is settled and closed.
-  SpanCursor retired;
-};
-
-struct LocalHeap {
-  // One more than the classes: the fast path indexes classes[fast_class]; when the predictor must see every
-  // allocation fast_class is kMaxClasses, an allocator that never has a span, so the fast path always misses.
-  ClassAllocator classes[kMaxClasses + 1];
+struct alignas(64) LocalHeap {
+  // The span each (lifetime class, size class) allocates from: the head of its queue, or the static empty
+  // span (no free block) so that the fast path needs no null check. Row kMaxClasses stays empty: when the
+  // predictor must see every allocation, fast_class is kMaxClasses and the fast path always misses.
+  SmallSpan* spans[kMaxClasses + 1][kNumSizeClasses];
   uint8_t fast_class = kMaxClasses;
   LocalHeap* next_free = nullptr;
   // With a context-sensitive predictor: this thread's prediction cache, probed by the fast path (null: none).
   PredictionCacheView prediction_cache;
+  SmallSpan* cache[kMaxClasses][kSpanKinds][kSpanCacheSlots] = {};
+  uint8_t cache_count[kMaxClasses][kSpanKinds] = {};
+  // Spans taken off their queue when full that have since had a block freed by another thread (pushed by
+  // that thread; taken in bulk by the owner's slow path).
+  alignas(64) std::atomic<SmallSpan*> notify{nullptr};
 
+  constexpr LocalHeap();
   bool check(GlobalAllocator& global) const;
 };
 
+// The span with no blocks: every empty slot of every heap points at it.
+extern constinit SmallSpan g_empty_span;
+
+constexpr LocalHeap::LocalHeap() : spans{} {
+  for (auto& row : spans)
+    for (SmallSpan*& s : row) s = &g_empty_span;
+}
+
 // The heap a thread allocates from. Starts (and after thread exit returns) at the static empty heap, whose
-// cursors are all empty: the first allocation misses into the slow path, which gives the thread its own heap.
+// spans are all empty: the first allocation misses into the slow path, which gives the thread its own heap.
 extern __thread LocalHeap* tl_heap __attribute__((tls_model("initial-exec")));
-// Live bytes allocated minus freed by this thread, not yet added to the heap's gauge.
+// Live bytes (block sizes) allocated minus freed by this thread, not yet added to the heap's gauge.
 extern __thread int64_t tl_live_delta __attribute__((tls_model("initial-exec")));
 extern LocalHeap g_empty_heap;
 
-// Writes the header of an object of `size` (occupying `total` bytes) at p and bumps past it.
-LLAMALLOC_FAST void* cursor_place(SpanCursor& c, uintptr_t p, size_t size, size_t total) {
-  c.bump = p + total;
-  c.objects++;
-  *reinterpret_cast<uint64_t*>(p) = uint64_t(uint32_t(size)) | (uint64_t(kTagLive) << 32);
-  return reinterpret_cast<void*>(p + kSmallHeaderBytes);
+LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
+  void* b = s->free;
+  if (LLAMALLOC_LIKELY(b != nullptr)) {
+    s->free = reinterpret_cast<void*>(*static_cast<uintptr_t*>(b) ^ s->key);
+    // The link is wiped, so that a live object the program never wrote does not look free to free().
+    *static_cast<uintptr_t*>(b) = 0;
+    s->used++;
+  }
+  return b;
 }
 
-// A medium object: at the next line start of the run, after a padding record if the bump is mid-line.
-LLAMALLOC_NOINLINE void* cursor_bump_medium(SpanCursor& c, size_t size, size_t total);
-
-// Bump allocates a small object (not medium) in the cursor's run; nullptr when it does not fit, and always for
-// a medium object (the slow path places it with its class's medium cursor).
-LLAMALLOC_FAST void* cursor_bump(SpanCursor& c, size_t size) {
-  size_t total = small_total_bytes(size);
-  uintptr_t p = c.bump;
-  if (LLAMALLOC_LIKELY(p + total <= c.run_end && total < kMediumMinTotalBytes)) return cursor_place(c, p, size, total);
-  return nullptr;
-}
-
-// Operations of one thread's heap on one global allocator.
+// Operations of one thread's heap on one global allocator (the library's, or a simulated one).
 class LocalAllocator {
  public:
-  // Tiny objects (section 6.6) are those that always fit a run of one free line, so that skipping to the next
-  // free line is enough. A run starts kSmallHeaderBytes into its first line (headers sit at 8 mod 16, objects
-  // at 0 mod 16), and an alignment above 16 may pad by up to the alignment.
-  LLAMALLOC_FAST static constexpr bool fits_one_line(size_t size, size_t alignment) {
-    return small_total_bytes(size) + (alignment > kMinAlignBytes ? alignment : 0) <= kLineBytes - kSmallHeaderBytes;
-  }
-  // A small object (size <= kSmallMaxBytes, alignment <= kMaxSmallAlignment) of the class; nullptr + ENOMEM.
-  static void* alloc_small(GlobalAllocator& global, LocalHeap& heap, unsigned lc, size_t size, size_t alignment);
-  // Frees a small object; `span` is its span. Reports bad and double frees. Returns the size asked for.
-  LLAMALLOC_FAST static size_t free_small(GlobalAllocator& global, SpanMeta* span, void* p);
-  // Gives every span of the heap back (thread exit).
+  // The one allocation entry point below the fast path (library slow path, simulator, tests): a request of
+  // `size` and `alignment` (a power of two) in lifetime class lc, from `heap`. nullptr + ENOMEM when exhausted.
+  static void* allocate(GlobalAllocator& global, LocalHeap& heap, unsigned lc, size_t size, size_t alignment);
+  // A small object of size class sc (the fast path missed).
+  static void* alloc_small(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsigned sc);
+  // Frees p, an object of the size-class span s, by the thread whose heap is `heap`. Reports bad and double
+  // frees. Returns the block size (live accounting).
+  LLAMALLOC_FAST static size_t free_small(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p);
+  // The one free entry point below the fast path: small (size-class span) or large; the bytes released.
+  static size_t deallocate(GlobalAllocator& global, LocalHeap* heap, void* p);
+  // Thread exit: takes in every remote free, gives every empty span back and drops the cache. Spans that
+  // still hold objects stay with the heap (which is pooled and adopted by the next thread).
   static void release_all(GlobalAllocator& global, LocalHeap& heap);
-  static size_t usable_size(const void* p) {
-    const SmallHeader* h = reinterpret_cast<const SmallHeader*>(static_cast<const char*>(p) - kSmallHeaderBytes);
-    return small_total_bytes(h->requested_bytes) - kSmallHeaderBytes;
+  // The small-object span of p, or null.
+  LLAMALLOC_FAST static SmallSpan* span_of(const GlobalAllocator& global, const void* p) {
+    SpanMeta* m = global.span_of(reinterpret_cast<uintptr_t>(p));
+    return m != nullptr ? m->size_span.load(std::memory_order_relaxed) : nullptr;
+  }
+  // Block index of p in s, or ~0u when p is not the start of a block handed out (an interior or stray pointer).
+  LLAMALLOC_FAST static uint32_t block_index(const SmallSpan* s, const void* p) {
+    uintptr_t offset = reinterpret_cast<uintptr_t>(p) - s->start;
+    uint32_t i = uint32_t((uint64_t(uint32_t(offset)) * s->reciprocal) >> 32);
+    if (LLAMALLOC_UNLIKELY(offset >= s->span_bytes || uint64_t(i) * s->block_size != offset || i >= s->extended))
+      return ~0u;
+    return i;
   }
 
   // Internals, exposed for tests.
-  static bool open_run(GlobalAllocator& global, SpanCursor& c);
-  static void close_run(SpanCursor& c);
-  static bool refill(GlobalAllocator& global, SpanCursor& c, unsigned lc, bool fresh_only);
-  static void release(GlobalAllocator& global, SpanCursor& c);
-  // Moves a used-up cursor to the retired slot, closing the span retired before it.
-  static void retire(GlobalAllocator& global, ClassAllocator& ca, SpanCursor& c);
-  LLAMALLOC_SLOW static void line_emptied(GlobalAllocator& global, SpanMeta* span);
-  // A free outside the owner's current run: one atomic decrement per line the object covers.
-  LLAMALLOC_NOINLINE static void free_counted(GlobalAllocator& global, SpanMeta* span, SmallHeader* h);
-  [[noreturn]] LLAMALLOC_SLOW static void bad_small_free(const void* p, uint16_t tag);
+  // Takes the owner's and other threads' frees into `free`, then untouched blocks; whether a block is free.
+  static bool refill_free(SmallSpan* s);
+  static void collect_remote(SmallSpan* s);
+  static void drain_notify(GlobalAllocator& global, LocalHeap& heap);
+  // The owner's free brought used to zero, or freed into a span that was off its queue.
+  LLAMALLOC_NOINLINE static void owner_free_slow(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s);
+  LLAMALLOC_NOINLINE static void remote_free(SmallSpan* s, void* p);
+  // Whether a block that is being freed is already on one of the span's lists (a double free).
+  LLAMALLOC_NOINLINE static bool on_free_list(const SmallSpan* s, const void* p);
+  [[noreturn]] LLAMALLOC_SLOW static void bad_free(const void* p, const char* what);
+  [[noreturn]] LLAMALLOC_SLOW static void bad_small_free(const SmallSpan* s, const void* p);
+  // Aborts with "<what> <p>: ..." unless p is a live object of s (realloc).
+  static void check_live(const SmallSpan* s, const void* p, const char* what);
+  static void release_span(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s);
+  static size_t usable_size(const SmallSpan* s) { return s->block_size; }
 };
 
-inline constexpr size_t kMaxSmallAlignment = 4096;
-
-LLAMALLOC_FAST size_t LocalAllocator::free_small(GlobalAllocator& global, SpanMeta* span, void* p) {
-  SmallHeader* h = reinterpret_cast<SmallHeader*>(static_cast<char*>(p) - kSmallHeaderBytes);
-  if (LLAMALLOC_UNLIKELY(h->tag != kTagLive)) bad_small_free(p, h->tag);
-  uint32_t size = h->requested_bytes;
-  uintptr_t header = reinterpret_cast<uintptr_t>(h);
-  // The owner freeing inside its current run: no counts were settled for the run yet, so nothing atomic is
-  // needed. The last object is simply un-bumped (alloc/free pairs reuse the same bytes); others are marked,
-  // and close_run() does not count them.
-  auto* c = static_cast<SpanCursor*>(span->owner_cursor.load(std::memory_order_relaxed));
-  if (uintptr_t(c) - uintptr_t(tl_heap) < sizeof(LocalHeap) && header >= c->run_start && header < c->bump) {
-    h->tag = kTagFreedLocal;  // a second free of it is reported
-    if (header + small_total_bytes(size) == c->bump) {
-      c->bump = header;
-      c->objects--;
-    } else {
-      c->freed_local++;
-    }
-    return size;
+LLAMALLOC_FAST size_t LocalAllocator::free_small(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p) {
+  size_t bytes = s->block_size;  // read first: after a remote push the owner may give the span back
+  if (LLAMALLOC_UNLIKELY(block_index(s, p) == ~0u)) bad_small_free(s, p);
+  // A free block's first word is an encoded link: inside the span (or null). A live object's first word is the
+  // program's data, which matches that only by chance; then the lists are walked to be sure.
+  uintptr_t link = *static_cast<uintptr_t*>(p) ^ s->key;
+  if (LLAMALLOC_UNLIKELY(link - s->start < s->span_bytes || link == 0) && on_free_list(s, p)) bad_free(p, "double free");
+  if (LLAMALLOC_LIKELY(s->owner == heap)) {
+    *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
+    s->local_free = p;
+    if (LLAMALLOC_UNLIKELY(--s->used == 0 || !s->queued)) owner_free_slow(global, *heap, s);
+  } else {
+    remote_free(s, p);
   }
-  free_counted(global, span, h);
-  return size;
+  return bytes;
 }
 
 }  // namespace llamalloc
