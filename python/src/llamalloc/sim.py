@@ -88,7 +88,7 @@ class SimResult:
 
 
 def binary() -> Path:
-    return paths.native_binary(BINARY)
+    return paths.native_program(BINARY)
 
 
 def trace_mappings(trace: str | os.PathLike) -> list[tuple[str, str]]:
