@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -123,13 +124,21 @@ TEST(HeapTest, RandomisedSingleThread) {
   check_heap();
 }
 
+// Thread count and steps of the randomised multi-thread tests: small by default (CI), larger by hand
+// (LLAMALLOC_TEST_THREADS=16 LLAMALLOC_TEST_STEPS=200000 on the 16-core machine, bench/soak/).
+int env_int(const char* name, int fallback) {
+  const char* v = getenv(name);
+  return v != nullptr && atoi(v) > 0 ? atoi(v) : fallback;
+}
+
 TEST(HeapTest, RandomisedThreadsWithCrossThreadFrees) {
+  const int threads_n = env_int("LLAMALLOC_TEST_THREADS", 4), steps = env_int("LLAMALLOC_TEST_STEPS", 2500);
   std::mutex mu;
   std::vector<Object> shared;  // objects handed from one thread to another
   auto worker = [&](int id) {
     std::mt19937_64 rng(99 + id);
     std::vector<Object> live;
-    for (int step = 0; step < 2500; ++step) {
+    for (int step = 0; step < steps; ++step) {
       random_step(rng, live);
       if (rng() % 8 == 0 && !live.empty()) {
         std::lock_guard<std::mutex> g(mu);
@@ -153,12 +162,77 @@ TEST(HeapTest, RandomisedThreadsWithCrossThreadFrees) {
     }
   };
   std::vector<std::thread> threads;
-  for (int i = 0; i < 4; ++i) threads.emplace_back(worker, i);
+  for (int i = 0; i < threads_n; ++i) threads.emplace_back(worker, i);
   for (auto& t : threads) t.join();
   for (const Object& o : shared) {
     expect_pattern(o, o.size);
     heap_free(o.p);
   }
+  check_heap();
+}
+
+// Every object is freed by a thread other than the one that allocated it: producers fill spans until they are
+// full (so that the first remote free must notify the owner), consumers check the contents and free. Producers
+// exit while consumers still free their objects (into the spans of a heap that goes back to the pool and is
+// adopted by the next thread), and new producers start.
+TEST(HeapTest, ProducersAndConsumersFreeEveryObjectInAnotherThread) {
+  const int pairs = env_int("LLAMALLOC_TEST_THREADS", 4) / 2 + 1, steps = env_int("LLAMALLOC_TEST_STEPS", 2500) * 4;
+  struct Queue {
+    std::mutex mu;
+    std::vector<Object> items;
+    bool done = false;
+  };
+  std::vector<Queue> queues(pairs);
+  auto produce = [&](int id, int round) {
+    std::mt19937_64 rng(7 + id * 131 + round);
+    Queue& q = queues[id];
+    std::vector<Object> batch;
+    for (int i = 0; i < steps / 4; ++i) {
+      size_t size = rng() % 4 == 0 ? rng() % 40000 : rng() % 300;
+      auto* p = static_cast<unsigned char*>(heap_malloc(size));
+      ASSERT_NE(p, nullptr);
+      Object o{p, size, static_cast<unsigned char>(rng()), 16};
+      fill(o);
+      batch.push_back(o);
+      if (batch.size() == 64) {
+        std::lock_guard<std::mutex> g(q.mu);
+        q.items.insert(q.items.end(), batch.begin(), batch.end());
+        batch.clear();
+      }
+    }
+    std::lock_guard<std::mutex> g(q.mu);
+    q.items.insert(q.items.end(), batch.begin(), batch.end());
+  };
+  auto consume = [&](int id) {
+    Queue& q = queues[id];
+    for (;;) {
+      std::vector<Object> got;
+      bool done;
+      {
+        std::lock_guard<std::mutex> g(q.mu);
+        got.swap(q.items);
+        done = q.done;
+      }
+      for (const Object& o : got) {
+        expect_pattern(o, o.size);
+        heap_free(o.p);
+      }
+      if (done && got.empty()) return;
+      if (got.empty()) std::this_thread::yield();
+    }
+  };
+  std::vector<std::thread> consumers;
+  for (int i = 0; i < pairs; ++i) consumers.emplace_back(consume, i);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<std::thread> producers;
+    for (int i = 0; i < pairs; ++i) producers.emplace_back(produce, i, round);
+    for (auto& t : producers) t.join();  // their heaps go back to the pool with objects still out
+  }
+  for (Queue& q : queues) {
+    std::lock_guard<std::mutex> g(q.mu);
+    q.done = true;
+  }
+  for (auto& t : consumers) t.join();
   check_heap();
 }
 

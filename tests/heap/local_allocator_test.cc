@@ -111,22 +111,27 @@ TEST_F(LocalAllocatorTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySp
 
 TEST_F(LocalAllocatorTest, FreesByAnotherThreadAreCollectedInBulkByTheOwner) {
   std::vector<void*> objs;
-  for (int i = 0; i < 100; ++i) objs.push_back(alloc(0, 1000));  // 1 KiB class: 16 per span
+  for (int i = 0; i < 100; ++i) objs.push_back(alloc(0, 1000));  // 1 KiB class: 64 per 64 KiB span
   SmallSpan* s = span(objs[0]);
   uint32_t used = s->used;
-  for (int i = 0; i < 16; ++i)
-    if (span(objs[i]) == s) free(objs[i], other.get());
+  EXPECT_EQ(used, 64u);
+  for (void*& p : objs)
+    if (span(p) == s) {
+      free(p, other.get());
+      p = nullptr;
+    }
   EXPECT_EQ(s->used, used) << "remote frees are not counted until the owner takes them";
   EXPECT_NE(s->xfree.load() & ~kXfreeStateMask, 0u);
   LocalAllocator::collect_remote(s);
   EXPECT_EQ(s->used, 0u);
   EXPECT_EQ(s->xfree.load() & ~kXfreeStateMask, 0u);
-  for (int i = 16; i < 100; ++i) free(objs[i], other.get());
+  for (void* p : objs)
+    if (p != nullptr) free(p, other.get());
 }
 
 TEST_F(LocalAllocatorTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
   std::vector<void*> objs;
-  for (int i = 0; i < 17; ++i) objs.push_back(alloc(0, 1024));  // the 17th takes a second span
+  for (int i = 0; i < 17; ++i) objs.push_back(alloc(0, 4096));  // 16 per 64 KiB span: the 17th takes a second
   SmallSpan* full = span(objs[0]);
   ASSERT_NE(full, span(objs[16]));
   EXPECT_FALSE(full->queued) << "a full span is off the queue";
@@ -138,7 +143,7 @@ TEST_F(LocalAllocatorTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
   EXPECT_EQ(heap.notify.load(), full) << "once";
   // Use up the second span: the owner drains its notify list and finds the two blocks again.
   std::set<void*> got;
-  for (int i = 0; i < 17; ++i) got.insert(alloc(0, 1024));
+  for (int i = 0; i < 17; ++i) got.insert(alloc(0, 4096));
   EXPECT_TRUE(got.count(objs[3]) && got.count(objs[4]));
   EXPECT_EQ(heap.notify.load(), nullptr);
   for (void* p : got) free(p);

@@ -35,7 +35,9 @@ struct alignas(64) SmallSpan {
   uint32_t reciprocal;   // ceil(2^32 / block_size): an offset's block index without a division
   uint32_t span_bytes;
   uint32_t capacity;     // blocks that fit the span
-  uint32_t extended;     // blocks 0 .. extended-1 have been put on a list; the rest are untouched memory
+  // Blocks 0 .. extended-1 have been put on a list; the rest are untouched memory. Written by the owner, read
+  // by freeing threads (relaxed: a plain load and store on x86).
+  std::atomic<uint32_t> extended;
   uint8_t size_class;
   uint8_t lifetime_class;
   uint8_t queued;        // in the owner's queue of its (lifetime class, size class)

@@ -92,7 +92,7 @@ class LocalAllocator {
   LLAMALLOC_FAST static uint32_t block_index(const SmallSpan* s, const void* p) {
     uintptr_t offset = reinterpret_cast<uintptr_t>(p) - s->start;
     uint32_t i = uint32_t((uint64_t(uint32_t(offset)) * s->reciprocal) >> 32);
-    if (LLAMALLOC_UNLIKELY(offset >= s->span_bytes || uint64_t(i) * s->block_size != offset || i >= s->extended))
+    if (LLAMALLOC_UNLIKELY(offset >= s->span_bytes || uint64_t(i) * s->block_size != offset || i >= s->extended.load(std::memory_order_relaxed)))
       return ~0u;
     return i;
   }

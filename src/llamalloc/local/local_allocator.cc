@@ -80,7 +80,7 @@ void init_span(LocalHeap& heap, SmallSpan* s, uintptr_t start, size_t span_bytes
   s->start = start;
   s->used = 0;
   s->capacity = uint32_t(span_bytes / bs);
-  s->extended = 0;
+  s->extended.store(0, std::memory_order_relaxed);
   s->block_size = uint32_t(bs);
   s->reciprocal = uint32_t(((uint64_t{1} << 32) + bs - 1) / bs);
   s->span_bytes = uint32_t(span_bytes);
@@ -127,11 +127,12 @@ bool mark_full(LocalHeap& heap, SmallSpan* s) {
 }
 
 void extend(SmallSpan* s) {
-  uint32_t n = s->capacity - s->extended;
+  uint32_t extended = s->extended.load(std::memory_order_relaxed);
+  uint32_t n = s->capacity - extended;
   uint32_t step = uint32_t(kExtendBytes / s->block_size);
   if (step == 0) step = 1;
   if (n > step) n = step;
-  uintptr_t first = s->start + uintptr_t(s->extended) * s->block_size;
+  uintptr_t first = s->start + uintptr_t(extended) * s->block_size;
   uintptr_t link = reinterpret_cast<uintptr_t>(s->free);
   for (uint32_t i = n; i-- > 0;) {
     uintptr_t b = first + uintptr_t(i) * s->block_size;
@@ -139,7 +140,7 @@ void extend(SmallSpan* s) {
     link = b;
   }
   s->free = reinterpret_cast<void*>(link);
-  s->extended += n;
+  s->extended.store(extended + n, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -180,7 +181,7 @@ bool LocalAllocator::refill_free(SmallSpan* s) {
   }
   collect_remote(s);
   if (s->free != nullptr) return true;
-  if (s->extended < s->capacity) {
+  if (s->extended.load(std::memory_order_relaxed) < s->capacity) {
     extend(s);
     return true;
   }
@@ -202,7 +203,7 @@ void LocalAllocator::release_span(GlobalAllocator& global, LocalHeap& heap, Smal
   }
   // Kept with its size_span pointers, and extended = 0 so that any free into it is reported.
   s->free = s->local_free = nullptr;
-  s->extended = 0;
+  s->extended.store(0, std::memory_order_relaxed);
   s->cached = 1;
   heap.cache[lc][kind][n++] = s;
 }
@@ -356,11 +357,12 @@ bool LocalHeap::check(GlobalAllocator& global) const {
       for (const SmallSpan* s = spans[lc][sc]; s != &g_empty_span && s != nullptr; s = s->next) {
         if (s->owner != this || !s->queued || s->cached || s->prev != prev) return false;
         if (s->size_class != sc || s->lifetime_class != lc || s->block_size != size_class_bytes(sc)) return false;
-        if (s->used > s->extended || s->extended > s->capacity) return false;
+        uint32_t extended = s->extended.load(std::memory_order_relaxed);
+        if (s->used > extended || extended > s->capacity) return false;
         if (LocalAllocator::span_of(global, reinterpret_cast<void*>(s->start + s->span_bytes - 1)) != s) return false;
         void* last = nullptr;
         uint32_t listed = list_length(s, s->free, &last) + list_length(s, s->local_free, &last);
-        if (listed + s->used > s->extended) return false;
+        if (listed + s->used > extended) return false;
         prev = s;
       }
     }
@@ -369,7 +371,7 @@ bool LocalHeap::check(GlobalAllocator& global) const {
       for (unsigned i = 0; i < kSpanCacheSlots; ++i) {
         const SmallSpan* s = cache[lc][k][i];
         if ((i < cache_count[lc][k]) != (s != nullptr)) return false;
-        if (s != nullptr && (!s->cached || s->extended != 0 || s->queued || s->owner != this)) return false;
+        if (s != nullptr && (!s->cached || s->extended.load(std::memory_order_relaxed) != 0 || s->queued || s->owner != this)) return false;
       }
   return true;
 }
