@@ -110,6 +110,7 @@ struct Bitmap256 {
 class Lock {
  public:
   void lock() { pthread_mutex_lock(&mutex_); }
+  bool try_lock() { return pthread_mutex_trylock(&mutex_) == 0; }
   void unlock() { pthread_mutex_unlock(&mutex_); }
   void reset_after_fork() { pthread_mutex_init(&mutex_, nullptr); }
 

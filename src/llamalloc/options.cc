@@ -36,7 +36,7 @@ bool parse_uint(const char* text, uint64_t lo, uint64_t hi, uint64_t* out) {
 
 // Names that start with LLAMALLOC_ and are not options, yet are ours: read by the profiler (LLAMALLOC_PROF_*), by
 // the stats dump, or by the llamalloc command; they are not misspellings.
-constexpr const char* kOtherNames[] = {"STATS_SIGNAL", "STATS_INTERVAL_S", "BUILD_DIR", "LIBDIR", "CACHE_DIR",
+constexpr const char* kOtherNames[] = {"STATS_INTERVAL_S", "BUILD_DIR", "LIBDIR", "CACHE_DIR",
                                        "JAX_CACHE", "REDIS_SERVER"};
 constexpr size_t kMaxNameBytes = 64;
 
@@ -128,6 +128,7 @@ Options read_options(const char* (*getenv_fn)(const char*)) {
   }
 #define LLAMALLOC_READ_String(NAME, field, def, lo, hi) \
   if (const char* v = getenv_fn("LLAMALLOC_" #NAME)) o.field = v;
+#define LLAMALLOC_READ_Signal LLAMALLOC_READ_String
 #define LLAMALLOC_READ(NAME, field, kind, def, lo, hi, help) LLAMALLOC_READ_##kind(NAME, field, def, lo, hi)
   LLAMALLOC_OPTIONS(LLAMALLOC_READ)
 #undef LLAMALLOC_READ
@@ -143,6 +144,7 @@ const Options& options() { return g_options; }
 constexpr size_t kStringOptionBytes = 4096;
 #define LLAMALLOC_STORAGE_Uint(NAME, field)
 #define LLAMALLOC_STORAGE_String(NAME, field) static char g_option_##field[kStringOptionBytes];
+#define LLAMALLOC_STORAGE_Signal LLAMALLOC_STORAGE_String
 #define LLAMALLOC_STORAGE(NAME, field, kind, def, lo, hi, help) LLAMALLOC_STORAGE_##kind(NAME, field)
 LLAMALLOC_OPTIONS(LLAMALLOC_STORAGE)
 #undef LLAMALLOC_STORAGE
@@ -162,6 +164,7 @@ void init_options() {
 #define LLAMALLOC_KEEP_Uint(NAME, field, def)
 #define LLAMALLOC_KEEP_String(NAME, field, def) \
   g_options.field = keep_string_option(#NAME, g_options.field, def, g_option_##field);
+#define LLAMALLOC_KEEP_Signal LLAMALLOC_KEEP_String
 #define LLAMALLOC_KEEP(NAME, field, kind, def, lo, hi, help) LLAMALLOC_KEEP_##kind(NAME, field, def)
   LLAMALLOC_OPTIONS(LLAMALLOC_KEEP)
 #undef LLAMALLOC_KEEP
@@ -194,6 +197,10 @@ size_t format_options_markdown(char* buf, size_t capacity) {
   put(line);
 #define LLAMALLOC_DOC_String(NAME, def, lo, hi, help)                                                     \
   snprintf(line, sizeof(line), "| `LLAMALLOC_%s` | path | %s | %s |\n", #NAME, *def ? def : "(empty)", help); \
+  put(line);
+#define LLAMALLOC_DOC_Signal(NAME, def, lo, hi, help)                                                     \
+  snprintf(line, sizeof(line), "| `LLAMALLOC_%s` | signal name or number | %s | %s |\n", #NAME,             \
+           *def ? def : "(empty)", help);                                                                 \
   put(line);
 #define LLAMALLOC_DOC(NAME, field, kind, def, lo, hi, help) LLAMALLOC_DOC_##kind(NAME, def, lo, hi, help)
   LLAMALLOC_OPTIONS(LLAMALLOC_DOC)

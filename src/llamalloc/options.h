@@ -8,7 +8,8 @@
 
 namespace llamalloc {
 
-// X(NAME, field, kind, default, min, max, help): kind is Uint (an integer in [min, max]) or String (a path).
+// X(NAME, field, kind, default, min, max, help): kind is Uint (an integer in [min, max]), String (a path) or Signal
+// (a signal's name or number, kept as text: stats.cc parses it).
 #define LLAMALLOC_OPTIONS(X)                                                                                      \
   X(CLASSES, classes, Uint, 8, 2, 8,                                                                             \
     "Number of lifetime classes. Class 0 holds objects living < 10 ms, each next class ten times longer; the "    \
@@ -30,6 +31,14 @@ namespace llamalloc {
     "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \
     "RSS, event counters). Every process that inherits it writes it at exit; %p in the path is replaced by the "  \
     "process id. Empty: none.")                                                                        \
+  X(STATS_SIGNAL, stats_signal, Signal, "", 0, 0,                                                                \
+    "A signal (a name such as USR1, or a number) on which the statistics of the moment are written while the "   \
+    "program runs: to the STATS path with .signal-N before its .json (N = 1, 2, ...), or to stderr when STATS "   \
+    "is empty. The handler allocates nothing. Not USR2 with the profiler (LLAMALLOC_PROF_SIGNAL). Empty: none.")  \
+  X(STATS_BEFORE_EXIT, stats_before_exit, Uint, 0, 0, 1,                                                         \
+    "1: with STATS, also write the statistics when main returns or exit() is called, before the program's "      \
+    "atexit handlers and static destructors free its objects, to the STATS path with .before-exit before its "   \
+    ".json (libllamalloc.so, preloaded or linked). llamalloc run --stats sets it.")                              \
   X(MODEL, model, String, "", 0, 0,                                                                              \
     "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS).")  \
   X(TOKENS, tokens, String, "", 0, 0,                                                                            \
@@ -46,6 +55,7 @@ namespace llamalloc {
 struct Options {
 #define LLAMALLOC_OPTION_FIELD_Uint(field, def) uint64_t field = def;
 #define LLAMALLOC_OPTION_FIELD_String(field, def) const char* field = def;
+#define LLAMALLOC_OPTION_FIELD_Signal(field, def) const char* field = def;
 #define LLAMALLOC_OPTION_FIELD(NAME, field, kind, def, lo, hi, help) LLAMALLOC_OPTION_FIELD_##kind(field, def)
   LLAMALLOC_OPTIONS(LLAMALLOC_OPTION_FIELD)
 #undef LLAMALLOC_OPTION_FIELD

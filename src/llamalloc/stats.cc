@@ -1,12 +1,17 @@
 #include "stats.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "heap/heap.h"
+#include "options.h"
 #include "pal/pal.h"
 
 namespace llamalloc {
@@ -47,19 +52,30 @@ struct Out {
 
 }  // namespace
 
-size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity) {
+size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
   uint64_t rss = 0, anon_huge = 0;
   read_resident(&rss, &anon_huge);
   Gauges& g = heap.gauges();
   uint64_t footprint, peak_footprint, by_class[kMaxClasses];
-  {
-    LockGuard guard(heap.lock());
-    footprint = g.footprint_bytes;
-    peak_footprint = g.peak_footprint_bytes;
-    memcpy(by_class, g.huge_pages_by_class, sizeof(by_class));
+  bool locked = true;
+  if (in_signal) {
+    // The interrupted thread may hold the lock (then it never comes free here): try for about 10 ms, then read
+    // the gauges without it (a snapshot that may be torn between fields, never a hang).
+    locked = false;
+    for (int i = 0; i < 100 && !(locked = heap.lock().try_lock()); ++i) {
+      struct timespec pause = {0, 100 * 1000};
+      nanosleep(&pause, nullptr);
+    }
+  } else {
+    heap.lock().lock();
   }
-  int64_t live = g.live_bytes.load(std::memory_order_relaxed);
+  footprint = g.footprint_bytes;
+  peak_footprint = g.peak_footprint_bytes;
+  memcpy(by_class, g.huge_pages_by_class, sizeof(by_class));
+  if (locked) heap.lock().unlock();
+  int64_t live = g.live_bytes.load(std::memory_order_relaxed) + unflushed_live;
   int64_t peak_live = g.peak_live_bytes.load(std::memory_order_relaxed);
+  if (live > peak_live) peak_live = live;
   Out o{buf, capacity};
   o.put("{\n  \"format\": \"llamalloc-stats\",\n");
   o.field("version", 1);
@@ -125,9 +141,27 @@ bool write_stats_file(GlobalAllocator& heap, const char* pattern) {
   char json[8192];
   size_t n = format_stats_json(heap, json, sizeof(json));
   if (n == 0) return false;
-  char path[4096], tmp[4096 + 8];
+  char path[4096];
   if (!expand_stats_path(pattern, path, sizeof(path))) return false;
+  return write_json_file(path, json, n);
+}
+
+bool tagged_stats_path(const char* pattern, const char* tag, char* out, size_t capacity) {
+  if (!expand_stats_path(pattern, out, capacity)) return false;
+  size_t len = strlen(out), tag_len = strlen(tag);
+  bool json = len > 5 && strcmp(out + len - 5, ".json") == 0;
+  size_t at = json ? len - 5 : len;
+  if (len + 1 + tag_len + 1 > capacity) return false;
+  memmove(out + at + 1 + tag_len, out + at, len - at + 1);  // ".json" and the NUL move right
+  out[at] = '.';
+  memcpy(out + at + 1, tag, tag_len);
+  return true;
+}
+
+bool write_json_file(const char* path, const char* json, size_t n) {
+  char tmp[4096 + 8];
   size_t len = strlen(path);
+  if (len >= 4096) return false;
   memcpy(tmp, path, len);
   memcpy(tmp + len, ".tmp", 5);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -135,6 +169,7 @@ bool write_stats_file(GlobalAllocator& heap, const char* pattern) {
   size_t done = 0;
   while (done < n) {
     ssize_t w = write(fd, json + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       close(fd);
       unlink(tmp);
@@ -147,6 +182,131 @@ bool write_stats_file(GlobalAllocator& heap, const char* pattern) {
     return false;
   }
   return true;
+}
+
+int parse_signal(const char* text) {
+  if (text == nullptr) return 0;
+  char name[16];
+  size_t n = 0;
+  for (const char* p = text; *p; ++p) {
+    if (n + 1 >= sizeof(name)) return 0;
+    char c = *p;
+    name[n++] = (c >= 'a' && c <= 'z') ? char(c - 'a' + 'A') : c;
+  }
+  name[n] = 0;
+  const char* bare = strncmp(name, "SIG", 3) == 0 ? name + 3 : name;
+  int sig = 0;
+  if (*bare >= '0' && *bare <= '9') {
+    for (const char* p = bare; *p; ++p) {
+      if (*p < '0' || *p > '9' || sig > 1000) return 0;
+      sig = sig * 10 + (*p - '0');
+    }
+  } else {
+    static constexpr struct {
+      const char* name;
+      int number;
+    } kNames[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},     {"USR2", SIGUSR2},
+                  {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"CHLD", SIGCHLD},     {"CONT", SIGCONT},
+                  {"TSTP", SIGTSTP}, {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU}, {"URG", SIGURG},       {"XCPU", SIGXCPU},
+                  {"XFSZ", SIGXFSZ}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"VTALRM", SIGVTALRM}, {"PWR", SIGPWR},
+                  {"IO", SIGIO}};
+    for (const auto& k : kNames)
+      if (strcmp(bare, k.name) == 0) sig = k.number;
+  }
+  if (sig <= 0 || sig >= 65) return 0;
+  switch (sig) {
+    case SIGKILL: case SIGSTOP: case SIGSEGV: case SIGBUS: case SIGFPE: case SIGILL: case SIGABRT: case SIGTRAP:
+    case SIGSYS:
+      return 0;
+    default:
+      return sig;
+  }
+}
+
+namespace {
+
+void warn_line(const char* a, const char* b = "", const char* c = "", const char* d = "") {
+  write_stderr(a);
+  write_stderr(b);
+  write_stderr(c);
+  write_stderr(d);
+  write_stderr("\n");
+}
+
+// The signal handler's state: static, so that the handler needs no stack beyond a few words and allocates nothing.
+// A signal that arrives while the handler runs (on another thread) is dropped.
+std::atomic<bool> g_in_handler{false};
+std::atomic<uint64_t> g_signal_dumps{0};
+char g_signal_json[8192];
+char g_signal_path[4096];
+
+void on_stats_signal(int) {
+  int saved_errno = errno;
+  if (!g_in_handler.exchange(true, std::memory_order_acquire)) {
+    size_t n = stats_snapshot(g_signal_json, sizeof(g_signal_json) - 1, /*in_signal=*/true);
+    const char* pattern = options().stats;
+    if (n == 0) {
+      // (8 KiB always suffice)
+    } else if (pattern != nullptr && *pattern) {
+      char tag[32];
+      Out t{tag, sizeof(tag)};
+      t.put("signal-");
+      t.num(g_signal_dumps.fetch_add(1, std::memory_order_relaxed) + 1);
+      tag[t.used] = 0;
+      if (!tagged_stats_path(pattern, tag, g_signal_path, sizeof(g_signal_path)) ||
+          !write_json_file(g_signal_path, g_signal_json, n)) {
+        warn_line("llamalloc: warning: cannot write the statistics file for LLAMALLOC_STATS_SIGNAL: ", pattern);
+      }
+    } else {
+      g_signal_json[n] = '\n';
+      size_t done = 0;
+      while (done < n + 1) {
+        ssize_t w = ::write(2, g_signal_json + done, n + 1 - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += size_t(w);
+      }
+    }
+    g_in_handler.store(false, std::memory_order_release);
+  }
+  errno = saved_errno;
+}
+
+}  // namespace
+
+void write_stats_snapshot(const char* tag) {
+  const char* pattern = options().stats;
+  if (stats_snapshot == nullptr || pattern == nullptr || *pattern == 0) return;
+  char json[8192], path[4096];
+  size_t n = stats_snapshot(json, sizeof(json), /*in_signal=*/false);
+  if (n == 0 || !tagged_stats_path(pattern, tag, path, sizeof(path)) || !write_json_file(path, json, n)) {
+    warn_line("llamalloc: warning: cannot write the statistics snapshot ", tag, " of LLAMALLOC_STATS=", pattern);
+  }
+}
+
+void install_stats_hooks() {
+  static std::atomic<bool> installed{false};
+  if (installed.exchange(true)) return;
+  const char* text = options().stats_signal;
+  if (text == nullptr || *text == 0 || stats_snapshot == nullptr) return;
+  int sig = parse_signal(text);
+  if (sig == 0) {
+    warn_line("llamalloc: warning: LLAMALLOC_STATS_SIGNAL=", text,
+              " is not a signal that can be caught (a name such as USR1, or a number); no statistics signal");
+    return;
+  }
+  struct sigaction old;
+  if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) {
+    warn_line("llamalloc: warning: LLAMALLOC_STATS_SIGNAL=", text,
+              " already has a handler (the profiler's is LLAMALLOC_PROF_SIGNAL, USR2); no statistics signal");
+    return;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_stats_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  if (sigaction(sig, &sa, nullptr) != 0) warn_line("llamalloc: warning: LLAMALLOC_STATS_SIGNAL=", text, ": sigaction failed");
 }
 
 }  // namespace llamalloc

@@ -56,8 +56,11 @@ inline void add_live_bytes(Gauges& g, int64_t delta) {
 class GlobalAllocator;
 
 // Formats the statistics JSON of `heap` (and this process's RSS) into buf; returns its length, or 0 when it
-// does not fit. No allocation.
-size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity);
+// does not fit. No allocation. `in_signal`: called from a signal handler, which may have interrupted a thread
+// that holds the heap's lock: the lock is tried for about 10 ms, then the gauges are read without it.
+// `unflushed_live`: live bytes not yet flushed into the gauges (a signal handler's own thread's delta), added.
+size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool in_signal = false,
+                         int64_t unflushed_live = 0);
 // Writes the JSON to `path` through a temporary file and rename(2). false (and errno) on failure. "%p" in the
 // path becomes the process id (every process that inherits LLAMALLOC_STATS writes the file at its exit).
 bool write_stats_file(GlobalAllocator& heap, const char* path);
@@ -65,5 +68,26 @@ bool write_stats_file(GlobalAllocator& heap, const char* path);
 void print_stats(GlobalAllocator& heap);
 // `pattern` with %p replaced by the process id; false if it does not fit.
 bool expand_stats_path(const char* pattern, char* out, size_t capacity);
+// The path of a snapshot beside the file at exit: `pattern` expanded, with ".TAG" before a final ".json" (or
+// appended): stats.json -> stats.before-exit.json, stats.signal-2.json. false if it does not fit.
+bool tagged_stats_path(const char* pattern, const char* tag, char* out, size_t capacity);
+// Writes n bytes of JSON to `path` through path.tmp and rename(2). Async-signal-safe.
+bool write_json_file(const char* path, const char* json, size_t n);
+// The signal of a name (USR1, SIGUSR1, usr1) or a number; 0 for anything else and for the signals that cannot be
+// caught or that report faults (KILL, STOP, SEGV, BUS, FPE, ILL, ABRT, TRAP, SYS).
+int parse_signal(const char* text);
+
+// The process-wide heap's statistics of the moment (this thread's live-byte delta flushed, unless in_signal; the
+// predictor's counters filled in): defined by the library's entry points (override/stats.cc), so absent (null)
+// in llamalloc_core, which has no process-wide heap.
+size_t stats_snapshot(char* buf, size_t capacity, bool in_signal) __attribute__((weak));
+// Writes stats_snapshot to the LLAMALLOC_STATS path tagged with `tag` (tagged_stats_path); a one-line warning
+// when it cannot. Not for signal handlers (see install_stats_hooks).
+void write_stats_snapshot(const char* tag);
+// Called once as the library starts (llamalloc_start), after the options are read: with LLAMALLOC_STATS_SIGNAL,
+// installs a handler that writes the statistics of the moment to the LLAMALLOC_STATS path tagged signal-N (N =
+// 1, 2, ...), or to stderr when LLAMALLOC_STATS is empty. The handler allocates nothing and takes no lock it
+// could wait on for good. A bad signal, or one that already has a handler, gets one warning line and no hook.
+void install_stats_hooks();
 
 }  // namespace llamalloc

@@ -288,6 +288,7 @@ __attribute__((constructor)) static void llamalloc_start() {
   if (tl_heap != &g_empty_heap && g_key_ready.load()) pthread_setspecific(g_thread_key, tl_heap);
   // Forked children inherit the heap: hold the global lock across fork() so it is consistent in the child.
   pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
+  install_stats_hooks();
 }
 
 __attribute__((destructor)) static void llamalloc_finish() {

@@ -24,5 +24,5 @@ LLAMALLOC_EXPORT size_t malloc_usable_size(void* p) { return heap_usable_size(p)
 LLAMALLOC_EXPORT void* llamalloc_malloc_class(size_t size, unsigned lifetime_class) { return heap_malloc_class(size, lifetime_class); }
 
 // Runtime statistics (include/llamalloc.h): the JSON of LLAMALLOC_STATS, at any time, without allocating.
-LLAMALLOC_EXPORT size_t llamalloc_stats_json(char* buf, size_t capacity) { return format_stats_json(g_global, buf, capacity); }
+LLAMALLOC_EXPORT size_t llamalloc_stats_json(char* buf, size_t capacity) { return stats_snapshot(buf, capacity, false); }
 LLAMALLOC_EXPORT void llamalloc_stats_print(void) { print_stats(g_global); }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -13,7 +14,9 @@ from ..paths import native_library
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--stats", "stats", type=click.Path(dir_okay=False),
-              help="Write the allocator's statistics (JSON) here at exit (LLAMALLOC_STATS).")
+              help="Write the allocator's statistics (JSON) here at exit (LLAMALLOC_STATS), and a snapshot from "
+                   "before the program's teardown (when main returns or exit() is called, before static destructors "
+                   "and atexit handlers) beside it: stats.json -> stats.before-exit.json.")
 @click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
               help="Set an allocator option, e.g. --option CLASSES=4 (LLAMALLOC_<NAME>; see docs/options.md).")
 @click.option("--model", "model", type=click.Path(dir_okay=False),
@@ -40,10 +43,46 @@ def command(stats, options, model, binaries, cmd):
         if not out.parent.exists():
             raise UserError(f"{out.parent}: no such directory (for --stats {stats})")
         extra["LLAMALLOC_STATS"] = str(out.resolve())
+        extra["LLAMALLOC_STATS_BEFORE_EXIT"] = "1"
     if model:
         from ..prepare import prepare_for_run
 
         extra.update(prepare_for_run(model, cmd[0], binaries=list(binaries)))
     env = preload_env([native_library("libllamalloc.so")], extra)
+    started = time.time_ns()
     _, status = run_program(cmd, env)
+    if stats:
+        _say_where_the_statistics_are(Path(stats), started)
     sys.exit(status)
+
+
+def before_exit_path(stats: Path) -> Path:
+    """The snapshot from before the teardown that LLAMALLOC_STATS_BEFORE_EXIT writes beside the file at exit."""
+    if stats.name.endswith(".json") and len(stats.name) > 5:
+        return stats.with_name(stats.name[:-5] + ".before-exit.json")
+    return stats.with_name(stats.name + ".before-exit")
+
+
+def _say_where_the_statistics_are(stats: Path, started_ns: int) -> None:
+    before = before_exit_path(stats)
+    if "%p" in stats.name:
+        click.echo(f"llamalloc: statistics at exit in {stats}, before the program's teardown in {before} "
+                   "(%p: each process's id)", err=True)
+        return
+
+    def fresh(p: Path) -> bool:
+        try:
+            return p.stat().st_mtime_ns >= started_ns - 1_000_000_000  # (coarse file system clocks)
+        except OSError:
+            return False
+
+    parts = []
+    if fresh(before):
+        parts.append(f"before the program's teardown in {before}")
+    if fresh(stats):
+        parts.append(f"at exit in {stats}")
+    if parts:
+        click.echo("llamalloc: statistics " + ", ".join(parts), err=True)
+    else:
+        click.echo(f"llamalloc: warning: no statistics were written to {stats} (the program was killed, or does not "
+                   "run on libllamalloc.so: a statically linked program, or one that exec'd another)", err=True)

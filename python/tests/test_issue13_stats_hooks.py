@@ -1,0 +1,177 @@
+"""Issue 13: statistics while the program runs on a signal (LLAMALLOC_STATS_SIGNAL), and `run --stats`'s snapshot
+from before the program's teardown (LLAMALLOC_STATS_BEFORE_EXIT: when main returns or exit() is called, before the
+static destructors), beside the file at exit."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llamalloc.paths import native_library
+
+MIB = 1 << 20
+BIG = 64 * MIB
+
+# A static object owns 64 MiB that its destructor frees: live before the teardown, gone at exit. "exit" leaves
+# through exit(3) instead of returning from main; "signal" raises the statistics signal itself with the 64 MiB
+# live and again after freeing 32 MiB of another object; "wait" runs a thread that keeps allocating and waits for
+# a line on stdin (the test signals it from outside meanwhile).
+PROG_CC = r"""
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <unistd.h>
+struct Big {
+  char* p;
+  Big() { p = static_cast<char*>(malloc(64 << 20)); memset(p, 1, 64 << 20); }
+  ~Big() { free(p); }
+};
+Big big;
+char* volatile more;  // (volatile: the compiler may not drop the allocation)
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (!strcmp(mode, "signal")) {
+    more = static_cast<char*>(malloc(32 << 20));
+    memset(more, 2, 32 << 20);
+    raise(atoi(argv[2]));
+    free(more);
+    raise(atoi(argv[2]));
+  }
+  if (!strcmp(mode, "wait")) {
+    std::atomic<bool> stop{false};
+    std::thread churn([&] {
+      while (!stop.load()) { void* q[64]; for (auto& x : q) x = malloc(100); for (auto& x : q) free(x); }
+    });
+    puts("ready");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) return 5;
+    stop = true;
+    churn.join();
+  }
+  puts("ok");
+  fflush(stdout);
+  if (!strcmp(mode, "exit")) exit(3);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def prog(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("hooks")
+    (d / "prog.cc").write_text(PROG_CC)
+    cxx = shutil.which("c++") or shutil.which("g++")
+    subprocess.run([cxx, "-O1", "-pthread", "-o", str(d / "prog"), str(d / "prog.cc")], check=True)
+    return d / "prog"
+
+
+def _env(**extra) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMALLOC_") or k in ("LLAMALLOC_BUILD_DIR",)}
+    env.update(extra)
+    return env
+
+
+def _preloaded(prog: Path, *args, **extra) -> subprocess.CompletedProcess:
+    env = _env(LD_PRELOAD=str(native_library("libllamalloc.so")), **extra)
+    return subprocess.run([str(prog), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def _llamalloc(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
+                          env=_env(), timeout=300)
+
+
+@pytest.mark.parametrize("how, status", [("return", 0), ("exit", 3)])
+def test_run_stats_keeps_the_state_before_the_teardown(prog, tmp_path, how, status):
+    stats = tmp_path / "stats.json"
+    r = _llamalloc("run", "--stats", stats, "--", prog, how)
+    assert r.returncode == status, r.stderr
+    assert r.stdout == "ok\n"
+    before_path = tmp_path / "stats.before-exit.json"
+    assert f"before the program's teardown in {before_path}" in r.stderr and f"at exit in {stats}" in r.stderr
+    before = json.loads(before_path.read_text())
+    at_exit = json.loads(stats.read_text())
+    assert before["format"] == at_exit["format"] == "llamalloc-stats"
+    # The static destructor has not run yet before the teardown; it has at exit.
+    assert before["live_bytes"] >= BIG, before
+    assert at_exit["live_bytes"] < BIG // 2, at_exit
+    assert at_exit["peak_live_bytes"] >= BIG
+
+
+def test_no_snapshot_before_exit_unless_asked(prog, tmp_path):
+    stats = tmp_path / "s.json"
+    r = _preloaded(prog, "return", LLAMALLOC_STATS=str(stats))
+    assert r.returncode == 0 and r.stderr == ""
+    assert stats.exists() and not (tmp_path / "s.before-exit.json").exists()
+    r = _preloaded(prog, "return", LLAMALLOC_STATS=str(tmp_path / "t"), LLAMALLOC_STATS_BEFORE_EXIT="1")
+    assert r.returncode == 0 and r.stderr == ""
+    assert json.loads((tmp_path / "t.before-exit").read_text())["live_bytes"] >= BIG
+
+
+@pytest.mark.parametrize("spelling", ["USR1", "SIGUSR1", "usr1", str(int(signal.SIGUSR1))])
+def test_signal_writes_the_statistics_of_the_moment(prog, tmp_path, spelling):
+    stats = tmp_path / "stats.json"
+    r = _preloaded(prog, "signal", str(int(signal.SIGUSR1)), LLAMALLOC_STATS=str(stats),
+                   LLAMALLOC_STATS_SIGNAL=spelling)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+    assert r.stderr == ""
+    first = json.loads((tmp_path / "stats.signal-1.json").read_text())
+    second = json.loads((tmp_path / "stats.signal-2.json").read_text())
+    assert first["live_bytes"] >= BIG + 32 * MIB, first
+    assert BIG <= second["live_bytes"] < BIG + 32 * MIB, second
+    assert json.loads(stats.read_text())["live_bytes"] < BIG // 2
+
+
+def test_signal_without_a_statistics_file_prints_to_stderr(prog):
+    r = _preloaded(prog, "signal", str(int(signal.SIGUSR2)), LLAMALLOC_STATS_SIGNAL="USR2")
+    assert r.returncode == 0, r.stderr
+    decoder = json.JSONDecoder()
+    text = r.stderr.strip()
+    first, end = decoder.raw_decode(text)
+    second, _ = decoder.raw_decode(text[end:].lstrip())
+    assert first["live_bytes"] >= BIG + 32 * MIB and second["live_bytes"] < BIG + 32 * MIB
+
+
+def test_signal_from_outside_while_another_thread_allocates(prog, tmp_path):
+    """kill -USR1 while a thread keeps the heap busy: a file per signal, and the program goes on (no hang)."""
+    stats = tmp_path / "stats.json"
+    env = _env(LD_PRELOAD=str(native_library("libllamalloc.so")), LLAMALLOC_STATS=str(stats),
+               LLAMALLOC_STATS_SIGNAL="USR1")
+    p = subprocess.Popen([str(prog), "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        for n in (1, 2, 3):
+            p.send_signal(signal.SIGUSR1)
+            out = tmp_path / f"stats.signal-{n}.json"
+            deadline = time.monotonic() + 60  # a bound on the wait, not a measurement
+            while not out.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert out.exists(), f"no {out.name} after SIGUSR1"
+            assert json.loads(out.read_text())["live_bytes"] >= BIG
+        out, err = p.communicate("go\n", timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0 and out == "ok\n", err
+    assert err == ""
+
+
+@pytest.mark.parametrize("value", ["KILL", "SEGV", "NOPE", "0", "99"])
+def test_a_bad_signal_is_one_warning_and_the_program_runs(prog, value):
+    r = _preloaded(prog, "return", LLAMALLOC_STATS_SIGNAL=value)
+    assert r.returncode == 0 and r.stdout == "ok\n"
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"llamalloc: warning: LLAMALLOC_STATS_SIGNAL={value} "), r.stderr

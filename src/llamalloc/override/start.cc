@@ -1,0 +1,121 @@
+// The snapshot before the program's teardown (LLAMALLOC_STATS_BEFORE_EXIT): the statistics before the atexit
+// handlers and static destructors that free the program's objects (the file at exit, written by the library's
+// destructor, comes after them).
+//
+// - exit() called by the program: interposed; the snapshot comes first, then the C library's exit.
+// - main returning: the C library then calls exit internally (not interposable). main is entered through a
+//   trampoline that registers an atexit handler and jumps (not calls) to main, so main's frame and return address
+//   are the ones it always has: the learned predictor's stack walks, and hence its token contexts, are unchanged
+//   (a wrapper frame would change every context). Registered after every constructor, the handler runs before the
+//   destructors of global and static objects and the atexit handlers registered before main; those registered
+//   while main ran (function-local statics first used in main, atexit() in main) run before it.
+// An atexit handler registered at the library's start would run after all of them: too late.
+//
+// libllamalloc.so only (preloaded or linked): it interposes __libc_start_main, through which a dynamically linked
+// program's _start calls main, and exit. Not in libllamalloc.a, where defining them would replace the C library's
+// in the program itself.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+
+#include "alloc/alloc.h"
+#include "options.h"
+#include "stats.h"
+
+namespace llamalloc {
+namespace {
+
+using MainFn = int (*)(int, char**, char**);
+using StartFn = int (*)(MainFn, int, char**, void (*)(), void (*)(), void (*)(), void*);
+using ExitFn = void (*)(int);
+
+std::atomic<bool> g_snapshot_taken{false};
+
+bool wants_snapshot() {
+  const Options& o = options();
+  return o.stats_before_exit != 0 && o.stats != nullptr && *o.stats != 0;
+}
+
+void snapshot_before_exit() {
+  if (!wants_snapshot() || g_snapshot_taken.exchange(true)) return;
+  write_stats_snapshot("before-exit");
+}
+
+}  // namespace
+}  // namespace llamalloc
+
+// The program's main, and what the trampoline calls before jumping to it.
+extern "C" {
+__attribute__((visibility("hidden"))) llamalloc::MainFn llamalloc_program_main = nullptr;
+__attribute__((visibility("hidden"), used)) void llamalloc_register_before_exit() {
+  atexit(llamalloc::snapshot_before_exit);
+}
+}
+
+#if defined(__x86_64__)
+// main_trampoline(argc, argv, envp): registers the handler, then jumps to main with the registers and stack as
+// they were (3 pushes keep the call 16-byte aligned).
+extern "C" int llamalloc_main_trampoline(int, char**, char**);
+asm(R"(
+  .text
+  .p2align 4
+  .type llamalloc_main_trampoline, @function
+llamalloc_main_trampoline:
+  .cfi_startproc
+  endbr64
+  pushq %rdi
+  .cfi_adjust_cfa_offset 8
+  pushq %rsi
+  .cfi_adjust_cfa_offset 8
+  pushq %rdx
+  .cfi_adjust_cfa_offset 8
+  call llamalloc_register_before_exit
+  popq %rdx
+  .cfi_adjust_cfa_offset -8
+  popq %rsi
+  .cfi_adjust_cfa_offset -8
+  popq %rdi
+  .cfi_adjust_cfa_offset -8
+  jmp *llamalloc_program_main(%rip)
+  .cfi_endproc
+  .size llamalloc_main_trampoline, .-llamalloc_main_trampoline
+)");
+#else
+// Elsewhere a sibling call (-O2) does the same; without it main runs one frame deeper.
+extern "C" int llamalloc_main_trampoline(int argc, char** argv, char** envp) {
+  llamalloc_register_before_exit();
+  return llamalloc_program_main(argc, argv, envp);
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) int __libc_start_main(llamalloc::MainFn main, int argc, char** argv,
+                                                                        void (*init)(), void (*fini)(),
+                                                                        void (*rtld_fini)(), void* stack_end) {
+  using namespace llamalloc;
+  auto next = reinterpret_cast<StartFn>(dlsym(RTLD_NEXT, "__libc_start_main"));
+  if (next == nullptr) {
+    write_stderr("llamalloc: error: __libc_start_main not found\n");
+    _exit(127);
+  }
+  ensure_init();
+  if (wants_snapshot()) {
+    llamalloc_program_main = main;
+    main = llamalloc_main_trampoline;
+  }
+  return next(main, argc, argv, init, fini, rtld_fini, stack_end);
+}
+
+extern "C" __attribute__((visibility("default"))) void exit(int status) noexcept {
+  using namespace llamalloc;
+  static std::atomic<ExitFn> next{nullptr};
+  snapshot_before_exit();
+  ExitFn f = next.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<ExitFn>(dlsym(RTLD_NEXT, "exit"));
+    next.store(f, std::memory_order_release);
+  }
+  if (f != nullptr) f(status);
+  _exit(status);
+}
