@@ -13,7 +13,8 @@ apt_packages=(
   libunwind-dev zlib1g-dev libdw-dev elfutils binutils   # stack capture, symbolisation
   libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4      # peer allocators (LD_PRELOAD)
   redis-tools dpkg-dev                            # redis-benchmark; apt-get source for the redis workload
-  tcl                                             # redis build
+  tcl                                             # redis build and redis's own test suite (runtest)
+  libpython3.11-testsuite                         # CPython's regression tests (python/tests/test_cpython_regrtest.py)
   chromium                                        # headless check of llamalloc report's HTML page
 )
 missing=()

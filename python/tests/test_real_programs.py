@@ -27,24 +27,6 @@ def test_the_library_is_really_preloaded(lib):
     assert str(lib.resolve()) in out.stdout or str(lib) in out.stdout
 
 
-def _python_with_its_test_suite() -> str:
-    # Debian's own python3 ships its test suite separately (libpython3.X-testsuite); pyenv builds include it.
-    for python in (sys.executable, "/usr/bin/python3"):
-        if Path(python).exists() and subprocess.run([python, "-c", "import test.test_json, test.test_re"],
-                                                    capture_output=True).returncode == 0:
-            return python
-    pytest.fail("no python3 with its standard test suite (install libpython3-testsuite)")
-
-
-def test_python_standard_library_tests_pass(lib, tmp_path):
-    modules = ["test_json", "test_re", "test_heapq", "test_collections"]
-    out = subprocess.run([_python_with_its_test_suite(), "-m", "test", *modules], env=preload_env(lib), cwd=tmp_path,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    assert "Result: SUCCESS" in out.stdout
-    assert f"run={len(modules)}/{len(modules)}" in out.stdout or "All 4 tests OK" in out.stdout
-
-
 def test_git_on_a_local_repository(lib, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
