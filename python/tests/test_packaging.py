@@ -142,6 +142,7 @@ def test_the_loop_on_a_users_program_outside_the_checkout(venv, tmp_path):
     assert "done" in r.stdout
     stats = json.loads((home / "stats.json").read_text())
     assert stats["format"] == "llamalloc-stats" and stats["counters"]["model_runs"] > 0
+    assert json.loads((home / "stats.before-exit.json").read_text())["format"] == "llamalloc-stats"
 
     r = llamalloc("compare", "--allocators", "glibc,llamalloc,llamalloc+model", "--model", "p.model", "-o", "cmp",
                   "--", "./prog", "100")
