@@ -15,8 +15,8 @@ from llamalloc.model import modelfile
 from llamalloc.model.tokenizer import SPECIAL_TOKENS
 
 WORDS = ["main", "anonymous", "namespace", "make", "worker", "churn", "child", "child_thread", "lane_thread",
-         "new_obj", "stress_plugin_make", "plugin_init", "Table", "start_thread", "__clone3", "operator", "new",
-         "std", "thread", "vector", "basic_string", "allocate"]
+         "producer", "new_obj", "stress_plugin_make", "plugin_init", "Table", "start_thread", "__clone3", "operator",
+         "new", "std", "thread", "vector", "basic_string", "allocate"]
 
 
 def model(words: list[str], hidden: int, embedding: int, rng, scale: float, lifetime_class: int | None):
@@ -37,7 +37,7 @@ def model(words: list[str], hidden: int, embedding: int, rng, scale: float, life
         vocabulary=vocab, embedding=emb, w_input=w_in, w_hidden=f32(hidden, 4 * hidden) / np.sqrt(hidden),
         bias=b, folded=(emb @ w_in + b).astype(np.float32), dense_w=f32(hidden, 8), dense_b=dense_b,
         max_tokens=128, default_class=lifetime_class or 0,
-        program="\n".join(f"stress-{p}" for p in ("random", "fork", "threads", "dlopen")))
+        program="\n".join(f"stress-{p}" for p in ("random", "fork", "threads", "dlopen", "exit-handoff")))
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ out=${3:-soak-out}
 build=${LLAMALLOC_BUILD_DIR:-$repo/build}
 lib=$build/src/llamalloc/libllamalloc.so
 bin=$build/tests/stress
-for f in "$lib" "$bin/stress-random" "$bin/stress-fork" "$bin/stress-threads" "$bin/stress-dlopen"; do
+for f in "$lib" "$bin"/stress-{random,fork,threads,dlopen,exit-handoff}; do
   [ -e "$f" ] || { echo "soak: error: $f not found (build the project first)" >&2; exit 2; }
 done
 mkdir -p "$out"
@@ -28,7 +28,7 @@ if python3 -c 'import llamalloc.model.modelfile' 2>/dev/null && python3 "$repo/b
 else
   echo "soak: the llamalloc Python package is not importable: runs without a model only" >&2
 fi
-programs=(random fork threads dlopen)
+programs=(random fork threads dlopen exit-handoff)
 slice=$(python3 -c "print(max(5.0, $minutes * 60 / (${#programs[@]} * ${#variants[@]})))" 2>/dev/null \
         || echo $((minutes * 60 / (${#programs[@]} * ${#variants[@]}) )))
 # One run of a time-driven program lasts at most this long, so that a failure shows up early in its log.
@@ -50,6 +50,7 @@ for program in "${programs[@]}"; do
     while [ "$(date +%s)" -lt "$end" ] || [ $runs -eq 0 ]; do
       case $program in
         threads) args=(-t "$threads" -n 100000 -S "$seed") ;;
+        exit-handoff) args=(-t "$threads" -n 20000 -S "$seed") ;;
         *) args=(-t "$threads" -s "$run_seconds" -S "$seed") ;;
       esac
       if [ "$variant" = none ]; then

@@ -142,6 +142,7 @@ def test_the_loop_on_a_users_program_outside_the_checkout(venv, tmp_path):
     assert "done" in r.stdout
     stats = json.loads((home / "stats.json").read_text())
     assert stats["format"] == "llamalloc-stats" and stats["counters"]["model_runs"] > 0
+    assert json.loads((home / "stats.before-exit.json").read_text())["format"] == "llamalloc-stats"
 
     r = llamalloc("compare", "--allocators", "glibc,llamalloc,llamalloc+model", "--model", "p.model", "-o", "cmp",
                   "--", "./prog", "100")
@@ -157,3 +158,12 @@ def test_the_loop_on_a_users_program_outside_the_checkout(venv, tmp_path):
 
     llamalloc("report", "--sim", "p.sim.json", "--profile", "p.prof", "-o", "report")
     assert (home / "report" / "index.html").stat().st_size > 0
+
+
+def test_what_needs_a_checkout_says_so_in_one_line(venv, tmp_path):
+    """bench and demo run the bundled workloads, which only a source checkout's build has."""
+    r = subprocess.run([str(venv / "bin" / "llamalloc"), "bench"], capture_output=True, text=True, cwd=tmp_path,
+                       env=_user_env(venv, tmp_path), timeout=300)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(lines) == 1 and lines[0].startswith("llamalloc: error: cannot find the llamalloc build"), r.stderr

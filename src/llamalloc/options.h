@@ -36,9 +36,9 @@ namespace llamalloc {
     "program runs: to the STATS path with .signal-N before its .json (N = 1, 2, ...), or to stderr when STATS "   \
     "is empty. The handler allocates nothing. Not USR2 with the profiler (LLAMALLOC_PROF_SIGNAL). Empty: none.")  \
   X(STATS_BEFORE_EXIT, stats_before_exit, Uint, 0, 0, 1,                                                         \
-    "1: with STATS, also write the statistics when main returns or exit() is called, before the program's "      \
-    "atexit handlers and static destructors free its objects, to the STATS path with .before-exit before its "   \
-    ".json (libllamalloc.so, preloaded or linked). llamalloc run --stats sets it.")                              \
+    "1: with STATS, also write the statistics before the program's teardown -- when exit() is called, or when "  \
+    "main returns (before the destructors of global objects) -- to the STATS path with .before-exit before its " \
+    ".json (libllamalloc.so, preloaded or linked; docs/heap.md). llamalloc run --stats sets it.")               \
   X(MODEL, model, String, "", 0, 0,                                                                              \
     "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS).")  \
   X(TOKENS, tokens, String, "", 0, 0,                                                                            \

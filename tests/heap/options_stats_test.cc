@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -167,6 +168,33 @@ TEST(StatsTest, FileIsWrittenWholeThroughRename) {
   char expanded[64];
   ASSERT_TRUE(expand_stats_path("s.%p.json", expanded, sizeof(expanded)));
   EXPECT_EQ(std::string(expanded), "s." + std::to_string(getpid()) + ".json");
+}
+
+// The snapshots beside the file at exit: the tag goes before a final .json, else after a dot; %p still expands.
+TEST(StatsTest, TaggedPathsPutTheTagBeforeTheJsonExtension) {
+  char out[128];
+  ASSERT_TRUE(tagged_stats_path("/d/stats.json", "before-exit", out, sizeof(out)));
+  EXPECT_STREQ(out, "/d/stats.before-exit.json");
+  ASSERT_TRUE(tagged_stats_path("stats", "signal-12", out, sizeof(out)));
+  EXPECT_STREQ(out, "stats.signal-12");
+  ASSERT_TRUE(tagged_stats_path(".json", "x", out, sizeof(out)));
+  EXPECT_STREQ(out, ".json.x");
+  ASSERT_TRUE(tagged_stats_path("s.%p.json", "signal-1", out, sizeof(out)));
+  EXPECT_EQ(std::string(out), "s." + std::to_string(getpid()) + ".signal-1.json");
+  char tiny[16];
+  EXPECT_FALSE(tagged_stats_path("stats.json", "before-exit", tiny, sizeof(tiny)));
+}
+
+TEST(StatsTest, SignalNamesAndNumbers) {
+  EXPECT_EQ(parse_signal("USR1"), SIGUSR1);
+  EXPECT_EQ(parse_signal("SIGUSR1"), SIGUSR1);
+  EXPECT_EQ(parse_signal("usr2"), SIGUSR2);
+  EXPECT_EQ(parse_signal("winch"), SIGWINCH);
+  EXPECT_EQ(parse_signal(std::to_string(SIGUSR1).c_str()), SIGUSR1);
+  EXPECT_EQ(parse_signal("40"), 40);  // a real-time signal
+  for (const char* bad : std::initializer_list<const char*>{"", "KILL", "SIGSTOP", "SEGV", "9", "0", "65", "USR",
+                                                            "1x", "SIGSIGUSR1", nullptr})
+    EXPECT_EQ(parse_signal(bad), 0) << (bad ? bad : "(null)");
 }
 
 #ifdef LLAMALLOC_SHARED_LIBRARY

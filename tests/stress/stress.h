@@ -29,6 +29,7 @@ struct Options {
   double seconds = 2.0;    // -s: how long the timed part runs
   long count = 0;          // -n: program-specific count (0: the program's default)
   std::uint64_t seed = 1;  // -S: random seed
+  long max_rss_mib = -1;   // -m: resident-memory cap in MiB (0: none; default 1024 + 64 per thread)
 };
 
 [[noreturn, gnu::format(printf, 1, 2)]] inline void fail(const char* fmt, ...) {
@@ -58,7 +59,10 @@ inline Options parse(int argc, char** argv, const char* name, const char* usage)
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0) {
-      std::printf("usage: %s [-t THREADS] [-s SECONDS] [-n COUNT] [-S SEED]\n%s\n", name, usage);
+      std::printf("usage: %s [-t THREADS] [-s SECONDS] [-n COUNT] [-S SEED] [-m MAX_RSS_MIB]\n%s\n"
+                  "  -m: fail when the resident set exceeds this many MiB (0: no cap; default 1024 + 64 per\n"
+                  "      thread, far above what the live objects need: a leak is one FAIL line, not an OOM kill)\n",
+                  name, usage);
       std::exit(0);
     }
     if (v == nullptr || a[0] != '-' || a[1] == 0 || a[2] != 0) {
@@ -72,6 +76,7 @@ inline Options parse(int argc, char** argv, const char* name, const char* usage)
       case 's': o.seconds = std::strtod(v, &end); break;
       case 'n': o.count = std::strtol(v, &end, 10); break;
       case 'S': o.seed = std::strtoull(v, &end, 10); break;
+      case 'm': o.max_rss_mib = std::strtol(v, &end, 10); break;
       default: std::fprintf(stderr, "%s: unknown option %s\n", name, a); std::exit(2);
     }
     if (errno != 0 || end == v || *end != 0 || o.threads < 1 || o.threads > 4096 || o.seconds < 0 || o.count < 0) {
@@ -80,7 +85,29 @@ inline Options parse(int argc, char** argv, const char* name, const char* usage)
     }
     i++;
   }
+  if (o.max_rss_mib < 0) o.max_rss_mib = 1024 + 64L * o.threads;
   return o;
+}
+
+inline long resident_mib() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  long size = 0, resident = 0;
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%ld %ld", &size, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return resident * sysconf(_SC_PAGESIZE) / (1024 * 1024);
+}
+
+inline long g_peak_rss_mib = 0;
+
+// Fails when the resident set is above the cap (-m): the live objects of every program are bounded, so memory
+// that keeps growing is memory the allocator does not reuse.
+inline void check_rss(const Options& o, const char* when) {
+  long rss = resident_mib();
+  if (rss > g_peak_rss_mib) g_peak_rss_mib = rss;
+  if (o.max_rss_mib > 0 && rss > o.max_rss_mib)
+    fail("resident memory %ld MiB is above the cap of %ld MiB (-m) %s: memory is not being reused", rss,
+         o.max_rss_mib, when);
 }
 
 inline std::uint64_t mix(std::uint64_t x) {

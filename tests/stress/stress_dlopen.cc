@@ -102,14 +102,17 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int t = 0; t < opt.threads; t++) threads.emplace_back(worker, t, opt.seed);
   double end = stress::now() + opt.seconds;
-  while (stress::now() < end) usleep(10000);
+  while (stress::now() < end) {
+    usleep(10000);
+    stress::check_rss(opt, "while plugins are loaded and unloaded");
+  }
   g_stop = true;
   for (auto& th : threads) th.join();
   for (auto& s : g_shared) {
     Obj* o = s.exchange(nullptr);
     if (o != nullptr) destroy(o, "free at end");
   }
-  std::printf("stress-dlopen: ok allocator=%s threads=%d loads=%ld objects=%ld\n", stress::allocator_name(),
-              opt.threads, g_loads.load(), g_objects.load());
+  std::printf("stress-dlopen: ok allocator=%s threads=%d loads=%ld objects=%ld peak-rss=%ldMiB\n",
+              stress::allocator_name(), opt.threads, g_loads.load(), g_objects.load(), stress::g_peak_rss_mib);
   return 0;
 }

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
       stress::fail("child %ld exited with status %d", forks, WEXITSTATUS(status));
     forks++;
+    stress::check_rss(opt, "in the forking parent");
   }
   g_stop = true;
   for (auto& th : threads) th.join();
@@ -146,7 +147,7 @@ int main(int argc, char** argv) {
     Obj* o = s.exchange(nullptr);
     if (o != nullptr) destroy(o, "free at end");
   }
-  std::printf("stress-fork: ok allocator=%s threads=%d forks=%ld worker-ops=%ld\n", stress::allocator_name(),
-              opt.threads, forks, g_worker_ops.load());
+  std::printf("stress-fork: ok allocator=%s threads=%d forks=%ld worker-ops=%ld peak-rss=%ldMiB\n",
+              stress::allocator_name(), opt.threads, forks, g_worker_ops.load(), stress::g_peak_rss_mib);
   return 0;
 }

@@ -147,7 +147,10 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int t = 0; t < opt.threads; t++) threads.emplace_back(worker, t, std::cref(opt), slots);
   double end = stress::now() + opt.seconds;
-  while (stress::now() < end) usleep(10000);
+  while (stress::now() < end) {
+    usleep(10000);
+    stress::check_rss(opt, "while threads allocate");
+  }
   g_stop = true;
   for (auto& th : threads) th.join();
   long left = 0;
@@ -158,7 +161,8 @@ int main(int argc, char** argv) {
       left++;
     }
   }
-  std::printf("stress-random: ok allocator=%s threads=%d ops=%ld reallocs=%ld hand-overs=%ld\n",
-              stress::allocator_name(), opt.threads, g_ops.load(), g_reallocs.load(), g_swaps.load());
+  std::printf("stress-random: ok allocator=%s threads=%d ops=%ld reallocs=%ld hand-overs=%ld peak-rss=%ldMiB\n",
+              stress::allocator_name(), opt.threads, g_ops.load(), g_reallocs.load(), g_swaps.load(),
+              stress::g_peak_rss_mib);
   return 0;
 }

@@ -131,6 +131,12 @@ int main(int argc, char** argv) {
         busy[l] = true;
       }
     }
+    if (started % 1024 < static_cast<long>(lanes)) {
+      char when[96];
+      std::snprintf(when, sizeof when, "after %ld threads (the live objects are at most %zu KiB)", started,
+                    (static_cast<std::size_t>(lanes) * (kBag + 2) + kShared) * 32);
+      stress::check_rss(opt, when);
+    }
   }
   for (Bag* b : bags) {
     for (Obj& o : b->objs)
@@ -146,7 +152,8 @@ int main(int argc, char** argv) {
   }
   if (g_key_frees.load() != total)
     stress::fail("%ld thread-exit destructors ran, %ld threads", g_key_frees.load(), total);
-  std::printf("stress-threads: ok allocator=%s lanes=%d threads=%ld objects=%ld\n", stress::allocator_name(), lanes,
-              total, g_objects.load());
+  stress::check_rss(opt, "at the end");
+  std::printf("stress-threads: ok allocator=%s lanes=%d threads=%ld objects=%ld peak-rss=%ldMiB\n",
+              stress::allocator_name(), lanes, total, g_objects.load(), stress::g_peak_rss_mib);
   return 0;
 }

@@ -35,7 +35,8 @@ def build_dir() -> Path:
     root = repo_root()
     if root is not None:
         return root / "build"
-    raise UserError("cannot find the llamalloc build: set LLAMALLOC_BUILD_DIR to the CMake build directory")
+    raise UserError("cannot find the llamalloc build (the bundled workloads of bench and demo, and the test programs, "
+                    "live in a source checkout's build): set LLAMALLOC_BUILD_DIR to the CMake build directory")
 
 
 def _search_dirs() -> list[Path]:

@@ -32,6 +32,16 @@ using StartFn = int (*)(MainFn, int, char**, void (*)(), void (*)(), void (*)(),
 using ExitFn = void (*)(int);
 
 std::atomic<bool> g_snapshot_taken{false};
+std::atomic<ExitFn> g_next_exit{nullptr};  // the C library's exit: looked up before main, not in exit itself
+
+ExitFn next_exit() {
+  ExitFn f = g_next_exit.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<ExitFn>(dlsym(RTLD_NEXT, "exit"));
+    g_next_exit.store(f, std::memory_order_release);
+  }
+  return f;
+}
 
 bool wants_snapshot() {
   const Options& o = options();
@@ -100,6 +110,7 @@ extern "C" __attribute__((visibility("default"))) int __libc_start_main(llamallo
     _exit(127);
   }
   ensure_init();
+  next_exit();
   if (wants_snapshot()) {
     llamalloc_program_main = main;
     main = llamalloc_main_trampoline;
@@ -109,13 +120,7 @@ extern "C" __attribute__((visibility("default"))) int __libc_start_main(llamallo
 
 extern "C" __attribute__((visibility("default"))) void exit(int status) noexcept {
   using namespace llamalloc;
-  static std::atomic<ExitFn> next{nullptr};
   snapshot_before_exit();
-  ExitFn f = next.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    f = reinterpret_cast<ExitFn>(dlsym(RTLD_NEXT, "exit"));
-    next.store(f, std::memory_order_release);
-  }
-  if (f != nullptr) f(status);
-  _exit(status);
+  if (ExitFn f = next_exit()) f(status);
+  _exit(status);  // (no C library exit found: cannot happen in a dynamically linked program)
 }
