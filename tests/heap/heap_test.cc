@@ -355,7 +355,7 @@ TEST(HeapTest, ExhaustionGivesEnomemAndBadAlloc) {
   check_heap();
 }
 
-TEST(HeapTest, ThreadExitReturnsItsSpans) {
+TEST(HeapTest, SpansOfAnExitedThreadGoBackOnceOtherThreadsFreeTheirObjects) {
   std::vector<void*> objects;
   uint64_t spans_before = g_global.counters().block_spans_handed_out.load();
   std::thread t([&] {
@@ -363,13 +363,18 @@ TEST(HeapTest, ThreadExitReturnsItsSpans) {
   });
   t.join();
   EXPECT_GT(g_global.counters().block_spans_handed_out.load(), spans_before);
-  std::set<SpanMeta*> spans;
-  for (void* p : objects) spans.insert(g_global.span_of(reinterpret_cast<uintptr_t>(p)));
-  for (SpanMeta* s : spans) EXPECT_EQ(s->owned, 0) << "the exiting thread closed all its spans";
-  for (void* p : objects) heap_free(p);
+  std::set<SmallSpan*> spans;
+  for (void* p : objects) spans.insert(LocalAllocator::span_of(g_global, p));
+  for (SmallSpan* s : spans) {
+    EXPECT_FALSE(s->queued) << "the exited thread's spans are off its queues";
+    EXPECT_EQ(s->xfree.load() & kXfreeStateMask, kXfreeFull) << "and marked, so that a free into them notifies";
+  }
+  for (void* p : objects) heap_free(p);  // every one a free into an abandoned heap
+  EXPECT_TRUE(LocalAllocator::reclaim_pending.load());
+  // The next slow path that takes new memory reclaims; here, directly.
+  LocalAllocator::reclaim_abandoned(g_global, *LocalAllocator::pool_);
+  for (void* p : objects) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "span given back";
   check_heap();
-  // Closed spans whose last object is freed go back to the global allocator.
-  for (SpanMeta* s : spans) EXPECT_EQ(s->small.load(), 0);
 }
 
 TEST(HeapTest, ForkedChildHasAConsistentHeap) {

@@ -23,7 +23,7 @@ pthread_key_t g_thread_key;
 std::atomic<bool> g_key_ready{false};
 
 // Thread heaps come from metadata pages (never from malloc) and are reused after their thread exits.
-LocalHeap* g_free_heaps = nullptr;  // global lock
+constinit HeapPool g_heap_pool;      // heaps of exited threads (its own lock, taken before the global one)
 char* g_heap_chunk = nullptr;       // global lock
 size_t g_heap_chunk_left = 0;       // global lock
 constexpr size_t kHeapChunkBytes = 64 * 1024;
@@ -42,6 +42,7 @@ namespace llamalloc {
 namespace {
 
 void init_once() {
+  LocalAllocator::set_pool(&g_heap_pool);
   init_options();
   const Options& o = options();
   g_global.configure(HeapConfig{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
@@ -64,32 +65,39 @@ unsigned clamp_class(unsigned lc) {
 }
 
 LocalHeap* new_local_heap() {
-  LockGuard g(g_global.lock());
-  LocalHeap* h = g_free_heaps;
-  if (h != nullptr) {
-    g_free_heaps = h->next_free;
-  } else {
-    if (g_heap_chunk_left < sizeof(LocalHeap)) {
-      g_heap_chunk = static_cast<char*>(g_platform.map_metadata(kHeapChunkBytes));
-      if (g_heap_chunk == nullptr) return nullptr;
-      g_heap_chunk_left = kHeapChunkBytes;
+  {
+    // A pooled heap is adopted as it is: its queues and cache are empty (abandon), and the spans that still
+    // hold objects come back through its notify list as they are freed into.
+    LockGuard g(g_heap_pool.lock);
+    if (LocalHeap* h = g_heap_pool.head) {
+      g_heap_pool.head = h->next_free;
+      h->next_free = nullptr;
+      h->prediction_cache = PredictionCacheView{};
+      h->abandoned.store(0, std::memory_order_relaxed);
+      return h;
     }
-    h = reinterpret_cast<LocalHeap*>(g_heap_chunk);
-    g_heap_chunk += (sizeof(LocalHeap) + 63) & ~size_t{63};
-    g_heap_chunk_left -= (sizeof(LocalHeap) + 63) & ~size_t{63};
   }
+  LockGuard g(g_global.lock());
+  if (g_heap_chunk_left < sizeof(LocalHeap)) {
+    g_heap_chunk = static_cast<char*>(g_platform.map_metadata(kHeapChunkBytes));
+    if (g_heap_chunk == nullptr) return nullptr;
+    g_heap_chunk_left = kHeapChunkBytes;
+  }
+  LocalHeap* h = reinterpret_cast<LocalHeap*>(g_heap_chunk);
+  g_heap_chunk += (sizeof(LocalHeap) + 63) & ~size_t{63};
+  g_heap_chunk_left -= (sizeof(LocalHeap) + 63) & ~size_t{63};
   new (h) LocalHeap();
   return h;
 }
 
 void thread_exit(void* arg) {
   LocalHeap* h = static_cast<LocalHeap*>(arg);
-  LocalAllocator::release_all(g_global, *h);
+  LocalAllocator::abandon(g_global, *h);
   flush_live_bytes();
   if (tl_heap == h) tl_heap = &g_empty_heap;
-  LockGuard g(g_global.lock());
-  h->next_free = g_free_heaps;
-  g_free_heaps = h;
+  LockGuard g(g_heap_pool.lock);
+  h->next_free = g_heap_pool.head;
+  g_heap_pool.head = h;
 }
 
 LocalHeap* thread_heap() {
@@ -105,9 +113,19 @@ LocalHeap* thread_heap() {
   return h;
 }
 
-void prepare_fork() { g_global.lock().lock(); }
-void parent_after_fork() { g_global.lock().unlock(); }
-void child_after_fork() { g_global.lock().reset_after_fork(); }
+// Lock order: the heap pool's, then the global one.
+void prepare_fork() {
+  g_heap_pool.lock.lock();
+  g_global.lock().lock();
+}
+void parent_after_fork() {
+  g_global.lock().unlock();
+  g_heap_pool.lock.unlock();
+}
+void child_after_fork() {
+  g_global.lock().reset_after_fork();
+  g_heap_pool.lock.reset_after_fork();
+}
 
 }  // namespace
 
@@ -297,6 +315,8 @@ __attribute__((destructor)) static void llamalloc_finish() {
   // that huge pages held only by its cached (empty) spans are free in the statistics. Its heap stays usable for
   // destructors that run after this one.
   if (tl_heap != &g_empty_heap) LocalAllocator::release_all(g_global, *tl_heap);
+  // And what frees by the threads still running have emptied in the heaps of exited ones.
+  LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
   flush_live_bytes();
   const char* path = options().stats;
   if (path != nullptr && *path) {

@@ -37,9 +37,18 @@ struct alignas(64) LocalHeap {
   // Spans taken off their queue when full that have since had a block freed by another thread (pushed by
   // that thread; taken in bulk by the owner's slow path).
   alignas(64) std::atomic<SmallSpan*> notify{nullptr};
+  // Its thread exited (LocalAllocator::abandon): every span it still has is off the queues and marked full,
+  // so that any free into it comes through `notify`, which any thread may drain (reclaim_abandoned).
+  std::atomic<uint8_t> abandoned{0};
 
   constexpr LocalHeap();
   bool check(GlobalAllocator& global) const;
+};
+
+// Heaps whose threads exited, to be adopted by new threads (the process keeps one; the simulator none).
+struct HeapPool {
+  Lock lock;
+  LocalHeap* head = nullptr;  // lock; linked by next_free
 };
 
 // The span with no blocks: every empty slot of every heap points at it.
@@ -81,9 +90,20 @@ class LocalAllocator {
   LLAMALLOC_FAST static size_t free_small(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p);
   // The one free entry point below the fast path: small (size-class span) or large; the bytes released.
   static size_t deallocate(GlobalAllocator& global, LocalHeap* heap, void* p);
-  // Thread exit: takes in every remote free, gives every empty span back and drops the cache. Spans that
-  // still hold objects stay with the heap (which is pooled and adopted by the next thread).
+  // Takes in every remote free, gives every empty span back and drops the cache (the end of a simulated thread,
+  // the main thread at process exit). Spans that still hold objects stay queued in the heap.
   static void release_all(GlobalAllocator& global, LocalHeap& heap);
+  // Thread exit: as release_all, and the spans that still hold objects leave the queues marked full, so that
+  // the frees other threads make into them later reach the heap's notify list, which reclaim_abandoned()
+  // drains while the heap waits in the pool (their memory goes back as soon as they empty, adopted or not).
+  static void abandon(GlobalAllocator& global, LocalHeap& heap);
+  // Drains the notify lists of the pool's heaps (when a free into an abandoned heap's span asked for it, or
+  // `force`). Takes the pool's lock, then the global lock.
+  static void reclaim_abandoned(GlobalAllocator& global, HeapPool& pool, bool force = false);
+  // The pool a slow path reclaims from (the library's; null in the simulator).
+  static void set_pool(HeapPool* pool) { pool_ = pool; }
+  static inline HeapPool* pool_ = nullptr;
+  static inline std::atomic<bool> reclaim_pending{false};
   // The small-object span of p, or null.
   LLAMALLOC_FAST static SmallSpan* span_of(const GlobalAllocator& global, const void* p) {
     SpanMeta* m = global.span_of(reinterpret_cast<uintptr_t>(p));

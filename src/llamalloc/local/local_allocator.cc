@@ -126,6 +126,22 @@ bool mark_full(LocalHeap& heap, SmallSpan* s) {
   return true;
 }
 
+// A span of an abandoned heap that still holds objects: off the queue, marked full (any later remote free
+// notifies). false when its objects are all back after all (then the caller gives it back).
+bool park_abandoned(SmallSpan* s) {
+  uintptr_t x = s->xfree.load(std::memory_order_relaxed);
+  for (;;) {
+    if ((x & kXfreeStateMask) == kXfreeNotified) return true;  // on the notify list: the drain handles it
+    if ((x & ~kXfreeStateMask) != 0) {
+      LocalAllocator::collect_remote(s);
+      if (s->used == 0) return false;
+      x = s->xfree.load(std::memory_order_relaxed);
+      continue;
+    }
+    if (s->xfree.compare_exchange_weak(x, kXfreeFull, std::memory_order_acq_rel, std::memory_order_relaxed)) return true;
+  }
+}
+
 void extend(SmallSpan* s) {
   uint32_t extended = s->extended.load(std::memory_order_relaxed);
   uint32_t n = s->capacity - extended;
@@ -223,8 +239,14 @@ void LocalAllocator::drain_notify(GlobalAllocator& global, LocalHeap& heap) {
       s->free = head;
       s->used -= n;
     }
-    if (!s->queued) enqueue_second(heap, s);
-    if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
+    if (heap.abandoned.load(std::memory_order_relaxed)) {
+      // Nobody allocates from it: give the span back once empty, else park it again.
+      if (s->queued) unlink(heap, s);
+      if (s->used == 0 || !park_abandoned(s)) give_back(global, s);
+    } else {
+      if (!s->queued) enqueue_second(heap, s);
+      if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
+    }
     s = next;
   }
 }
@@ -242,6 +264,8 @@ void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsi
       return span_pop(s);
     }
   }
+  // About to take new memory: first give back what frees into exited threads' spans have emptied.
+  if (reclaim_pending.load(std::memory_order_relaxed) && pool_ != nullptr) reclaim_abandoned(global, *pool_);
   SmallSpan* s = new_span(global, heap, lc, sc);
   if (s == nullptr) return nullptr;
   enqueue_front(heap, s);
@@ -267,8 +291,10 @@ void LocalAllocator::remote_free(SmallSpan* s, void* p) {
   do {
     state = x & kXfreeStateMask;
     *static_cast<uintptr_t*>(p) = (x & ~kXfreeStateMask) ^ s->key;
+    // acq_rel: a free that sees the owner's full mark also sees what the owner wrote before setting it (the
+    // span's notify link; a lock-prefixed cmpxchg either way on x86).
   } while (!s->xfree.compare_exchange_weak(x, reinterpret_cast<uintptr_t>(p) | (state == kXfreeFull ? kXfreeNotified : state),
-                                           std::memory_order_release, std::memory_order_relaxed));
+                                           std::memory_order_acq_rel, std::memory_order_relaxed));
   if (state == kXfreeFull) {
     // The first remote free into a full span: tell its owner (once, until the owner drains it).
     LocalHeap* owner = static_cast<LocalHeap*>(s->owner);
@@ -276,6 +302,8 @@ void LocalAllocator::remote_free(SmallSpan* s, void* p) {
     do {
       s->notify_next = head;
     } while (!owner->notify.compare_exchange_weak(head, s, std::memory_order_release, std::memory_order_relaxed));
+    // Its thread is gone: the next slow path that would take new memory drains it first.
+    if (owner->abandoned.load(std::memory_order_relaxed)) reclaim_pending.store(true, std::memory_order_relaxed);
   }
 }
 
@@ -346,6 +374,36 @@ void LocalAllocator::release_all(GlobalAllocator& global, LocalHeap& heap) {
         heap.cache[lc][k][n] = nullptr;
       }
     }
+}
+
+void LocalAllocator::abandon(GlobalAllocator& global, LocalHeap& heap) {
+  // First, so that a free that notifies from now on asks for a reclaim.
+  heap.abandoned.store(1, std::memory_order_seq_cst);
+  drain_notify(global, heap);
+  for (unsigned lc = 0; lc < kMaxClasses; ++lc)
+    for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)
+      while (heap.spans[lc][sc] != &g_empty_span) {
+        SmallSpan* s = heap.spans[lc][sc];
+        unlink(heap, s);
+        collect_remote(s);
+        if (s->used == 0 || !park_abandoned(s)) give_back(global, s);
+      }
+  for (unsigned lc = 0; lc < kMaxClasses; ++lc)
+    for (unsigned k = 0; k < kSpanKinds; ++k)
+      while (heap.cache_count[lc][k] > 0) {
+        uint8_t& n = heap.cache_count[lc][k];
+        give_back(global, heap.cache[lc][k][--n]);
+        heap.cache[lc][k][n] = nullptr;
+      }
+  // A span that was notified between the drain above and its parking is on the list: drain again.
+  drain_notify(global, heap);
+}
+
+void LocalAllocator::reclaim_abandoned(GlobalAllocator& global, HeapPool& pool, bool force) {
+  if (!reclaim_pending.exchange(false, std::memory_order_acquire) && !force) return;
+  LockGuard g(pool.lock);
+  for (LocalHeap* h = pool.head; h != nullptr; h = h->next_free)
+    if (h->notify.load(std::memory_order_acquire) != nullptr) drain_notify(global, *h);
 }
 
 bool LocalHeap::check(GlobalAllocator& global) const {
