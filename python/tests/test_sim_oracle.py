@@ -61,7 +61,7 @@ def test_llama_default_reproduces_the_librarys_own_statistics(traced_run):
     for counter in ("deadlines_expired", "promotions", "demotions"):
         assert e[counter] == stats["counters"][counter], counter
     assert e["deadline_k"] == 1000
-    assert stats["counters"]["block_spans_handed_out"] > 100  # the workload exercised the heap
+    assert stats["counters"]["block_spans_handed_out"] > 20  # the workload exercised the heap (spans are 16-256 KiB)
 
 
 def test_llama_oracle_uses_each_objects_true_lifetime_class(traced_run):
