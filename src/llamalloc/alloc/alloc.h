@@ -70,11 +70,14 @@ LLAMALLOC_FAST void heap_free(void* p) {
   __builtin_prefetch(p, 1);
   SmallSpan* s = LocalAllocator::span_of(g_global, p);  // null for nullptr: region slot 0 is never ours
   if (LLAMALLOC_LIKELY(s != nullptr)) {
-    tl_live_delta -= int64_t(LocalAllocator::free_small(g_global, tl_heap, s, p));
-    debug_check_heap();
-    return;
+    tl_live_delta -= int64_t(s->block_size);  // before: after a remote push the owner may give the span back
+    if (LLAMALLOC_DEBUG_CHECKS) {
+      LocalAllocator::free_block(g_global, tl_heap, s, p);
+      return check_heap();
+    }
+    return LocalAllocator::free_block(g_global, tl_heap, s, p);
   }
-  free_slow(p);
+  return free_slow(p);
 }
 
 void* heap_malloc_class(size_t size, unsigned lifetime_class);

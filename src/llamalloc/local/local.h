@@ -88,6 +88,10 @@ class LocalAllocator {
   // Frees p, an object of the size-class span s, by the thread whose heap is `heap`. Reports bad and double
   // frees. Returns the block size (live accounting).
   LLAMALLOC_FAST static size_t free_small(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p);
+  // The same without the byte count (the library's inline free, which counts before).
+  LLAMALLOC_FAST static void free_block(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p);
+  // A block whose first word looks like a free-list link: reported if it is on a list, else freed as usual.
+  LLAMALLOC_NOINLINE static void free_suspicious(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p);
   // The one free entry point below the fast path: small (size-class span) or large; the bytes released.
   static size_t deallocate(GlobalAllocator& global, LocalHeap* heap, void* p);
   // Takes in every remote free, gives every empty span back and drops the cache (the end of a simulated thread,
@@ -136,20 +140,26 @@ class LocalAllocator {
   static size_t usable_size(const SmallSpan* s) { return s->block_size; }
 };
 
-LLAMALLOC_FAST size_t LocalAllocator::free_small(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p) {
-  size_t bytes = s->block_size;  // read first: after a remote push the owner may give the span back
+// Every call below is in tail position, so that the inlined fast path needs no callee-saved registers (no
+// prologue of pushes before the common case).
+LLAMALLOC_FAST void LocalAllocator::free_block(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p) {
   if (LLAMALLOC_UNLIKELY(block_index(s, p) == ~0u)) bad_small_free(s, p);
   // A free block's first word is an encoded link: inside the span (or null). A live object's first word is the
   // program's data, which matches that only by chance; then the lists are walked to be sure.
   uintptr_t link = *static_cast<uintptr_t*>(p) ^ s->key;
-  if (LLAMALLOC_UNLIKELY(link - s->start < s->span_bytes || link == 0) && on_free_list(s, p)) bad_free(p, "double free");
+  if (LLAMALLOC_UNLIKELY(link - s->start < s->span_bytes || link == 0)) return free_suspicious(global, heap, s, p);
   if (LLAMALLOC_LIKELY(s->owner == heap)) {
     *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
     s->local_free = p;
-    if (LLAMALLOC_UNLIKELY(--s->used == 0 || !s->queued)) owner_free_slow(global, *heap, s);
-  } else {
-    remote_free(s, p);
+    if (LLAMALLOC_UNLIKELY(--s->used == 0 || !s->queued)) return owner_free_slow(global, *heap, s);
+    return;
   }
+  return remote_free(s, p);
+}
+
+LLAMALLOC_FAST size_t LocalAllocator::free_small(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p) {
+  size_t bytes = s->block_size;  // read first: after a remote push the owner may give the span back
+  free_block(global, heap, s, p);
   return bytes;
 }
 

@@ -307,6 +307,17 @@ void LocalAllocator::remote_free(SmallSpan* s, void* p) {
   }
 }
 
+void LocalAllocator::free_suspicious(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p) {
+  if (on_free_list(s, p)) bad_free(p, "double free");
+  if (s->owner == heap) {
+    *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
+    s->local_free = p;
+    if (--s->used == 0 || !s->queued) owner_free_slow(global, *heap, s);
+    return;
+  }
+  remote_free(s, p);
+}
+
 bool LocalAllocator::on_free_list(const SmallSpan* s, const void* p) {
   // Bounded walks: the owner's lists may be changing if this thread is not the owner.
   auto on = [&](const void* head) {

@@ -19,11 +19,27 @@ inline constexpr size_t kSmallMaxBytes = kMaxSizeClassBytes;
 // Alignment that a size class can give: blocks are a multiple of the alignment and spans 16 KiB aligned.
 inline constexpr size_t kMaxSmallAlignment = 4096;
 
-LLAMALLOC_FAST constexpr unsigned size_class_of(size_t size) {
+LLAMALLOC_FAST constexpr unsigned size_class_computed(size_t size) {
   if (size <= 128) return size <= 16 ? 0 : unsigned((size - 1) >> 4);
   size_t s = size - 1;
   unsigned b = 63u - unsigned(__builtin_clzll(s));  // floor(log2(s)) >= 7
   return 8u + (b - 7u) * 4u + unsigned((s >> (b - 2u)) & 3u);
+}
+
+// Up to 1 KiB the class is one table load by 16-byte granule (the fast path's common case, no branch on the
+// size's magnitude); above, computed.
+struct SizeClassTable {
+  uint8_t by_granule[1024 / 16 + 1];
+};
+inline constexpr SizeClassTable kSizeClassTable = [] {
+  SizeClassTable t{};
+  for (size_t g = 0; g <= 1024 / 16; ++g) t.by_granule[g] = uint8_t(size_class_computed(g * 16));
+  return t;
+}();
+
+LLAMALLOC_FAST constexpr unsigned size_class_of(size_t size) {
+  if (LLAMALLOC_LIKELY(size <= 1024)) return kSizeClassTable.by_granule[(size + 15) >> 4];
+  return size_class_computed(size);
 }
 
 LLAMALLOC_FAST constexpr size_t size_class_bytes(unsigned sc) {
