@@ -397,3 +397,145 @@ __attribute__((destructor)) void UnloadTime() {
 }
 
 }  // namespace
+
+// ---- teardown ---------------------------------------------------------------------------------------------------
+// The program's teardown begins when main returns or exit() is called: from then on the profiler counts what is
+// freed as live at exit (profiler.h, ProfilerTeardown). Caught as libllamalloc.so catches it for its snapshot
+// before exit (src/llamalloc/override/start.cc), with names of our own so that both libraries may be preloaded
+// together (each chains to the next definition):
+// - exit() called by the program: interposed; teardown begins, then the C library's exit.
+// - main returning: the C library then calls its exit internally (not interposable). main is entered through a
+//   trampoline that registers an exit handler and jumps (not calls) to main, so main's frame and return address,
+//   and hence every recorded stack, are unchanged. Exit handlers run last registered first: one registered
+//   while main runs (a function-local static's destructor, atexit() in main) would run before ours, so
+//   __cxa_atexit is interposed too, and after every registration made once main has started, our handler is
+//   registered again behind it (it acts once). Thread-local destructors of the main thread run before any of
+//   them.
+// Only while the profiler is on; otherwise main is called as it is.
+
+namespace {
+
+using MainFn = int (*)(int, char**, char**);
+using StartFn = int (*)(MainFn, int, char**, void (*)(), void (*)(), void (*)(), void*);
+using ExitFn = void (*)(int);
+using CxaAtexitFn = int (*)(void (*)(void*), void*, void*);
+
+std::atomic<ExitFn> g_next_exit{nullptr};
+std::atomic<CxaAtexitFn> g_next_cxa_atexit{nullptr};
+std::atomic<bool> g_main_started{false};
+
+ExitFn NextExit() {
+  ExitFn f = g_next_exit.load(std::memory_order_acquire);
+  if (LLPROF_UNLIKELY(f == nullptr)) {
+    Guard guard;
+    f = reinterpret_cast<ExitFn>(dlsym(RTLD_NEXT, "exit"));
+    g_next_exit.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+CxaAtexitFn NextCxaAtexit() {
+  CxaAtexitFn f = g_next_cxa_atexit.load(std::memory_order_acquire);
+  if (LLPROF_UNLIKELY(f == nullptr)) {
+    Guard guard;
+    f = reinterpret_cast<CxaAtexitFn>(dlsym(RTLD_NEXT, "__cxa_atexit"));
+    g_next_cxa_atexit.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+void TeardownBegins() {
+  if (!Ready()) return;
+  Guard guard;
+  ProfilerTeardown();
+}
+
+void TeardownHandler(void*) { TeardownBegins(); }
+
+}  // namespace
+
+extern "C" {
+extern void* __dso_handle;
+__attribute__((visibility("hidden"))) MainFn llamalloc_prof_program_main = nullptr;
+__attribute__((visibility("hidden"), used)) void llamalloc_prof_before_main() {
+  if (CxaAtexitFn next = NextCxaAtexit()) next(TeardownHandler, nullptr, &__dso_handle);
+  g_main_started.store(true, std::memory_order_release);
+}
+}
+
+#if defined(__x86_64__)
+// llamalloc_prof_main_trampoline(argc, argv, envp): registers the handler, then jumps to main with the registers
+// and stack as they were (3 pushes keep the call 16-byte aligned).
+extern "C" int llamalloc_prof_main_trampoline(int, char**, char**);
+asm(R"(
+  .text
+  .p2align 4
+  .type llamalloc_prof_main_trampoline, @function
+llamalloc_prof_main_trampoline:
+  .cfi_startproc
+  endbr64
+  pushq %rdi
+  .cfi_adjust_cfa_offset 8
+  pushq %rsi
+  .cfi_adjust_cfa_offset 8
+  pushq %rdx
+  .cfi_adjust_cfa_offset 8
+  call llamalloc_prof_before_main
+  popq %rdx
+  .cfi_adjust_cfa_offset -8
+  popq %rsi
+  .cfi_adjust_cfa_offset -8
+  popq %rdi
+  .cfi_adjust_cfa_offset -8
+  jmp *llamalloc_prof_program_main(%rip)
+  .cfi_endproc
+  .size llamalloc_prof_main_trampoline, .-llamalloc_prof_main_trampoline
+)");
+#else
+extern "C" int llamalloc_prof_main_trampoline(int argc, char** argv, char** envp) {
+  llamalloc_prof_before_main();
+  return llamalloc_prof_program_main(argc, argv, envp);
+}
+#endif
+
+extern "C" {
+
+LLPROF_EXPORT int __libc_start_main(MainFn main, int argc, char** argv, void (*init)(), void (*fini)(),
+                                    void (*rtld_fini)(), void* stack_end) {
+  StartFn next;
+  {
+    Ready();
+    Guard guard;
+    next = reinterpret_cast<StartFn>(dlsym(RTLD_NEXT, "__libc_start_main"));
+  }
+  if (next == nullptr) {
+    static const char kMessage[] = "llamalloc_prof: error: __libc_start_main not found\n";
+    WriteAll(2, kMessage, sizeof(kMessage) - 1);
+    _exit(127);
+  }
+  NextExit();  // looked up now, not in exit
+  NextCxaAtexit();
+  if (CurrentMode() != Mode::kOff) {
+    llamalloc_prof_program_main = main;
+    main = llamalloc_prof_main_trampoline;
+  }
+  return next(main, argc, argv, init, fini, rtld_fini, stack_end);
+}
+
+LLPROF_EXPORT int __cxa_atexit(void (*fn)(void*), void* arg, void* dso) {
+  CxaAtexitFn next = NextCxaAtexit();
+  if (next == nullptr) return -1;
+  int rc = next(fn, arg, dso);
+  if (rc == 0 && g_main_started.load(std::memory_order_acquire) && CurrentMode() != Mode::kOff) {
+    next(TeardownHandler, nullptr, &__dso_handle);
+  }
+  return rc;
+}
+
+LLPROF_EXPORT void exit(int status) noexcept {
+  TeardownBegins();
+  if (ExitFn f = NextExit()) f(status);
+  _exit(status);  // (no C library exit found: cannot happen in a dynamically linked program)
+}
+
+}  // extern "C"

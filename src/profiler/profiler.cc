@@ -38,6 +38,8 @@ struct Options {
   uint64_t interval_ns;  // 0: only at exit and on the signal
   int signal_number;     // 0: none
   UnwindMode unwind;
+  uint64_t steady_start_ns;  // --steady-state: sampling stops this long after start (UINT64_MAX: never)
+  uint64_t steady_end_ns;    // ... and the steady-state profile is written this long after start (UINT64_MAX: none)
   char output_template[kPathBytes];
 };
 
@@ -53,7 +55,11 @@ std::atomic<uint64_t> g_sampled{0};
 std::atomic<uint64_t> g_dropped{0};
 std::atomic<uint64_t> g_events{0};
 
-std::atomic<uint64_t> g_next_dump_ns{UINT64_MAX};
+std::atomic<uint64_t> g_next_dump_ns{UINT64_MAX};    // the next periodic dump (CLOCK_MONOTONIC)
+std::atomic<uint64_t> g_steady_dump_ns{UINT64_MAX};  // the steady-state dump, until written
+std::atomic<uint64_t> g_sample_until_ns{UINT64_MAX}; // no allocation is sampled from then on (steady-state start)
+std::atomic<uint64_t> g_teardown_ns{0};              // when the program's teardown began; 0: not yet
+uint32_t g_dump_seq;                                 // kept dumps written by this process (guarded by g_dump_lock)
 SpinLock g_dump_lock;
 
 struct ThreadState {
@@ -231,10 +237,23 @@ bool LockBounded(SpinLock& lock) {
   return false;
 }
 
-void DumpProfile(bool in_signal = false) {
-  char path[kPathBytes];
-  char tmp[kPathBytes + 32];
-  OutputPath(path, sizeof(path));
+// Which file a dump goes to: the final profile (at exit or on a fatal signal) is OUTPUT itself; each dump on
+// the signal or the interval is kept in OUTPUT.dump<N> (N = 1, 2, ... in this process); the steady-state dump
+// goes to OUTPUT.steady.
+enum class DumpKind { kFinal, kKept, kSteady };
+
+void DumpProfile(DumpKind kind, bool in_signal = false) {
+  char base[kPathBytes];
+  char path[kPathBytes + 32];
+  char tmp[kPathBytes + 48];
+  OutputPath(base, sizeof(base));
+  if (kind == DumpKind::kKept) {
+    snprintf(path, sizeof(path), "%s.dump%u", base, ++g_dump_seq);
+  } else if (kind == DumpKind::kSteady) {
+    snprintf(path, sizeof(path), "%s.steady", base);
+  } else {
+    snprintf(path, sizeof(path), "%s", base);
+  }
   snprintf(tmp, sizeof(tmp), "%s.tmp", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
@@ -278,11 +297,22 @@ void DumpProfile(bool in_signal = false) {
 
 void MaybeDump(uint64_t now_ns) {
   bool requested = g_dump_requested.load(std::memory_order_relaxed);
-  if (!requested && now_ns < g_next_dump_ns.load(std::memory_order_relaxed)) return;
+  if (!requested && now_ns < g_next_dump_ns.load(std::memory_order_relaxed) &&
+      now_ns < g_steady_dump_ns.load(std::memory_order_relaxed)) {
+    return;
+  }
   if (!g_dump_lock.TryLock()) return;
-  g_dump_requested.store(false, std::memory_order_relaxed);
-  if (g_options.interval_ns != 0) g_next_dump_ns.store(now_ns + g_options.interval_ns, std::memory_order_relaxed);
-  DumpProfile();
+  requested = g_dump_requested.exchange(false, std::memory_order_relaxed);
+  if (now_ns >= g_steady_dump_ns.load(std::memory_order_relaxed)) {
+    g_steady_dump_ns.store(UINT64_MAX, std::memory_order_relaxed);
+    DumpProfile(DumpKind::kSteady);
+  }
+  if (now_ns >= g_next_dump_ns.load(std::memory_order_relaxed)) {
+    requested = true;
+    g_next_dump_ns.store(g_options.interval_ns != 0 ? now_ns + g_options.interval_ns : UINT64_MAX,
+                         std::memory_order_relaxed);
+  }
+  if (requested) DumpProfile(DumpKind::kKept);
   g_dump_lock.Unlock();
 }
 
@@ -467,6 +497,7 @@ void CloseTrace(bool in_signal = false) {
   g_trace_writer.Flush();
   close(g_trace_fd);
   g_trace_fd = -1;
+  g_trace_writer = Writer();  // not ok: a thread still flushing its buffer writes nothing (the fd may be reused)
   pthread_mutex_unlock(&g_file_mutex);
 }
 
@@ -481,7 +512,7 @@ void OnFatalSignal(int signal_number) {
   Mode mode = CurrentMode();
   if (mode == Mode::kProfile && g_dump_lock.TryLock()) {
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
-    DumpProfile(/*in_signal=*/true);
+    DumpProfile(DumpKind::kFinal, /*in_signal=*/true);
   } else if (mode == Mode::kTrace) {
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
     CloseTrace(/*in_signal=*/true);
@@ -531,9 +562,31 @@ void ReadOptions() {
   o.unwind = UnwindMode::kAuto;
   if (unwind != nullptr && strcmp(unwind, "fp") == 0) o.unwind = UnwindMode::kFramePointers;
   if (unwind != nullptr && strcmp(unwind, "dwarf") == 0) o.unwind = UnwindMode::kDwarf;
+  // Seconds since start, as floating point; unset, empty, not a number or negative: none.
+  auto seconds = [](const char* name) -> uint64_t {
+    const char* v = getenv(name);
+    if (v == nullptr || *v == '\0') return UINT64_MAX;
+    char* end = nullptr;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || !(x >= 0) || x > 1e9) return UINT64_MAX;
+    return static_cast<uint64_t>(x * 1e9);
+  };
+  o.steady_end_ns = seconds("LLAMALLOC_PROF_STEADY_END_S");
+  o.steady_start_ns = seconds("LLAMALLOC_PROF_STEADY_START_S");
+  if (o.steady_start_ns > o.steady_end_ns) o.steady_start_ns = o.steady_end_ns;
   const char* out = getenv("LLAMALLOC_PROF_OUTPUT");
   if (out == nullptr || *out == '\0') out = o.mode == Mode::kTrace ? "llamalloc-%p.trace" : "llamalloc-%p.rawprof";
   snprintf(o.output_template, sizeof(o.output_template), "%s", out);
+}
+
+// The times of the steady-state window, from this process's start.
+void ArmTimers() {
+  const Options& o = g_options;
+  g_next_dump_ns.store(o.interval_ns != 0 ? g_start_mono_ns + o.interval_ns : UINT64_MAX);
+  g_steady_dump_ns.store(o.steady_end_ns != UINT64_MAX ? g_start_mono_ns + o.steady_end_ns : UINT64_MAX);
+  g_sample_until_ns.store(o.steady_start_ns != UINT64_MAX ? g_start_mono_ns + o.steady_start_ns : UINT64_MAX);
+  g_teardown_ns.store(0);
+  g_dump_seq = 0;
 }
 
 bool SetUpTables() {
@@ -559,6 +612,7 @@ void ChildAfterFork() {
     g_mode.store(static_cast<int>(Mode::kOff));
     return;
   }
+  ArmTimers();
   if (mode == Mode::kTrace) {
     uint32_t n = g_buffer_count.load(std::memory_order_relaxed);
     for (uint32_t i = 0; i < n; ++i) {
@@ -590,7 +644,7 @@ void InitProfiler() {
   if (g_options.mode == Mode::kTrace) {
     if (pthread_key_create(&g_buffer_key, ReleaseBuffer) != 0 || !OpenTrace()) return;
   } else {
-    if (g_options.interval_ns != 0) g_next_dump_ns.store(MonotonicNs() + g_options.interval_ns);
+    ArmTimers();
     if (g_options.signal_number > 0) {
       struct sigaction sa {};
       sa.sa_handler = OnDumpSignal;
@@ -613,8 +667,13 @@ void OnAlloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t flag
       t.sampler_ready = true;
     }
     if (t_sampler.RecordAllocation(size_bytes)) {
-      SampleAllocation(ptr, size_bytes, alignment_bytes);
-      MaybeDump(MonotonicNs());
+      // Not sampled from the start of teardown, nor after the steady-state window's start.
+      uint64_t now = MonotonicNs();
+      if (g_teardown_ns.load(std::memory_order_relaxed) == 0 &&
+          now < g_sample_until_ns.load(std::memory_order_relaxed)) {
+        SampleAllocation(ptr, size_bytes, alignment_bytes);
+      }
+      MaybeDump(now);
     } else if (LLPROF_UNLIKELY(g_dump_requested.load(std::memory_order_relaxed))) {
       MaybeDump(MonotonicNs());
     }
@@ -636,6 +695,8 @@ void BeginFree(void* ptr, FreeTicket* ticket) {
   Mode mode = CurrentMode();
   if (mode == Mode::kOff) return;
   if (mode == Mode::kProfile) {
+    // From the start of teardown an object is not freed as far as the profile goes: it stays live (class 7).
+    if (g_teardown_ns.load(std::memory_order_relaxed) != 0) return;
     ticket->sampled = g_live.Remove(reinterpret_cast<uint64_t>(ptr), &ticket->object);
     if (ticket->sampled) ticket->time_ns = MonotonicNs();
   } else {
@@ -676,17 +737,28 @@ void PrintStatistics() {
 
 }  // namespace
 
-void ProfilerAtExit() {
+void ProfilerTeardown() {
   Mode mode = CurrentMode();
   if (mode == Mode::kOff) return;
+  uint64_t not_yet = 0;
+  if (!g_teardown_ns.compare_exchange_strong(not_yet, MonotonicNs())) return;
+  if (mode == Mode::kTrace) {
+    // The trace ends here: every object alive now is live at the end of the trace.
+    g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
+    CloseTrace();
+  }
+}
+
+void ProfilerAtExit() {
+  Mode mode = CurrentMode();
   const char* debug = getenv("LLAMALLOC_PROF_DEBUG");
-  bool print_statistics = debug != nullptr && debug[0] == '1';
+  bool print_statistics = g_options.mode != Mode::kOff && debug != nullptr && debug[0] == '1';
   if (mode == Mode::kProfile) {
     g_dump_lock.Lock();
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
-    DumpProfile();
+    DumpProfile(DumpKind::kFinal);
     g_dump_lock.Unlock();
-  } else {
+  } else if (mode == Mode::kTrace) {
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
     CloseTrace();
   }

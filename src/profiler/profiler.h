@@ -34,6 +34,11 @@ void BeginFree(void* ptr, FreeTicket* ticket);
 void CommitFree(void* ptr, const FreeTicket& ticket, uint32_t flags);
 void AbortFree(const FreeTicket& ticket);
 
+// The program's teardown begins: main returned or exit() was called (interpose.cc). In profile mode, frees
+// after this are not lifetimes (the object stays live: class 7 in the final profile) and allocations are no
+// longer sampled; in trace mode the trace ends here (docs/profiler.md, "Teardown"). Once per process.
+void ProfilerTeardown();
+
 // Writes the final profile or closes the trace. After it the profiler records nothing more.
 void ProfilerAtExit();
 
