@@ -1,19 +1,31 @@
-"""papers/000 Table 3 on this project's workloads (issue 6): for each workload, profile it, train its model,
-then run it under jemalloc, tcmalloc, llamalloc and llamalloc with the model (`llamalloc bench --model`) and
-print accuracy, final footprint, live bytes, fragmentation reduction and the prediction cache's hit ratio.
+"""papers/000 Table 3 on this project's workloads (issues 6 and 12): for each workload, profile it, train its
+model, then run it under jemalloc, tcmalloc, llamalloc and llamalloc with the model (`llamalloc bench --model`)
+and print accuracy, steady-state memory, live bytes, fragmentation reduction and the prediction cache's hit
+ratio. The main table is the steady state, as the paper's "final steady-state memory" is; the peak and at-exit
+tables follow it.
 
     python3 bench/table3/run.py OUT [--scale default] [--repeat 1] [-w WORKLOAD ...] [--hidden 16]
+                                    [--quiet-seconds S]
 
 Each step's output stays in OUT (profiles, models, training reports, bench.json, stats files); a step whose
 output exists is not redone, so an interrupted run continues. Measured quantities and their sources:
 
 - accuracy: the LSTM's weighted / unweighted accuracy on held-out stacks, from `llamalloc train`'s report;
+- steady state (the main table): every workload ends its load with a quiet phase in which its long-lived state
+  stays live (docs/workloads.md); M = the mean RSS of the measured process over that phase, the one measure of
+  memory every allocator shares (jemalloc's and tcmalloc's 2 MiB-page footprint is not visible to us); live =
+  llamalloc+model's own mean live bytes over the phase (the bytes the program asked for and has not freed,
+  DESIGN.md; the same program under every allocator). Reduction of A over B = 1 - (M_A - live) / (M_B - live).
+  RSS also holds what is not heap (code, stacks, the allocator's metadata), the same few MiB under every
+  allocator, which enters M_A - live and M_B - live alike and pulls the reduction towards 0. llamalloc's own
+  steady-state footprint (huge pages in use) is printed beside it;
 - footprint, at the peak and at exit: llamalloc's own (huge pages in use, its statistics file); for jemalloc and
   tcmalloc, whose pages we cannot see, RSS (peak and final, sampled by bench): resident bytes, not 2 MiB pages,
   so the comparison is only rough (the trace-based lower bound of DESIGN.md is `llamalloc simulate --policy
   pages-2m` on a trace taken under them);
-- live: peak and final live bytes from llamalloc+model's statistics file (the same program under every
-  allocator); the workloads free nearly everything before they exit, so the peak table is the meaningful one;
+- peak and at exit: footprint as above for llamalloc, RSS for jemalloc and tcmalloc; live: peak and final live
+  bytes from llamalloc+model's statistics file; the workloads free nearly everything before they exit, so the
+  at-exit table says little;
 - fragmentation reduction of A over B: 1 - (footprint_A - live) / (footprint_B - live) (DESIGN.md);
 - cache hit ratio: prediction cache hits / (hits + misses) under llamalloc+model.
 """
@@ -32,6 +44,64 @@ from pathlib import Path
 from llamalloc import paths, profile, workloads
 
 MiB = 1 << 20
+ALLOCATORS = ("jemalloc", "tcmalloc", "llamalloc", "llamalloc+model")
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def reduction(m_a, m_b, live):
+    """Fragmentation reduction of A over B: 1 - (M_A - live) / (M_B - live); None when undefined."""
+    if None in (m_a, m_b, live) or m_b - live <= 0:
+        return None
+    return 1 - (m_a - live) / (m_b - live)
+
+
+def steady_rows(data: dict, names: list[str]) -> list[dict]:
+    """The steady-state Table 3 from a bench.json: per workload, the median over runs of the mean steady-state RSS
+    of each allocator, llamalloc's own steady footprints, live (llamalloc+model's, else llamalloc's) and the
+    reductions of llamalloc+model over jemalloc, tcmalloc and llamalloc."""
+    rows = {(e["workload"], e["allocator"]): e for e in data["results"]}
+
+    def steady(w, alloc, key):
+        return _median([(r.get("metrics") or {}).get("steady_state", {}).get(key)
+                        for r in rows.get((w, alloc), {}).get("runs", [])
+                        if r.get("ok") and isinstance((r.get("metrics") or {}).get("steady_state"), dict)])
+
+    out = []
+    for w in names:
+        m = {a: steady(w, a, "rss_bytes") for a in ALLOCATORS}
+        live = steady(w, "llamalloc+model", "llamalloc_live_bytes")
+        if live is None:
+            live = steady(w, "llamalloc", "llamalloc_live_bytes")
+        target = m["llamalloc+model"]
+        out.append({
+            "workload": w, "rss": m, "live": live,
+            "footprint": {a: steady(w, a, "llamalloc_footprint_bytes") for a in ("llamalloc", "llamalloc+model")},
+            "samples": steady(w, "llamalloc+model", "samples"),
+            "reduction": {b: reduction(target, m[b], live) for b in ("jemalloc", "tcmalloc", "llamalloc")},
+        })
+    return out
+
+
+def format_steady(rows: list[dict], acc: dict, scale: str, repeat: int) -> str:
+    f = lambda v: "-" if v is None else f"{v / MiB:.1f}"  # noqa: E731
+    pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"  # noqa: E731
+    lines = [f"Table 3 analogue in the steady state after the peak (quiet phase), scale {scale}, median of {repeat} "
+             f"run(s), MiB. Memory: mean RSS over the quiet phase (every allocator); live: llamalloc+model's mean "
+             f"live bytes over the phase; fp: llamalloc's own mean footprint (huge pages in use)"]
+    head = ["workload", "accuracy (w/u)", "jemalloc", "tcmalloc", "llamalloc", "llamalloc+model", "live",
+            "reduction vs jemalloc", "vs tcmalloc", "vs llamalloc", "fp llamalloc", "fp llamalloc+model"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for r in rows:
+        lines.append("| " + " | ".join([
+            r["workload"], acc.get(r["workload"], "-"), *(f(r["rss"][a]) for a in ALLOCATORS), f(r["live"]),
+            *(pct(r["reduction"][b]) for b in ("jemalloc", "tcmalloc", "llamalloc")),
+            f(r["footprint"]["llamalloc"]), f(r["footprint"]["llamalloc+model"])]) + " |")
+    return "\n".join(lines)
 
 
 def sh(*args: str, log: Path | None = None) -> str:
@@ -82,6 +152,8 @@ def main() -> None:
     ap.add_argument("-w", "--workload", action="append")
     ap.add_argument("--hidden", default="16")
     ap.add_argument("--sample-bytes", type=int, default=4096)
+    ap.add_argument("--quiet-seconds", type=float, default=None,
+                    help="the workloads' quiet phase, where the steady state is measured (default: theirs)")
     a = ap.parse_args()
     names = a.workload or ["image-server", "word-count", "frag-micro", "redis"]
     a.out.mkdir(parents=True, exist_ok=True)
@@ -97,6 +169,7 @@ def main() -> None:
     if not bench_json.exists():
         sh("bench", *sum((["-w", n] for n in names), []), "--allocators", "jemalloc,tcmalloc,llamalloc",
            *sum((["--model", f"{n}={models[n]}"] for n in names), []), "--repeat", str(a.repeat),
+           *([] if a.quiet_seconds is None else ["--quiet-seconds", str(a.quiet_seconds)]),
            "--scale", a.scale, "--out", str(a.out / "bench"), "--json", str(bench_json), log=a.out / "bench.txt")
     data = json.loads(bench_json.read_text())
     rows = {(e["workload"], e["allocator"]): e for e in data["results"]}
@@ -120,6 +193,7 @@ def main() -> None:
             return "-"
         return f"{100 * (1 - (a_fp - live) / (b_fp - live)):.0f}%"
 
+    print("\n" + format_steady(steady_rows(data, names), acc, a.scale, a.repeat))
     f = lambda v: "-" if v is None else f"{v / MiB:.0f}"  # noqa: E731
     for when, rss_key, fp_key, live_key in (("at the peak", "peak_rss_bytes", "peak_footprint_bytes", "peak_live_bytes"),
                                             ("at exit", "final_rss_bytes", "footprint_bytes", "live_bytes")):

@@ -24,6 +24,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../common/steady_state.h"
+
 namespace fragmicro {
 
 constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
@@ -38,13 +40,17 @@ struct Options {
   int swings = 2;
   int long_lived_class = -1;  // -1: plain malloc
   std::uint64_t seed = 1;
+  // The quiet phase after the last swing (docs/workloads.md): default 10 s, small scale 2 s, 0 disables it.
+  double quiet_seconds = 10;
+  bool quiet_seconds_given = false;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "frag-micro: %s\n", message.c_str());
   std::fprintf(stderr,
                "usage: frag-micro [--scale small|default] [--top-mb N] [--bottom-mb N] [--swings N]\n"
-               "                  [--long-lived-mb N] [--every N] [--long-lived-class N] [--seed N]\n");
+               "                  [--long-lived-mb N] [--every N] [--long-lived-class N] [--seed N]\n"
+               "                  [--quiet-seconds S]\n");
   std::exit(2);
 }
 
@@ -70,6 +76,7 @@ Options parse_options(int argc, char** argv) {
         options.top_bytes = std::size_t{64} << 20;
         options.long_lived_total_bytes = std::size_t{512} << 10;
         options.swings = 2;
+        if (!options.quiet_seconds_given) options.quiet_seconds = 2;
       } else if (scale != "default") {
         usage_error("--scale: expected small or default, got " + std::string(scale));
       }
@@ -85,6 +92,12 @@ Options parse_options(int argc, char** argv) {
       options.long_lived_every = parse_number("--every", value());
     } else if (arg == "--long-lived-class") {
       options.long_lived_class = static_cast<int>(parse_number("--long-lived-class", value()));
+    } else if (arg == "--quiet-seconds") {
+      const char* text = value();
+      if (!steady_state::parse_seconds(text, options.quiet_seconds)) {
+        usage_error("--quiet-seconds: expected a number of seconds >= 0, got " + std::string(text));
+      }
+      options.quiet_seconds_given = true;
     } else if (arg == "--seed") {
       options.seed = parse_number("--seed", value());
     } else if (arg == "-h" || arg == "--help") {
@@ -179,8 +192,21 @@ class Benchmark {
       if (swing + 1 < options_.swings) shrink_to(bottom_objects);
     }
     shrink_to(0);
+    // The index of the short-lived objects goes with them (it is the load's bookkeeping, not long-lived state).
+    std::vector<std::uint64_t*>().swap(short_lived_);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return report(seconds);
+    // The quiet phase: only the long-lived objects are live and nothing runs. Their address-based footprints
+    // do not change while nothing is allocated, so they are computed once, before the samples.
+    steady_state::QuietPhase quiet(options_.quiet_seconds);
+    std::string extra;
+    if (quiet.enabled()) {
+      extra = "\"footprint_bytes\": " + std::to_string(touched_page_bytes(long_lived_, kHugePageBytes)) +
+              ", \"footprint4k_bytes\": " + std::to_string(touched_page_bytes(long_lived_, kSmallPageBytes)) +
+              ", \"long_lived_objects\": " + std::to_string(long_lived_.size());
+      const double live = static_cast<double>(live_bytes());
+      quiet.run([live] { return live; });
+    }
+    return report(seconds, quiet.json(extra));
   }
 
  private:
@@ -231,10 +257,15 @@ class Benchmark {
     return true;
   }
 
-  int report(double seconds) const {
+  std::uint64_t live_bytes() const {
+    std::uint64_t live = 0;
+    for (const LongLived& object : long_lived_) live += object.size_bytes;
+    return live;
+  }
+
+  int report(double seconds, const std::string& steady_state_json) const {
     Resident resident = read_smaps_rollup();
-    std::uint64_t live_bytes = 0;
-    for (const LongLived& object : long_lived_) live_bytes += object.size_bytes;
+    const std::uint64_t live_bytes = this->live_bytes();
     const bool intact = long_lived_intact();
     std::printf(
         "{\"workload\": \"frag-micro\", \"ok\": %s, \"seconds\": %.3f, \"allocations\": %zu, "
@@ -243,13 +274,14 @@ class Benchmark {
         "\"long_lived_objects\": %zu, \"long_lived_object_bytes\": %zu, \"long_lived_placement\": \"%s\", "
         "\"long_lived_class\": %d, \"live_bytes\": %" PRIu64 ", \"footprint_bytes\": %" PRIu64
         ", \"footprint4k_bytes\": %" PRIu64 ", \"rss_bytes\": %" PRIu64 ", \"anon_huge_pages_bytes\": %" PRIu64
-        ", \"peak_rss_bytes\": %" PRIu64 "}\n",
+        ", \"peak_rss_bytes\": %" PRIu64 ", \"steady_state\": %s}\n",
         intact ? "true" : "false", seconds, allocations_,
         seconds > 0 ? static_cast<double>(allocations_) / seconds : 0.0, options_.object_bytes, options_.bottom_bytes,
         options_.top_bytes, options_.swings, long_lived_.size(), long_lived_object_bytes_,
         class_malloc_ != nullptr ? "llamalloc_malloc_class" : "malloc", options_.long_lived_class, live_bytes,
         touched_page_bytes(long_lived_, kHugePageBytes), touched_page_bytes(long_lived_, kSmallPageBytes),
-        resident.rss_bytes, resident.anon_huge_pages_bytes, std::max(peak_resident_, resident.rss_bytes));
+        resident.rss_bytes, resident.anon_huge_pages_bytes, std::max(peak_resident_, resident.rss_bytes),
+        steady_state_json.c_str());
     std::fflush(stdout);
     if (!intact) {
       std::fprintf(stderr, "frag-micro: a long-lived object lost its contents\n");

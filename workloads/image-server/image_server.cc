@@ -45,6 +45,8 @@
 #include <utility>
 #include <vector>
 
+#include "../common/steady_state.h"
+
 #ifndef IMAGE_SERVER_REVISION
 #define IMAGE_SERVER_REVISION 1
 #endif
@@ -1397,12 +1399,15 @@ struct Options {
   int workers = 8;
   int port = 0;
   std::size_t trace_lines = 4096;
+  // The quiet phase after the load (docs/workloads.md): default 10 s, small scale 2 s, 0 disables it.
+  double quiet_seconds = 10;
+  bool quiet_seconds_given = false;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "image-server: %s\n", message.c_str());
   std::fprintf(stderr, "usage: image-server [--scale small|default] [--requests N] [--clients N] [--workers N]\n"
-                       "                    [--port N] [--phases N]\n");
+                       "                    [--port N] [--phases N] [--quiet-seconds S]\n");
   std::exit(2);
 }
 
@@ -1430,6 +1435,7 @@ Options parse(int argc, char** argv) {
         options.load.large_min = 160;
         options.load.large_max = 320;
         options.load.sessions = 40;
+        if (!options.quiet_seconds_given) options.quiet_seconds = 2;
       } else if (scale != "default") {
         usage_error("--scale: expected small or default, got " + scale);
       }
@@ -1443,6 +1449,12 @@ Options parse(int argc, char** argv) {
       options.port = static_cast<int>(number(arg, value()));
     } else if (arg == "--phases") {
       options.load.phases = static_cast<int>(number(arg, value()));
+    } else if (arg == "--quiet-seconds") {
+      const char* text = value();
+      if (!steady_state::parse_seconds(text, options.quiet_seconds)) {
+        usage_error("--quiet-seconds: expected a number of seconds >= 0, got " + std::string(text));
+      }
+      options.quiet_seconds_given = true;
     } else if (arg == "-h" || arg == "--help") {
       std::printf("image-server: image-transform server and load generator (see docs/workloads.md)\n");
       std::exit(0);
@@ -1465,13 +1477,42 @@ int main(int argc, char** argv) {
   is::cli::Options options = is::cli::parse(argc, argv);
   auto started = std::chrono::steady_clock::now();
   is::loadgen::Outcome outcome;
+  steady_state::QuietPhase quiet(options.quiet_seconds);
+  std::string quiet_stats;  // the server's /v1/stats as last seen during the quiet phase
+  std::uint64_t idle_requests = 0;
+  double load_seconds = 0;
+  std::chrono::steady_clock::time_point teardown_started;
   {
     is::service::ImageService service(options.trace_lines);
     is::net::Server server(service, options.workers, options.port);
     is::loadgen::run(options.load, server.port(), outcome);
+    load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (quiet.enabled()) {
+      // The quiet phase: the server runs on with its sessions, cluster table, statistics and trace log, and
+      // answers a monitoring probe (GET /v1/stats, a few hundred bytes) at each sample, as an idle server does.
+      // Transform responses are not touched, so the checksum is the same.
+      int fd = is::loadgen::connect_loopback(server.port());
+      std::unique_ptr<is::http::Connection> probe;
+      if (fd >= 0) probe = std::make_unique<is::http::Connection>(fd);
+      quiet.run([&] {
+        if (probe) {
+          if (auto body = is::loadgen::fetch(*probe, "/v1/stats")) {
+            quiet_stats = *body;
+            ++idle_requests;
+          }
+        }
+        return -1.0;
+      });
+    }
+    teardown_started = std::chrono::steady_clock::now();
     server.stop();
   }
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // The workload's time: the load and the teardown, not the quiet phase.
+  double seconds =
+      load_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - teardown_started).count();
+  const std::string steady =
+      quiet.json("\"idle_requests\": " + std::to_string(idle_requests) +
+                 ", \"server\": " + (quiet_stats.empty() ? std::string("null") : quiet_stats));
   std::uint64_t checksum = 0xcbf29ce484222325ull;
   for (std::uint64_t body_checksum : outcome.body_checksums) {
     checksum = is::util::fnv1a64(&body_checksum, sizeof body_checksum, checksum);
@@ -1480,11 +1521,12 @@ int main(int argc, char** argv) {
   std::printf("{\"workload\": \"image-server\", \"revision\": %d, \"ok\": %s, \"seconds\": %.3f, "
               "\"requests\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"large_requests\": %" PRIu64
               ", \"response_bytes\": %" PRIu64 ", \"requests_per_second\": %.1f, \"checksum\": \"%s\", "
-              "\"server\": %s}\n",
+              "\"server\": %s, \"steady_state\": %s}\n",
               IMAGE_SERVER_REVISION, errors == 0 ? "true" : "false", seconds, options.load.requests, errors,
               outcome.large.load(), outcome.bytes.load(),
               seconds > 0 ? static_cast<double>(options.load.requests) / seconds : 0.0,
-              is::util::hex64(checksum).c_str(), outcome.stats_body.empty() ? "null" : outcome.stats_body.c_str());
+              is::util::hex64(checksum).c_str(), outcome.stats_body.empty() ? "null" : outcome.stats_body.c_str(),
+              steady.c_str());
   std::fflush(stdout);
   return errors == 0 ? 0 : 1;
 }

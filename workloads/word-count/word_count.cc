@@ -36,6 +36,8 @@
 #include <utility>
 #include <vector>
 
+#include "../common/steady_state.h"
+
 #ifndef WORDCOUNT_REVISION
 #define WORDCOUNT_REVISION 1
 #endif
@@ -389,6 +391,9 @@ struct Config {
   std::size_t partitions = 32;
   std::size_t top = 20;
   std::string dump_corpus_path;
+  // The quiet phase after the last round (docs/workloads.md): default 10 s, small scale 2 s, 0 disables it.
+  double quiet_seconds = 10;
+  bool quiet_seconds_given = false;
 };
 
 class Pipeline {
@@ -408,7 +413,15 @@ class Pipeline {
     for (int round = 0; round < config_.rounds; ++round) run_round(round, dump.get());
   }
 
-  void report(double seconds) const {
+  // The long-lived state that stays live through the quiet phase: the global tables and the round summaries.
+  std::uint64_t distinct_words() const {
+    std::uint64_t distinct = 0;
+    for (std::size_t p = 0; p < totals_.partitions(); ++p) distinct += totals_.partition(p).size();
+    return distinct;
+  }
+  std::size_t round_summaries() const { return summaries_.size(); }
+
+  void report(double seconds, const std::string& steady_state_json = "null") const {
     std::uint64_t words = 0, distinct = 0, checksum = 0;
     std::vector<std::pair<std::string, std::uint64_t>> all;
     for (std::size_t p = 0; p < totals_.partitions(); ++p) {
@@ -434,7 +447,7 @@ class Pipeline {
     for (std::size_t i = 0; i < top; ++i) {
       std::printf("%s[\"%s\", %" PRIu64 "]", i ? ", " : "", all[i].first.c_str(), all[i].second);
     }
-    std::printf("]}\n");
+    std::printf("], \"steady_state\": %s}\n", steady_state_json.c_str());
     std::fflush(stdout);
   }
 
@@ -550,7 +563,8 @@ namespace cli {
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "word-count: %s\n", message.c_str());
   std::fprintf(stderr, "usage: word-count [--scale small|default] [--rounds N] [--shards N] [--words-per-shard N]\n"
-                       "                  [--threads N] [--partitions N] [--top N] [--seed N] [--dump-corpus FILE]\n");
+                       "                  [--threads N] [--partitions N] [--top N] [--seed N] [--dump-corpus FILE]\n"
+                       "                  [--quiet-seconds S]\n");
   std::exit(2);
 }
 
@@ -578,6 +592,7 @@ pipeline::Config parse(int argc, char** argv) {
         config.corpus.vocabulary_words = 50000;
         config.threads = 8;
         config.partitions = 8;
+        if (!config.quiet_seconds_given) config.quiet_seconds = 2;
       } else if (scale != "default") {
         usage_error("--scale: expected small or default, got " + scale);
       }
@@ -595,6 +610,12 @@ pipeline::Config parse(int argc, char** argv) {
       config.top = number(arg, value());
     } else if (arg == "--seed") {
       config.corpus.seed = number(arg, value());
+    } else if (arg == "--quiet-seconds") {
+      const char* text = value();
+      if (!steady_state::parse_seconds(text, config.quiet_seconds)) {
+        usage_error("--quiet-seconds: expected a number of seconds >= 0, got " + std::string(text));
+      }
+      config.quiet_seconds_given = true;
     } else if (arg == "--dump-corpus") {
       config.dump_corpus_path = value();
     } else if (arg == "-h" || arg == "--help") {
@@ -617,7 +638,13 @@ int main(int argc, char** argv) {
   wc::pipeline::Pipeline pipeline(config);
   pipeline.run();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  pipeline.report(seconds);
+  // The quiet phase: the job is done and idle; its global tables and round summaries stay live (as a service
+  // that keeps its results to answer from), and nothing else runs.
+  steady_state::QuietPhase quiet(config.quiet_seconds);
+  quiet.run();
+  const std::string steady = quiet.json("\"distinct_words\": " + std::to_string(pipeline.distinct_words()) +
+                                        ", \"round_summaries\": " + std::to_string(pipeline.round_summaries()));
+  pipeline.report(seconds, steady);
   if (!pipeline.consistent()) {
     std::fprintf(stderr, "word-count: the reduced totals disagree with the tokenized word count\n");
     return 1;

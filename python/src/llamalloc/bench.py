@@ -84,22 +84,7 @@ def parse_allocators(spec: str) -> list[tuple[str, Path | None, str | None]]:
     return out
 
 
-def read_smaps_rollup(pid: int) -> tuple[int, int] | None:
-    """(RSS, AnonHugePages) in bytes of a running process, or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            text = f.read().decode("ascii", "replace")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    rss = anon = None
-    for line in text.splitlines():
-        if line.startswith("Rss:"):
-            rss = int(line.split()[1]) * 1024
-        elif line.startswith("AnonHugePages:"):
-            anon = int(line.split()[1]) * 1024
-    if rss is None:  # a zombie has an empty rollup
-        return None
-    return rss, anon or 0
+read_smaps_rollup = _workloads.read_smaps_rollup
 
 
 class MemorySampler:
@@ -159,6 +144,12 @@ class Run:
     def final_anon_huge_pages_bytes(self) -> int | None:
         return self.samples[-1][2] if self.samples else None
 
+    @property
+    def steady_state(self) -> dict:
+        """The workload's own "steady_state" block (its quiet phase after the load), or {} without one."""
+        block = self.metrics.get("steady_state")
+        return block if isinstance(block, dict) else {}
+
     def to_json(self) -> dict:
         return {
             "repeat": self.repeat, "ok": self.ok, "error": self.error, "wall_seconds": round(self.wall_seconds, 4),
@@ -172,7 +163,19 @@ class Run:
 
 
 SUMMARY_FIELDS = ("seconds", "throughput", "peak_rss_bytes", "final_rss_bytes", "peak_anon_huge_pages_bytes",
-                  "final_anon_huge_pages_bytes")
+                  "final_anon_huge_pages_bytes", "steady_rss_bytes", "steady_anon_huge_pages_bytes")
+# Summary key -> key of the workload's "steady_state" block (docs/bench.md, "Steady state after the peak"): means
+# over the quiet phase after the load. footprint and live: llamalloc's own (its statistics while the program
+# runs), only under llamalloc; workload_*: the program's own figures, under every allocator, where it has them.
+STEADY_FIELDS = {
+    "steady_samples": "samples",
+    "steady_rss_bytes": "rss_bytes",
+    "steady_anon_huge_pages_bytes": "anon_huge_pages_bytes",
+    "steady_footprint_bytes": "llamalloc_footprint_bytes",
+    "steady_live_bytes": "llamalloc_live_bytes",
+    "steady_workload_live_bytes": "workload_live_bytes",
+    "steady_workload_footprint_bytes": "footprint_bytes",
+}
 
 
 def _median(values: list) -> float | None:
@@ -206,6 +209,7 @@ class BenchResult:
     workloads: list[str]
     runs: list[Run] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    quiet_seconds: float | None = None
     started: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
     def runs_of(self, workload: str, allocator: str) -> list[Run]:
@@ -226,6 +230,10 @@ class BenchResult:
             "peak_anon_huge_pages_bytes": _median([r.peak_anon_huge_pages_bytes for r in ok]),
             "final_anon_huge_pages_bytes": _median([r.final_anon_huge_pages_bytes for r in ok]),
         }
+        for key, block_key in STEADY_FIELDS.items():
+            value = _median([r.steady_state.get(block_key) for r in ok])
+            if value is not None or key in ("steady_samples", "steady_rss_bytes", "steady_anon_huge_pages_bytes"):
+                out[key] = value
         footprints = [footprint_figures(r.llamalloc_stats) for r in ok]
         for key in sorted({k for f in footprints for k in f}):
             out[f"llamalloc.{key}"] = _median([f.get(key) for f in footprints])
@@ -255,7 +263,7 @@ class BenchResult:
                                 "ratios_to_glibc": self.ratios(w, a.name), "runs": [r.to_json() for r in runs]})
         return {
             "format": "llamalloc-bench", "version": JSON_VERSION, "started": self.started, "scale": self.scale,
-            "repeat": self.repeat, "host": {"cpus": os.cpu_count(), "platform": sys.platform},
+            "repeat": self.repeat, "quiet_seconds": self.quiet_seconds, "host": {"cpus": os.cpu_count(), "platform": sys.platform},
             "allocators": {a.name: (str(a.library) if a.library else None) for a in self.allocators},
             "workloads": self.workloads, "problems": self.problems, "results": results,
         }
@@ -290,9 +298,12 @@ Progress = Callable[[str], None]
 
 def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale: str, out_dir: Path,
               progress: Progress = lambda line: None, interval_seconds: float = 0.1,
-              models: dict[str, Path] | None = None) -> BenchResult:
+              models: dict[str, Path] | None = None, quiet_seconds: float | None = None) -> BenchResult:
     """models: workload name -> model file, for the llamalloc+model allocator (its runs of a workload without a
-    model are skipped and reported)."""
+    model are skipped and reported). quiet_seconds: the workloads' quiet phase after the load (None: their
+    default for the scale; 0: none, so no steady-state figures)."""
+    if quiet_seconds is not None and quiet_seconds < 0:
+        raise UserError("--quiet-seconds must be >= 0")
     models = dict(models or {})
     if repeat < 1:
         raise UserError("--repeat must be at least 1")
@@ -301,7 +312,8 @@ def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale
     chosen = [_workloads.get(n) for n in workload_names]  # unknown names are bad input: fail before running
     parsed = parse_allocators(allocator_spec)
     result = BenchResult(scale=scale, repeat=repeat, workloads=[w.name for w in chosen],
-                         allocators=[Allocator(n, lib) for n, lib, _ in parsed])
+                         allocators=[Allocator(n, lib) for n, lib, _ in parsed],
+                         quiet_seconds=_workloads.QUIET_SECONDS[scale] if quiet_seconds is None else quiet_seconds)
     usable = []
     for (name, lib, problem), allocator in zip(parsed, result.allocators):
         if problem:
@@ -345,12 +357,14 @@ def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale
                 label = f"[{done}/{total}] {workload.name} under {allocator.name} (repeat {rep + 1}/{repeat})"
                 progress(f"{label} ...")
                 run = _one_run(workload, allocator, rep, scale, out_dir, interval_seconds,
-                               model_env if allocator.name == MODEL_ALLOCATOR else None)
+                               model_env if allocator.name == MODEL_ALLOCATOR else None, quiet_seconds)
                 result.runs.append(run)
                 if run.ok:
                     peak = run.peak_rss_bytes
+                    steady = run.steady_state.get("rss_bytes")
                     progress(f"{label}: {run.metrics.get('seconds', run.wall_seconds):.2f} s, peak RSS "
-                             f"{(peak or 0) / MiB:.1f} MiB")
+                             f"{(peak or 0) / MiB:.1f} MiB" +
+                             ("" if steady is None else f", steady-state RSS {steady / MiB:.1f} MiB"))
                 else:
                     result.problems.append(f"{workload.name} under {allocator.name}: {run.error}")
                     progress(f"{label}: FAILED: {run.error}")
@@ -359,7 +373,7 @@ def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale
 
 
 def _one_run(workload, allocator: Allocator, rep: int, scale: str, out_dir: Path, interval: float,
-             model_env: dict[str, str] | None = None) -> Run:
+             model_env: dict[str, str] | None = None, quiet_seconds: float | None = None) -> Run:
     stats_path = out_dir / "stats" / f"{workload.name}.{allocator.name}.{rep}.json"
     stats_path.unlink(missing_ok=True)
     sampler = MemorySampler(interval)
@@ -367,7 +381,7 @@ def _one_run(workload, allocator: Allocator, rep: int, scale: str, out_dir: Path
     started = time.monotonic()
     try:
         metrics = workload.run(scale, allocator_env(allocator, stats_path, model_env), workdir,
-                               on_start=sampler.start)
+                               on_start=sampler.start, quiet_seconds=quiet_seconds)
         run = Run(workload.name, allocator.name, rep, ok=True, metrics=metrics)
     except UserError as e:
         run = Run(workload.name, allocator.name, rep, ok=False, error=str(e))
@@ -401,7 +415,8 @@ def _fmt(value, scale: float = 1.0, digits: int = 1) -> str:
 
 def format_table(result: BenchResult) -> str:
     header = ["workload", "allocator", "time s", "throughput", "peak RSS MiB", "final RSS MiB", "peak AHP MiB",
-              "time x", "thrpt x", "peak x", "final x", "footprint MiB (peak)"]
+              "time x", "thrpt x", "peak x", "final x", "footprint MiB (peak)", "steady RSS MiB", "steady x",
+              "steady fp MiB", "steady live MiB"]
     rows = [header]
     for w in result.workloads:
         for a in result.allocators:
@@ -424,12 +439,30 @@ def format_table(result: BenchResult) -> str:
                          _fmt(s["peak_rss_bytes"], MiB), _fmt(s["final_rss_bytes"], MiB),
                          _fmt(s["peak_anon_huge_pages_bytes"], MiB), _fmt(r.get("seconds"), 1, 2),
                          _fmt(r.get("throughput"), 1, 2), _fmt(r.get("peak_rss_bytes"), 1, 2),
-                         _fmt(r.get("final_rss_bytes"), 1, 2), foot])
+                         _fmt(r.get("final_rss_bytes"), 1, 2), foot, _fmt(s.get("steady_rss_bytes"), MiB),
+                         _fmt(r.get("steady_rss_bytes"), 1, 2), *_steady_cells(s)])
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(widths[i]) if i < 2 else str(c).rjust(widths[i]) for i, c in enumerate(row))
              for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _steady_cells(s: dict) -> list[str]:
+    """Steady-state footprint and live: llamalloc's own where known, else the workload's (marked)."""
+    if s.get("steady_footprint_bytes") is not None:
+        foot = _fmt(s["steady_footprint_bytes"], MiB)
+    elif s.get("steady_workload_footprint_bytes") is not None:
+        foot = f"{_fmt(s['steady_workload_footprint_bytes'], MiB)} (addr)"
+    else:
+        foot = "-"
+    if s.get("steady_live_bytes") is not None:
+        live = _fmt(s["steady_live_bytes"], MiB)
+    elif s.get("steady_workload_live_bytes") is not None:
+        live = f"{_fmt(s['steady_workload_live_bytes'], MiB)} (own)"
+    else:
+        live = "-"
+    return [foot, live]
 
 
 def write_json(result: BenchResult, path: Path) -> None:

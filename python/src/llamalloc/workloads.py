@@ -12,7 +12,9 @@ import collections
 import json
 import os
 import re
+import glob
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -27,6 +29,14 @@ from .errors import UserError
 SCALES = ("small", "default")
 # Wall-clock limits per run, generous: a run past them is a hang, not a slow allocator.
 TIMEOUT_SECONDS = {"small": 300, "default": 1800}
+# The quiet phase after the load peak (docs/workloads.md, "Steady state"): its default length per scale, as the
+# programs' own defaults. `quiet_seconds=0` disables it (no "steady_state" in the result).
+QUIET_SECONDS = {"small": 2.0, "default": 10.0}
+# Samples per second in the quiet phase (the programs sample every 0.2 s as well).
+QUIET_INTERVAL_SECONDS = 0.2
+# The signal on which llamalloc writes its statistics of the moment inside redis-server (LLAMALLOC_STATS_SIGNAL):
+# one whose default action is to ignore it, and that redis does not use, so it is harmless under other allocators.
+REDIS_STATS_SIGNAL = "WINCH"
 
 
 class WorkloadMissing(UserError):
@@ -44,6 +54,28 @@ class WorkloadFailed(UserError):
 
 
 OnStart = Callable[[int], None]
+
+
+def read_smaps_rollup(pid: int | str) -> tuple[int, int] | None:
+    """(RSS, AnonHugePages) in bytes of a running process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    rss = anon = None
+    for line in text.splitlines():
+        if line.startswith("Rss:"):
+            rss = int(line.split()[1]) * 1024
+        elif line.startswith("AnonHugePages:"):
+            anon = int(line.split()[1]) * 1024
+    if rss is None:  # a zombie has an empty rollup
+        return None
+    return rss, anon or 0
+
+
+def _quiet_args(quiet_seconds: float | None) -> list[str]:
+    return [] if quiet_seconds is None else ["--quiet-seconds", f"{float(quiet_seconds):g}"]
 
 
 def _last_json_line(name: str, stdout: str) -> dict:
@@ -83,8 +115,10 @@ class Workload:
         return [str(self.executable()), "--scale", scale, *self.extra_args, *(extra or [])]
 
     def run(self, scale: str, env: dict[str, str], workdir: Path, on_start: OnStart | None = None,
-            extra_args: list[str] | None = None) -> dict:
-        cmd = self.command(scale, extra_args)
+            extra_args: list[str] | None = None, quiet_seconds: float | None = None) -> dict:
+        """quiet_seconds: the length of the quiet phase after the load (None: the program's default for the
+        scale, QUIET_SECONDS; 0: none)."""
+        cmd = self.command(scale, [*_quiet_args(quiet_seconds), *(extra_args or [])])
         started = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
@@ -163,7 +197,19 @@ class RedisWorkload:
         return found
 
     def run(self, scale: str, env: dict[str, str], workdir: Path, on_start: OnStart | None = None,
-            extra_args: list[str] | None = None) -> dict:
+            extra_args: list[str] | None = None, quiet_seconds: float | None = None) -> dict:
+        """extra_args go to redis-server; quiet_seconds as for Workload.run (the harness runs the phase)."""
+        quiet = QUIET_SECONDS[scale] if quiet_seconds is None else float(quiet_seconds)
+        if quiet < 0:
+            raise UserError(f"redis: quiet_seconds must be >= 0, got {quiet}")
+        stats_pattern = None
+        if quiet > 0 and env.get("LD_PRELOAD"):
+            # Under llamalloc, its statistics of the moment on a signal, to a file (never to the server's stderr,
+            # a pipe nobody reads until the end). Other allocators ignore the variables and the signal.
+            env = dict(env)
+            env.setdefault("LLAMALLOC_STATS_SIGNAL", REDIS_STATS_SIGNAL)
+            env.setdefault("LLAMALLOC_STATS", str(workdir / "redis-llamalloc-stats.json"))
+            stats_pattern = env["LLAMALLOC_STATS"]
         server = self.executable()
         cli, benchmark = self._tool("redis-cli"), self._tool("redis-benchmark")
         port = _free_loopback_port()
@@ -202,6 +248,7 @@ class RedisWorkload:
             refill = self._benchmark(benchmark, client_env, port,
                                      ["-t", "set", "-n", str(max(1000, n // 4)), "-r", str(max(100, keys // 10))])
             seconds = time.monotonic() - started
+            steady = self._quiet_phase(proc.pid, port, quiet, stats_pattern) if quiet > 0 else None
 
             value = "llamalloc-" + "x" * 1000
             if redis_cli("set", "llamalloc:roundtrip", value) != "OK":
@@ -229,8 +276,70 @@ class RedisWorkload:
             "requests": total_requests, "requests_per_second": total_requests / seconds if seconds > 0 else 0.0,
             "per_test_requests_per_second": rates, "keys_at_end": dbsize,
             "used_memory_bytes": int(info.get("used_memory", "0")),
-            "allocator": info.get("mem_allocator", "").strip(),
+            "allocator": info.get("mem_allocator", "").strip(), "steady_state": steady,
         }
+
+    def _quiet_phase(self, pid: int, port: int, seconds: float, stats_pattern: str | None) -> dict:
+        """The quiet phase after the refill: the refilled keys stay, and a monitoring client sends INFO memory
+        and DBSIZE (tiny requests) at each sample, every QUIET_INTERVAL_SECONDS. Samples redis-server's RSS and
+        AnonHugePages from /proc/PID/smaps_rollup, its own used_memory (the workload's live bytes: the sum of
+        malloc_usable_size of its allocations, so it includes each allocator's size-class rounding) and, under
+        llamalloc, its footprint and live bytes (LLAMALLOC_STATS_SIGNAL files). The means, as the programs'
+        "steady_state"."""
+        signal_sent = False
+        rss, anon, used, llama = [], [], [], []
+        keys = idle_requests = 0
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            reader = sock.makefile("rb")
+
+            def command(*words: str) -> bytes:
+                sock.sendall(f"*{len(words)}\r\n".encode() +
+                             b"".join(f"${len(w)}\r\n{w}\r\n".encode() for w in words))
+                line = reader.readline()
+                if line.startswith(b"$"):
+                    n = int(line[1:])
+                    return reader.read(n + 2)[:-2] if n >= 0 else b""
+                if line.startswith(b"-") or not line:
+                    raise WorkloadFailed(f"redis: {' '.join(words)} during the quiet phase: {line!r}")
+                return line[1:].strip()
+
+            start = time.monotonic()
+            i = 0
+            while i * QUIET_INTERVAL_SECONDS <= seconds + 1e-9:
+                delay = start + i * QUIET_INTERVAL_SECONDS - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                i += 1
+                info = dict(line.split(":", 1) for line in command("INFO", "memory").decode().splitlines()
+                            if ":" in line and not line.startswith("#"))
+                keys = int(command("DBSIZE"))
+                idle_requests += 2
+                used.append(int(info.get("used_memory", "0")))
+                reading = read_smaps_rollup(pid)
+                if reading is None:
+                    raise WorkloadFailed("redis: redis-server exited during the quiet phase")
+                rss.append(reading[0])
+                anon.append(reading[1])
+                if stats_pattern is not None:
+                    llama += _collect_signal_stats(stats_pattern, pid)
+                    os.kill(pid, getattr(signal, f"SIG{REDIS_STATS_SIGNAL}"))
+                    signal_sent = True
+            elapsed = time.monotonic() - start
+        if signal_sent:
+            time.sleep(0.1)
+            llama += _collect_signal_stats(stats_pattern, pid)
+
+        def mean(values: list) -> int:
+            return round(sum(values) / len(values))
+
+        out = {"seconds": round(elapsed, 3), "interval_seconds": QUIET_INTERVAL_SECONDS, "samples": len(rss),
+               "rss_bytes": mean(rss), "anon_huge_pages_bytes": mean(anon), "max_rss_bytes": max(rss),
+               "last_rss_bytes": rss[-1]}
+        if llama:
+            out.update({"llamalloc_footprint_bytes": mean([f for f, _ in llama]),
+                        "llamalloc_live_bytes": mean([lv for _, lv in llama]), "llamalloc_samples": len(llama)})
+        out.update({"workload_live_bytes": mean(used), "keys": keys, "idle_requests": idle_requests})
+        return out
 
     def _benchmark(self, benchmark: str, env: dict[str, str], port: int, args: list[str]) -> dict[str, float]:
         cmd = [benchmark, "-h", "127.0.0.1", "-p", str(port), "-d", "1000", "-c", str(self.clients), "-q",
@@ -252,6 +361,25 @@ class RedisWorkload:
             raise WorkloadFailed(f"redis: redis-benchmark printed {len(rates)} results, expected {expected}: "
                                  f"{_tail(text)}")
         return rates
+
+
+def _collect_signal_stats(pattern: str, pid: int) -> list[tuple[int, int]]:
+    """(footprint, live bytes) of every statistics file llamalloc wrote on LLAMALLOC_STATS_SIGNAL so far
+    (PATTERN with .signal-N before its .json), deleting each once read."""
+    path = pattern.replace("%p", str(pid))
+    base, suffix = (path[:-5], ".json") if path.endswith(".json") else (path, "")
+    found = []
+    for name in sorted(glob.glob(glob.escape(base) + ".signal-*" + suffix)):
+        if name.endswith(".tmp"):
+            continue
+        try:
+            data = json.loads(Path(name).read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue  # being written; the next collection takes it
+        Path(name).unlink(missing_ok=True)
+        if isinstance(data.get("footprint_bytes"), int) and isinstance(data.get("live_bytes"), int):
+            found.append((data["footprint_bytes"], data["live_bytes"]))
+    return found
 
 
 # Checksums of image-server at each scale: every response is a pure function of the request number, so any

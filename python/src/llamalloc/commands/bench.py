@@ -24,14 +24,21 @@ from ..errors import UserError
               help="Where to write the JSON results (default: OUT/bench.json).")
 @click.option("--interval", default=0.1, show_default=True, type=float, help="RSS sampling interval, seconds.")
 @click.option("--no-plots", is_flag=True, help="Skip the matplotlib plots.")
+@click.option("--quiet-seconds", type=float, default=None, metavar="S",
+              help="Length of the workloads' quiet phase after the load, where the steady state is measured "
+                   "(default: 2 at small scale, 10 at default scale; 0: none).")
 @click.option("--model", "model_specs", multiple=True, metavar="WORKLOAD=MODEL",
               help=f"A model for a workload (repeatable): adds the allocator {_bench.MODEL_ALLOCATOR}, llamalloc "
                    f"with that model (LLAMALLOC_MODEL and the program's token tables).")
-def command(workload_names, allocators, repeat, scale, out_dir, json_path, interval, no_plots, model_specs):
+def command(workload_names, allocators, repeat, scale, out_dir, json_path, interval, no_plots, model_specs,
+            quiet_seconds):
     """Run workloads under glibc, jemalloc, tcmalloc, mimalloc and llamalloc (LD_PRELOAD) and compare time,
-    throughput, peak and final RSS and AnonHugePages, as ratios to glibc."""
+    throughput, peak and final RSS and AnonHugePages, and the steady state after the peak (mean RSS, footprint
+    and live bytes over the workloads' quiet phase), as ratios to glibc."""
     if interval <= 0:
         raise UserError("--interval must be positive")
+    if quiet_seconds is not None and quiet_seconds < 0:
+        raise UserError("--quiet-seconds must be >= 0")
     names = list(workload_names) or list(_workloads.DEFAULT_WORKLOADS)
     models: dict[str, Path] = {}
     for spec in model_specs:
@@ -60,7 +67,7 @@ def command(workload_names, allocators, repeat, scale, out_dir, json_path, inter
 
     try:
         result = _bench.run_bench(names, allocators, repeat, scale, out_dir, progress=progress,
-                                  interval_seconds=interval, models=models)
+                                  interval_seconds=interval, models=models, quiet_seconds=quiet_seconds)
     finally:
         bar.close()
     _bench.write_json(result, json_path)
