@@ -135,7 +135,10 @@ HugePageMeta* GlobalAllocator::borrow_longer_open_page(unsigned lc, size_t count
   if (gauges_.footprint_bytes >= uint64_t(config_.small_heap_pages) * kHugePageBytes) return nullptr;
   for (unsigned c = lc + 1; c < num_classes(); ++c) {
     HugePageMeta* page = open_[c];
-    if (page != nullptr && take_blocks(page, count, align_blocks, first)) return page;
+    // At most half the page is lent: the rest stays for the page's own class, so that a burst of short-lived
+    // objects cannot fill it and scatter the long-lived ones over fresh pages (which would pin them all).
+    if (page == nullptr || (page->live & ~page->residual).count() + count > kBlocksPerHugePage / 2) continue;
+    if (take_blocks(page, count, align_blocks, first)) return page;
   }
   return nullptr;
 }

@@ -143,7 +143,8 @@ struct HeapConfig {
   // Small heaps: while fewer than this many huge pages are in use, a class whose open page is full (or that has
   // none) takes blocks from the open page of a longer class before it opens a fresh huge page. The objects are
   // expected to die before those of the page's class, as in section 6.3's recycling, so the page's lifetime is
-  // unchanged; a program with a few MiB live then keeps 1-3 huge pages instead of one per class in use. 0: never.
+  // unchanged; a program with a few MiB live then keeps 1-3 huge pages instead of one per class in use. At most
+  // half of a page is lent, so that its own class keeps room. 0: never.
   unsigned small_heap_pages = 8;
 };
 
