@@ -27,6 +27,10 @@ namespace llamalloc {
   X(SAME_CLASS_RECYCLING, same_class_recycling, Uint, 1, 0, 1,                                                  \
     "1: when a class's open huge page is full, the class's own active pages (free blocks, partially free spans) " \
     "are used before a fresh huge page, renewing that page's deadline. 0: never (papers/000 section 6.3).")      \
+  X(SMALL_HEAP_PAGES, small_heap_pages, Uint, 8, 0, 1000000,                                                      \
+    "While fewer huge pages than this are in use, a class whose open page is full takes blocks from the open "   \
+    "page of a longer class before it opens a fresh huge page (its objects die first, as in recycling), so a "   \
+    "program with a few MiB live does not keep one huge page per lifetime class. 0: never.")                   \
   X(STATS, stats, String, "", 0, 0,                                                                              \
     "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \
     "RSS, event counters). Every process that inherits it writes it at exit; %p in the path is replaced by the "  \
@@ -49,6 +53,10 @@ namespace llamalloc {
   X(REPREDICT_BACKOFF, repredict_backoff, Uint, 10, 0, 16,                                                    \
     "A re-prediction that keeps an entry's class doubles that entry's period, up to REPREDICT_EVERY x "          \
     "2^REPREDICT_BACKOFF hits; one that changes it starts over (0: always every REPREDICT_EVERY hits).")        \
+  X(MIN_CONFIDENCE, min_confidence, Uint, 60, 0, 100,                                                           \
+    "A model prediction is used only if its probability (softmax) exceeds this percentage; otherwise the object " \
+    "gets DEFAULT_CLASS, the placement without a model: contexts the model is unsure of are placed as if no "    \
+    "model were loaded. 0: always the model's class; 100: never.")                                             \
   X(PREDICT_LOG, predict_log, String, "", 0, 0,                                                                  \
     "Append 'class: token ids' of every model run to this file (tests, debugging). Empty: none.")
 

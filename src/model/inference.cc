@@ -163,4 +163,11 @@ unsigned infer(const ModelFile& model, const uint32_t* tokens, size_t count, flo
   return best;
 }
 
+float top_probability(const float* logits, unsigned best) {
+  // 1 / sum_k exp(l_k - l_best): every term is at most 1, so nothing overflows.
+  float sum = 0.0f;
+  for (unsigned k = 0; k < kNumClasses; ++k) sum += fast_exp(logits[k] - logits[best]);
+  return 1.0f / sum;
+}
+
 }  // namespace llamalloc::model

@@ -332,7 +332,8 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   size_t depth = capture_stack(context, state->stack_top, pcs, kMaxFrames, &broken);
   uint32_t tokens[kMaxTokens];
   size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens, broken && !state->main_thread);
-  unsigned lc = infer(model_, tokens, n, nullptr);
+  float logits[kNumClasses];
+  unsigned lc = confidence_.apply(infer(model_, tokens, n, logits), logits);
   if (log_fd_ >= 0) log_run(lc, tokens, n);
   CacheCounters::bump(state->counters.model_runs);
   CacheCounters::bump(state->counters.prediction_ns, now_ns() - t0);

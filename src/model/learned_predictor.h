@@ -101,6 +101,8 @@ class LearnedPredictor final : public Predictor {
 
   // Appends "class: tokens" per model run to fd (tests of the token path); -1: off.
   void set_log_fd(int fd);
+  // Predictions below this confidence become `fallback` (LLAMALLOC_MIN_CONFIDENCE, model_file.h).
+  void set_confidence_rule(ConfidenceRule rule) { confidence_ = rule; }
   const ModelFile& model() const { return model_; }
   const TokenTables& tables() const { return tables_; }
   ModuleMap& modules() { return modules_; }
@@ -110,6 +112,7 @@ class LearnedPredictor final : public Predictor {
   void log_run(unsigned lc, const uint32_t* tokens, size_t n);
 
   ModelFile model_;
+  ConfidenceRule confidence_;
   TokenTables tables_;
   ModuleMap modules_;
   uint32_t repredict_every_ = kDefaultRepredictEvery;

@@ -69,6 +69,22 @@ class ModelFile {
 // the largest logit.
 unsigned infer(const ModelFile& model, const uint32_t* tokens, size_t count, float* logits_out);
 
+// The softmax probability of the class `best` (the largest logit), from the logits infer() wrote.
+float top_probability(const float* logits, unsigned best);
+
+// "Unsure" rule (docs/prediction.md): a prediction is kept only if its probability exceeds
+// min_confidence_percent / 100; otherwise it is replaced by `fallback` (the class the heap gives every allocation
+// without a model), so a context the model cannot tell apart keeps the no-model placement. 0: always kept;
+// 100: never (every allocation is placed as without a model).
+struct ConfidenceRule {
+  unsigned min_confidence_percent = 0;
+  unsigned fallback = 0;
+  unsigned apply(unsigned best, const float* logits) const {
+    if (min_confidence_percent == 0 || best == fallback) return best;
+    return top_probability(logits, best) * 100.0f > float(min_confidence_percent) ? best : fallback;
+  }
+};
+
 // Formats into buf like snprintf for %s/%u/%llu only, without allocating (error messages on the init path).
 size_t format_message(char* buf, size_t capacity, const char* fmt, ...);
 // Maps the whole regular file at `path` read-only, with no heap allocation; refuses files shorter than

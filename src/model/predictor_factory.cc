@@ -42,5 +42,6 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
     predictor->~LearnedPredictor();
     return nullptr;
   }
+  predictor->set_confidence_rule(ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class)});
   return predictor;
 }

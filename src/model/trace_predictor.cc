@@ -183,7 +183,8 @@ size_t TracePredictor::tokens(const uint64_t* frames, uint32_t depth, uint64_t s
 unsigned TracePredictor::classify(const uint64_t* frames, uint32_t depth, uint64_t size_bytes) {
   uint32_t ids[kMaxTokens];
   size_t n = tokens(frames, depth, size_bytes, ids, kMaxTokens);
-  unsigned lc = infer(predictor_->model(), ids, n, nullptr);
+  float logits[kNumClasses];
+  unsigned lc = confidence_.apply(infer(predictor_->model(), ids, n, logits), logits);
   if (log_fd_ >= 0) {
     std::string line = std::to_string(lc) + ":";
     for (size_t i = 0; i < n; ++i) line += " " + std::to_string(ids[i]);

@@ -75,6 +75,8 @@ class TracePredictor {
   // Appends "class: token ids" for each context the model classifies (each distinct stack and size class once),
   // as LLAMALLOC_PREDICT_LOG does in the process; -1: off.
   void set_log_fd(int fd) { log_fd_ = fd; }
+  // As the process's LLAMALLOC_MIN_CONFIDENCE and LLAMALLOC_DEFAULT_CLASS (model_file.h).
+  void set_confidence_rule(ConfidenceRule rule) { confidence_ = rule; }
 
   TracePredictionTotals totals() const;
   uint32_t repredict_every() const { return repredict_every_; }
@@ -93,6 +95,7 @@ class TracePredictor {
 
   std::unique_ptr<LearnedPredictor> predictor_;  // model, token tables, the trace's module map, tokens_of
   uint32_t repredict_every_ = kDefaultRepredictEvery;
+  ConfidenceRule confidence_;
   unsigned repredict_backoff_ = 0;
   CacheCounters counters_;
   uint64_t inferences_ = 0, threads_ = 0;

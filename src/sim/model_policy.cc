@@ -23,6 +23,7 @@ ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStack
     mappings.push_back(model::TraceMapping{m.memory_start, m.memory_limit, m.file_offset, m.path, m.build_id});
   }
   predictor_->load_mappings(mappings);
+  predictor_->set_confidence_rule(model::ConfidenceRule{options.min_confidence, 0});
   if (!options.predict_log.empty()) {
     log_fd_ = ::open(options.predict_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd_ < 0) throw FormatError(options.predict_log + ": cannot write: " + std::strerror(errno));

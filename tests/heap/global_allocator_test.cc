@@ -408,5 +408,53 @@ TEST_F(GlobalAllocatorDeathTest, BadLargeFreesAbortWithOneLine) {
   EXPECT_DEATH(heap->free_large(h), "free huge page");
 }
 
+// Small heaps (issue 12): a program with a few MiB live must not pay an open huge page per lifetime class.
+// Shorter classes take blocks of a longer class's open page (non-residual: they are expected to die first)
+// while fewer than small_heap_pages huge pages are in use; a longer class never lands on a shorter one's page.
+TEST_F(GlobalAllocatorTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes) {
+  heap->configure(HeapConfig{4, kK, true, true, 8});
+  uintptr_t c3 = blocks(3, 1);
+  uintptr_t c0 = blocks(0, 2), c1 = blocks(1, 1), c2 = blocks(2, 3);
+  EXPECT_EQ(heap->pages_in_use(kMaxClasses), 1u) << "one huge page for four classes";
+  for (uintptr_t a : {c0, c1, c2}) {
+    EXPECT_EQ(page_of(a), page_of(c3));
+    EXPECT_FALSE(info(a).residual.test(block_of(a))) << "lent blocks are not the page's own class";
+  }
+  EXPECT_TRUE(info(c3).residual.test(block_of(c3)));
+  EXPECT_EQ(info(c3).lifetime_class, 3u);
+  EXPECT_EQ(info(c3).state, PageState::kOpen);
+  // Their blocks come back to the page when they die, and the page's own class goes on using it.
+  free(c0);
+  free(c1);
+  free(c2);
+  uintptr_t again = blocks(3, 1);
+  EXPECT_EQ(page_of(again), page_of(c3));
+  // A longer class is never placed on a shorter class's page.
+  GlobalAllocator fresh(platform, clock, HeapConfig{4, kK, true, true, 8});
+  void* short_first = fresh.alloc_large(0, kBlockBytes, kBlockBytes);
+  void* long_next = fresh.alloc_large(2, kBlockBytes, kBlockBytes);
+  EXPECT_NE(reinterpret_cast<uintptr_t>(short_first) >> kHugePageShift,
+            reinterpret_cast<uintptr_t>(long_next) >> kHugePageShift);
+  EXPECT_EQ(fresh.pages_in_use(kMaxClasses), 2u);
+  fresh.check_invariants();
+  free(c3);
+  free(again);
+}
+
+TEST_F(GlobalAllocatorTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) {
+  // Off: the paper's placement, one open page per class.
+  GlobalAllocator off(platform, clock, HeapConfig{4, kK, true, true, 0});
+  for (unsigned c : {3u, 0u, 1u, 2u}) ASSERT_NE(off.alloc_large(c, kBlockBytes, kBlockBytes), nullptr);
+  EXPECT_EQ(off.pages_in_use(kMaxClasses), 4u);
+  off.check_invariants();
+  // At the threshold: once that many huge pages are in use, every class opens its own.
+  GlobalAllocator big(platform, clock, HeapConfig{4, kK, true, true, 1});
+  ASSERT_NE(big.alloc_large(3, kBlockBytes, kBlockBytes), nullptr);
+  ASSERT_NE(big.alloc_large(0, kBlockBytes, kBlockBytes), nullptr);
+  EXPECT_EQ(big.pages_in_use(kMaxClasses), 2u);
+  EXPECT_EQ(big.pages_in_use(0), 1u);
+  big.check_invariants();
+}
+
 }  // namespace
 }  // namespace llamalloc::testing

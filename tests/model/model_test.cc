@@ -227,6 +227,26 @@ TEST(ModelFile, AValidImageOpensAndInfers) {
   for (float l : logits) EXPECT_TRUE(std::isfinite(l));
 }
 
+// LLAMALLOC_MIN_CONFIDENCE: the softmax probability of the best class decides whether the model's class or the
+// placement without a model is used.
+TEST(ConfidenceRule, UnsurePredictionsGetTheFallbackClass) {
+  float flat[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // 1/8 each
+  EXPECT_NEAR(top_probability(flat, 5), 0.125f, 1e-6f);
+  float sure[8] = {0, 0, 0, 0, 0, 0, 0, 9};
+  double want = 1.0 / (1.0 + 7.0 * std::exp(-9.0));
+  EXPECT_NEAR(top_probability(sure, 7), want, 1e-6);
+  float two_way[8] = {-20, -20, -20, -20, 0.2f, -20, -20, 0};  // 0.55 against 0.45
+  EXPECT_NEAR(top_probability(two_way, 4), 1.0 / (1.0 + std::exp(-0.2)), 1e-5);
+
+  ConfidenceRule rule{60, 2};
+  EXPECT_EQ(rule.apply(5, flat), 2u);
+  EXPECT_EQ(rule.apply(7, sure), 7u);
+  EXPECT_EQ(rule.apply(4, two_way), 2u) << "55% is below 60%";
+  EXPECT_EQ((ConfidenceRule{50, 2}.apply(4, two_way)), 4u);
+  EXPECT_EQ((ConfidenceRule{0, 2}.apply(5, flat)), 5u) << "0: the model's class, however unsure";
+  EXPECT_EQ((ConfidenceRule{100, 2}.apply(7, sure)), 2u) << "100: never the model's class";
+}
+
 TEST(ModelFile, DamagedImagesAreRefusedWithAReason) {
   static Image img;
   char err[256];

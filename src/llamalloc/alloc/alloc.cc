@@ -46,7 +46,7 @@ void init_once() {
   init_options();
   const Options& o = options();
   g_global.configure(HeapConfig{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
-                                o.same_class_recycling != 0});
+                                o.same_class_recycling != 0, unsigned(o.small_heap_pages)});
   unsigned default_class = unsigned(o.default_class);
   if (default_class >= g_global.num_classes()) default_class = g_global.num_classes() - 1;
   g_default_predictor.set_class(default_class);

@@ -130,6 +130,19 @@ HugePageMeta* GlobalAllocator::open_new_page(unsigned lc) {
   return p;
 }
 
+HugePageMeta* GlobalAllocator::borrow_longer_open_page(unsigned lc, size_t count, size_t align_blocks,
+                                                       size_t* first) {
+  if (gauges_.footprint_bytes >= uint64_t(config_.small_heap_pages) * kHugePageBytes) return nullptr;
+  for (unsigned c = lc + 1; c < num_classes(); ++c) {
+    HugePageMeta* page = open_[c];
+    // At most half the page is lent: the rest stays for the page's own class, so that a burst of short-lived
+    // objects cannot fill it and scatter the long-lived ones over fresh pages (which would pin them all).
+    if (page == nullptr || (page->live & ~page->residual).count() + count > kBlocksPerHugePage / 2) continue;
+    if (take_blocks(page, count, align_blocks, first)) return page;
+  }
+  return nullptr;
+}
+
 HugePageMeta* GlobalAllocator::ensure_open_page(unsigned lc) {
   return open_[lc] ? open_[lc] : open_new_page(lc);
 }
@@ -332,7 +345,13 @@ bool GlobalAllocator::acquire_span(unsigned lc, bool fresh_only, SpanGrant* gran
       same_class = span != nullptr || page != nullptr;
       if (same_class) renew_deadline(span != nullptr ? span->page : page);
     }
-    // (5) A fresh huge page.
+    // (5) Small heaps: the open page of a longer class (non-residual, as (2)).
+    bool borrowed = false;
+    if (span == nullptr && page == nullptr) {
+      page = borrow_longer_open_page(lc, kBlocksPerSpan, kBlocksPerSpan, &first);
+      borrowed = page != nullptr;
+    }
+    // (6) A fresh huge page.
     if (span == nullptr && page == nullptr) {
       page = open_new_page(lc);
       if (page != nullptr && !take_blocks(page, kBlocksPerSpan, kBlocksPerSpan, &first)) page = nullptr;
@@ -342,7 +361,7 @@ bool GlobalAllocator::acquire_span(unsigned lc, bool fresh_only, SpanGrant* gran
         return false;
       }
     }
-    residual = true;
+    residual = !borrowed;
   }
   if (span != nullptr) {
     page = span->page;
@@ -452,6 +471,11 @@ void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) 
       page = recycle_blocks(lc, count, align_blocks, &first);
       if (page != nullptr) renew_deadline(page);
     }
+    residual = true;
+    if (page == nullptr) {
+      page = borrow_longer_open_page(lc, count, align_blocks, &first);
+      if (page != nullptr) residual = false;
+    }
     if (page == nullptr) {
       page = open_new_page(lc);
       if (page != nullptr && !take_blocks(page, count, align_blocks, &first)) page = nullptr;
@@ -461,7 +485,6 @@ void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) 
       debug_check();
       return nullptr;
     }
-    residual = true;
   }
   page->large_start.set(first);
   page->large_end.set(first + count - 1);
@@ -620,7 +643,8 @@ bool HugePageMeta::check(unsigned num_classes) const {
   if (kind != PageKind::kBlocks) return live.all();
   if (!(residual & ~live).none()) return false;               // residual blocks are live
   if (!(large_start & ~live).none()) return false;
-  if (state == PageState::kOpen && !(residual == live)) return false;  // an open page holds only its class
+  // An open page holds its class's objects (residual) and, in a small heap, spans and objects of shorter classes
+  // lent from it (HeapConfig::small_heap_pages): live non-residual blocks are allowed in every state.
   for (size_t s = 0; s < kSpansPerHugePage; ++s) {
     bool small_span = spans[s].small.load(std::memory_order_relaxed);
     if (small_span && !(live.test(2 * s) && live.test(2 * s + 1))) return false;

@@ -140,6 +140,12 @@ struct HeapConfig {
   // When the open page of a class is full, the class's own active pages (their partially free spans and free
   // blocks) are used before a fresh huge page; false: never, as papers/000 section 6.3 has it.
   bool same_class_recycling = true;
+  // Small heaps: while fewer than this many huge pages are in use, a class whose open page is full (or that has
+  // none) takes blocks from the open page of a longer class before it opens a fresh huge page. The objects are
+  // expected to die before those of the page's class, as in section 6.3's recycling, so the page's lifetime is
+  // unchanged; a program with a few MiB live then keeps 1-3 huge pages instead of one per class in use. At most
+  // half of a page is lent, so that its own class keeps room. 0: never.
+  unsigned small_heap_pages = 8;
 };
 
 // A snapshot of one huge page for tests and the simulator.
@@ -253,6 +259,8 @@ class GlobalAllocator {
   SpanMeta* pop_partial_span(unsigned lowest_class, unsigned highest_class);
   // Free blocks on an active page of class c (first fit); the page or null.
   HugePageMeta* recycle_blocks(unsigned c, size_t count, size_t align_blocks, size_t* first);
+  // Small heaps (HeapConfig::small_heap_pages): blocks of the open page of the nearest longer class than lc.
+  HugePageMeta* borrow_longer_open_page(unsigned lc, size_t count, size_t align_blocks, size_t* first);
   // The page is given the deadline of a page activated now (same-class recycling placed residual objects).
   void renew_deadline(HugePageMeta* page);
 

@@ -73,14 +73,17 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--repredict-backoff", type=click.IntRange(0, 16), default=10, show_default=True,
               help="llama-model: a re-prediction that keeps the class doubles the entry's period, at most this many "
                    "times (LLAMALLOC_REPREDICT_BACKOFF; 0: always every --repredict-every hits)")
+@click.option("--min-confidence", type=click.IntRange(0, 100), default=60, show_default=True,
+              help="llama-model: a prediction below this probability (percent) places the object as llama-default "
+                   "does (LLAMALLOC_MIN_CONFIDENCE; 0: always the model's class)")
 @click.option("--predict-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="llama-model: write 'class: token ids' for each context the model classifies (as "
                    "LLAMALLOC_PREDICT_LOG does in the process)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
             seed: int, deadline_k: int, thread_idle_ms: float, snapshot_ms: tuple[float, ...], model: Path | None,
-            tokens: Path | None, repredict_every: int, repredict_backoff: int, predict_log: Path | None,
-            quiet: bool) -> None:
+            tokens: Path | None, repredict_every: int, repredict_backoff: int, min_confidence: int,
+            predict_log: Path | None, quiet: bool) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
         out = sim.default_output(trace)
@@ -97,7 +100,7 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
     try:
         result = _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k,
                            thread_idle_ms, None if quiet else progress, model, tokens, repredict_every,
-                           predict_log, repredict_backoff)
+                           predict_log, repredict_backoff, min_confidence)
     finally:
         if bar is not None:
             bar.close()
@@ -106,9 +109,10 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
 
 
 def _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k, thread_idle_ms,
-              progress, model, tokens, repredict_every, predict_log, repredict_backoff):
+              progress, model, tokens, repredict_every, predict_log, repredict_backoff, min_confidence=60):
     return sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
                           seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, thread_idle_ms=thread_idle_ms,
                           progress=progress, model=model, tokens=tokens, repredict_every=repredict_every,
                           predict_log=predict_log, repredict_backoff=repredict_backoff,
+                          min_confidence=min_confidence,
                           warn=lambda line: click.echo(f"simulate: warning: {line}", err=True))
