@@ -29,6 +29,31 @@ def test_demo_runs_the_whole_loop(tmp_path):
     assert {x["allocator"] for x in bench["results"]} == {"glibc", "llamalloc"}
     stats = json.loads((out / "frag-micro.stats.json").read_text())
     assert stats["peak_footprint_bytes"] >= stats["peak_live_bytes"] > 0
+    # The closing table has the steady state (the quiet phase after the load) of every allocator and of
+    # llamalloc + model, and one line of conclusion.
+    assert "steady RSS MiB" in table and "llamalloc + model" in table
+    model_row = next(line for line in table.splitlines() if line.startswith("llamalloc + model"))
+    assert model_row.split()[6] != "-", model_row  # its steady RSS
+    assert "In steady state the model" in table
+
+
+def _bench(rows):
+    return {"results": [{"workload": "w", "allocator": a, "summary": {"seconds": 1.0, "steady_rss_bytes": rss}}
+                        for a, rss in rows]}
+
+
+def test_demo_conclusion_compares_model_no_model_and_the_best_peer():
+    from llamalloc.commands.demo import _steady_rows, conclusion
+    MiB = 2**20
+    bench = _bench([("glibc", 30 * MiB), ("jemalloc", 20 * MiB), ("llamalloc", 25 * MiB)])
+    better = _steady_rows(bench, "w", {"seconds": 1.0, "steady_state": {"rss_bytes": 10 * MiB}}, {"rss_bytes": 1})
+    line = conclusion(better)
+    assert line.startswith("In steady state the model lowers llamalloc's memory: 10.0 MiB with it, 25.0 MiB")
+    assert "jemalloc" in line and "the lowest of all" in line
+    worse = _steady_rows(bench, "w", {"steady_state": {"rss_bytes": 40 * MiB}}, {})
+    line = conclusion(worse)
+    assert "raises" in line and "+60%" in line and "2.00x" in line
+    assert "nothing to conclude" in conclusion(_steady_rows(bench, "w", {}, {}))
 
 
 @pytest.mark.parametrize("args, message", [

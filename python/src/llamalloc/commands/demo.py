@@ -71,34 +71,62 @@ def _last_json(text: str) -> dict:
     return {}
 
 
-def _print_tables(bench_json: Path, sim_json: Path, workload: str, model_run: dict, model_stats: dict) -> None:
-    bench = json.loads(bench_json.read_text())
-    click.secho(f"\n{workload} under each allocator (median of {bench.get('repeat', 1)} run(s), "
-                f"scale {bench.get('scale')})", bold=True)
-    # Footprint at the end: llamalloc's own bookkeeping where it has it, else the workload's address-based lower
-    # bound (frag-micro), as DESIGN.md defines them.
-    rows = [("allocator", "time s", "time/glibc", "peak RSS MiB", "final RSS MiB", "AnonHuge MiB",
-             "final footprint MiB")]
-    glibc_seconds = None
+def _steady_rows(bench: dict, workload: str, model_run: dict, model_stats: dict):
+    """One row per allocator: (name, seconds, peak RSS, steady RSS, steady footprint, steady live, final RSS), with
+    llamalloc + model from its own run (the workload's JSON and the allocator's statistics)."""
+    rows = []
     for r in bench.get("results", []):
         if r.get("workload") != workload:
             continue
-        s, q = r.get("summary") or {}, r.get("ratios_to_glibc") or {}
-        if r.get("allocator") == "glibc":
-            glibc_seconds = s.get("seconds")
-        footprint = s.get("llamalloc.footprint_bytes", s.get("workload.footprint_bytes"))
-        rows.append((r.get("allocator", "?"), "-" if s.get("seconds") is None else f"{s['seconds']:.2f}",
-                     _ratio(q.get("seconds")), _mib(s.get("peak_rss_bytes")), _mib(s.get("final_rss_bytes")),
-                     _mib(s.get("peak_anon_huge_pages_bytes")), _mib(footprint)))
+        s = r.get("summary") or {}
+        foot = s.get("steady_footprint_bytes", s.get("steady_workload_footprint_bytes"))
+        live = s.get("steady_live_bytes", s.get("steady_workload_live_bytes"))
+        rows.append((r.get("allocator", "?"), s.get("seconds"), s.get("peak_rss_bytes"), s.get("steady_rss_bytes"),
+                     foot, live, s.get("final_rss_bytes")))
+    if model_stats or model_run:
+        st = model_run.get("steady_state") or {}
+        rows.append(("llamalloc + model", model_run.get("seconds"), model_stats.get("peak_rss_bytes"),
+                     st.get("rss_bytes"), st.get("llamalloc_footprint_bytes"), st.get("llamalloc_live_bytes"),
+                     model_stats.get("rss_bytes")))
+    return rows
+
+
+def conclusion(rows) -> str:
+    """The one line a user should take away, from the steady-state figures (RSS: the measure every allocator
+    shares; DESIGN.md)."""
+    steady = {name: rss for name, _, _, rss, _, _, _ in rows if rss}
+    if "llamalloc + model" not in steady or "llamalloc" not in steady:
+        return "No steady-state figures for llamalloc with and without the model: nothing to conclude."
+    with_model, without = steady["llamalloc + model"], steady["llamalloc"]
+    peers = {k: v for k, v in steady.items() if not k.startswith("llamalloc")}
+    change = with_model / without - 1
+    line = (f"In steady state the model {'lowers' if change < -0.02 else 'raises' if change > 0.02 else 'keeps'} "
+            f"llamalloc's memory: {_mib(with_model)} MiB with it, {_mib(without)} MiB without ({change:+.0%})")
+    if peers:
+        best = min(peers, key=peers.get)
+        rank = "the lowest of all" if with_model <= peers[best] else f"{with_model / peers[best]:.2f}x"
+        line += f"; the best other allocator, {best}, keeps {_mib(peers[best])} MiB ({rank})"
+    return line + "."
+
+
+def _print_tables(bench_json: Path, sim_json: Path, workload: str, model_run: dict, model_stats: dict) -> None:
+    bench = json.loads(bench_json.read_text())
+    click.secho(f"\n{workload} under each allocator (median of {bench.get('repeat', 1)} run(s), "
+                f"scale {bench.get('scale')}; steady state = the quiet phase after the load, "
+                f"{bench.get('quiet_seconds', '?')} s)", bold=True)
+    rows = _steady_rows(bench, workload, model_run, model_stats)
+    glibc_seconds = next((r[1] for r in rows if r[0] == "glibc"), None)
+    table = [("allocator", "time s", "time/glibc", "peak RSS MiB", "steady RSS MiB", "steady footprint MiB",
+              "steady live MiB", "final RSS MiB")]
+    for name, seconds, peak, steady, foot, live, final in rows:
+        table.append((name, "-" if seconds is None else f"{seconds:.2f}",
+                      _ratio(seconds / glibc_seconds) if seconds and glibc_seconds else "-",
+                      _mib(peak), _mib(steady), _mib(foot), _mib(live), _mib(final)))
+    _table(table)
     if model_stats:
-        seconds = model_run.get("seconds")
-        rows.append(("llamalloc + model", "-" if seconds is None else f"{seconds:.2f}",
-                     _ratio(seconds / glibc_seconds) if seconds and glibc_seconds else "-", "-",
-                     _mib(model_stats.get("rss_bytes")), _mib(model_stats.get("anon_huge_pages_bytes")),
-                     _mib(model_stats.get("footprint_bytes"))))
-    _table(rows)
-    if model_stats:
-        click.echo("(llamalloc + model: one run of `llamalloc run --model`; its RSS is read by the allocator at exit)")
+        click.echo("(llamalloc + model: one run of `llamalloc run --model`; footprint and live are llamalloc's own "
+                   "bookkeeping, RSS is read from /proc)")
+    click.secho(conclusion(rows), bold=True)
     sim = json.loads(sim_json.read_text())
     click.secho("\nReplay of its trace under each placement policy", bold=True)
     rows = [("policy", "peak footprint MiB", "final footprint MiB", "peak live MiB", "avg footprint/live")]
