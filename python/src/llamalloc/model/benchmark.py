@@ -5,6 +5,9 @@
     python -m llamalloc.model.benchmark accuracy NAME REV1.prof REV2.prof [--hidden 64]
         LSTM and baselines on held-out contexts of REV1 (same revision), and trained on REV1, tested on REV2
         and the other way round (across revisions), with the fraction of matching stack traces
+    python -m llamalloc.model.benchmark labels RUN.prof RUN.prof... [--label p95 --label mode ...]
+        label agreement: how often one run's own label of a context equals the label of all runs merged, by
+        objects and by contexts, for each label rule (docs/model.md, "Labels")
     python -m llamalloc.model.benchmark workloads [--workload image-server] [--profiles DIR] [--reuse]
         records several runs of each revision of the workloads (RUN_VARIANTS), then the accuracy experiments
         above on the merged runs, and prints them as a Markdown table (bench/model/accuracy.sh)
@@ -127,6 +130,40 @@ def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float 
                      "epochs": trained.result.epochs_run, "profiles": f"{_label(la)} -> {_label(lb)}"}))
 
 
+def label_agreement(runs, rules=("p95", "p90", "p75", "median", "mode")) -> list[dict]:
+    """For each label rule: for each run, the share of its contexts (by the run's objects, and by contexts)
+    whose label from that run alone equals their label from all runs merged. A label that changes from run to
+    run on the same program is noise the model cannot learn."""
+    import pyarrow as pa
+
+    from .pipeline import load_samples
+    runs = [str(r) for r in runs]
+    tables = [load_samples([r]) for r in runs]
+    merged = build_contexts(pa.concat_tables(tables), warn=_quiet, what="merged runs", label="p95")
+    singles = [build_contexts(t, warn=_quiet, what=r, label="p95") for r, t in zip(runs, tables)]
+    rows = []
+    for rule in rules:
+        m = merged.relabelled(rule)
+        merged_label = {(s, int(c)): int(l) for s, c, l in zip(m.stacks, m.size_classes, m.labels)}
+        per_run = []
+        for run, single in zip(runs, singles):
+            own = single.relabelled(rule)
+            same = np.array([merged_label[(s, int(c))] == int(l)
+                             for s, c, l in zip(own.stacks, own.size_classes, own.labels)])
+            w = own.weights.astype(np.float64)
+            per_run.append({"run": run, "contexts": len(own),
+                            "by_objects": round(float(w[same].sum() / w.sum()), 4),
+                            "by_contexts": round(float(same.mean()), 4)})
+        rows.append({"label": rule, "merged_contexts": len(m),
+                     "labels": np.bincount(m.labels, minlength=8).tolist(),
+                     "min_by_objects": min(r["by_objects"] for r in per_run),
+                     "min_by_contexts": min(r["by_contexts"] for r in per_run),
+                     "mean_by_objects": round(float(np.mean([r["by_objects"] for r in per_run])), 4),
+                     "mean_by_contexts": round(float(np.mean([r["by_contexts"] for r in per_run])), 4),
+                     "runs": per_run})
+    return rows
+
+
 #: The runs recorded of each revision, merged into one dataset per revision: the default scale with other
 #: client/worker counts, load phases or corpus seeds, so that each context is observed under several loads
 #: (a label is then not one run's accident) and rarer paths are sampled. Both revisions get the same runs.
@@ -216,6 +253,9 @@ def main(argv=None) -> int:
     ac.add_argument("--hidden", type=int, default=64)
     ac.add_argument("--seed", type=int, default=0)
     ac.add_argument("--weight-power", type=float, default=None)
+    lb = sub.add_parser("labels")
+    lb.add_argument("runs", nargs="+")
+    lb.add_argument("--label", action="append", help="repeatable; default: p95 p90 p75 median mode")
     wl = sub.add_parser("workloads")
     wl.add_argument("--workload", action="append", choices=sorted(RUN_VARIANTS),
                     help="repeatable; default: all of them")
@@ -232,6 +272,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.what == "speed":
         print(json.dumps(speed(args.examples, args.hidden, args.seed, args.epochs)))
+    elif args.what == "labels":
+        for row in label_agreement(args.runs, tuple(args.label) if args.label else
+                                   ("p95", "p90", "p75", "median", "mode")):
+            print(json.dumps(row), flush=True)
     elif args.what == "accuracy":
         for row in accuracy(args.name, args.rev1, args.rev2, args.hidden, args.seed, args.weight_power):
             print(json.dumps(row), flush=True)
