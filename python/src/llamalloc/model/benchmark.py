@@ -56,7 +56,8 @@ def _row(name: str, scores, extra: dict) -> dict:
         row[s.name] = {"weighted": round(s.weighted_accuracy, 4), "unweighted": round(s.unweighted_accuracy, 4),
                        "off_by_one_weighted": round(s.weighted_off_by_one, 4),
                        "off_by_one_unweighted": round(s.unweighted_off_by_one, 4),
-                       "found": None if s.coverage is None else round(s.coverage, 4)}
+                       "found": None if s.coverage is None else round(s.coverage, 4),
+                       "outliving": None if s.outliving is None else round(s.outliving, 4)}
     return row
 
 
@@ -65,7 +66,8 @@ def _label(paths) -> str:
     return paths[0] if len(paths) == 1 else f"{len(paths)} runs ({os.path.basename(paths[0])}, ...)"
 
 
-def _cross_validated(name: str, contexts, folds: int, config: lstm.TrainConfig, profiles: str) -> dict:
+def _cross_validated(name: str, contexts, folds: int, config: lstm.TrainConfig, profiles: str,
+                     keep_predictions: bool = False) -> dict:
     """Same-revision generalisation with every stack held out once: `folds` models, each trained on the other
     folds' stacks; their held-out predictions pooled and scored together."""
     pooled: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
@@ -84,12 +86,15 @@ def _cross_validated(name: str, contexts, folds: int, config: lstm.TrainConfig, 
             if found is not None:
                 pooled[predictor][1][test_idx] = found
     n_stacks = len(set(contexts.stacks))
-    return _row(f"{name}, same revision ({folds}-fold: every stack held out once)",
-                pipeline.score_predictions(pooled, contexts),
-                {"kind": "same", "folds": folds, "train_contexts": round(float(np.mean(train_contexts))),
-                 "test_contexts": len(contexts), "train_stacks": round(n_stacks * (folds - 1) / folds),
-                 "test_stacks": n_stacks, "train_seconds": round(float(np.mean(seconds)), 1),
-                 "epochs": round(float(np.mean(epochs)), 1), "profiles": profiles})
+    row = _row(f"{name}, same revision ({folds}-fold: every stack held out once)",
+               pipeline.score_predictions(pooled, contexts),
+               {"kind": "same", "folds": folds, "train_contexts": round(float(np.mean(train_contexts))),
+                "test_contexts": len(contexts), "train_stacks": round(n_stacks * (folds - 1) / folds),
+                "test_stacks": n_stacks, "train_seconds": round(float(np.mean(seconds)), 1),
+                "epochs": round(float(np.mean(epochs)), 1), "profiles": profiles})
+    if keep_predictions:
+        row["_pooled"] = pooled
+    return row
 
 
 def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float | None = None,
@@ -162,6 +167,24 @@ def label_agreement(runs, rules=("p95", "p90", "p75", "median", "mode")) -> list
                      "mean_by_contexts": round(float(np.mean([r["by_contexts"] for r in per_run])), 4),
                      "runs": per_run})
     return rows
+
+
+def heldout(name: str, runs, label: str, hidden: int, seed: int, folds: int, epochs: int,
+            under_weight: float = 1.0, also_label: str | None = "p95") -> dict:
+    """k-fold held-out accuracy over the merged runs with contexts labelled by `label` (and trained with
+    `under_weight`); `also_label` scores the same pooled predictions against another rule's labels."""
+    from .pipeline import load_samples
+    runs = [str(r) for r in runs]
+    contexts = build_contexts(load_samples(runs), warn=_quiet, what=_label(runs), profiles=runs, label=label)
+    config = lstm.TrainConfig(hidden_dim=hidden, seed=seed, max_epochs=epochs, under_weight=under_weight)
+    row = _cross_validated(f"{name} ({label}, under-weight {under_weight:g})", contexts, folds, config,
+                           _label(runs), keep_predictions=also_label is not None)
+    if also_label:
+        other = contexts.relabelled(also_label)
+        pooled = row.pop("_pooled")
+        row[f"vs {also_label} labels"] = _row("", pipeline.score_predictions(pooled, other), {})
+        row[f"vs {also_label} labels"].pop("experiment")
+    return row
 
 
 #: The runs recorded of each revision, merged into one dataset per revision: the default scale with other
@@ -253,6 +276,15 @@ def main(argv=None) -> int:
     ac.add_argument("--hidden", type=int, default=64)
     ac.add_argument("--seed", type=int, default=0)
     ac.add_argument("--weight-power", type=float, default=None)
+    ho = sub.add_parser("heldout")
+    ho.add_argument("name")
+    ho.add_argument("runs", nargs="+")
+    ho.add_argument("--label", default="mode")
+    ho.add_argument("--under-weight", type=float, default=1.0)
+    ho.add_argument("--hidden", type=int, default=16)
+    ho.add_argument("--seed", type=int, default=0)
+    ho.add_argument("--folds", type=int, default=5)
+    ho.add_argument("--epochs", type=int, default=40)
     lb = sub.add_parser("labels")
     lb.add_argument("runs", nargs="+")
     lb.add_argument("--label", action="append", help="repeatable; default: p95 p90 p75 median mode")
@@ -272,6 +304,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.what == "speed":
         print(json.dumps(speed(args.examples, args.hidden, args.seed, args.epochs)))
+    elif args.what == "heldout":
+        print(json.dumps(heldout(args.name, args.runs, args.label, args.hidden, args.seed, args.folds, args.epochs,
+                                 args.under_weight)), flush=True)
     elif args.what == "labels":
         for row in label_agreement(args.runs, tuple(args.label) if args.label else
                                    ("p95", "p90", "p75", "median", "mode")):

@@ -71,6 +71,13 @@ class Contexts:
                         parse_label_rule(rule))
 
 
+#: `mode` labels: a class with at least (100 - this)% of the most common class's objects ties with it (the
+#: longest tied class wins). 10 made one run's labels agree with three runs merged on 95-100% of the contexts
+#: (docs/model.md); 0 (the strict mode) left word-count's heaviest context, split 50/50 across the 1 s
+#: boundary, flipping between runs.
+MODE_TIE_PERCENT = 10
+
+
 def parse_label_rule(rule: str) -> str:
     """The canonical spelling of a label rule: "mode", or "pNN" for a percentile NN in 1..100 ("median" is
     "p50"). Anything else is a UserError."""
@@ -88,12 +95,15 @@ def labels_from_counts(class_counts, rule: str = DEFAULT_LABEL_RULE) -> np.ndarr
     """The label of each row of per-class object counts [n, 8].
 
     `pNN`: the first class whose cumulative count reaches NN% of the row's total (integer arithmetic, no
-    rounding); p95 is the paper's rule. `mode`: the class holding the most objects; a tie goes to the longer
-    class, because predicting too short a lifetime pins pages while too long a one only delays reuse."""
+    rounding); p95 is the paper's rule. `mode`: the class holding the most objects, where a class holding at
+    least (100 - MODE_TIE_PERCENT)% as many as the most common one counts as tied and ties go to the longest
+    class: predicting too short a lifetime pins pages while too long a one only delays reuse, and two classes
+    that share a context's objects about equally swap places from run to run (docs/model.md, "Labels")."""
     counts = np.asarray(class_counts, np.int64).reshape(-1, NUM_CLASSES)
     rule = parse_label_rule(rule)
     if rule == "mode":
-        return (NUM_CLASSES - 1 - np.argmax(counts[:, ::-1], axis=1)).astype(np.int64)
+        tied = 100 * counts >= (100 - MODE_TIE_PERCENT) * counts.max(axis=1, keepdims=True)
+        return (NUM_CLASSES - 1 - np.argmax(tied[:, ::-1], axis=1)).astype(np.int64)
     percent = int(rule[1:])
     cumulative = np.cumsum(counts, axis=1)
     reached = 100 * cumulative >= percent * cumulative[:, -1:]

@@ -87,8 +87,10 @@ def format_report(title: str, scores: list[Scores], n_contexts: int, total_weigh
     return "\n".join(lines)
 
 
-def _short_function(frame: str, width: int = 48) -> str:
-    """A frame's function without its parameter list (the text from the last top-level '(' on), cut to width."""
+def _function_name(frame: str) -> str:
+    """A frame's qualified function name: without its parameter list (the text from the last top-level '(' on)
+    and without a leading return type ("void std::vector<...>::_M_realloc_insert<...>(...)" names
+    std::vector<...>::_M_realloc_insert<...>)."""
     depth, cut = 0, len(frame)
     for i in range(len(frame) - 1, -1, -1):
         ch = frame[i]
@@ -99,7 +101,23 @@ def _short_function(frame: str, width: int = 48) -> str:
             if depth == 0:
                 cut = i
                 break
-    name = frame[:cut] if cut > 0 else frame
+    name = (frame[:cut] if cut > 0 else frame).strip()
+    op = name.find("operator")
+    if op >= 0:  # "operator new", "Foo::operator()": cut only a return type before the qualified name
+        return name[name.rfind(" ", 0, op) + 1:]
+    depth, start = 0, 0
+    for i, ch in enumerate(name):
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            start = i + 1
+    return name[start:]
+
+
+def _short_function(frame: str, width: int = 48) -> str:
+    name = _function_name(frame)
     return name if len(name) <= width else name[:width - 3] + "..."
 
 
@@ -112,7 +130,7 @@ _PLUMBING_PREFIXES = ("std::", "__gnu_cxx::", "operator new", "operator delete",
 def frame_summary(stack, frames: int = 3) -> str:
     """The first `frames` application frames of a stack (innermost first, allocation plumbing such as
     operator new or std::vector skipped, parameter lists dropped), joined by " < " (callee < caller)."""
-    own = [f for f in stack if not f.lstrip().startswith(_PLUMBING_PREFIXES)] or list(stack)
+    own = [f for f in stack if not _function_name(f).startswith(_PLUMBING_PREFIXES)] or list(stack)
     return " < ".join(_short_function(f) for f in own[:frames])
 
 
