@@ -188,7 +188,7 @@ def test_small_heldout_warning_threshold():
     assert message and "concentrated on about 1.0 contexts" in message
     # 40 even contexts holding 0.4% of all the objects
     message = pipeline.heldout_warning(_contexts([1] * 40), 10_000)
-    assert message and "0.4% of the objects" in message
+    assert message and "0.4% of the objects" in message and "less than 1% of the objects" in message
 
 
 def test_train_warns_when_the_heldout_set_is_small_and_not_when_it_is_not(tmp_path, capsys):
@@ -212,6 +212,11 @@ def test_frame_summary_skips_allocation_plumbing():
              "imaging::Resizer::scale(imaging::Image const&, int)", "imaging::Handler::serve(Request const&)",
              "server::Worker::run()", "main")
     assert frame_summary(stack) == "imaging::Resizer::scale < imaging::Handler::serve < server::Worker::run"
+    lam = ("wordcount::stages::tokenize[abi:cxx11](std::string_view)",
+           "wordcount::run(Options const&)::{lambda(std::vector<std::unique_ptr<Job> > const&)#2}::operator()"
+           "(std::vector<std::unique_ptr<Job> > const&) const", "start_thread")
+    assert frame_summary(lam) == ("wordcount::stages::tokenize[abi:cxx11] < "
+                                  "wordcount::run()::{lambda()#2}::operator() < start_thread")
 
 
 def test_mispredictions_are_sorted_by_bytes_with_direction():

@@ -101,22 +101,39 @@ def _function_name(frame: str) -> str:
             if depth == 0:
                 cut = i
                 break
-    name = (frame[:cut] if cut > 0 else frame).strip()
+    name = _collapse_parentheses((frame[:cut] if cut > 0 else frame).strip())
     op = name.find("operator")
-    if op >= 0:  # "operator new", "Foo::operator()": cut only a return type before the qualified name
-        return name[name.rfind(" ", 0, op) + 1:]
+    end = op if op >= 0 else len(name)  # "operator new", "Foo::operator()": keep the words from there on
     depth, start = 0, 0
-    for i, ch in enumerate(name):
-        if ch in "<([":
+    for i, ch in enumerate(name[:end]):
+        if ch in "<([{":
             depth += 1
-        elif ch in ">)]":
+        elif ch in ">)]}":
             depth -= 1
         elif ch == " " and depth == 0:
             start = i + 1
     return name[start:]
 
 
-def _short_function(frame: str, width: int = 48) -> str:
+def _collapse_parentheses(text: str) -> str:
+    """Every parenthesised group inside a name emptied: lambdas and local classes name their enclosing
+    function with its parameters ("run(std::vector<int> const&)::{lambda(int)#2}" -> "run()::{lambda()#2}")."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == "(":
+            if depth == 0:
+                out.append(ch)
+            depth += 1
+        elif ch == ")" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                out.append(ch)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+def _short_function(frame: str, width: int = 72) -> str:
     name = _function_name(frame)
     return name if len(name) <= width else name[:width - 3] + "..."
 

@@ -131,7 +131,7 @@ def heldout_warning(test: Contexts, total_weight: float | None = None) -> str | 
     if effective < MIN_HELDOUT_EFFECTIVE_CONTEXTS:
         reasons.append(f"its objects are concentrated on about {effective:.1f} contexts' worth of weight")
     if share < MIN_HELDOUT_OBJECT_SHARE:
-        reasons.append(f"it holds {100 * share:.2g}% of the objects")
+        reasons.append(f"less than {100 * MIN_HELDOUT_OBJECT_SHARE:g}% of the objects")
     if not reasons:
         return None
     return (f"the held-out set is too small for its accuracy to mean much: {n} contexts "
