@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import UserError
-from ..model.classes import DEFAULT_WEIGHT_POWER
+from ..model.classes import DEFAULT_LABEL_RULE, DEFAULT_WEIGHT_POWER
 from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 
 
@@ -27,17 +27,30 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 @click.option("--weight-power", type=click.FloatRange(0.0, 1.0), default=DEFAULT_WEIGHT_POWER, show_default=True,
               help="A context weighs count**POWER in the loss: 1 weights by observed count (the paper), smaller "
                    "values let rare contexts be heard (docs/model.md).")
+@click.option("--refit/--no-refit", default=True, show_default=True,
+              help="After reporting on the held-out stacks, retrain on every context for the epochs the split "
+                   "run kept and write that model (--no-refit writes the model that never saw the held-out "
+                   "stacks).")
+@click.option("--list", "list_n", type=click.IntRange(0, None), default=0, metavar="N",
+              help="Print the N mispredicted contexts that weigh most (bytes), like pprof's -list.")
+@click.option("--label", default=DEFAULT_LABEL_RULE, show_default=True, metavar="RULE",
+              help="Label of a context: mode (the class holding most of its objects), median, or pNN (the class "
+                   "of the NN-th percentile of its lifetimes; p95 is the paper's rule).")
+@click.option("--under-weight", type=click.FloatRange(1.0, 100.0), default=1.0, show_default=True,
+              help="Cost of predicting a shorter class than the label, relative to the plain cross-entropy "
+                   "(1: symmetric). Under-prediction pins pages; over-prediction only delays reuse.")
 @click.pass_context
 def command(ctx, profiles, output, holdout, holdout_profiles, seed, epochs, hidden, vocab_words, max_tokens,
-            weight_power):
+            weight_power, refit, list_n, label, under_weight):
     """Train the lifetime model on PROFILE... (from `llamalloc record`, symbolized) and write MODEL.
 
     Prints, for the LSTM and the exact-match and allocation-site baselines, the weighted and unweighted
-    accuracy, off-by-one accuracy and confusion matrix on held-out contexts. Progress goes to stderr."""
+    accuracy, off-by-one accuracy and confusion matrix on held-out contexts, then (unless --no-refit) retrains
+    on all contexts and writes that model. Progress goes to stderr."""
     if holdout_profiles and ctx.get_parameter_source("holdout") is not click.core.ParameterSource.DEFAULT:
         raise UserError("give either --holdout or --holdout-profile, not both")
     from ..model.pipeline import run_train  # JAX loads only when training
 
     run_train(profiles, output, holdout=0.0 if holdout_profiles else holdout, holdout_profiles=holdout_profiles,
               seed=seed, epochs=epochs, hidden=int(hidden), vocab_words=vocab_words, max_tokens=max_tokens,
-              weight_power=weight_power)
+              weight_power=weight_power, refit=refit, list_n=list_n, label=label, under_weight=under_weight)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from .classes import NUM_CLASSES
-from .dataset import Contexts, label_sql
+from .dataset import Contexts, labels_from_counts
 
 
 def _hash(text: str) -> int:
@@ -73,7 +73,8 @@ def exact_match_table(contexts: Contexts) -> LookupTable:
 
 
 def site_table(contexts: Contexts) -> LookupTable:
-    """Per (innermost frame, size class): the 95th percentile class of all its contexts' merged counts."""
+    """Per (innermost frame, size class): the label (by the contexts' label rule) of all its contexts' merged
+    counts."""
     table = pa.table({
         "site": pa.array(hashes(site_hash(s, c) for s, c in zip(contexts.stacks, contexts.size_classes))),
         **{f"c{k}": pa.array(contexts.class_counts[:, k]) for k in range(NUM_CLASSES)},
@@ -81,12 +82,10 @@ def site_table(contexts: Contexts) -> LookupTable:
     con = duckdb.connect()
     con.register("contexts", table)
     cols = ", ".join(f"sum(c{k})::BIGINT AS c{k}" for k in range(NUM_CLASSES))
-    total = " + ".join(f"c{k}" for k in range(NUM_CLASSES))
-    result = con.sql(f"""
-        WITH sites AS (SELECT site, {cols} FROM contexts GROUP BY site)
-        SELECT site, {label_sql(f'({total})')} AS label FROM sites ORDER BY site""").fetchnumpy()
-    return LookupTable(np.asarray(result["site"], np.uint64), np.asarray(result["label"], np.uint8),
-                       default_class(contexts))
+    result = con.sql(f"SELECT site, {cols} FROM contexts GROUP BY site ORDER BY site").fetchnumpy()
+    counts = np.stack([np.asarray(result[f"c{k}"], np.int64) for k in range(NUM_CLASSES)], axis=1)
+    return LookupTable(np.asarray(result["site"], np.uint64),
+                       labels_from_counts(counts, contexts.label_rule).astype(np.uint8), default_class(contexts))
 
 
 def context_keys(contexts: Contexts) -> np.ndarray:

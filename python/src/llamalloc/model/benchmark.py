@@ -5,6 +5,9 @@
     python -m llamalloc.model.benchmark accuracy NAME REV1.prof REV2.prof [--hidden 64]
         LSTM and baselines on held-out contexts of REV1 (same revision), and trained on REV1, tested on REV2
         and the other way round (across revisions), with the fraction of matching stack traces
+    python -m llamalloc.model.benchmark labels RUN.prof RUN.prof... [--label p95 --label mode ...]
+        label agreement: how often one run's own label of a context equals the label of all runs merged, by
+        objects and by contexts, for each label rule (docs/model.md, "Labels")
     python -m llamalloc.model.benchmark workloads [--workload image-server] [--profiles DIR] [--reuse]
         records several runs of each revision of the workloads (RUN_VARIANTS), then the accuracy experiments
         above on the merged runs, and prints them as a Markdown table (bench/model/accuracy.sh)
@@ -53,7 +56,8 @@ def _row(name: str, scores, extra: dict) -> dict:
         row[s.name] = {"weighted": round(s.weighted_accuracy, 4), "unweighted": round(s.unweighted_accuracy, 4),
                        "off_by_one_weighted": round(s.weighted_off_by_one, 4),
                        "off_by_one_unweighted": round(s.unweighted_off_by_one, 4),
-                       "found": None if s.coverage is None else round(s.coverage, 4)}
+                       "found": None if s.coverage is None else round(s.coverage, 4),
+                       "outliving": None if s.outliving is None else round(s.outliving, 4)}
     return row
 
 
@@ -62,7 +66,8 @@ def _label(paths) -> str:
     return paths[0] if len(paths) == 1 else f"{len(paths)} runs ({os.path.basename(paths[0])}, ...)"
 
 
-def _cross_validated(name: str, contexts, folds: int, config: lstm.TrainConfig, profiles: str) -> dict:
+def _cross_validated(name: str, contexts, folds: int, config: lstm.TrainConfig, profiles: str,
+                     keep_predictions: bool = False) -> dict:
     """Same-revision generalisation with every stack held out once: `folds` models, each trained on the other
     folds' stacks; their held-out predictions pooled and scored together."""
     pooled: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
@@ -81,12 +86,15 @@ def _cross_validated(name: str, contexts, folds: int, config: lstm.TrainConfig, 
             if found is not None:
                 pooled[predictor][1][test_idx] = found
     n_stacks = len(set(contexts.stacks))
-    return _row(f"{name}, same revision ({folds}-fold: every stack held out once)",
-                pipeline.score_predictions(pooled, contexts),
-                {"kind": "same", "folds": folds, "train_contexts": round(float(np.mean(train_contexts))),
-                 "test_contexts": len(contexts), "train_stacks": round(n_stacks * (folds - 1) / folds),
-                 "test_stacks": n_stacks, "train_seconds": round(float(np.mean(seconds)), 1),
-                 "epochs": round(float(np.mean(epochs)), 1), "profiles": profiles})
+    row = _row(f"{name}, same revision ({folds}-fold: every stack held out once)",
+               pipeline.score_predictions(pooled, contexts),
+               {"kind": "same", "folds": folds, "train_contexts": round(float(np.mean(train_contexts))),
+                "test_contexts": len(contexts), "train_stacks": round(n_stacks * (folds - 1) / folds),
+                "test_stacks": n_stacks, "train_seconds": round(float(np.mean(seconds)), 1),
+                "epochs": round(float(np.mean(epochs)), 1), "profiles": profiles})
+    if keep_predictions:
+        row["_pooled"] = pooled
+    return row
 
 
 def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float | None = None,
@@ -125,6 +133,58 @@ def accuracy(name: str, rev1, rev2, hidden: int, seed: int, weight_power: float 
                      "train_stacks": len(set(ca.stacks)), "test_stacks": len(set(cb.stacks)),
                      "matching_stacks": f"{match}/{total}", "train_seconds": round(time.perf_counter() - t0, 1),
                      "epochs": trained.result.epochs_run, "profiles": f"{_label(la)} -> {_label(lb)}"}))
+
+
+def label_agreement(runs, rules=("p95", "p90", "p75", "median", "mode")) -> list[dict]:
+    """For each label rule: for each run, the share of its contexts (by the run's objects, and by contexts)
+    whose label from that run alone equals their label from all runs merged. A label that changes from run to
+    run on the same program is noise the model cannot learn."""
+    import pyarrow as pa
+
+    from .pipeline import load_samples
+    runs = [str(r) for r in runs]
+    tables = [load_samples([r]) for r in runs]
+    merged = build_contexts(pa.concat_tables(tables), warn=_quiet, what="merged runs", label="p95")
+    singles = [build_contexts(t, warn=_quiet, what=r, label="p95") for r, t in zip(runs, tables)]
+    rows = []
+    for rule in rules:
+        m = merged.relabelled(rule)
+        merged_label = {(s, int(c)): int(l) for s, c, l in zip(m.stacks, m.size_classes, m.labels)}
+        per_run = []
+        for run, single in zip(runs, singles):
+            own = single.relabelled(rule)
+            same = np.array([merged_label[(s, int(c))] == int(l)
+                             for s, c, l in zip(own.stacks, own.size_classes, own.labels)])
+            w = own.weights.astype(np.float64)
+            per_run.append({"run": run, "contexts": len(own),
+                            "by_objects": round(float(w[same].sum() / w.sum()), 4),
+                            "by_contexts": round(float(same.mean()), 4)})
+        rows.append({"label": rule, "merged_contexts": len(m),
+                     "labels": np.bincount(m.labels, minlength=8).tolist(),
+                     "min_by_objects": min(r["by_objects"] for r in per_run),
+                     "min_by_contexts": min(r["by_contexts"] for r in per_run),
+                     "mean_by_objects": round(float(np.mean([r["by_objects"] for r in per_run])), 4),
+                     "mean_by_contexts": round(float(np.mean([r["by_contexts"] for r in per_run])), 4),
+                     "runs": per_run})
+    return rows
+
+
+def heldout(name: str, runs, label: str, hidden: int, seed: int, folds: int, epochs: int,
+            under_weight: float = 1.0, also_label: str | None = "p95") -> dict:
+    """k-fold held-out accuracy over the merged runs with contexts labelled by `label` (and trained with
+    `under_weight`); `also_label` scores the same pooled predictions against another rule's labels."""
+    from .pipeline import load_samples
+    runs = [str(r) for r in runs]
+    contexts = build_contexts(load_samples(runs), warn=_quiet, what=_label(runs), profiles=runs, label=label)
+    config = lstm.TrainConfig(hidden_dim=hidden, seed=seed, max_epochs=epochs, under_weight=under_weight)
+    row = _cross_validated(f"{name} ({label}, under-weight {under_weight:g})", contexts, folds, config,
+                           _label(runs), keep_predictions=also_label is not None)
+    if also_label:
+        other = contexts.relabelled(also_label)
+        pooled = row.pop("_pooled")
+        row[f"vs {also_label} labels"] = _row("", pipeline.score_predictions(pooled, other), {})
+        row[f"vs {also_label} labels"].pop("experiment")
+    return row
 
 
 #: The runs recorded of each revision, merged into one dataset per revision: the default scale with other
@@ -216,6 +276,18 @@ def main(argv=None) -> int:
     ac.add_argument("--hidden", type=int, default=64)
     ac.add_argument("--seed", type=int, default=0)
     ac.add_argument("--weight-power", type=float, default=None)
+    ho = sub.add_parser("heldout")
+    ho.add_argument("name")
+    ho.add_argument("runs", nargs="+")
+    ho.add_argument("--label", default="mode")
+    ho.add_argument("--under-weight", type=float, default=1.0)
+    ho.add_argument("--hidden", type=int, default=16)
+    ho.add_argument("--seed", type=int, default=0)
+    ho.add_argument("--folds", type=int, default=5)
+    ho.add_argument("--epochs", type=int, default=40)
+    lb = sub.add_parser("labels")
+    lb.add_argument("runs", nargs="+")
+    lb.add_argument("--label", action="append", help="repeatable; default: p95 p90 p75 median mode")
     wl = sub.add_parser("workloads")
     wl.add_argument("--workload", action="append", choices=sorted(RUN_VARIANTS),
                     help="repeatable; default: all of them")
@@ -232,6 +304,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.what == "speed":
         print(json.dumps(speed(args.examples, args.hidden, args.seed, args.epochs)))
+    elif args.what == "heldout":
+        print(json.dumps(heldout(args.name, args.runs, args.label, args.hidden, args.seed, args.folds, args.epochs,
+                                 args.under_weight)), flush=True)
+    elif args.what == "labels":
+        for row in label_agreement(args.runs, tuple(args.label) if args.label else
+                                   ("p95", "p90", "p75", "median", "mode")):
+            print(json.dumps(row), flush=True)
     elif args.what == "accuracy":
         for row in accuracy(args.name, args.rev1, args.rev2, args.hidden, args.seed, args.weight_power):
             print(json.dumps(row), flush=True)

@@ -10,8 +10,16 @@ CLASS_UPPER_BOUNDS_NS = tuple(10 ** (7 + k) for k in range(6))
 CLASS_NAMES = ("<10ms", "<100ms", "<1s", "<10s", "<100s", "<1000s", ">=1000s", "never")
 NEVER_FREED = 7
 
-#: Labels use the 95th percentile of a context's lifetimes (papers/000 section 5.1).
+#: The same classes written as lifetimes, for what people read (`--list`).
+LIFETIME_NAMES = ("<10 ms", "<100 ms", "<1 s", "<10 s", "<100 s", "<1000 s", ">=1000 s", "never freed")
+
+#: The paper labels a context by the class of the 95th percentile of its lifetimes (papers/000 section 5.1);
+#: `--label p95` still does.
 LABEL_PERCENTILE = 0.95
+#: The label rule `train` uses unless told otherwise (docs/model.md, "Labels", has the measurements):
+#: "mode" is the class holding most of the context's objects (ties: the longer class), "pNN" the class of the
+#: NN-th percentile of its lifetimes ("median" = p50).
+DEFAULT_LABEL_RULE = "mode"
 
 #: A context weighs count**DEFAULT_WEIGHT_POWER in the training loss (docs/model.md has the measurements).
 DEFAULT_WEIGHT_POWER = 0.5

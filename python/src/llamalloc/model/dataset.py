@@ -7,8 +7,10 @@ long-lived large ones (a growing buffer). Each context gets
 
 * its per-class counts: the sum over every profile of the samples' `class_counts`,
 * its weight: the number of sampled objects observed (the sum of those counts),
-* its label: the lifetime class holding the 95th percentile of its lifetimes, i.e. the smallest class whose
-  cumulative count reaches 95% of the weight.
+* its label, by the label rule (`labels_from_counts`): by default the class holding most of its objects (the
+  mode); `p95` is the paper's class of the 95th percentile of its lifetimes, i.e. the smallest class whose
+  cumulative count reaches 95% of the weight,
+* its bytes: the sum of the samples' (unbiased) allocated bytes, to rank mispredictions by (`--list`).
 
 The merge of any number of profiles is one DuckDB group-by over the Arrow table that `llamalloc.profile`
 returns, so it scales to many large profiles without Python loops.
@@ -24,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import UserError
-from .classes import NUM_CLASSES, size_class
+from .classes import DEFAULT_LABEL_RULE, NUM_CLASSES, size_class
 
 #: Columns of `llamalloc.profile.samples_table` that the model uses.
 REQUIRED_COLUMNS = ("profile", "program", "build_id", "stack", "request_size", "class_counts")
@@ -44,8 +46,14 @@ class Contexts:
     size_classes: np.ndarray  # int64 [n]
     class_counts: np.ndarray  # int64 [n, 8]
     weights: np.ndarray  # int64 [n]: observed (sampled) objects
-    labels: np.ndarray  # int64 [n]: lifetime class of the 95th percentile
+    labels: np.ndarray  # int64 [n]: lifetime class by `label_rule`
     programs: list[str] = field(default_factory=list)
+    bytes: np.ndarray | None = None  # int64 [n]: allocated bytes observed (unbiased), where known
+    label_rule: str = DEFAULT_LABEL_RULE
+
+    def __post_init__(self) -> None:
+        if self.bytes is None:
+            self.bytes = np.zeros(len(self.stacks), np.int64)
 
     def __len__(self) -> int:
         return len(self.stacks)
@@ -53,7 +61,53 @@ class Contexts:
     def subset(self, index) -> "Contexts":
         index = np.asarray(index, dtype=np.int64)
         return Contexts([self.stacks[i] for i in index], self.size_classes[index], self.class_counts[index],
-                        self.weights[index], self.labels[index], list(self.programs))
+                        self.weights[index], self.labels[index], list(self.programs), self.bytes[index],
+                        self.label_rule)
+
+    def relabelled(self, rule: str) -> "Contexts":
+        """The same contexts labelled by another rule."""
+        return Contexts(list(self.stacks), self.size_classes, self.class_counts, self.weights,
+                        labels_from_counts(self.class_counts, rule), list(self.programs), self.bytes,
+                        parse_label_rule(rule))
+
+
+#: `mode` labels: a class with at least (100 - this)% of the most common class's objects ties with it (the
+#: longest tied class wins). 10 made one run's labels agree with three runs merged on 95-100% of the contexts
+#: (docs/model.md); 0 (the strict mode) left word-count's heaviest context, split 50/50 across the 1 s
+#: boundary, flipping between runs.
+MODE_TIE_PERCENT = 10
+
+
+def parse_label_rule(rule: str) -> str:
+    """The canonical spelling of a label rule: "mode", or "pNN" for a percentile NN in 1..100 ("median" is
+    "p50"). Anything else is a UserError."""
+    text = str(rule).strip().lower()
+    if text == "median":
+        return "p50"
+    if text == "mode":
+        return text
+    if text.startswith("p") and text[1:].isdigit() and 1 <= int(text[1:]) <= 100:
+        return f"p{int(text[1:])}"
+    raise UserError(f"--label: unknown label rule {rule!r} (mode, median, or pNN such as p95)")
+
+
+def labels_from_counts(class_counts, rule: str = DEFAULT_LABEL_RULE) -> np.ndarray:
+    """The label of each row of per-class object counts [n, 8].
+
+    `pNN`: the first class whose cumulative count reaches NN% of the row's total (integer arithmetic, no
+    rounding); p95 is the paper's rule. `mode`: the class holding the most objects, where a class holding at
+    least (100 - MODE_TIE_PERCENT)% as many as the most common one counts as tied and ties go to the longest
+    class: predicting too short a lifetime pins pages while too long a one only delays reuse, and two classes
+    that share a context's objects about equally swap places from run to run (docs/model.md, "Labels")."""
+    counts = np.asarray(class_counts, np.int64).reshape(-1, NUM_CLASSES)
+    rule = parse_label_rule(rule)
+    if rule == "mode":
+        tied = 100 * counts >= (100 - MODE_TIE_PERCENT) * counts.max(axis=1, keepdims=True)
+        return (NUM_CLASSES - 1 - np.argmax(tied[:, ::-1], axis=1)).astype(np.int64)
+    percent = int(rule[1:])
+    cumulative = np.cumsum(counts, axis=1)
+    reached = 100 * cumulative >= percent * cumulative[:, -1:]
+    return np.argmax(reached, axis=1).astype(np.int64)
 
 
 def _is_unsymbolized_sql(column: str) -> str:
@@ -129,9 +183,11 @@ def label_sql(weight: str = "weight") -> str:
 
 
 def build_contexts(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "the profiles",
-                   profiles: Sequence[str] = ()) -> Contexts:
+                   profiles: Sequence[str] = (), label: str = DEFAULT_LABEL_RULE) -> Contexts:
     """Merges samples into labelled contexts (one SQL group-by over the Arrow table). `profiles`, when given,
-    are the files the samples come from: each must contribute samples."""
+    are the files the samples come from: each must contribute samples. `label` is the label rule
+    (`labels_from_counts`)."""
+    label = parse_label_rule(label)
     check_samples(samples, warn, what, profiles)
     sizes = samples.column("request_size").to_numpy(zero_copy_only=False)
     stacks = _canonical_stacks(samples.column("stack"))
@@ -140,19 +196,20 @@ def build_contexts(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "
         "size_class": pa.array(size_class(sizes), pa.int64()),
         "class_counts": samples.column("class_counts"),
         "program": samples.column("program"),
+        "alloc_bytes": (samples.column("alloc_bytes") if "alloc_bytes" in samples.column_names
+                        else pa.array(np.zeros(samples.num_rows, np.int64))),
     })
     con = duckdb.connect()
     con.register("samples", table)
     sums = ", ".join(f"sum(coalesce(class_counts[{k + 1}], 0))::BIGINT AS c{k}" for k in range(NUM_CLASSES))
     cumulative = [" + ".join(f"c{j}" for j in range(k + 1)) for k in range(NUM_CLASSES)]
-    label = label_sql()
     result = con.sql(f"""
         WITH grouped AS (
-            SELECT stack, size_class, {sums}
+            SELECT stack, size_class, {sums}, sum(coalesce(alloc_bytes, 0))::BIGINT AS bytes
             FROM samples WHERE stack IS NOT NULL AND len(stack) > 0
             GROUP BY stack, size_class),
         weighted AS (SELECT *, ({cumulative[-1]}) AS weight FROM grouped)
-        SELECT stack, size_class, {', '.join(f'c{k}' for k in range(NUM_CLASSES))}, weight, {label} AS label
+        SELECT stack, size_class, {', '.join(f'c{k}' for k in range(NUM_CLASSES))}, weight, bytes
         FROM weighted WHERE weight > 0
         ORDER BY stack, size_class""").to_arrow_table()
     if result.num_rows == 0:
@@ -164,8 +221,10 @@ def build_contexts(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "
         size_classes=result.column("size_class").to_numpy().astype(np.int64),
         class_counts=counts,
         weights=result.column("weight").to_numpy().astype(np.int64),
-        labels=result.column("label").to_numpy().astype(np.int64),
+        labels=labels_from_counts(counts, label),
         programs=[p for p in programs if p is not None],
+        bytes=result.column("bytes").to_numpy().astype(np.int64),
+        label_rule=label,
     )
 
 

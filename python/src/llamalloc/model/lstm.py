@@ -66,6 +66,11 @@ class TrainConfig:
     #: hot contexts drown the rest, which the model then memorises instead of learning what the tokens mean
     #: (docs/model.md has the measurements). 0.5 keeps hot contexts more important and every context heard.
     weight_power: float = DEFAULT_WEIGHT_POWER
+    #: under-prediction (probability on a class shorter than the label) costs this many times what the plain
+    #: cross-entropy charges: the loss adds (under_weight - 1) * -log P(class >= label). 1 is the plain loss.
+    #: Predicting too short a lifetime puts a long-lived object among short-lived ones and pins their pages;
+    #: too long a one only delays reuse (docs/model.md).
+    under_weight: float = 1.0
     #: frequent contexts are repeated up to this many times per epoch (the paper samples copies of them)
     max_copies: int = 16
     #: an epoch holds about this many examples (copies included), and at least one of every context
@@ -133,9 +138,22 @@ def logits_fn(params: Params, ids: jnp.ndarray, lengths: jnp.ndarray) -> jnp.nda
     return h @ params["dense_w"] + params["dense_b"]
 
 
-def _loss(params, ids, lengths, labels, weights):
-    logits = logits_fn(params, ids, lengths)
+def asymmetric_ce(logits, labels, under_weight: float = 1.0):
+    """Per-example loss: softmax cross-entropy plus (under_weight - 1) * -log P(class >= label), the extra cost
+    of putting probability on classes shorter than the label (under-prediction). Equal to the cross-entropy
+    when under_weight is 1; for label 0 the extra term is 0."""
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    if under_weight == 1.0:
+        return ce
+    at_least = jnp.arange(logits.shape[-1])[None, :] >= labels[:, None]
+    log_all = jax.nn.logsumexp(logits, axis=-1)
+    log_at_least = jax.nn.logsumexp(jnp.where(at_least, logits, -jnp.inf), axis=-1)
+    return ce + (under_weight - 1.0) * (log_all - log_at_least)
+
+
+def _loss(params, ids, lengths, labels, weights, under_weight: float = 1.0):
+    logits = logits_fn(params, ids, lengths)
+    ce = asymmetric_ce(logits, labels, under_weight)
     total = jnp.maximum(jnp.sum(weights), 1e-12)
     correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
     return jnp.sum(weights * ce) / total, (jnp.sum(weights * correct), total)
@@ -237,7 +255,7 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
     @jax.jit
     def train_step(params, opt_state, b_ids, b_len, b_labels, b_weights):
         (loss, (correct, total)), grads = jax.value_and_grad(_loss, has_aux=True)(
-            params, b_ids, b_len, b_labels, b_weights)
+            params, b_ids, b_len, b_labels, b_weights, config.under_weight)
         updates, opt_state = optimiser.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss * total, correct, total
 
@@ -254,8 +272,8 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
 
     def evaluate(v_ids, v_len, v_labels, v_weights):
         logits = predict_logits(params, v_ids, v_len)
-        ce = np.asarray(optax.softmax_cross_entropy_with_integer_labels(jnp.asarray(logits),
-                                                                        jnp.asarray(v_labels.astype(np.int32))))
+        ce = np.asarray(asymmetric_ce(jnp.asarray(logits), jnp.asarray(v_labels.astype(np.int32)),
+                                       config.under_weight))
         w = np.power(v_weights.astype(np.float64), config.weight_power)
         acc = float(np.sum(w * (logits.argmax(1) == v_labels)) / w.sum())
         return float(np.sum(w * ce) / w.sum()), acc

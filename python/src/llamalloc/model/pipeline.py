@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -14,9 +14,9 @@ import pyarrow as pa
 
 from ..errors import UserError
 from . import baselines, lstm, modelfile
-from .classes import DEFAULT_WEIGHT_POWER, NUM_CLASSES
-from .dataset import Contexts, Warn, build_contexts, split_by_stack, warn_on_stderr
-from .metrics import Scores, format_report, score
+from .classes import DEFAULT_LABEL_RULE, DEFAULT_WEIGHT_POWER, NUM_CLASSES
+from .dataset import Contexts, Warn, build_contexts, parse_label_rule, split_by_stack, warn_on_stderr
+from .metrics import Scores, format_mispredictions, format_report, mispredictions, score
 from .tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS, Vocabulary
 
 #: Validation contexts (for early stopping) are carved out of training only when there are enough stacks for
@@ -26,6 +26,16 @@ from .tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS, Vocabulary
 #: (docs/model.md).
 MIN_STACKS_FOR_VALIDATION = 300
 VALIDATION_FRACTION = 0.1
+
+#: A held-out set smaller than this many contexts gets a warning: the unweighted accuracy of n contexts has a
+#: standard error of up to 0.5 / sqrt(n), 9 points at 30 (a 95% interval of +-18 points).
+MIN_HELDOUT_CONTEXTS = 30
+#: ... or whose weight is concentrated on fewer than this many contexts' worth (Kish's effective sample size,
+#: (sum w)^2 / sum w^2): word-count's heaviest context holds 98% of the objects, so any held-out set holding it
+#: counts as about one context and its weighted accuracy is 0% or 100% on that one answer (docs/model.md).
+MIN_HELDOUT_EFFECTIVE_CONTEXTS = 10
+#: ... or that carries less than this share of all the objects (what the weighted accuracy speaks for).
+MIN_HELDOUT_OBJECT_SHARE = 0.01
 
 
 def load_samples(paths: Sequence[str]) -> pa.Table:
@@ -48,13 +58,14 @@ class Trained:
 
 def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int = DEFAULT_VOCAB_WORDS,
                    max_tokens: int = DEFAULT_MAX_TOKENS, progress: Callable[[str], None] | None = None,
-                   metadata: dict | None = None) -> Trained:
-    """Trains the LSTM (early-stopped on a slice of the training stacks) and builds the baselines' tables."""
+                   metadata: dict | None = None, validate: bool = True) -> Trained:
+    """Trains the LSTM (early-stopped on a slice of the training stacks unless `validate` is False: then every
+    context trains and the training loss decides) and builds the baselines' tables."""
     if len(train) == 0:
         raise UserError("no training contexts")
     vocab = Vocabulary.build(train.stacks, vocab_words)
     fit_idx, val_idx = np.arange(len(train)), np.zeros(0, np.int64)
-    if len(set(train.stacks)) >= MIN_STACKS_FOR_VALIDATION:
+    if validate and len(set(train.stacks)) >= MIN_STACKS_FOR_VALIDATION:
         fit_idx, val_idx = split_by_stack(train, VALIDATION_FRACTION, config.seed + 1)
     ids, lengths = vocab.encode_batch(train.stacks, train.size_classes, max_tokens)
     validation = None
@@ -71,7 +82,9 @@ def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int =
                  "epochs_run": result.epochs_run, "best_epoch": result.best_epoch,
                  "interrupted": result.interrupted,
                  "training_seconds": round(result.seconds, 3), "training_contexts": len(train),
-                 "training_weight": int(train.weights.sum()), "weight_power": config.weight_power})
+                 "training_weight": int(train.weights.sum()), "weight_power": config.weight_power,
+                 "training_stacks": len(set(train.stacks)), "label": train.label_rule,
+                 "under_weight": config.under_weight})
     model = modelfile.ModelFile(
         vocabulary=vocab.tokens, embedding=params["embedding"], w_input=params["w_input"],
         w_hidden=params["w_hidden"], bias=params["bias"], folded=folded, dense_w=params["dense_w"],
@@ -101,7 +114,40 @@ def predict_all(model: modelfile.ModelFile, test: Contexts) -> dict[str, tuple[n
 
 
 def score_predictions(predictions: dict, test: Contexts) -> list[Scores]:
-    return [score(name, pred, test.labels, test.weights, found) for name, (pred, found) in predictions.items()]
+    return [score(name, pred, test.labels, test.weights, found, test.class_counts)
+            for name, (pred, found) in predictions.items()]
+
+
+def heldout_warning(test: Contexts, total_weight: float | None = None) -> str | None:
+    """A warning when a held-out set is too small for its accuracy to mean much (the thresholds above), else
+    None. `total_weight` is the weight of all contexts (training and held out), for the held-out share."""
+    n = len(test)
+    w = test.weights.astype(np.float64)
+    effective = float(w.sum() ** 2 / np.square(w).sum()) if n and np.square(w).sum() > 0 else 0.0
+    share = float(w.sum() / total_weight) if total_weight else 1.0
+    reasons = []
+    if n < MIN_HELDOUT_CONTEXTS:
+        reasons.append(f"fewer than {MIN_HELDOUT_CONTEXTS} contexts")
+    if effective < MIN_HELDOUT_EFFECTIVE_CONTEXTS:
+        reasons.append(f"its objects are concentrated on about {effective:.1f} contexts' worth of weight")
+    if share < MIN_HELDOUT_OBJECT_SHARE:
+        reasons.append(f"less than {100 * MIN_HELDOUT_OBJECT_SHARE:g}% of the objects")
+    if not reasons:
+        return None
+    return (f"the held-out set is too small for its accuracy to mean much: {n} contexts "
+            f"({len(set(test.stacks))} stacks), {100 * share:.1f}% of the objects; {'; '.join(reasons)}. "
+            f"Record more runs (more code paths exercised), raise --holdout, or report on other runs with "
+            f"--holdout-profile")
+
+
+def print_mispredictions(model: modelfile.ModelFile, test: Contexts, n: int, out,
+                         predictions: dict | None = None) -> list[dict]:
+    """`--list N`: the N heaviest contexts the model's LSTM gets wrong."""
+    predicted = (predictions or predict_all(model, test))[lstm_name(model)][0]
+    rows = mispredictions(predicted, test, n)
+    print("\n" + format_mispredictions(lstm_name(model), rows, int(np.sum(predicted != test.labels)), len(test)),
+          file=out)
+    return rows
 
 
 def score_all(model: modelfile.ModelFile, test: Contexts) -> list[Scores]:
@@ -137,30 +183,45 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
               seed: int = 0, epochs: int = 100, hidden: int = 64, vocab_words: int = DEFAULT_VOCAB_WORDS,
               max_tokens: int = DEFAULT_MAX_TOKENS, out=None, warn: Warn = warn_on_stderr,
               load: Callable[[Sequence[str]], pa.Table] = load_samples,
-              weight_power: float = DEFAULT_WEIGHT_POWER) -> Trained:
-    """The whole of `llamalloc train`; writes the model file only when everything succeeded."""
+              weight_power: float = DEFAULT_WEIGHT_POWER, refit: bool = True, list_n: int = 0,
+              label: str = DEFAULT_LABEL_RULE, under_weight: float = 1.0) -> Trained:
+    """The whole of `llamalloc train`; writes the model file only when everything succeeded.
+
+    With `--holdout F`, the model trained on the other stacks is scored on the held-out ones; then, unless
+    `refit` is False, a model is trained on every context for the epochs the split run kept, and that one is
+    written (what is deployed should have seen every context). Returns what was written."""
     out = out or sys.stdout
+    label = parse_label_rule(label)
     overlap = set(map(str, profiles)) & set(map(str, holdout_profiles))
     if overlap:
         raise UserError(f"{', '.join(sorted(overlap))}: given both for training and as --holdout-profile")
     if max_tokens < 2:
         raise UserError("--max-tokens must be at least 2")
+    if under_weight < 1.0:
+        raise UserError(f"--under-weight must be at least 1, got {under_weight}")
     check_output(output)
     t0 = time.perf_counter()
-    contexts = build_contexts(load(profiles), warn, ", ".join(map(str, profiles)), profiles)
+    contexts = build_contexts(load(profiles), warn, ", ".join(map(str, profiles)), profiles, label=label)
     if holdout_profiles:
         train = contexts
         test = build_contexts(load(holdout_profiles), warn, ", ".join(map(str, holdout_profiles)),
-                              holdout_profiles)
+                              holdout_profiles, label=label)
         held_what = f"contexts of {', '.join(map(str, holdout_profiles))}"
+        total_weight = None
     else:
         train_idx, test_idx = split_by_stack(contexts, holdout, seed)
         train, test = contexts.subset(train_idx), contexts.subset(test_idx)
         held_what = f"held-out contexts ({100 * holdout:.0f}% of the stacks, never seen in training)"
+        total_weight = float(contexts.weights.sum())
     print(f"dataset: {len(contexts)} contexts ({len(set(contexts.stacks))} stacks), "
-          f"{int(contexts.weights.sum())} sampled objects; labels: {class_histogram(contexts)} "
+          f"{int(contexts.weights.sum())} sampled objects; labels ({label}): {class_histogram(contexts)} "
           f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
-    config = lstm.TrainConfig(hidden_dim=hidden, max_epochs=epochs, seed=seed, weight_power=weight_power)
+    if len(test):
+        problem = heldout_warning(test, total_weight)
+        if problem:
+            warn(problem)
+    config = lstm.TrainConfig(hidden_dim=hidden, max_epochs=epochs, seed=seed, weight_power=weight_power,
+                              under_weight=under_weight)
     metadata = {"profiles": [str(p) for p in profiles], "holdout": holdout,
                 "holdout_profiles": [str(p) for p in holdout_profiles]}
     trained = train_contexts(train, config, vocab_words, max_tokens, metadata=metadata)
@@ -168,35 +229,71 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
           f"({trained.result.epochs_run} epochs, kept epoch {trained.result.best_epoch}"
           f"{'; interrupted by Ctrl-C, the best model so far is written' if trained.result.interrupted else ''})",
           file=sys.stderr)
-    if len(test):
-        report = format_report(held_what, score_all(trained.model, test), len(test), test.weights.sum())
-        if holdout_profiles:
-            match, total = matching_stacks(trained.model, test)
-            report += f"\n\nmatching stack traces (training vs test): {match} / {total} ({100 * match / total:.2f}%)"
-    else:
-        report = format_report("training contexts (nothing held out)", score_all(trained.model, train), len(train),
-                               train.weights.sum())
+    scored, scored_what = (test, held_what) if len(test) else (train, "training contexts (nothing held out)")
+    predictions = predict_all(trained.model, scored)
+    scores = score_predictions(predictions, scored)
+    report = format_report(scored_what, scores, len(scored), scored.weights.sum())
+    if holdout_profiles:
+        match, total = matching_stacks(trained.model, test)
+        report += f"\n\nmatching stack traces (training vs test): {match} / {total} ({100 * match / total:.2f}%)"
     print(report, file=out)
+    if list_n > 0:
+        print_mispredictions(trained.model, scored, list_n, out, predictions)
+    deployed = trained
+    will_refit = refit and not holdout_profiles and len(test) > 0 and not trained.result.interrupted
+    if will_refit:
+        # The split model's epochs (the one early stopping kept) on every context, no validation slice: the
+        # held-out report above says how well this recipe generalises; the written model has seen everything.
+        refit_epochs = max(trained.result.best_epoch, 1)
+        split = {"contexts": len(train), "stacks": len(set(train.stacks)), "heldout_contexts": len(test),
+                 "heldout_stacks": len(set(test.stacks)), "epochs": refit_epochs,
+                 "heldout_weighted_accuracy": round(scores[0].weighted_accuracy, 6),
+                 "heldout_unweighted_accuracy": round(scores[0].unweighted_accuracy, 6)}
+        deployed = train_contexts(contexts, replace(config, max_epochs=refit_epochs), vocab_words, max_tokens,
+                                  metadata={**metadata, "refit": True, "split": split}, validate=False)
+        if deployed.result.interrupted:
+            print("refit interrupted by Ctrl-C: writing the split model instead", file=sys.stderr)
+            trained.model.metadata["refit"] = False
+            deployed = trained
+        else:
+            print(f"deployed model: retrained on all {len(contexts)} contexts ({len(set(contexts.stacks))} stacks) for "
+                  f"{refit_epochs} epochs, the split run's kept epoch, in {deployed.result.seconds:.1f} s; the "
+                  f"accuracy above is the split model's on contexts it never saw (--no-refit writes that model)",
+                  file=sys.stderr)
+    else:
+        trained.model.metadata["refit"] = False
     try:
-        modelfile.write(output, trained.model)
+        modelfile.write(output, deployed.model)
     except OSError as e:
         raise UserError(f"{output}: cannot write the model: {e.strerror}") from None
     print(f"wrote {output}", file=sys.stderr)
-    return trained
+    return deployed
 
 
 def run_evaluate(model_path: str, profiles: Sequence[str], out=None, warn: Warn = warn_on_stderr,
-                 load: Callable[[Sequence[str]], pa.Table] = load_samples) -> list[Scores]:
+                 load: Callable[[Sequence[str]], pa.Table] = load_samples, list_n: int = 0,
+                 label: str | None = None) -> list[Scores]:
+    """`llamalloc evaluate`. The profiles' contexts are labelled by `label`, by default the rule the model was
+    trained with (its metadata; p95 for models written before the rule was recorded)."""
     out = out or sys.stdout
     model = modelfile.read(model_path)
-    test = build_contexts(load(profiles), warn, ", ".join(map(str, profiles)), profiles)
+    rule = parse_label_rule(label or model.metadata.get("label", "p95"))
+    test = build_contexts(load(profiles), warn, ", ".join(map(str, profiles)), profiles, label=rule)
     trained_on = [p for p in model.program.split("\n") if p]
     if trained_on and test.programs and not set(test.programs) & set(trained_on):
         warn(f"{model_path} was trained on {', '.join(trained_on)}; the profiles are of "
              f"{', '.join(test.programs)}")
-    scores = score_all(model, test)
-    report = format_report(f"contexts of {', '.join(map(str, profiles))}", scores, len(test), test.weights.sum())
+    problem = heldout_warning(test)
+    if problem:
+        warn(problem.replace("held-out set", "test set").replace(
+            ", raise --holdout, or report on other runs with --holdout-profile", " and evaluate on all of them"))
+    predictions = predict_all(model, test)
+    scores = score_predictions(predictions, test)
+    report = format_report(f"contexts of {', '.join(map(str, profiles))} (labels: {rule})", scores, len(test),
+                           test.weights.sum())
     match, total = matching_stacks(model, test)
     report += f"\n\nmatching stack traces (training vs test): {match} / {total} ({100 * match / total:.2f}%)"
     print(report, file=out)
+    if list_n > 0:
+        print_mispredictions(model, test, list_n, out, predictions)
     return scores
