@@ -149,12 +149,15 @@ void Engine::Process(const Event& event) {
 void Engine::Finish() {
   if (!started_) return;
   policy_.AdvanceTime(summary_.last_time_ns);
-  policy_.AtExit();
-  // The end state, even when a sample at this very time shows the state before its events.
+  // The end state, even when a sample at this very time shows the state before its events. A trace ends when the
+  // program's teardown begins (docs/profiler.md), while its threads still hold their spans: the final footprint
+  // is the one a running server keeps, as the process's steady state measures it, not the one after its thread
+  // heaps are given back at exit (AtExit, after it).
   TakeSample(summary_.last_time_ns);
   summary_.final_live_bytes = live_bytes_;
   summary_.final_footprint_bytes = timeline_.back().footprint_bytes;
   NoteFootprint(summary_.last_time_ns);
+  policy_.AtExit();
   double ratio_sum = 0, footprint_sum = 0, live_sum = 0;
   uint64_t n = 0;
   for (const TimelineSample& s : timeline_) {

@@ -116,6 +116,11 @@ void LlamaPolicy::ReleaseIdleThreads() {
 }
 
 void LlamaPolicy::AtExit() {
+  // The final heap map is the one the final footprint reports: the end of the trace, before the exit below.
+  if (!final_snapshot_taken_) {
+    TakeSnapshot(now_ns_);
+    final_snapshot_taken_ = true;
+  }
   // The library's destructor and thread-exit hooks: every thread heap gives its empty spans back.
   for (ThreadState& t : threads_) {
     if (!t.holds_spans) continue;
