@@ -33,6 +33,15 @@ void *llamalloc_malloc_class(size_t size, unsigned lifetime_class);
 size_t llamalloc_stats_json(char *buf, size_t capacity);
 void llamalloc_stats_print(void);
 
+/* Gives back the memory the calling thread's heap holds that no object needs: the blocks other threads freed
+ * into its spans, its empty spans (also the ones it was allocating from) and its cache of empty spans; and what
+ * frees into exited threads' spans have emptied. Spans that still hold objects stay. Call it when a thread goes
+ * idle after a burst of work (before it blocks on an empty queue, as with tcmalloc's MarkThreadIdle or mimalloc's
+ * mi_collect): a thread that sleeps runs no allocator code, so without it the spans it allocated from during the
+ * burst stay with it, and each may keep a 2 MiB huge page in use. Costs one pass over the thread's spans and a
+ * lock round trip per span given back; the thread's next allocations take spans again. */
+void llamalloc_collect(void);
+
 #ifdef __cplusplus
 }
 #endif

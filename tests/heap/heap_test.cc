@@ -377,6 +377,41 @@ TEST(HeapTest, SpansOfAnExitedThreadGoBackOnceOtherThreadsFreeTheirObjects) {
   check_heap();
 }
 
+// llamalloc_collect (include/llamalloc.h): an idle thread's spans -- the ones it allocated from, emptied by its
+// own frees or by other threads' -- go back, so that their huge pages can; spans with live objects stay.
+TEST(HeapTest, CollectGivesBackTheCallingThreadsEmptySpansAndItsRemoteFrees) {
+  std::vector<void*> mine, theirs;
+  void* kept = nullptr;
+  std::atomic<int> step{0};
+  std::thread worker([&] {
+    for (int i = 0; i < 3000; ++i)
+      for (size_t size : {48, 200, 1000, 3000}) mine.push_back(heap_malloc(size));
+    for (int i = 0; i < 3000; ++i) theirs.push_back(heap_malloc(120));
+    kept = heap_malloc(500);
+    for (void* p : mine) heap_free(p);  // its own frees: the spans it allocates from end empty but stay its own
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();
+    std::set<SmallSpan*> held;
+    for (void* p : mine) held.insert(LocalAllocator::span_of(g_global, p));
+    for (void* p : theirs) held.insert(LocalAllocator::span_of(g_global, p));
+    held.erase(nullptr);
+    EXPECT_FALSE(held.empty()) << "before: the thread still holds spans with no live object";
+    heap_collect();
+    for (void* p : mine) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "empty span given back";
+    for (void* p : theirs) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "remotely emptied, given back";
+    EXPECT_NE(LocalAllocator::span_of(g_global, kept), nullptr) << "a span with a live object stays";
+    check_heap();
+    step = 3;
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  for (void* p : theirs) heap_free(p);  // frees into the worker's spans from this thread: remote frees
+  step = 2;
+  while (step.load() != 3) std::this_thread::yield();
+  worker.join();
+  heap_free(kept);
+  check_heap();
+}
+
 TEST(HeapTest, ForkedChildHasAConsistentHeap) {
   std::atomic<bool> stop{false};
   std::thread busy([&] {

@@ -147,6 +147,18 @@ void flush_live_bytes() {
   }
 }
 
+void heap_collect() {
+  LocalHeap* h = tl_heap;
+  if (h != &g_empty_heap) {
+    flush_live_bytes();
+    // Its remote frees taken in, its empty spans (the ones it allocates from included) and its span cache given
+    // back; spans that still hold objects stay with the thread.
+    LocalAllocator::release_all(g_global, *h);
+  }
+  // And what frees into exited threads' spans have emptied.
+  LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
+}
+
 void check_heap() {
   g_global.check_invariants();
   LLAMALLOC_CHECK(tl_heap->check(g_global), "invariant: thread-local heap inconsistent");

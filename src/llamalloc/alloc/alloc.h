@@ -27,6 +27,8 @@ void set_predictor(Predictor* predictor);
 Predictor* predictor();
 // Flushes this thread's live-byte delta into the heap's gauges.
 void flush_live_bytes();
+// llamalloc_collect(): gives back the memory this thread's heap holds that no object needs (include/llamalloc.h).
+void heap_collect();
 // Checks the global allocator and this thread's heap; aborts on a broken invariant.
 void check_heap();
 
