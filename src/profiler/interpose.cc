@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <new>
 
+#include "main_trampoline.h"
 #include "platform.h"
 #include "profiler.h"
 
@@ -424,25 +425,20 @@ std::atomic<ExitFn> g_next_exit{nullptr};
 std::atomic<CxaAtexitFn> g_next_cxa_atexit{nullptr};
 std::atomic<bool> g_main_started{false};
 
-ExitFn NextExit() {
-  ExitFn f = g_next_exit.load(std::memory_order_acquire);
+// The next definition of `name` (the C library's, or another preloaded library's), looked up once.
+template <typename Fn>
+Fn NextDefinition(std::atomic<Fn>& cache, const char* name) {
+  Fn f = cache.load(std::memory_order_acquire);
   if (LLPROF_UNLIKELY(f == nullptr)) {
     Guard guard;
-    f = reinterpret_cast<ExitFn>(dlsym(RTLD_NEXT, "exit"));
-    g_next_exit.store(f, std::memory_order_release);
+    f = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+    cache.store(f, std::memory_order_release);
   }
   return f;
 }
 
-CxaAtexitFn NextCxaAtexit() {
-  CxaAtexitFn f = g_next_cxa_atexit.load(std::memory_order_acquire);
-  if (LLPROF_UNLIKELY(f == nullptr)) {
-    Guard guard;
-    f = reinterpret_cast<CxaAtexitFn>(dlsym(RTLD_NEXT, "__cxa_atexit"));
-    g_next_cxa_atexit.store(f, std::memory_order_release);
-  }
-  return f;
-}
+ExitFn NextExit() { return NextDefinition(g_next_exit, "exit"); }
+CxaAtexitFn NextCxaAtexit() { return NextDefinition(g_next_cxa_atexit, "__cxa_atexit"); }
 
 void TeardownBegins() {
   if (!Ready()) return;
@@ -463,40 +459,10 @@ __attribute__((visibility("hidden"), used)) void llamalloc_prof_before_main() {
 }
 }
 
-#if defined(__x86_64__)
 // llamalloc_prof_main_trampoline(argc, argv, envp): registers the handler, then jumps to main with the registers
-// and stack as they were (3 pushes keep the call 16-byte aligned).
-extern "C" int llamalloc_prof_main_trampoline(int, char**, char**);
-asm(R"(
-  .text
-  .p2align 4
-  .type llamalloc_prof_main_trampoline, @function
-llamalloc_prof_main_trampoline:
-  .cfi_startproc
-  endbr64
-  pushq %rdi
-  .cfi_adjust_cfa_offset 8
-  pushq %rsi
-  .cfi_adjust_cfa_offset 8
-  pushq %rdx
-  .cfi_adjust_cfa_offset 8
-  call llamalloc_prof_before_main
-  popq %rdx
-  .cfi_adjust_cfa_offset -8
-  popq %rsi
-  .cfi_adjust_cfa_offset -8
-  popq %rdi
-  .cfi_adjust_cfa_offset -8
-  jmp *llamalloc_prof_program_main(%rip)
-  .cfi_endproc
-  .size llamalloc_prof_main_trampoline, .-llamalloc_prof_main_trampoline
-)");
-#else
-extern "C" int llamalloc_prof_main_trampoline(int argc, char** argv, char** envp) {
-  llamalloc_prof_before_main();
-  return llamalloc_prof_program_main(argc, argv, envp);
-}
-#endif
+// and stack as they were, so that main's frame (and every calling context) is unchanged.
+LLAMALLOC_DEFINE_MAIN_TRAMPOLINE(llamalloc_prof_main_trampoline, llamalloc_prof_before_main,
+                                 llamalloc_prof_program_main)
 
 extern "C" {
 

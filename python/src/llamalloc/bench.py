@@ -450,19 +450,14 @@ def format_table(result: BenchResult) -> str:
 
 def _steady_cells(s: dict) -> list[str]:
     """Steady-state footprint and live: llamalloc's own where known, else the workload's (marked)."""
-    if s.get("steady_footprint_bytes") is not None:
-        foot = _fmt(s["steady_footprint_bytes"], MiB)
-    elif s.get("steady_workload_footprint_bytes") is not None:
-        foot = f"{_fmt(s['steady_workload_footprint_bytes'], MiB)} (addr)"
-    else:
-        foot = "-"
-    if s.get("steady_live_bytes") is not None:
-        live = _fmt(s["steady_live_bytes"], MiB)
-    elif s.get("steady_workload_live_bytes") is not None:
-        live = f"{_fmt(s['steady_workload_live_bytes'], MiB)} (own)"
-    else:
-        live = "-"
-    return [foot, live]
+    def cell(own_key: str, workload_key: str, mark: str) -> str:
+        if s.get(own_key) is not None:
+            return _fmt(s[own_key], MiB)
+        if s.get(workload_key) is not None:
+            return f"{_fmt(s[workload_key], MiB)} ({mark})"
+        return "-"
+    return [cell("steady_footprint_bytes", "steady_workload_footprint_bytes", "addr"),
+            cell("steady_live_bytes", "steady_workload_live_bytes", "own")]
 
 
 def write_json(result: BenchResult, path: Path) -> None:

@@ -21,6 +21,7 @@
 #include <cstdlib>
 
 #include "alloc/alloc.h"
+#include "main_trampoline.h"
 #include "options.h"
 #include "stats.h"
 
@@ -64,41 +65,8 @@ __attribute__((visibility("hidden"), used)) void llamalloc_register_before_exit(
 }
 }
 
-#if defined(__x86_64__)
-// main_trampoline(argc, argv, envp): registers the handler, then jumps to main with the registers and stack as
-// they were (3 pushes keep the call 16-byte aligned).
-extern "C" int llamalloc_main_trampoline(int, char**, char**);
-asm(R"(
-  .text
-  .p2align 4
-  .type llamalloc_main_trampoline, @function
-llamalloc_main_trampoline:
-  .cfi_startproc
-  endbr64
-  pushq %rdi
-  .cfi_adjust_cfa_offset 8
-  pushq %rsi
-  .cfi_adjust_cfa_offset 8
-  pushq %rdx
-  .cfi_adjust_cfa_offset 8
-  call llamalloc_register_before_exit
-  popq %rdx
-  .cfi_adjust_cfa_offset -8
-  popq %rsi
-  .cfi_adjust_cfa_offset -8
-  popq %rdi
-  .cfi_adjust_cfa_offset -8
-  jmp *llamalloc_program_main(%rip)
-  .cfi_endproc
-  .size llamalloc_main_trampoline, .-llamalloc_main_trampoline
-)");
-#else
-// Elsewhere a sibling call (-O2) does the same; without it main runs one frame deeper.
-extern "C" int llamalloc_main_trampoline(int argc, char** argv, char** envp) {
-  llamalloc_register_before_exit();
-  return llamalloc_program_main(argc, argv, envp);
-}
-#endif
+// main_trampoline(argc, argv, envp): registers the handler, then jumps to main (src/common/main_trampoline.h).
+LLAMALLOC_DEFINE_MAIN_TRAMPOLINE(llamalloc_main_trampoline, llamalloc_register_before_exit, llamalloc_program_main)
 
 extern "C" __attribute__((visibility("default"))) int __libc_start_main(llamalloc::MainFn main, int argc, char** argv,
                                                                         void (*init)(), void (*fini)(),
