@@ -425,20 +425,9 @@ std::atomic<ExitFn> g_next_exit{nullptr};
 std::atomic<CxaAtexitFn> g_next_cxa_atexit{nullptr};
 std::atomic<bool> g_main_started{false};
 
-// The next definition of `name` (the C library's, or another preloaded library's), looked up once.
-template <typename Fn>
-Fn NextDefinition(std::atomic<Fn>& cache, const char* name) {
-  Fn f = cache.load(std::memory_order_acquire);
-  if (LLPROF_UNLIKELY(f == nullptr)) {
-    Guard guard;
-    f = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
-    cache.store(f, std::memory_order_release);
-  }
-  return f;
-}
-
-ExitFn NextExit() { return NextDefinition(g_next_exit, "exit"); }
-CxaAtexitFn NextCxaAtexit() { return NextDefinition(g_next_cxa_atexit, "__cxa_atexit"); }
+// The next definitions (the C library's, or another preloaded library's), looked up once as the operators are.
+ExitFn NextExit() { return NextOperator(g_next_exit, "exit"); }
+CxaAtexitFn NextCxaAtexit() { return NextOperator(g_next_cxa_atexit, "__cxa_atexit"); }
 
 void TeardownBegins() {
   if (!Ready()) return;
