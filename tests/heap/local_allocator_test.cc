@@ -152,6 +152,39 @@ TEST_F(LocalAllocatorTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
     if (i != 3 && i != 4) free(objs[i]);
 }
 
+// A remote free into a full span sets kXfreeNotified, then pushes the span on the owner's notify list. If the
+// freeing thread is preempted in between, the owner frees the span's other objects (which queues it again) and
+// exits, the span is empty when its abandoned heap is emptied -- but its notify is still to come. Given back
+// then, the later drain took it a second time, when its blocks could already be another thread's span: a block
+// handed out twice (stress-threads, once in a CI run under load: "object corrupted at offset 0").
+TEST_F(LocalAllocatorTest, AnExitingOwnerLeavesAnEmptySpanWithANotifyInFlightToTheDrain) {
+  std::vector<void*> objs;
+  for (int i = 0; i < 17; ++i) objs.push_back(alloc(0, 4096));  // 16 per span: the first span is full
+  SmallSpan* full = span(objs[0]);
+  ASSERT_EQ(full->xfree.load(), kXfreeFull);
+  // Another thread frees objs[1]: the first half of remote_free, then it is preempted.
+  void* p = objs[1];
+  uintptr_t x = full->xfree.load();
+  *static_cast<uintptr_t*>(p) = (x & ~kXfreeStateMask) ^ full->key;
+  ASSERT_TRUE(full->xfree.compare_exchange_strong(x, reinterpret_cast<uintptr_t>(p) | kXfreeNotified));
+  for (int i = 0; i < 16; ++i)
+    if (i != 1) free(objs[i]);
+  EXPECT_TRUE(full->queued) << "the owner's free brought it back to its queue";
+  LocalAllocator::abandon(*global, heap);  // the owner's thread exits
+  EXPECT_EQ(span(objs[0]), full) << "empty, but kept for the drain that its notify will cause";
+  // The preempted free goes on: the span on the notify list; the drain gives it back, once.
+  full->notify_next = heap.notify.load();
+  heap.notify.store(full);
+  LocalAllocator::drain_notify(*global, heap);
+  EXPECT_EQ(span(objs[0]), nullptr);
+  EXPECT_EQ(heap.notify.load(), nullptr);
+  free(objs[16], other.get());  // into the parked second span: notifies the abandoned heap
+  LocalAllocator::drain_notify(*global, heap);
+  EXPECT_EQ(span(objs[16]), nullptr);
+  LocalAllocator::reclaim_pending.store(false);
+  global->check_invariants();
+}
+
 TEST_F(LocalAllocatorTest, SpansOfALifetimeClassComeFromHugePagesOfThatClassOrLonger) {
   void* s0 = alloc(0, 64);
   void* s3 = alloc(3, 64);

@@ -397,7 +397,11 @@ void LocalAllocator::abandon(GlobalAllocator& global, LocalHeap& heap) {
         SmallSpan* s = heap.spans[lc][sc];
         unlink(heap, s);
         collect_remote(s);
-        if (s->used == 0 || !park_abandoned(s)) give_back(global, s);
+        // Notified: another thread's free made it so and is about to push it on the notify list (or has, after
+        // the drain above); given back now, the drain would later take it again -- by then possibly another
+        // thread's span (a block handed out twice). park_abandoned leaves it to the drain.
+        bool notified = (s->xfree.load(std::memory_order_acquire) & kXfreeStateMask) == kXfreeNotified;
+        if ((s->used == 0 && !notified) || !park_abandoned(s)) give_back(global, s);
       }
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned k = 0; k < kSpanKinds; ++k)
