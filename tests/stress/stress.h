@@ -203,6 +203,28 @@ inline double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Lets the workers run for o.seconds, checking the resident set every 10 ms (`when`: what is going on).
+inline void run_checking_rss(const Options& o, const char* when) {
+  double end = now() + o.seconds;
+  while (now() < end) {
+    usleep(10000);
+    check_rss(o, when);
+  }
+}
+
+// Empties slots that threads exchange objects through, handing each object left in one to `destroy`; returns
+// how many there were.
+template <typename T, std::size_t N, typename Destroy>
+long drain_slots(std::atomic<T*> (&slots)[N], Destroy destroy) {
+  long n = 0;
+  for (auto& s : slots)
+    if (T* o = s.exchange(nullptr)) {
+      destroy(o);
+      n++;
+    }
+  return n;
+}
+
 // Is llamalloc the allocator in this process? (Printed, so that the tests can check they tested it.)
 inline const char* allocator_name() {
   FILE* f = std::fopen("/proc/self/maps", "r");

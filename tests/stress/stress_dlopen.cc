@@ -101,17 +101,10 @@ int main(int argc, char** argv) {
   for (int k = 0; k < kPlugins; k++) g_plugin_path[k] = dir + "/libstress-plugin-" + std::to_string(k) + ".so";
   std::vector<std::thread> threads;
   for (int t = 0; t < opt.threads; t++) threads.emplace_back(worker, t, opt.seed);
-  double end = stress::now() + opt.seconds;
-  while (stress::now() < end) {
-    usleep(10000);
-    stress::check_rss(opt, "while plugins are loaded and unloaded");
-  }
+  stress::run_checking_rss(opt, "while plugins are loaded and unloaded");
   g_stop = true;
   for (auto& th : threads) th.join();
-  for (auto& s : g_shared) {
-    Obj* o = s.exchange(nullptr);
-    if (o != nullptr) destroy(o, "free at end");
-  }
+  stress::drain_slots(g_shared, [](Obj* o) { destroy(o, "free at end"); });
   std::printf("stress-dlopen: ok allocator=%s threads=%d loads=%ld objects=%ld peak-rss=%ldMiB\n",
               stress::allocator_name(), opt.threads, g_loads.load(), g_objects.load(), stress::g_peak_rss_mib);
   return 0;

@@ -143,10 +143,7 @@ int main(int argc, char** argv) {
   }
   g_stop = true;
   for (auto& th : threads) th.join();
-  for (auto& s : g_shared) {
-    Obj* o = s.exchange(nullptr);
-    if (o != nullptr) destroy(o, "free at end");
-  }
+  stress::drain_slots(g_shared, [](Obj* o) { destroy(o, "free at end"); });
   std::printf("stress-fork: ok allocator=%s threads=%d forks=%ld worker-ops=%ld peak-rss=%ldMiB\n",
               stress::allocator_name(), opt.threads, forks, g_worker_ops.load(), stress::g_peak_rss_mib);
   return 0;

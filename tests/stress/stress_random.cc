@@ -146,21 +146,10 @@ int main(int argc, char** argv) {
   std::size_t slots = opt.count ? static_cast<std::size_t>(opt.count) : 512;
   std::vector<std::thread> threads;
   for (int t = 0; t < opt.threads; t++) threads.emplace_back(worker, t, std::cref(opt), slots);
-  double end = stress::now() + opt.seconds;
-  while (stress::now() < end) {
-    usleep(10000);
-    stress::check_rss(opt, "while threads allocate");
-  }
+  stress::run_checking_rss(opt, "while threads allocate");
   g_stop = true;
   for (auto& th : threads) th.join();
-  long left = 0;
-  for (auto& e : g_exchange) {
-    Obj* o = e.exchange(nullptr);
-    if (o != nullptr) {
-      destroy(o, "free from the exchange at end");
-      left++;
-    }
-  }
+  stress::drain_slots(g_exchange, [](Obj* o) { destroy(o, "free from the exchange at end"); });
   std::printf("stress-random: ok allocator=%s threads=%d ops=%ld reallocs=%ld hand-overs=%ld peak-rss=%ldMiB\n",
               stress::allocator_name(), opt.threads, g_ops.load(), g_reallocs.load(), g_swaps.load(),
               stress::g_peak_rss_mib);

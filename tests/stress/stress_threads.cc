@@ -143,13 +143,10 @@ int main(int argc, char** argv) {
       if (o.p != nullptr) free_obj(o, "free at end");
     std::free(b);
   }
-  for (auto& s : g_shared) {
-    Obj* o = s.exchange(nullptr);
-    if (o != nullptr) {
-      free_obj(*o, "free of a shared slot at end");
-      std::free(o);
-    }
-  }
+  stress::drain_slots(g_shared, [](Obj* o) {
+    free_obj(*o, "free of a shared slot at end");
+    std::free(o);
+  });
   if (g_key_frees.load() != total)
     stress::fail("%ld thread-exit destructors ran, %ld threads", g_key_frees.load(), total);
   stress::check_rss(opt, "at the end");
