@@ -33,13 +33,13 @@ void *llamalloc_malloc_class(size_t size, unsigned lifetime_class);
 size_t llamalloc_stats_json(char *buf, size_t capacity);
 void llamalloc_stats_print(void);
 
-/* Gives back the memory the calling thread's heap holds that no object needs: the blocks other threads freed
- * into its spans, its empty spans (also the ones it was allocating from) and its cache of empty spans; and what
- * frees into exited threads' spans have emptied. Spans that still hold objects stay. Call it when a thread goes
- * idle after a burst of work (before it blocks on an empty queue, as with tcmalloc's MarkThreadIdle or mimalloc's
- * mi_collect): a thread that sleeps runs no allocator code, so without it the spans it allocated from during the
- * burst stay with it, and each may keep a 2 MiB huge page in use. Costs one pass over the thread's spans and a
- * lock round trip per span given back; the thread's next allocations take spans again. */
+/* Gives back the memory thread heaps hold that no object needs: the blocks other threads freed into their
+ * spans, their empty spans (also the ones they were allocating from) and their caches of empty spans; the
+ * calling thread's heap, every other thread's that is not inside the allocator at that moment, and what frees
+ * into exited threads' spans have emptied. Spans that still hold objects stay. The sweeper thread
+ * (LLAMALLOC_SWEEP_MS, docs/heap.md) does this on its own for threads idle for a period; call this to have it
+ * at once, e.g. after a load peak or before measuring memory. Costs one pass over the spans of each heap and a
+ * lock round trip per span given back; threads take spans again when they next allocate. */
 void llamalloc_collect(void);
 
 #ifdef __cplusplus

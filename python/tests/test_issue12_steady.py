@@ -47,7 +47,8 @@ def test_quiet_phase_reports_the_steady_state_with_the_long_lived_state_live(nam
         # llamalloc's own figures, read while the program runs: the long-lived state is still live.
         assert steady["llamalloc_samples"] >= 5
         assert steady["llamalloc_footprint_bytes"] >= steady["llamalloc_live_bytes"] > 0
-        assert steady["llamalloc_footprint_bytes"] % (2 << 20) == 0
+        # (A mean over the phase: the sweeper gives idle threads' spans back during it, so the footprint moves.)
+        assert steady["llamalloc_footprint_bytes"] >= 2 << 20
     elif allocator == "glibc":
         assert "llamalloc_footprint_bytes" not in steady and "llamalloc_live_bytes" not in steady
 

@@ -31,6 +31,12 @@ namespace llamalloc {
     "While fewer huge pages than this are in use, a class whose open page is full takes blocks from the open "   \
     "page of a longer class before it opens a fresh huge page (its objects die first, as in recycling), so a "   \
     "program with a few MiB live does not keep one huge page per lifetime class. 0: never.")                   \
+  X(SWEEP_MS, sweep_ms, Uint, 250, 0, 60000,                                                                       \
+    "Period of the sweeper thread, in milliseconds. A thread that has not run the allocator's slow path for a "  \
+    "whole period is idle: its empty spans go back to the huge pages and the frees other threads made into its " \
+    "spans are taken in, so that memory falls after a load peak while threads sleep. The thread starts when the " \
+    "process has a second thread heap. 0: no sweeper; an idle thread keeps its spans until it allocates again, " \
+    "exits or calls llamalloc_collect().")                                                                       \
   X(STATS, stats, String, "", 0, 0,                                                                              \
     "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \
     "RSS, event counters). Every process that inherits it writes it at exit; %p in the path is replaced by the "  \

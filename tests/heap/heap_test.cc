@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -409,6 +410,101 @@ TEST(HeapTest, CollectGivesBackTheCallingThreadsEmptySpansAndItsRemoteFrees) {
   while (step.load() != 3) std::this_thread::yield();
   worker.join();
   heap_free(kept);
+  check_heap();
+}
+
+// The idle sweep (docs/heap.md, "Idle threads"): a thread that has gone to sleep after a burst gets back neither
+// the spans it allocated from nor the blocks other threads freed into them; the sweep, run by another thread,
+// gives them back without the sleeper's help, and keeps spans that hold objects.
+TEST(HeapTest, SweepGivesBackTheSpansOfAnIdleThreadFromAnotherThread) {
+  std::vector<void*> mine, theirs;
+  void* kept = nullptr;
+  std::atomic<int> step{0};
+  std::thread worker([&] {
+    for (int i = 0; i < 3000; ++i)
+      for (size_t size : {48, 200, 1000, 3000, 20000}) mine.push_back(heap_malloc(size));
+    for (int i = 0; i < 3000; ++i) theirs.push_back(heap_malloc(120));
+    kept = heap_malloc(500);
+    for (void* p : mine) heap_free(p);
+    step = 1;
+    while (step.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // idle: no allocator call
+    // Awake again: its heap is consistent and serves as before.
+    check_heap();
+    for (int i = 0; i < 1000; ++i) heap_free(heap_malloc(200));
+    heap_free(kept);
+    check_heap();
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  for (void* p : theirs) heap_free(p);  // remote frees into the sleeper's spans
+  std::set<SmallSpan*> held;
+  for (void* p : mine) held.insert(LocalAllocator::span_of(g_global, p));
+  for (void* p : theirs) held.insert(LocalAllocator::span_of(g_global, p));
+  held.erase(nullptr);
+  EXPECT_FALSE(held.empty()) << "before: the sleeping thread holds spans with no live object";
+  uint64_t sweeps = g_global.counters().idle_heap_sweeps.load();
+  // The first pass notes each heap's slow-path count; a heap whose count has not moved by the next is idle.
+  sweep_idle_heaps();
+  EXPECT_GE(sweep_idle_heaps(), 1u);
+  EXPECT_GT(g_global.counters().idle_heap_sweeps.load(), sweeps);
+  for (void* p : mine) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "empty span given back";
+  for (void* p : theirs) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "remotely emptied, given back";
+  EXPECT_NE(LocalAllocator::span_of(g_global, kept), nullptr) << "a span with a live object stays";
+  // A heap already swept and still idle is left alone on the next pass.
+  EXPECT_EQ(sweep_idle_heaps(), 0u);
+  step = 2;
+  worker.join();
+  check_heap();
+}
+
+// The handshake under load: threads allocate, free, reallocate and hand objects to each other while another
+// thread sweeps every heap that is not inside the allocator, as often as it can. Every object keeps its contents
+// and every heap its invariants; the sweeps happened between the owners' calls.
+TEST(HeapTest, SweepsOfBusyThreadsBetweenTheirCallsLoseNothing) {
+  const int threads_n = env_int("LLAMALLOC_TEST_THREADS", 4), steps = env_int("LLAMALLOC_TEST_STEPS", 2500) * 2;
+  std::atomic<bool> stop{false};
+  std::atomic<unsigned> swept{0};
+  std::thread sweeper([&] {
+    while (!stop.load()) swept += sweep_idle_heaps(true);
+  });
+  std::mutex mu;
+  std::vector<Object> shared;
+  auto worker = [&](int id) {
+    std::mt19937_64 rng(4242 + id);
+    std::vector<Object> live;
+    for (int step = 0; step < steps; ++step) {
+      random_step(rng, live);
+      if (rng() % 4 == 0 && !live.empty()) {
+        std::lock_guard<std::mutex> g(mu);
+        shared.push_back(live.back());
+        live.pop_back();
+      } else if (rng() % 4 == 0) {
+        Object o{};
+        {
+          std::lock_guard<std::mutex> g(mu);
+          if (shared.empty()) continue;
+          o = shared.back();
+          shared.pop_back();
+        }
+        expect_pattern(o, o.size);
+        heap_free(o.p);
+      }
+      if (step % 500 == 0) check_heap();
+    }
+    for (const Object& o : live) {
+      expect_pattern(o, o.size);
+      heap_free(o.p);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < threads_n; ++i) threads.emplace_back(worker, i);
+  for (auto& t : threads) t.join();
+  stop = true;
+  sweeper.join();
+  for (const Object& o : shared) {
+    expect_pattern(o, o.size);
+    heap_free(o.p);
+  }
+  EXPECT_GT(swept.load(), 0u);
   check_heap();
 }
 

@@ -159,7 +159,7 @@ def prepare_tokens(model_path: str | os.PathLike, trace: str | os.PathLike,
 
 def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.PathLike,
              interval_ms: float = 10.0, mesh_period_ms: float = 100.0, seed: int = 1,
-             snapshot_ms: Iterable[float] = (), deadline_k: int = 4, thread_idle_ms: float = 1000.0,
+             snapshot_ms: Iterable[float] = (), deadline_k: int = 4, thread_idle_ms: float = 500.0,
              progress: Callable[[str], None] | None = None, model: str | os.PathLike | None = None,
              tokens: str | os.PathLike | None = None, repredict_every: int = 1000, repredict_backoff: int = 10,
              min_confidence: int = 60, warn: Callable[[str], None] | None = None, predict_log: str | os.PathLike | None = None) -> SimResult:

@@ -1,7 +1,12 @@
 #include "alloc/alloc.h"
 
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -27,6 +32,13 @@ constinit HeapPool g_heap_pool;      // heaps of exited threads (its own lock, t
 char* g_heap_chunk = nullptr;       // global lock
 size_t g_heap_chunk_left = 0;       // global lock
 constexpr size_t kHeapChunkBytes = 64 * 1024;
+
+// Heaps of live threads, for the idle sweep (g_heap_pool.lock). A heap is on it from its creation or adoption
+// until its thread's exit hook runs.
+LocalHeap* g_live_heaps = nullptr;
+unsigned g_live_count = 0;
+// The sweeper thread: started once the process has a second thread heap (and again in a fork child).
+std::atomic<bool> g_sweeper_started{false};
 
 }  // namespace
 
@@ -64,7 +76,26 @@ unsigned clamp_class(unsigned lc) {
   return lc < g_global.num_classes() ? lc : g_global.num_classes() - 1;
 }
 
-LocalHeap* new_local_heap() {
+// g_heap_pool.lock held.
+void register_live(LocalHeap* h) {
+  h->live_prev = nullptr;
+  h->live_next = g_live_heaps;
+  if (g_live_heaps != nullptr) g_live_heaps->live_prev = h;
+  g_live_heaps = h;
+  h->seen_ops = h->slow_ops.load(std::memory_order_relaxed);
+  h->idle_ticks = 0;
+  ++g_live_count;
+}
+void unregister_live(LocalHeap* h) {
+  if (h->live_prev != nullptr) h->live_prev->live_next = h->live_next;
+  else g_live_heaps = h->live_next;
+  if (h->live_next != nullptr) h->live_next->live_prev = h->live_prev;
+  h->live_next = h->live_prev = nullptr;
+  --g_live_count;
+}
+
+// *second: the process now has more than one live thread heap.
+LocalHeap* new_local_heap(bool* second) {
   {
     // A pooled heap is adopted as it is: its queues and cache are empty (abandon), and the spans that still
     // hold objects come back through its notify list as they are freed into.
@@ -74,24 +105,96 @@ LocalHeap* new_local_heap() {
       h->next_free = nullptr;
       h->prediction_cache = PredictionCacheView{};
       h->abandoned.store(0, std::memory_order_relaxed);
+      register_live(h);
+      *second = g_live_count >= 2;
       return h;
     }
   }
-  LockGuard g(g_global.lock());
-  if (g_heap_chunk_left < sizeof(LocalHeap)) {
-    g_heap_chunk = static_cast<char*>(g_platform.map_metadata(kHeapChunkBytes));
-    if (g_heap_chunk == nullptr) return nullptr;
-    g_heap_chunk_left = kHeapChunkBytes;
+  LocalHeap* h;
+  {
+    LockGuard g(g_global.lock());
+    if (g_heap_chunk_left < sizeof(LocalHeap)) {
+      g_heap_chunk = static_cast<char*>(g_platform.map_metadata(kHeapChunkBytes));
+      if (g_heap_chunk == nullptr) return nullptr;
+      g_heap_chunk_left = kHeapChunkBytes;
+    }
+    h = reinterpret_cast<LocalHeap*>(g_heap_chunk);
+    g_heap_chunk += (sizeof(LocalHeap) + 63) & ~size_t{63};
+    g_heap_chunk_left -= (sizeof(LocalHeap) + 63) & ~size_t{63};
+    new (h) LocalHeap();
   }
-  LocalHeap* h = reinterpret_cast<LocalHeap*>(g_heap_chunk);
-  g_heap_chunk += (sizeof(LocalHeap) + 63) & ~size_t{63};
-  g_heap_chunk_left -= (sizeof(LocalHeap) + 63) & ~size_t{63};
-  new (h) LocalHeap();
+  LockGuard g(g_heap_pool.lock);
+  register_live(h);
+  *second = g_live_count >= 2;
   return h;
+}
+
+// The process-private expedited membarrier (Linux 4.14), registered once (a fork child inherits it). Without it
+// no heap but the caller's is ever swept.
+std::atomic<int> g_membarrier{0};  // 0: not tried, 1: registered, -1: unavailable
+bool membarrier_ready() {
+  int state = g_membarrier.load(std::memory_order_acquire);
+  if (state == 0) {
+    state = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 ? 1 : -1;
+    g_membarrier.store(state, std::memory_order_release);
+  }
+  return state == 1;
+}
+bool membarrier_all_threads() {
+  return membarrier_ready() && syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+void* sweeper_main(void*) {
+  prctl(PR_SET_NAME, "llamalloc-sweep", 0, 0, 0);
+  uint64_t ms = options().sweep_ms;
+  timespec period{time_t(ms / 1000), long(ms % 1000) * 1'000'000};
+  for (;;) {
+    timespec left = period;
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+    sweep_idle_heaps();
+    // And what other threads' frees have emptied in the heaps of exited threads.
+    LocalAllocator::reclaim_abandoned(g_global, g_heap_pool);
+  }
+  return nullptr;
+}
+
+// Starts the sweeper thread unless LLAMALLOC_SWEEP_MS is 0 or the kernel has no expedited membarrier (then idle
+// threads keep their spans, as before). Called with no lock held, from the slow path that made a second heap.
+void start_sweeper() {
+  if (options().sweep_ms == 0 || g_sweeper_started.exchange(true, std::memory_order_acq_rel)) return;
+  if (!membarrier_ready()) return;  // stays "started": no second try
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  // Every signal blocked, so that no process-directed signal is delivered to it (programs that sigwait in one
+  // thread block them everywhere else) and no handler of the program runs on it.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t thread;
+  // A small stack, unless the program's thread-local storage (which glibc puts on every thread's stack) does not
+  // leave room in it: then the default size (only the pages it touches are memory).
+  int err = pthread_attr_setstacksize(&attr, 256 * 1024) == 0 ? pthread_create(&thread, &attr, sweeper_main, nullptr)
+                                                                : EINVAL;
+  if (err == EINVAL) {
+    pthread_attr_destroy(&attr);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    err = pthread_create(&thread, &attr, sweeper_main, nullptr);
+  }
+  if (err != 0) write_stderr("llamalloc: warning: cannot start the sweeper thread; idle threads keep their spans\n");
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
 }
 
 void thread_exit(void* arg) {
   LocalHeap* h = static_cast<LocalHeap*>(arg);
+  {
+    // Off the sweeper's list first (a sweep of it in progress ends before this lock is had).
+    LockGuard g(g_heap_pool.lock);
+    unregister_live(h);
+  }
   LocalAllocator::abandon(g_global, *h);
   flush_live_bytes();
   if (tl_heap == h) tl_heap = &g_empty_heap;
@@ -104,12 +207,14 @@ LocalHeap* thread_heap() {
   LocalHeap* h = tl_heap;
   if (LLAMALLOC_LIKELY(h != &g_empty_heap)) return h;
   ensure_init();
-  h = new_local_heap();
+  bool second = false;
+  h = new_local_heap(&second);
   if (h == nullptr) return nullptr;
   h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(clamp_class(g_predictor_ptr->predict({0, 0, 0})));
   tl_heap = h;
   // Registers the thread-exit hook; keys below PTHREAD_KEY_2NDLEVEL_SIZE never allocate.
   if (g_key_ready.load(std::memory_order_acquire)) pthread_setspecific(g_thread_key, h);
+  if (second && !g_sweeper_started.load(std::memory_order_relaxed)) start_sweeper();
   return h;
 }
 
@@ -125,6 +230,9 @@ void parent_after_fork() {
 void child_after_fork() {
   g_global.lock().reset_after_fork();
   g_heap_pool.lock.reset_after_fork();
+  // The sweeper thread is not copied: the child starts its own when it makes a thread heap. The heaps of the
+  // parent's other threads stay on the live list; the sweeper takes back their empty spans.
+  g_sweeper_started.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -141,10 +249,7 @@ void set_predictor(Predictor* p) {
 Predictor* predictor() { return g_predictor_ptr; }
 
 void flush_live_bytes() {
-  if (tl_live_delta != 0) {
-    add_live_bytes(g_global.gauges(), tl_live_delta);
-    tl_live_delta = 0;
-  }
+  if (tl_live_delta != 0) flush_live_delta(g_global);
 }
 
 void heap_collect() {
@@ -153,26 +258,72 @@ void heap_collect() {
     flush_live_bytes();
     // Its remote frees taken in, its empty spans (the ones it allocates from included) and its span cache given
     // back; spans that still hold objects stay with the thread.
+    owner_enter(h);
+    if (sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
     LocalAllocator::release_all(g_global, *h);
+    owner_exit(h);
   }
-  // And what frees into exited threads' spans have emptied.
+  // The same for every other thread that is not inside the allocator now (idle or not; they take spans again
+  // when they next need them), and what frees into exited threads' spans have emptied.
+  sweep_idle_heaps(true);
   LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
+}
+
+unsigned sweep_idle_heaps(bool every_heap) {
+  LocalHeap* self = tl_heap;
+  LockGuard g(g_heap_pool.lock);
+  // A heap is swept after a whole period without a slow path of its owner: once, then again every 8 idle
+  // periods or whenever another thread's free has brought back one of its full spans.
+  unsigned requested = 0;
+  for (LocalHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
+    if (h == self) continue;  // (the caller's own: llamalloc_collect takes it as its owner)
+    if (every_heap) {
+      h->sweep.store(1, kHandshakeStore);
+      ++requested;
+      continue;
+    }
+    uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
+    if (ops != h->seen_ops) {
+      h->seen_ops = ops;
+      h->idle_ticks = 0;
+      continue;
+    }
+    ++h->idle_ticks;
+    if (h->idle_ticks != 1 && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr) continue;
+    h->sweep.store(1, kHandshakeStore);
+    ++requested;
+  }
+  if (requested == 0) return 0;
+  // Every thread that runs now passes a full barrier: an owner that had entered its heap is seen busy, and an
+  // owner that enters from now on sees the request (and waits on the pool's lock).
+  bool fenced = membarrier_all_threads();
+  unsigned swept = 0;
+  for (LocalHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
+    if (h->sweep.load(std::memory_order_relaxed) == 0) continue;
+    if (fenced && h->busy.load(kHandshakeLoad) == 0) {
+      LocalAllocator::release_all(g_global, *h);
+      ++swept;
+    }
+    h->sweep.store(0, std::memory_order_release);
+  }
+  g_global.counters().idle_heap_sweeps.fetch_add(swept, std::memory_order_relaxed);
+  return swept;
 }
 
 void check_heap() {
   g_global.check_invariants();
-  LLAMALLOC_CHECK(tl_heap->check(g_global), "invariant: thread-local heap inconsistent");
+  LocalHeap* h = tl_heap;
+  owner_enter(h);
+  if (h != &g_empty_heap && sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
+  LLAMALLOC_CHECK(h->check(g_global), "invariant: thread-local heap inconsistent");
+  owner_exit(h);
 }
 
-void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_address, uintptr_t stack_address) {
-  LocalHeap* h = thread_heap();
-  if (h == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+namespace {
+void* malloc_slow_entered(LocalHeap* h, size_t size, size_t alignment, unsigned lc, uintptr_t return_address,
+                          uintptr_t stack_address) {
   if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   if (lc == kPredictClass) {
-    if (stack_address == 0) stack_address = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
     AllocationContext context{return_address, stack_address, size};
     lc = clamp_class(g_predictor_ptr->predict(context));
     h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(lc);
@@ -183,6 +334,22 @@ void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_a
   }
   void* p = LocalAllocator::allocate(g_global, *h, lc, size, alignment);
   debug_check_heap();
+  return p;
+}
+}  // namespace
+
+void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_address, uintptr_t stack_address) {
+  if (stack_address == 0) stack_address = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  LocalHeap* h = thread_heap();
+  if (h == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  owner_enter(h);
+  if (LLAMALLOC_UNLIKELY(sweep_requested(h))) LocalAllocator::wait_for_sweep(*h);
+  owner_count_slow(h);
+  void* p = malloc_slow_entered(h, size, alignment, lc, return_address, stack_address);
+  owner_exit(h);
   return p;
 }
 
@@ -197,12 +364,17 @@ void* heap_malloc_class(size_t size, unsigned lifetime_class) {
   LocalHeap* h = tl_heap;
   lifetime_class = lifetime_class < kMaxClasses ? lifetime_class : kMaxClasses - 1;
   if (size <= kSmallMaxBytes && h != &g_empty_heap && lifetime_class < g_global.num_classes()) {
-    SmallSpan* s = h->spans[lifetime_class][size_class_of(size)];
-    if (void* p = span_pop(s)) {
-      tl_live_delta += int64_t(s->block_size);
-      debug_check_heap();
-      return p;
+    owner_enter(h);
+    if (!sweep_requested(h)) {
+      SmallSpan* s = h->spans[lifetime_class][size_class_of(size)];
+      if (void* p = span_pop(s)) {
+        tl_live_delta += int64_t(s->block_size);
+        debug_check_heap();
+        owner_exit(h);
+        return p;
+      }
     }
+    owner_exit(h);
   }
   return malloc_slow(size, kMinAlignBytes, lifetime_class, 0);
 }
@@ -233,7 +405,14 @@ void* heap_realloc(void* p, size_t size) {
   }
   size_t usable;
   if (SmallSpan* s = LocalAllocator::span_of(g_global, p)) {
+    LocalHeap* h = tl_heap;
+    bool own = s->owner == h;  // then its lists are read while no sweeper works on them
+    if (own) {
+      owner_enter(h);
+      if (sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
+    }
     LocalAllocator::check_live(s, p, "realloc of");
+    if (own) owner_exit(h);
     usable = LocalAllocator::usable_size(s);
     // In place while the object stays in its size class or shrinks by at most half.
     if (size <= usable && (size > usable / 2 || classify(size, kMinAlignBytes) == s->size_class)) return p;
@@ -326,7 +505,12 @@ __attribute__((destructor)) static void llamalloc_finish() {
   // The main thread never passes through thread_exit: hand its spans back now, as every other thread's were, so
   // that huge pages held only by its cached (empty) spans are free in the statistics. Its heap stays usable for
   // destructors that run after this one.
-  if (tl_heap != &g_empty_heap) LocalAllocator::release_all(g_global, *tl_heap);
+  if (LocalHeap* h = tl_heap; h != &g_empty_heap) {
+    owner_enter(h);
+    if (sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
+    LocalAllocator::release_all(g_global, *h);
+    owner_exit(h);
+  }
   // And what frees by the threads still running have emptied in the heaps of exited ones.
   LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
   flush_live_bytes();

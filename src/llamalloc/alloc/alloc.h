@@ -29,6 +29,11 @@ Predictor* predictor();
 void flush_live_bytes();
 // llamalloc_collect(): gives back the memory this thread's heap holds that no object needs (include/llamalloc.h).
 void heap_collect();
+// Thread heaps of threads that have run no slow path for a sweep period give back their empty spans and take in
+// the frees other threads made into them (docs/heap.md, "Idle threads"). One pass; the sweeper thread runs it
+// every LLAMALLOC_SWEEP_MS. every_heap: every other thread's heap that is not inside the allocator at that
+// moment, idle or not (llamalloc_collect, tests). Returns the number of heaps swept.
+unsigned sweep_idle_heaps(bool every_heap = false);
 // Checks the global allocator and this thread's heap; aborts on a broken invariant.
 void check_heap();
 
@@ -40,7 +45,9 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
   LocalHeap* h = tl_heap;
   unsigned lc = kPredictClass;
   uintptr_t stack_address = 0;
-  if (LLAMALLOC_LIKELY(size <= kSmallMaxBytes)) {
+  // The sweep handshake (local.h) covers the span pop; a requested sweep sends the call to the slow path, which
+  // waits for it.
+  if (LLAMALLOC_LIKELY(size <= kSmallMaxBytes) && (owner_enter(h), LLAMALLOC_LIKELY(!sweep_requested(h)))) {
     unsigned fast = h->fast_class;
     if (LLAMALLOC_UNLIKELY(h->prediction_cache.entries != nullptr)) {
       // A learned predictor: probe this thread's prediction cache inline (papers/000 section 7). A hit that is
@@ -60,9 +67,11 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
     if (void* p = span_pop(s)) {
       tl_live_delta += int64_t(s->block_size);
       debug_check_heap();
+      owner_exit(h);
       return p;
     }
   }
+  // (The slow path ends the owner's turn.)
   return malloc_slow(size, kMinAlignBytes, lc, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), stack_address);
 }
 

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <sched.h>
 
 #include <cstring>
 
@@ -274,6 +275,9 @@ void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsi
 }
 
 void LocalAllocator::owner_free_slow(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s) {
+  owner_count_slow(&heap);
+  // A thread that frees much and then sleeps runs no other slow path that would flush its live-byte count.
+  if (tl_live_delta < -kLiveFlushBytes) flush_live_delta(global);
   if (!s->queued) {
     // It was full: back on the queue, and remote frees need not tell us any more.
     uintptr_t x = s->xfree.load(std::memory_order_relaxed);
@@ -283,9 +287,34 @@ void LocalAllocator::owner_free_slow(GlobalAllocator& global, LocalHeap& heap, S
     enqueue_second(heap, s);
   }
   if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
+  owner_exit(&heap);
 }
 
-void LocalAllocator::remote_free(SmallSpan* s, void* p) {
+void LocalAllocator::wait_for_sweep(LocalHeap& heap) {
+  do {
+    owner_exit(&heap);
+    if (pool_ != nullptr) {
+      // The sweeper holds the pool's lock from its request until it has withdrawn it.
+      pool_->lock.lock();
+      pool_->lock.unlock();
+    } else {
+      sched_yield();
+    }
+    owner_enter(&heap);
+  } while (sweep_requested(&heap));
+}
+
+void LocalAllocator::owner_free_after_sweep(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s, void* p) {
+  wait_for_sweep(heap);
+  // s still holds p, so the sweep kept it (it gives back only empty spans) and this heap still owns it.
+  *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
+  s->local_free = p;
+  if (--s->used == 0 || !s->queued) return owner_free_slow(global, heap, s);
+  owner_exit(&heap);
+}
+
+void LocalAllocator::remote_free(GlobalAllocator& global, SmallSpan* s, void* p) {
+  if (LLAMALLOC_UNLIKELY(tl_live_delta < -kLiveFlushBytes)) flush_live_delta(global);
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
   uintptr_t state;
   do {
@@ -308,14 +337,17 @@ void LocalAllocator::remote_free(SmallSpan* s, void* p) {
 }
 
 void LocalAllocator::free_suspicious(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p) {
-  if (on_free_list(s, p)) bad_free(p, "double free");
   if (s->owner == heap) {
+    owner_enter(heap);  // before its lists are read: a sweeper may be taking remote frees into them
+    if (sweep_requested(heap)) wait_for_sweep(*heap);
+    if (on_free_list(s, p)) bad_free(p, "double free");
     *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
     s->local_free = p;
-    if (--s->used == 0 || !s->queued) owner_free_slow(global, *heap, s);
-    return;
+    if (--s->used == 0 || !s->queued) return owner_free_slow(global, *heap, s);
+    return owner_exit(heap);
   }
-  remote_free(s, p);
+  if (on_free_list(s, p)) bad_free(p, "double free");
+  remote_free(global, s, p);
 }
 
 bool LocalAllocator::on_free_list(const SmallSpan* s, const void* p) {

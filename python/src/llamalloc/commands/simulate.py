@@ -58,9 +58,10 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--seed", type=int, default=1, show_default=True, help="randomness of the mesh policies")
 @click.option("--deadline-k", type=click.IntRange(1, 1000), default=4, show_default=True,
               help="llama policies: a huge page's deadline is K x its class duration (as LLAMALLOC_DEADLINE_K)")
-@click.option("--thread-idle-ms", type=click.FloatRange(min=0), default=1000.0, show_default=True,
-              help="llama policies: a traced thread idle this long is taken to have exited and gives its spans "
-                   "back (traces carry no thread exits); 0: never")
+@click.option("--thread-idle-ms", type=click.FloatRange(min=0), default=500.0, show_default=True,
+              help="llama policies: a traced thread with no event for this long gives its empty spans back, as "
+                   "the library's sweeper does for an idle thread (and as a thread that exits does; traces carry "
+                   "no thread exits); 0: never")
 @click.option("--snapshot-ms", type=float, multiple=True, help="heap snapshot times (llama policies)")
 @click.option("--model", "model", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="llama-model: the lifetime model (from `llamalloc train`)")
