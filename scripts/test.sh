@@ -9,6 +9,8 @@ build="${LLAMALLOC_BUILD_DIR:-$repo/build}"
 status=0
 echo "== C++ tests (ctest) =="
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 900 || status=1
+echo "== The heap's tests under ThreadSanitizer and UBSan =="
+bash "$repo/scripts/sanitize.sh" thread undefined || status=1
 echo "== Python and whole-program tests (pytest) =="
 set +e
 python3 -m pytest -q "$repo/python/tests" -p no:cacheprovider
