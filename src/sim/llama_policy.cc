@@ -79,6 +79,9 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
   config.num_classes = kMaxClasses;
   config.deadline_k = options_.deadline_k;
   global_ = std::make_unique<GlobalAllocator>(*platform_, *clock_, config);
+  // Long-lived classes from one heap for all threads, as in the library (LLAMALLOC_SHARED_CLASS).
+  shared_heap_ = std::make_unique<LocalHeap>();
+  if (config.shared_class_min < kMaxClasses) global_->set_shared_heap(shared_heap_.get());
   std::sort(options_.snapshot_times_ns.begin(), options_.snapshot_times_ns.end());
 }
 
@@ -103,6 +106,11 @@ LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
 
 void LlamaPolicy::ReleaseIdleThreads() {
   if (options_.thread_idle_ns == 0) return;
+  // The shared heap of long-lived classes: swept like a thread heap after an idle period (the sweeper thread).
+  if (shared_holds_spans_ && now_ns_ - shared_last_alloc_ns_ >= options_.thread_idle_ns) {
+    LocalAllocator::release_all(*global_, *shared_heap_);
+    shared_holds_spans_ = false;
+  }
   for (ThreadState& t : threads_) {
     if (t.holds_spans && now_ns_ - t.last_event_ns >= options_.thread_idle_ns) {
       // What the library does at thread exit (alloc.cc's thread destructor).
@@ -128,6 +136,8 @@ void LlamaPolicy::AtExit() {
     LocalAllocator::release_all(*global_, *t.heap);
     t.holds_spans = false;
   }
+  LocalAllocator::release_all(*global_, *shared_heap_);
+  shared_holds_spans_ = false;
   tl_heap = &g_empty_heap;
 }
 
@@ -153,6 +163,10 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
   // The library's one allocation entry point below its fast path (src/llamalloc/local/local.h).
   LocalHeap& heap = HeapFor(object.thread);
   tl_heap = &heap;
+  if (lc >= global_->shared_class_min() && classify(size, alignment) != kLargeRequest) {
+    shared_last_alloc_ns_ = now_ns_;
+    shared_holds_spans_ = true;
+  }
   void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
   placed_.Put(object.address, reinterpret_cast<uint64_t>(p));

@@ -90,6 +90,9 @@ class LlamaPolicy final : public Policy {
   };
   FlatMap<uint32_t> heaps_;                // trace thread id + 1 -> index in threads_
   std::vector<ThreadState> threads_;
+  std::unique_ptr<LocalHeap> shared_heap_;
+  uint64_t shared_last_alloc_ns_ = 0;
+  bool shared_holds_spans_ = false;
   uint64_t idle_threads_released_ = 0;
   FlatMap<uint64_t> placed_;               // trace address -> address in the simulated heap
   uint64_t now_ns_ = 0;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <new>
 #include <random>
@@ -505,6 +506,59 @@ TEST(HeapTest, SweepsOfBusyThreadsBetweenTheirCallsLoseNothing) {
     heap_free(o.p);
   }
   EXPECT_GT(swept.load(), 0u);
+  check_heap();
+}
+
+// Long-lived classes (LLAMALLOC_SHARED_CLASS, default 3) come from one heap for all threads: four threads that
+// each make a few long-lived objects of a few sizes share one span per size class instead of having one each,
+// and any thread frees them; once all are freed the sweep gives the spans back.
+TEST(HeapTest, LongLivedClassesComeFromOneHeapSharedByAllThreads) {
+  LocalHeap* shared = g_global.shared_heap();
+  ASSERT_NE(shared, nullptr);
+  ASSERT_EQ(g_global.shared_class_min(), 3u);
+  std::mutex mu;
+  std::vector<std::pair<unsigned char*, size_t>> objects;
+  auto make = [&](int id) {
+    for (int i = 0; i < 50; ++i)
+      for (size_t size : {24, 100, 700, 3000}) {
+        auto* p = static_cast<unsigned char*>(heap_malloc_class(size, i % 2 ? 7 : 4));
+        ASSERT_NE(p, nullptr);
+        memset(p, id, size);
+        std::lock_guard<std::mutex> g(mu);
+        objects.emplace_back(p, size);
+      }
+    // A short-lived object still comes from the thread's own spans.
+    void* mine = heap_malloc_class(100, 0);
+    EXPECT_EQ(LocalAllocator::span_of(g_global, mine)->owner, tl_heap);
+    heap_free(mine);
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back(make, i);
+  for (auto& t : threads) t.join();
+  // Per (class, size class): as few spans as the objects need (the threads' objects packed together).
+  std::map<std::pair<unsigned, unsigned>, std::pair<std::set<SmallSpan*>, uint32_t>> groups;
+  for (auto& [p, size] : objects) {
+    SmallSpan* s = LocalAllocator::span_of(g_global, p);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->owner, shared) << "a long-lived object in a thread's own span";
+    EXPECT_GE(s->lifetime_class, 4u);
+    auto& [spans, count] = groups[{s->lifetime_class, s->size_class}];
+    spans.insert(s);
+    ++count;
+  }
+  EXPECT_EQ(groups.size(), 8u);
+  for (auto& [key, group] : groups) {
+    uint32_t capacity = (*group.first.begin())->capacity;
+    EXPECT_EQ(group.first.size(), (group.second + capacity - 1) / capacity)
+        << "class " << key.first << ", size class " << key.second << ": " << group.second << " objects";
+  }
+  // Freed by other threads than the ones that made them (all frees into the shared heap are remote).
+  std::thread([&] {
+    for (size_t i = 0; i < objects.size(); i += 2) heap_free(objects[i].first);
+  }).join();
+  for (size_t i = 1; i < objects.size(); i += 2) heap_free(objects[i].first);
+  heap_collect();
+  for (auto& [p, size] : objects) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "span given back";
   check_heap();
 }
 

@@ -33,6 +33,9 @@ char* g_heap_chunk = nullptr;       // global lock
 size_t g_heap_chunk_left = 0;       // global lock
 constexpr size_t kHeapChunkBytes = 64 * 1024;
 
+// Small objects of long-lived classes, for every thread (HeapConfig::shared_class_min; g_global.shared_lock()).
+constinit LocalHeap g_shared_heap;
+
 // Heaps of live threads, for the idle sweep (g_heap_pool.lock). A heap is on it from its creation or adoption
 // until its thread's exit hook runs.
 LocalHeap* g_live_heaps = nullptr;
@@ -57,10 +60,13 @@ void init_once() {
   LocalAllocator::set_pool(&g_heap_pool);
   init_options();
   const Options& o = options();
-  g_global.configure(HeapConfig{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
-                                o.same_class_recycling != 0, unsigned(o.small_heap_pages)});
   unsigned default_class = unsigned(o.default_class);
-  if (default_class >= g_global.num_classes()) default_class = g_global.num_classes() - 1;
+  if (default_class >= unsigned(o.classes)) default_class = unsigned(o.classes) - 1;
+  // Never the class every allocation gets without a model: that would put the whole program under one lock.
+  unsigned shared_from = unsigned(o.shared_class) > default_class ? unsigned(o.shared_class) : default_class + 1;
+  g_global.configure(HeapConfig{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
+                                o.same_class_recycling != 0, unsigned(o.small_heap_pages), shared_from});
+  if (shared_from < g_global.num_classes()) g_global.set_shared_heap(&g_shared_heap);
   g_default_predictor.set_class(default_class);
   if (o.model != nullptr && *o.model) {
     Predictor* model = llamalloc_make_model_predictor ? llamalloc_make_model_predictor(o.model) : nullptr;
@@ -144,6 +150,27 @@ bool membarrier_all_threads() {
   return membarrier_ready() && syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
+// The shared heap of long-lived classes: swept as a thread heap is, after a period without a slow path (`always`:
+// now). Every operation on it holds its lock, so no handshake is needed. Takes its lock, then the global one:
+// never with the pool's lock held (an allocation from it may take the pool's lock after its own).
+void sweep_shared_heap(bool always) {
+  LocalHeap* h = g_global.shared_heap();
+  if (h == nullptr) return;
+  LockGuard g(g_global.shared_lock());
+  uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
+  if (!always) {
+    if (ops != h->seen_ops) {
+      h->seen_ops = ops;
+      h->idle_ticks = 0;
+      return;
+    }
+    ++h->idle_ticks;
+    if (h->idle_ticks != 1 && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr) return;
+  }
+  LocalAllocator::release_all(g_global, *h);
+  g_global.counters().idle_heap_sweeps.fetch_add(1, std::memory_order_relaxed);
+}
+
 void* sweeper_main(void*) {
   prctl(PR_SET_NAME, "llamalloc-sweep", 0, 0, 0);
   uint64_t ms = options().sweep_ms;
@@ -153,6 +180,7 @@ void* sweeper_main(void*) {
     while (nanosleep(&left, &left) != 0 && errno == EINTR) {
     }
     sweep_idle_heaps();
+    sweep_shared_heap(false);
     // And what other threads' frees have emptied in the heaps of exited threads.
     LocalAllocator::reclaim_abandoned(g_global, g_heap_pool);
   }
@@ -218,18 +246,21 @@ LocalHeap* thread_heap() {
   return h;
 }
 
-// Lock order: the heap pool's, then the global one.
+// Lock order: the shared heap's, the heap pool's, then the global one.
 void prepare_fork() {
+  g_global.shared_lock().lock();
   g_heap_pool.lock.lock();
   g_global.lock().lock();
 }
 void parent_after_fork() {
   g_global.lock().unlock();
   g_heap_pool.lock.unlock();
+  g_global.shared_lock().unlock();
 }
 void child_after_fork() {
   g_global.lock().reset_after_fork();
   g_heap_pool.lock.reset_after_fork();
+  g_global.shared_lock().reset_after_fork();
   // The sweeper thread is not copied: the child starts its own when it makes a thread heap. The heaps of the
   // parent's other threads stay on the live list; the sweeper takes back their empty spans.
   g_sweeper_started.store(false, std::memory_order_relaxed);
@@ -266,6 +297,7 @@ void heap_collect() {
   // The same for every other thread that is not inside the allocator now (idle or not; they take spans again
   // when they next need them), and what frees into exited threads' spans have emptied.
   sweep_idle_heaps(true);
+  sweep_shared_heap(true);
   LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
 }
 
@@ -511,8 +543,9 @@ __attribute__((destructor)) static void llamalloc_finish() {
     LocalAllocator::release_all(g_global, *h);
     owner_exit(h);
   }
-  // And what frees by the threads still running have emptied in the heaps of exited ones.
+  // And what frees by the threads still running have emptied in the heaps of exited ones and the shared heap.
   LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
+  sweep_shared_heap(true);
   flush_live_bytes();
   const char* path = options().stats;
   if (path != nullptr && *path) {

@@ -370,8 +370,20 @@ void* LocalAllocator::allocate(GlobalAllocator& global, LocalHeap& heap, unsigne
   unsigned sc = classify(size, alignment);
   void* p;
   if (sc != kLargeRequest) {
-    p = span_pop(heap.spans[lc][sc]);
-    if (p == nullptr) p = alloc_small(global, heap, lc, sc);
+    LocalHeap* shared = global.shared_heap();
+    if (lc >= global.shared_class_min() && shared != nullptr && shared != &heap) {
+      // A long-lived class: from the heap all threads share (the thread's own spans of this class stay empty,
+      // so its fast path always comes here).
+      LockGuard g(global.shared_lock());
+      p = span_pop(shared->spans[lc][sc]);
+      if (p == nullptr) {
+        owner_count_slow(shared);  // (the sweeper's sign of activity, as for a thread heap)
+        p = alloc_small(global, *shared, lc, sc);
+      }
+    } else {
+      p = span_pop(heap.spans[lc][sc]);
+      if (p == nullptr) p = alloc_small(global, heap, lc, sc);
+    }
     if (p != nullptr) tl_live_delta += int64_t(size_class_bytes(sc));
   } else {
     p = global.alloc_large(lc, size, alignment);
