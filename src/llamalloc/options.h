@@ -32,11 +32,11 @@ namespace llamalloc {
     "page of a longer class before it opens a fresh huge page (its objects die first, as in recycling), so a "   \
     "program with a few MiB live does not keep one huge page per lifetime class. 0: never.")                   \
   X(SWEEP_MS, sweep_ms, Uint, 250, 0, 60000,                                                                       \
-    "Period of the sweeper thread, in milliseconds. A thread that has not run the allocator's slow path for a "  \
-    "whole period is idle: its empty spans go back to the huge pages and the frees other threads made into its " \
-    "spans are taken in, so that memory falls after a load peak while threads sleep. The thread starts when the " \
-    "process has a second thread heap. 0: no sweeper; an idle thread keeps its spans until it allocates again, " \
-    "exits or calls llamalloc_collect().")                                                                       \
+    "Period of the sweeper thread, in milliseconds. Each period it takes back, from every thread heap that has "  \
+    "been used since (and is not inside the allocator at that moment), its empty spans and the frees other "     \
+    "threads made into its spans, so that memory falls after a load peak while threads sleep or idle. The thread " \
+    "starts when the process has a second thread heap. 0: no sweeper; a thread keeps its spans until it "       \
+    "allocates again, exits or calls llamalloc_collect().")                                                      \
   X(SHARED_CLASS, shared_class, Uint, 3, 0, 8,                                                                   \
     "Small objects of this lifetime class and longer come from one heap shared by all threads, under a lock, "   \
     "instead of each thread's own spans: few long-lived objects are made per thread and size class, and a span " \

@@ -304,30 +304,24 @@ void heap_collect() {
 unsigned sweep_idle_heaps(bool every_heap) {
   LocalHeap* self = tl_heap;
   LockGuard g(g_heap_pool.lock);
-  // A heap is swept after a whole period without a slow path of its owner: once, then again every 8 idle
-  // periods or whenever another thread's free has brought back one of its full spans.
+  // A heap is swept when its owner has run a slow path since the last pass (it may have taken spans it no longer
+  // needs), when another thread's free has brought back one of its full spans, and every 8 passes (frees into
+  // spans still on its queues); a heap that has done nothing since it was swept has nothing to give.
   unsigned requested = 0;
   for (LocalHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
     if (h == self) continue;  // (the caller's own: llamalloc_collect takes it as its owner)
-    if (every_heap) {
-      h->sweep.store(1, kHandshakeStore);
-      ++requested;
-      continue;
-    }
     uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
-    if (ops != h->seen_ops) {
-      h->seen_ops = ops;
-      h->idle_ticks = 0;
+    bool changed = ops != h->seen_ops;
+    h->seen_ops = ops;
+    h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
+    if (!every_heap && !changed && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr)
       continue;
-    }
-    ++h->idle_ticks;
-    if (h->idle_ticks != 1 && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr) continue;
     h->sweep.store(1, kHandshakeStore);
     ++requested;
   }
   if (requested == 0) return 0;
   // Every thread that runs now passes a full barrier: an owner that had entered its heap is seen busy, and an
-  // owner that enters from now on sees the request (and waits on the pool's lock).
+  // owner that enters from now on sees the request (and waits until it is withdrawn).
   bool fenced = membarrier_all_threads();
   unsigned swept = 0;
   for (LocalHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
@@ -335,6 +329,8 @@ unsigned sweep_idle_heaps(bool every_heap) {
     if (fenced && h->busy.load(kHandshakeLoad) == 0) {
       LocalAllocator::release_all(g_global, *h);
       ++swept;
+    } else {
+      h->seen_ops = ~h->seen_ops;  // inside the allocator now: again at the next pass
     }
     h->sweep.store(0, std::memory_order_release);
   }

@@ -154,8 +154,8 @@ class LocalAllocator {
   // the frees other threads make into them later reach the heap's notify list, which reclaim_abandoned()
   // drains while the heap waits in the pool (their memory goes back as soon as they empty, adopted or not).
   static void abandon(GlobalAllocator& global, LocalHeap& heap);
-  // The owner saw sweep_requested(): steps aside until the sweeper is done (it holds the pool's lock while it
-  // sweeps), then enters again. Returns with the heap entered and no sweep requested.
+  // The owner saw sweep_requested(): steps aside until the sweeper has withdrawn its request, then enters again.
+  // Returns with the heap entered and no sweep requested.
   LLAMALLOC_NOINLINE static void wait_for_sweep(LocalHeap& heap);
   // Drains the notify lists of the pool's heaps (when a free into an abandoned heap's span asked for it, or
   // `force`). Takes the pool's lock, then the global lock.

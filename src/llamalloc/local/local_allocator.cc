@@ -293,13 +293,9 @@ void LocalAllocator::owner_free_slow(GlobalAllocator& global, LocalHeap& heap, S
 void LocalAllocator::wait_for_sweep(LocalHeap& heap) {
   do {
     owner_exit(&heap);
-    if (pool_ != nullptr) {
-      // The sweeper holds the pool's lock from its request until it has withdrawn it.
-      pool_->lock.lock();
-      pool_->lock.unlock();
-    } else {
-      sched_yield();
-    }
+    // The sweeper withdraws the request as soon as it is done with this heap (tens of microseconds): not the
+    // pool's lock, which it holds until it is done with every heap.
+    while (heap.sweep.load(std::memory_order_acquire) != 0) sched_yield();
     owner_enter(&heap);
   } while (sweep_requested(&heap));
 }
