@@ -133,20 +133,22 @@ int env_int(const char* name, int fallback) {
   return v != nullptr && atoi(v) > 0 ? atoi(v) : fallback;
 }
 
-TEST(HeapTest, RandomisedThreadsWithCrossThreadFrees) {
-  const int threads_n = env_int("LLAMALLOC_TEST_THREADS", 4), steps = env_int("LLAMALLOC_TEST_STEPS", 2500);
+// threads_n threads each take `steps` random steps; after each, with probability 1/hand_over, a thread hands one
+// of its objects to a list all share, or frees one from it (a cross-thread free). Then every object is checked
+// and freed. check_every: each thread checks its heap every that many steps (0: never).
+void random_threads_handing_over(int threads_n, int steps, uint64_t seed, unsigned hand_over, int check_every) {
   std::mutex mu;
   std::vector<Object> shared;  // objects handed from one thread to another
   auto worker = [&](int id) {
-    std::mt19937_64 rng(99 + id);
+    std::mt19937_64 rng(seed + id);
     std::vector<Object> live;
     for (int step = 0; step < steps; ++step) {
       random_step(rng, live);
-      if (rng() % 8 == 0 && !live.empty()) {
+      if (rng() % hand_over == 0 && !live.empty()) {
         std::lock_guard<std::mutex> g(mu);
         shared.push_back(live.back());
         live.pop_back();
-      } else if (rng() % 8 == 0) {
+      } else if (rng() % hand_over == 0) {
         Object o{};
         {
           std::lock_guard<std::mutex> g(mu);
@@ -157,6 +159,7 @@ TEST(HeapTest, RandomisedThreadsWithCrossThreadFrees) {
         expect_pattern(o, o.size);
         heap_free(o.p);
       }
+      if (check_every > 0 && step % check_every == 0) check_heap();
     }
     for (const Object& o : live) {
       expect_pattern(o, o.size);
@@ -170,6 +173,10 @@ TEST(HeapTest, RandomisedThreadsWithCrossThreadFrees) {
     expect_pattern(o, o.size);
     heap_free(o.p);
   }
+}
+
+TEST(HeapTest, RandomisedThreadsWithCrossThreadFrees) {
+  random_threads_handing_over(env_int("LLAMALLOC_TEST_THREADS", 4), env_int("LLAMALLOC_TEST_STEPS", 2500), 99, 8, 0);
   check_heap();
 }
 
@@ -460,7 +467,6 @@ TEST(HeapTest, SweepGivesBackTheSpansOfAnIdleThreadFromAnotherThread) {
 // thread sweeps every heap that is not inside the allocator, as often as it can. Every object keeps its contents
 // and every heap its invariants; the sweeps happened between the owners' calls.
 TEST(HeapTest, SweepsOfBusyThreadsBetweenTheirCallsLoseNothing) {
-  const int threads_n = env_int("LLAMALLOC_TEST_THREADS", 4), steps = env_int("LLAMALLOC_TEST_STEPS", 2500) * 2;
   std::atomic<bool> stop{false};
   std::atomic<unsigned> swept{0};
   std::thread sweeper([&] {
@@ -469,44 +475,10 @@ TEST(HeapTest, SweepsOfBusyThreadsBetweenTheirCallsLoseNothing) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   });
-  std::mutex mu;
-  std::vector<Object> shared;
-  auto worker = [&](int id) {
-    std::mt19937_64 rng(4242 + id);
-    std::vector<Object> live;
-    for (int step = 0; step < steps; ++step) {
-      random_step(rng, live);
-      if (rng() % 4 == 0 && !live.empty()) {
-        std::lock_guard<std::mutex> g(mu);
-        shared.push_back(live.back());
-        live.pop_back();
-      } else if (rng() % 4 == 0) {
-        Object o{};
-        {
-          std::lock_guard<std::mutex> g(mu);
-          if (shared.empty()) continue;
-          o = shared.back();
-          shared.pop_back();
-        }
-        expect_pattern(o, o.size);
-        heap_free(o.p);
-      }
-      if (step % 500 == 0) check_heap();
-    }
-    for (const Object& o : live) {
-      expect_pattern(o, o.size);
-      heap_free(o.p);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int i = 0; i < threads_n; ++i) threads.emplace_back(worker, i);
-  for (auto& t : threads) t.join();
+  random_threads_handing_over(env_int("LLAMALLOC_TEST_THREADS", 4), env_int("LLAMALLOC_TEST_STEPS", 2500) * 2, 4242,
+                              4, 500);
   stop = true;
   sweeper.join();
-  for (const Object& o : shared) {
-    expect_pattern(o, o.size);
-    heap_free(o.p);
-  }
   EXPECT_GT(swept.load(), 0u);
   check_heap();
 }
