@@ -483,7 +483,7 @@ TEST(HeapTest, SweepsOfBusyThreadsBetweenTheirCallsLoseNothing) {
   check_heap();
 }
 
-// Long-lived classes (LLAMALLOC_SHARED_CLASS, default 3) come from one heap for all threads: four threads that
+// Long-lived classes (LLAMALLOC_SHARED_CLASS=3, set for these tests) come from one heap for all threads: four threads that
 // each make a few long-lived objects of a few sizes share one span per size class instead of having one each,
 // and any thread frees them; once all are freed the sweep gives the spans back.
 TEST(HeapTest, LongLivedClassesComeFromOneHeapSharedByAllThreads) {

@@ -150,23 +150,19 @@ bool membarrier_all_threads() {
   return membarrier_ready() && syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
-// The shared heap of long-lived classes: swept as a thread heap is, after a period without a slow path (`always`:
-// now). Every operation on it holds its lock, so no handshake is needed. Takes its lock, then the global one:
-// never with the pool's lock held (an allocation from it may take the pool's lock after its own).
+// The shared heap of long-lived classes: swept as a thread heap is (`always`: now). Every free into it is a
+// remote free, so only a sweep (or an allocation of the same size class) takes them in. Every operation on it
+// holds its lock, so no handshake is needed. Takes its lock, then the global one: never with the pool's lock held
+// (an allocation from it may take the pool's lock after its own).
 void sweep_shared_heap(bool always) {
   LocalHeap* h = g_global.shared_heap();
   if (h == nullptr) return;
   LockGuard g(g_global.shared_lock());
   uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
-  if (!always) {
-    if (ops != h->seen_ops) {
-      h->seen_ops = ops;
-      h->idle_ticks = 0;
-      return;
-    }
-    ++h->idle_ticks;
-    if (h->idle_ticks != 1 && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr) return;
-  }
+  bool changed = ops != h->seen_ops;
+  h->seen_ops = ops;
+  h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
+  if (!always && !changed && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr) return;
   LocalAllocator::release_all(g_global, *h);
   g_global.counters().idle_heap_sweeps.fetch_add(1, std::memory_order_relaxed);
 }

@@ -150,8 +150,8 @@ struct HeapConfig {
   // lock; set_shared_heap), not from each thread's spans: a long-lived class gets few objects per thread and
   // size class, and a span per thread and size class each holding a few of them spreads them over many spans
   // (measured on image-server with a model: 32 spans of 944 KiB for 69 KiB of class-7 objects). kMaxClasses:
-  // none shared.
-  unsigned shared_class_min = 3;
+  // none shared (the default: docs/heap.md says why).
+  unsigned shared_class_min = kMaxClasses;
 };
 
 // A snapshot of one huge page for tests and the simulator.
