@@ -36,8 +36,8 @@ void llamalloc_stats_print(void);
 /* Gives back the memory thread heaps hold that no object needs: the blocks other threads freed into their
  * spans, their empty spans (also the ones they were allocating from) and their caches of empty spans; the
  * calling thread's heap, every other thread's that is not inside the allocator at that moment, and what frees
- * into exited threads' spans have emptied. Spans that still hold objects stay. The sweeper thread
- * (LLAMALLOC_SWEEP_MS, docs/heap.md) does this on its own for threads idle for a period; call this to have it
+ * into exited threads' spans have emptied. Spans that still hold objects stay. The sweeper thread does this on
+ * its own every LLAMALLOC_SWEEP_MS for the heaps used since its last pass (docs/heap.md); call this to have it
  * at once, e.g. after a load peak or before measuring memory. Costs one pass over the spans of each heap and a
  * lock round trip per span given back; threads take spans again when they next allocate. */
 void llamalloc_collect(void);

@@ -21,7 +21,7 @@ namespace llamalloc {
   X(promotions, "huge pages moved to the next longer lifetime class")                           \
   X(demotions, "huge pages moved to the next shorter lifetime class")                           \
   X(huge_pages_released, "huge pages returned to the OS")                                       \
-  X(idle_heap_sweeps, "thread heaps of idle threads swept (empty spans given back)")            \
+  X(idle_heap_sweeps, "heaps swept by the sweeper or llamalloc_collect (empty spans given back)") \
   X(prediction_cache_hits, "predictions answered from the prediction cache")                    \
   X(prediction_cache_misses, "predictions that missed the cache")                               \
   X(model_runs, "runs of the lifetime model")                                                   \

@@ -43,7 +43,7 @@ struct LlamaOptions {
   // Set: llama-model, each object in the class this source gives (fixed_class is then ignored).
   std::shared_ptr<ClassSource> class_source;
   // A thread with no event for this long gives its empty spans back (release_all), as the library's sweeper
-  // does for an idle thread (LLAMALLOC_SWEEP_MS = 250: swept after 250-500 ms without a slow path) and as a
+  // does for an idle thread (it also sweeps working threads every LLAMALLOC_SWEEP_MS, which this does not) and as a
   // thread that exits does (a trace has no thread-exit events). 0 keeps every thread's spans to the end.
   uint64_t thread_idle_ns = 500'000'000;
   std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end

@@ -29,10 +29,11 @@ Predictor* predictor();
 void flush_live_bytes();
 // llamalloc_collect(): gives back the memory this thread's heap holds that no object needs (include/llamalloc.h).
 void heap_collect();
-// Thread heaps of threads that have run no slow path for a sweep period give back their empty spans and take in
-// the frees other threads made into them (docs/heap.md, "Idle threads"). One pass; the sweeper thread runs it
-// every LLAMALLOC_SWEEP_MS. every_heap: every other thread's heap that is not inside the allocator at that
-// moment, idle or not (llamalloc_collect, tests). Returns the number of heaps swept.
+// The thread heaps used since the last pass (a slow path of their owner or a notify pending; every heap every 8
+// passes), and not inside the allocator now, give back their empty spans and take in the frees other threads
+// made into them (docs/heap.md, "Idle threads"). One pass; the sweeper thread runs it every LLAMALLOC_SWEEP_MS.
+// every_heap: every other thread's heap not inside the allocator now (llamalloc_collect, tests). Returns the
+// number of heaps swept.
 unsigned sweep_idle_heaps(bool every_heap = false);
 // Checks the global allocator and this thread's heap; aborts on a broken invariant.
 void check_heap();

@@ -70,7 +70,7 @@ struct alignas(64) LocalHeap {
   // Slow paths the owner has run (the sweeper's sign of activity; written by the owner only).
   std::atomic<uint32_t> slow_ops{0};
   // The sweeper's bookkeeping, under the heap pool's lock: the list of heaps of live threads, slow_ops at the
-  // last tick, ticks in a row without a slow path, and whether it was swept since the owner last ran one.
+  // last pass, and passes in a row without a slow path.
   LocalHeap* live_next = nullptr;
   LocalHeap* live_prev = nullptr;
   uint32_t seen_ops = 0;

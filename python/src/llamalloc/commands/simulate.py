@@ -61,7 +61,7 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--thread-idle-ms", type=click.FloatRange(min=0), default=500.0, show_default=True,
               help="llama policies: a traced thread with no event for this long gives its empty spans back, as "
                    "the library's sweeper does for an idle thread (and as a thread that exits does; traces carry "
-                   "no thread exits); 0: never")
+                   "no thread exits); 0: never. The library also sweeps working threads; the replay does not")
 @click.option("--snapshot-ms", type=float, multiple=True, help="heap snapshot times (llama policies)")
 @click.option("--model", "model", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="llama-model: the lifetime model (from `llamalloc train`)")
