@@ -106,6 +106,11 @@ LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
 
 void LlamaPolicy::ReleaseIdleThreads() {
   if (options_.thread_idle_ns == 0) return;
+  // The sweeper's last step, each pass: open pages empty since the pass before are given back.
+  if (now_ns_ - last_sweep_ns_ >= kSweepPeriodNs) {
+    global_->release_empty_open_pages(false);
+    last_sweep_ns_ = now_ns_;
+  }
   // The shared heap of long-lived classes: swept like a thread heap after an idle period (the sweeper thread).
   if (shared_holds_spans_ && now_ns_ - shared_last_alloc_ns_ >= options_.thread_idle_ns) {
     LocalAllocator::release_all(*global_, *shared_heap_);

@@ -179,6 +179,8 @@ void* sweeper_main(void*) {
     sweep_shared_heap(false);
     // And what other threads' frees have emptied in the heaps of exited threads.
     LocalAllocator::reclaim_abandoned(g_global, g_heap_pool);
+    // Open huge pages that have stayed empty since the last pass (the sweep above often empties them).
+    g_global.release_empty_open_pages(false);
   }
   return nullptr;
 }
@@ -295,6 +297,7 @@ void heap_collect() {
   sweep_idle_heaps(true);
   sweep_shared_heap(true);
   LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
+  g_global.release_empty_open_pages(true);
 }
 
 unsigned sweep_idle_heaps(bool every_heap) {

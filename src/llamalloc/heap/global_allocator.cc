@@ -250,6 +250,24 @@ void GlobalAllocator::tick() {
   debug_check();
 }
 
+size_t GlobalAllocator::release_empty_open_pages(bool now) {
+  LockGuard g(lock_);
+  size_t released = 0;
+  for (unsigned c = 0; c < num_classes(); ++c) {
+    HugePageMeta* p = open_[c];
+    if (p == nullptr || !p->live.none()) continue;
+    if (now || p->open_idle) {
+      release_page(p);
+      ++released;
+    } else {
+      p->open_idle = 1;
+    }
+  }
+  expire_deadlines(clock_.now_ns());
+  debug_check();
+  return released;
+}
+
 void GlobalAllocator::after_blocks_freed(HugePageMeta* p) {
   if (p->state != PageState::kActive) return;  // the open page keeps its blocks for its own class
   if (p->live.none()) {
@@ -272,6 +290,7 @@ bool GlobalAllocator::take_blocks(HugePageMeta* p, size_t count, size_t align_bl
 
 void GlobalAllocator::mark_allocated(HugePageMeta* p, size_t first, size_t count, bool residual) {
   p->live.set_range(first, count);
+  p->open_idle = 0;
   if (residual) p->residual.set_range(first, count);
   if (p->state == PageState::kOpen) {
     if (p->live.all()) activate(p);

@@ -104,6 +104,7 @@ struct HugePageMeta {
   uint8_t lifetime_class;
   uint8_t deadline_passed;  // its deadline expired once
   uint8_t in_recyclable;
+  uint8_t open_idle;        // open, found empty by release_empty_open_pages, and no block taken since
   uint32_t large_requested_bytes[kBlocksPerHugePage];  // by first block
   SpanMeta spans[kSpansPerHugePage];
 
@@ -238,6 +239,10 @@ class GlobalAllocator {
 
   // Processes the deadlines that have expired by now (every entry point does this first).
   void tick();
+  // Gives back the open pages with no block in use: at once (`now`: llamalloc_collect), else those that were
+  // already empty at the previous call and have had no block taken since (the sweeper, each pass). An open
+  // page is otherwise kept for its class however long it stays empty. Returns the pages given back.
+  size_t release_empty_open_pages(bool now);
   // Checks every structure; on the first broken invariant prints it and aborts.
   void check_invariants();
   PageInfo page_info(uintptr_t address);
