@@ -28,18 +28,19 @@ void enqueue_front(LocalHeap& heap, SmallSpan* s) {
   s->prev = nullptr;
   s->next = head == &g_empty_span ? nullptr : head;
   if (s->next != nullptr) s->next->prev = s;
+  else heap.tails[s->lifetime_class][s->size_class] = s;
   head = s;
   s->queued = 1;
 }
 
-// Behind the span the fast path is using, so that a span whose objects come back does not displace it.
-void enqueue_second(LocalHeap& heap, SmallSpan* s) {
-  SmallSpan* head = heap.spans[s->lifetime_class][s->size_class];
-  if (head == &g_empty_span) return enqueue_front(heap, s);
-  s->prev = head;
-  s->next = head->next;
-  if (s->next != nullptr) s->next->prev = s;
-  head->next = s;
+// At the end of the queue (LocalHeap::tails says why), behind the span the fast path is using.
+void enqueue_back(LocalHeap& heap, SmallSpan* s) {
+  SmallSpan*& tail = heap.tails[s->lifetime_class][s->size_class];
+  if (tail == nullptr) return enqueue_front(heap, s);
+  s->prev = tail;
+  s->next = nullptr;
+  tail->next = s;
+  tail = s;
   s->queued = 1;
 }
 
@@ -48,6 +49,7 @@ void unlink(LocalHeap& heap, SmallSpan* s) {
   if (s->prev != nullptr) s->prev->next = s->next;
   else head = s->next != nullptr ? s->next : &g_empty_span;
   if (s->next != nullptr) s->next->prev = s->prev;
+  else heap.tails[s->lifetime_class][s->size_class] = s->prev;
   s->next = s->prev = nullptr;
   s->queued = 0;
 }
@@ -245,7 +247,7 @@ void LocalAllocator::drain_notify(GlobalAllocator& global, LocalHeap& heap) {
       if (s->queued) unlink(heap, s);
       if (s->used == 0 || !park_abandoned(s)) give_back(global, s);
     } else {
-      if (!s->queued) enqueue_second(heap, s);
+      if (!s->queued) enqueue_back(heap, s);
       if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
     }
     s = next;
@@ -284,7 +286,7 @@ void LocalAllocator::owner_free_slow(GlobalAllocator& global, LocalHeap& heap, S
     while ((x & kXfreeStateMask) == kXfreeFull &&
            !s->xfree.compare_exchange_weak(x, x & ~kXfreeFull, std::memory_order_acq_rel, std::memory_order_relaxed)) {
     }
-    enqueue_second(heap, s);
+    enqueue_back(heap, s);
   }
   if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
   owner_exit(&heap);
@@ -467,7 +469,9 @@ bool LocalHeap::check(GlobalAllocator& global) const {
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc) {
       const SmallSpan* prev = nullptr;
+      if ((spans[lc][sc] == &g_empty_span) != (tails[lc][sc] == nullptr)) return false;
       for (const SmallSpan* s = spans[lc][sc]; s != &g_empty_span && s != nullptr; s = s->next) {
+        if (s->next == nullptr && tails[lc][sc] != s) return false;
         if (s->owner != this || !s->queued || s->cached || s->prev != prev) return false;
         if (s->size_class != sc || s->lifetime_class != lc || s->block_size != size_class_bytes(sc)) return false;
         uint32_t extended = s->extended.load(std::memory_order_relaxed);
