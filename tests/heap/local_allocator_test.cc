@@ -152,6 +152,38 @@ TEST_F(LocalAllocatorTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
     if (i != 3 && i != 4) free(objs[i]);
 }
 
+// A span that a free brings back from full goes to the end of its queue: the spans ahead of it are allocated
+// from first, so that it has collected more frees when its turn comes (with the span right behind the head, a
+// program freeing at random sent most of its allocations to the slow path, one or two blocks per refill).
+TEST_F(LocalAllocatorTest, ASpanBroughtBackFromFullQueuesBehindTheOthersAndIsUsedAfterThem) {
+  std::vector<void*> objs;
+  for (int i = 0; i < 3 * 16; ++i) objs.push_back(alloc(0, 4096));  // three full 64 KiB spans
+  SmallSpan *a = span(objs[0]), *b = span(objs[16]), *c = span(objs[32]);
+  ASSERT_TRUE(a != b && b != c && a != c);
+  void* d_first = alloc(0, 4096);  // a fourth span, at the head
+  SmallSpan* d = span(d_first);
+  EXPECT_FALSE(a->queued || b->queued || c->queued);
+  free(objs[1]);   // a comes back
+  free(objs[17]);  // then b
+  unsigned sc = a->size_class;
+  EXPECT_EQ(heap.spans[0][sc], d) << "the span in use stays at the head";
+  EXPECT_EQ(d->next, a);
+  EXPECT_EQ(a->next, b) << "in the order they came back, each at the end";
+  EXPECT_EQ(heap.tails[0][sc], b);
+  // The head is used up first, then a, then b.
+  std::vector<void*> more;
+  for (int i = 0; i < 15; ++i) more.push_back(alloc(0, 4096));
+  EXPECT_EQ(span(more.back()), d);
+  more.push_back(alloc(0, 4096));
+  EXPECT_EQ(more.back(), objs[1]);
+  more.push_back(alloc(0, 4096));
+  EXPECT_EQ(more.back(), objs[17]);
+  for (void* p : more) free(p);
+  free(d_first);
+  for (size_t i = 0; i < objs.size(); ++i)
+    if (i != 1 && i != 17) free(objs[i]);
+}
+
 // A remote free into a full span sets kXfreeNotified, then pushes the span on the owner's notify list. If the
 // freeing thread is preempted in between, the owner frees the span's other objects (which queues it again) and
 // exits, the span is empty when its abandoned heap is emptied -- but its notify is still to come. Given back
