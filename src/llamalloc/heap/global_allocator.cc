@@ -100,6 +100,7 @@ Region* GlobalAllocator::new_region(unsigned lc) {
   r->metadata = static_cast<char*>(meta);
   r->next_fresh = 0;
   r->lifetime_class = uint8_t(lc);
+  metadata_table_[b >> kRegionShift].store(r->metadata, std::memory_order_release);
   region_table_[b >> kRegionShift].store(r, std::memory_order_release);
   current_region_[lc] = r;
   return r;
@@ -698,6 +699,8 @@ void GlobalAllocator::check_invariants_locked() {
   for (size_t i = 0; i < region_count_; ++i) {
     Region* r = &regions_[i];
     LLAMALLOC_CHECK(region_of(r->base) == r, "invariant: region table does not map a region's base to it");
+    LLAMALLOC_CHECK(metadata_table_[r->base >> kRegionShift].load(std::memory_order_relaxed) == r->metadata,
+                    "invariant: metadata table does not map a region's base to its metadata");
     for (size_t j = 0; j < r->next_fresh; ++j) {
       HugePageMeta* p = r->page(j);
       if (p->state == PageState::kUnused) continue;

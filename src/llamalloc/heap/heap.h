@@ -225,11 +225,16 @@ class GlobalAllocator {
     if (LLAMALLOC_UNLIKELY(slot >= kRegionSlots)) return nullptr;
     return region_table_[slot].load(std::memory_order_acquire);
   }
+  // One load to the region's metadata (regions are kRegionBytes aligned), none through its Region: free()
+  // finds a span in two dependent loads.
   LLAMALLOC_FAST SpanMeta* span_of(uintptr_t address) const {
-    Region* r = region_of(address);
-    if (LLAMALLOC_UNLIKELY(r == nullptr)) return nullptr;
-    uintptr_t offset = address - r->base;
-    return &r->page(offset >> kHugePageShift)->spans[(offset >> kBlockSpanShift) & (kSpansPerHugePage - 1)];
+    size_t slot = address >> kRegionShift;
+    if (LLAMALLOC_UNLIKELY(slot >= kRegionSlots)) return nullptr;
+    char* meta = metadata_table_[slot].load(std::memory_order_acquire);
+    if (LLAMALLOC_UNLIKELY(meta == nullptr)) return nullptr;
+    uintptr_t offset = address & (kRegionBytes - 1);
+    auto* page = reinterpret_cast<HugePageMeta*>(meta + (offset >> kHugePageShift) * kPageMetaStride);
+    return &page->spans[(offset >> kBlockSpanShift) & (kSpansPerHugePage - 1)];
   }
   LLAMALLOC_FAST HugePageMeta* page_of(uintptr_t address) const {
     Region* r = region_of(address);
@@ -327,6 +332,7 @@ class GlobalAllocator {
   size_t region_count_ = 0;
   Region regions_[kMaxRegions] = {};
   std::atomic<Region*> region_table_[kRegionSlots] = {};
+  std::atomic<char*> metadata_table_[kRegionSlots] = {};  // Region::metadata by the same slot (span_of)
 };
 
 }  // namespace llamalloc
