@@ -31,7 +31,7 @@ def main():
                 continue
             spans = {}
             for s in range(128):
-                span = page["spans"][s]["size_span"]["_M_b"]["_M_p"]
+                span = page["size_spans"][s]["_M_b"]["_M_p"]
                 if int(span) != 0 and int(span) not in spans:
                     d = span.dereference()
                     spans[int(span)] = dict(used=int(d["used"]), queued=int(d["queued"]), bytes=int(d["span_bytes"]),

@@ -25,7 +25,8 @@ struct Region;
 // A size-class span (Heap 2.0, docs/heap.md): a run of whole blocks, 16 KiB aligned, that serves one size class
 // of one lifetime class for one thread heap, mimalloc style. The global allocator hands its blocks out as a
 // large object and never looks inside; local/ owns every field. It lives in the SpanMeta of its first 16 KiB
-// span, and every SpanMeta it covers points at it (SpanMeta::size_span), so free() finds it in two loads.
+// span, and the page's size_spans entry of every 16 KiB span it covers points at it, so free() finds it in two
+// dependent loads.
 struct alignas(64) SmallSpan {
   // --- read by every thread that frees into the span; written by the owner only when (re)initialised --------
   uintptr_t key;         // link encoding (a corrupted or double-freed block is told apart from a free one)
@@ -76,9 +77,6 @@ struct SpanMeta {
   // The owning thread's cursor (a local/ SpanCursor) while owned, else null: lets the owner free objects of
   // its current run without atomics. Written only by the owner; others read it and see a foreign cursor.
   std::atomic<void*> owner_cursor;
-  // The size-class span this 16 KiB span is part of (Heap 2.0), or null. Set before the span's first block is
-  // handed out and cleared before its blocks go back to the global allocator.
-  std::atomic<SmallSpan*> size_span;
   // When this is the first 16 KiB of a size-class span: its metadata.
   SmallSpan small_span;
 
@@ -86,6 +84,10 @@ struct SpanMeta {
 };
 
 struct HugePageMeta {
+  // For each 16 KiB span: the size-class span (Heap 2.0) it is part of, or null. Set before the span's first
+  // block is handed out and cleared before its blocks go back to the global allocator. First and dense (1 KiB,
+  // 8 spans a cache line), as free() reads one for every object: in a SpanMeta each took a cache line of its own.
+  std::atomic<SmallSpan*> size_spans[kSpansPerHugePage];
   Bitmap256 live;         // blocks that hold objects or are handed out as spans
   Bitmap256 residual;     // live blocks predicted to match the page's class (section 6.5)
   Bitmap256 large_start;  // first block of each large object
@@ -235,6 +237,16 @@ class GlobalAllocator {
     uintptr_t offset = address & (kRegionBytes - 1);
     auto* page = reinterpret_cast<HugePageMeta*>(meta + (offset >> kHugePageShift) * kPageMetaStride);
     return &page->spans[(offset >> kBlockSpanShift) & (kSpansPerHugePage - 1)];
+  }
+  // The entry of HugePageMeta::size_spans for the 16 KiB span of `address`, or null if not ours.
+  LLAMALLOC_FAST std::atomic<SmallSpan*>* size_span_slot(uintptr_t address) const {
+    size_t slot = address >> kRegionShift;
+    if (LLAMALLOC_UNLIKELY(slot >= kRegionSlots)) return nullptr;
+    char* meta = metadata_table_[slot].load(std::memory_order_acquire);
+    if (LLAMALLOC_UNLIKELY(meta == nullptr)) return nullptr;
+    uintptr_t offset = address & (kRegionBytes - 1);
+    auto* page = reinterpret_cast<HugePageMeta*>(meta + (offset >> kHugePageShift) * kPageMetaStride);
+    return &page->size_spans[(offset >> kBlockSpanShift) & (kSpansPerHugePage - 1)];
   }
   LLAMALLOC_FAST HugePageMeta* page_of(uintptr_t address) const {
     Region* r = region_of(address);

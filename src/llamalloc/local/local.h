@@ -171,8 +171,8 @@ class LocalAllocator {
   static inline std::atomic<bool> reclaim_pending{false};
   // The small-object span of p, or null.
   LLAMALLOC_FAST static SmallSpan* span_of(const GlobalAllocator& global, const void* p) {
-    SpanMeta* m = global.span_of(reinterpret_cast<uintptr_t>(p));
-    return m != nullptr ? m->size_span.load(std::memory_order_relaxed) : nullptr;
+    std::atomic<SmallSpan*>* slot = global.size_span_slot(reinterpret_cast<uintptr_t>(p));
+    return slot != nullptr ? slot->load(std::memory_order_relaxed) : nullptr;
   }
   // Block index of p in s, or ~0u when p is not the start of a block handed out (an interior or stray pointer).
   LLAMALLOC_FAST static uint32_t block_index(const SmallSpan* s, const void* p) {

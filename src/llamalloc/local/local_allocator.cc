@@ -67,7 +67,7 @@ uint32_t list_length(const SmallSpan* s, void* head, void** last) {
 
 void set_size_span(GlobalAllocator& global, uintptr_t start, size_t bytes, SmallSpan* s) {
   for (size_t off = 0; off < bytes; off += kBlockSpanBytes)
-    global.span_of(start + off)->size_span.store(s, std::memory_order_release);
+    global.size_span_slot(start + off)->store(s, std::memory_order_release);
 }
 
 void give_back(GlobalAllocator& global, SmallSpan* s) {
@@ -220,7 +220,7 @@ void LocalAllocator::release_span(GlobalAllocator& global, LocalHeap& heap, Smal
     memmove(&heap.cache[lc][kind][0], &heap.cache[lc][kind][1], sizeof(SmallSpan*) * (kSpanCacheSlots - 1));
     --n;
   }
-  // Kept with its size_span pointers, and extended = 0 so that any free into it is reported.
+  // Kept with its size_spans entries, and extended = 0 so that any free into it is reported.
   s->free = s->local_free = nullptr;
   s->extended.store(0, std::memory_order_relaxed);
   s->cached = 1;
