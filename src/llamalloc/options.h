@@ -31,6 +31,12 @@ namespace llamalloc {
     "While fewer huge pages than this are in use, a class whose open page is full takes blocks from the open "   \
     "page of a longer class before it opens a fresh huge page (its objects die first, as in recycling), so a "   \
     "program with a few MiB live does not keep one huge page per lifetime class. 0: never.")                   \
+  X(SUBRELEASE, subrelease, Uint, 50, 0, 100,                                                                    \
+    "Subrelease: the sweeper gives back to the OS the free blocks of a huge page in which at most this "          \
+    "percentage of the blocks are in use and from which no block was taken for a whole SWEEP_MS period, as far " \
+    "as the heap holds more blocks than it used at its highest over the last 4 periods; sparsest pages first. "  \
+    "The page stays in use on 4 KiB pages (its huge page is split), so RSS falls after a peak while long-lived " \
+    "objects stay where they are. llamalloc_collect() does it at once. 0: never (every byte on 2 MiB pages).")    \
   X(SWEEP_MS, sweep_ms, Uint, 250, 0, 60000,                                                                       \
     "Period of the sweeper thread, in milliseconds. Each period it takes back, from every thread heap that has "  \
     "been used since (and is not inside the allocator at that moment), its empty spans and the frees other "     \

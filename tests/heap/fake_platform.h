@@ -37,6 +37,10 @@ class FakePlatform final : public Platform {
     for (size_t off = 0; off < bytes; off += kHugePageBytes)
       released.insert(reinterpret_cast<uintptr_t>(address) + off);
   }
+  void subrelease(void* address, size_t bytes) override {
+    subreleased_bytes += bytes;
+    subreleased_ranges.insert({reinterpret_cast<uintptr_t>(address), bytes});
+  }
   void* map_metadata(size_t bytes) override { return real_.map_metadata(bytes); }
   void release_metadata(void* address, size_t bytes) override { memset(address, 0, bytes); }
 
@@ -45,6 +49,8 @@ class FakePlatform final : public Platform {
   size_t backed_bytes = 0;
   size_t released_bytes = 0;
   size_t reserved_bytes = 0;
+  size_t subreleased_bytes = 0;  // every subrelease call, summed
+  std::set<std::pair<uintptr_t, size_t>> subreleased_ranges;
   bool reused_address = false;
   std::set<uintptr_t> ever_backed, released;
 

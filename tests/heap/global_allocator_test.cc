@@ -474,6 +474,73 @@ TEST_F(GlobalAllocatorTest, AnOpenPageThatStaysEmptyIsGivenBackAtTheSweepAfterTh
   heap->check_invariants();
 }
 
+// Subrelease (docs/heap.md): the free blocks of a sparse page from which nothing was taken for a whole pass go
+// back to the OS, but only as far as the heap's blocks exceed the most it used over the last kDemandPasses
+// passes; the page and its objects stay, and blocks taken again are backed again.
+TEST_F(GlobalAllocatorTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyondRecentDemand) {
+  heap->configure(HeapConfig{4, kK, true, true, 0});  // (no lending between classes: one page each)
+  std::vector<uintptr_t> objects;
+  for (int i = 0; i < 25; ++i) objects.push_back(blocks(1, 8));  // 200 of the page's 256 blocks
+  uintptr_t page = page_of(objects[0]);
+  EXPECT_EQ(heap->subrelease_free_blocks(false), 0u) << "blocks were taken since the last pass: not idle";
+  for (size_t i = 1; i < objects.size(); ++i) free(objects[i]);  // 8 blocks in use: 3% of the page
+  // Idle and sparse now, but 200 blocks were in use at the last pass: only the 56 beyond that go back.
+  EXPECT_EQ(heap->subrelease_free_blocks(false), 56u);
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 56 * kBlockBytes);
+  EXPECT_EQ(platform.subreleased_bytes, 56 * kBlockBytes);
+  for (auto [address, bytes] : platform.subreleased_ranges) {
+    EXPECT_EQ(page_of(address), page);
+    EXPECT_GE(address, objects[0] + 8 * kBlockBytes) << "a live object's blocks were given back";
+    EXPECT_LE(address + bytes, page + kHugePageBytes);
+  }
+  for (unsigned pass = 3; pass < GlobalAllocator::kDemandPasses + 1; ++pass)
+    EXPECT_EQ(heap->subrelease_free_blocks(false), 0u) << "pass " << pass << ": the peak is still in the window";
+  EXPECT_EQ(heap->subrelease_free_blocks(false), 192u) << "the peak left the window: every other free block";
+  EXPECT_EQ(heap->subrelease_free_blocks(false), 0u);
+  EXPECT_EQ(heap->pages_in_use(1), 1u) << "the page stays in use";
+  EXPECT_EQ(info(objects[0]).live.count(), 8u);
+  heap->check_invariants();
+  // Blocks taken again are backed again (off the gauge); the page is then no longer idle.
+  uintptr_t again = blocks(1, 4);
+  EXPECT_EQ(page_of(again), page);
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 244 * kBlockBytes);
+  EXPECT_EQ(heap->counters().blocks_subreleased.load(), 248u);
+  free(again);
+  // llamalloc_collect's pass: at once, idle or not, whatever the recent demand.
+  (void)blocks(2, 100);
+  free(objects[0]);
+  uintptr_t small = blocks(2, 1);
+  EXPECT_GE(heap->subrelease_free_blocks(true), 155u);
+  heap->check_invariants();
+  free(small);
+  EXPECT_EQ(heap->release_empty_open_pages(true), 1u) << "class 1's page, empty";
+  heap->check_invariants();  // the gauge lost that page's subreleased blocks with it
+}
+
+TEST_F(GlobalAllocatorTest, SubreleaseSkipsDensePagesAndCanBeTurnedOff) {
+  HeapConfig config{4, kK, true, true, 0};
+  heap->configure(config);
+  std::vector<uintptr_t> objects;
+  for (int i = 0; i < 32; ++i) objects.push_back(blocks(1, 8));  // the whole page
+  for (size_t i = 0; i < objects.size(); i += 2) free(objects[i]);  // half of it in use
+  for (int pass = 0; pass < 10; ++pass) heap->subrelease_free_blocks(false);
+  EXPECT_EQ(platform.subreleased_bytes, 128 * kBlockBytes) << "a page half in use is at the default limit";
+  for (size_t i = 1; i < 10; i += 2) free(objects[i]);  // 88 blocks of 256 in use still
+  config.subrelease_percent = 25;
+  heap->configure(config);
+  for (int pass = 0; pass < 10; ++pass) heap->subrelease_free_blocks(false);
+  EXPECT_EQ(platform.subreleased_bytes, 128 * kBlockBytes) << "34% in use is above a 25% limit";
+  config.subrelease_percent = 0;
+  heap->configure(config);
+  for (size_t i = 11; i < 30; i += 2) free(objects[i]);  // 8 blocks in use
+  for (int pass = 0; pass < 10; ++pass) EXPECT_EQ(heap->subrelease_free_blocks(true), 0u) << "off";
+  config.subrelease_percent = 25;
+  heap->configure(config);
+  for (int pass = 0; pass < 10; ++pass) heap->subrelease_free_blocks(false);
+  EXPECT_EQ(platform.subreleased_bytes, 248 * kBlockBytes);
+  heap->check_invariants();
+}
+
 TEST_F(GlobalAllocatorTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) {
   // Off: the paper's placement, one open page per class.
   GlobalAllocator off(platform, clock, HeapConfig{4, kK, true, true, 0});

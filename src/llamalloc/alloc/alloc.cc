@@ -42,6 +42,10 @@ LocalHeap* g_live_heaps = nullptr;
 unsigned g_live_count = 0;
 // The sweeper thread: started once the process has a second thread heap (and again in a fork child).
 std::atomic<bool> g_sweeper_started{false};
+// Whether it runs. Until it does (a single-threaded program, or a fork child before its second thread heap), the
+// slow path runs the sweeper's page passes itself, at most once per LLAMALLOC_SWEEP_MS (maybe_pass_inline).
+std::atomic<bool> g_sweeper_running{false};
+std::atomic<uint64_t> g_inline_pass_ns{0};
 
 }  // namespace
 
@@ -65,7 +69,8 @@ void init_once() {
   // Never the class every allocation gets without a model: that would put the whole program under one lock.
   unsigned shared_from = unsigned(o.shared_class) > default_class ? unsigned(o.shared_class) : default_class + 1;
   g_global.configure(HeapConfig{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
-                                o.same_class_recycling != 0, unsigned(o.small_heap_pages), shared_from});
+                                o.same_class_recycling != 0, unsigned(o.small_heap_pages), shared_from,
+                                unsigned(o.subrelease)});
   if (shared_from < g_global.num_classes()) g_global.set_shared_heap(&g_shared_heap);
   g_default_predictor.set_class(default_class);
   if (o.model != nullptr && *o.model) {
@@ -179,8 +184,10 @@ void* sweeper_main(void*) {
     sweep_shared_heap(false);
     // And what other threads' frees have emptied in the heaps of exited threads.
     LocalAllocator::reclaim_abandoned(g_global, g_heap_pool);
-    // Open huge pages that have stayed empty since the last pass (the sweep above often empties them).
+    // Open huge pages that have stayed empty since the last pass (the sweep above often empties them), then the
+    // free blocks of sparse pages that have had no block taken since (subrelease).
     g_global.release_empty_open_pages(false);
+    g_global.subrelease_free_blocks(false);
   }
   return nullptr;
 }
@@ -210,6 +217,7 @@ void start_sweeper() {
     err = pthread_create(&thread, &attr, sweeper_main, nullptr);
   }
   if (err != 0) write_stderr("llamalloc: warning: cannot start the sweeper thread; idle threads keep their spans\n");
+  else g_sweeper_running.store(true, std::memory_order_relaxed);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
 }
@@ -262,6 +270,7 @@ void child_after_fork() {
   // The sweeper thread is not copied: the child starts its own when it makes a thread heap. The heaps of the
   // parent's other threads stay on the live list; the sweeper takes back their empty spans.
   g_sweeper_started.store(false, std::memory_order_relaxed);
+  g_sweeper_running.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -298,6 +307,7 @@ void heap_collect() {
   sweep_shared_heap(true);
   LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
   g_global.release_empty_open_pages(true);
+  g_global.subrelease_free_blocks(true);
 }
 
 unsigned sweep_idle_heaps(bool every_heap) {
@@ -365,6 +375,22 @@ void* malloc_slow_entered(LocalHeap* h, size_t size, size_t alignment, unsigned 
 }
 }  // namespace
 
+namespace {
+// Without a sweeper thread, the page passes of its loop (empty open pages, subrelease) run here, from a slow
+// path, once per period: a single-threaded server's memory falls after a peak as a threaded one's does.
+void maybe_pass_inline() {
+  uint64_t ms = options().sweep_ms;
+  if (ms == 0 || g_sweeper_running.load(std::memory_order_relaxed)) return;
+  uint64_t now = g_clock.now_ns();
+  uint64_t last = g_inline_pass_ns.load(std::memory_order_relaxed);
+  if (now - last < ms * 1'000'000 ||
+      !g_inline_pass_ns.compare_exchange_strong(last, now, std::memory_order_relaxed))
+    return;
+  g_global.release_empty_open_pages(false);
+  g_global.subrelease_free_blocks(false);
+}
+}  // namespace
+
 void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_address, uintptr_t stack_address) {
   if (stack_address == 0) stack_address = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   LocalHeap* h = thread_heap();
@@ -377,6 +403,7 @@ void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_a
   owner_count_slow(h);
   void* p = malloc_slow_entered(h, size, alignment, lc, return_address, stack_address);
   owner_exit(h);
+  if (LLAMALLOC_LIKELY(p != nullptr)) maybe_pass_inline();  // (not after a failure, which must keep its errno)
   return p;
 }
 
@@ -385,6 +412,7 @@ void free_slow(void* p) {
   LocalAllocator::deallocate(g_global, tl_heap, p);
   if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   debug_check_heap();
+  maybe_pass_inline();
 }
 
 void* heap_malloc_class(size_t size, unsigned lifetime_class) {

@@ -171,6 +171,7 @@ void GlobalAllocator::release_page(HugePageMeta* p) {
   }
   if (open_[p->lifetime_class] == p) open_[p->lifetime_class] = nullptr;
   for (SpanMeta& s : p->spans) partial_remove(&s, p->lifetime_class);
+  unrelease(p, 0, kBlocksPerHugePage);
   account_page(p, -1);
   counters_.huge_pages_released.fetch_add(1, std::memory_order_relaxed);
   uintptr_t address = page_address(p);
@@ -269,6 +270,76 @@ size_t GlobalAllocator::release_empty_open_pages(bool now) {
   return released;
 }
 
+void GlobalAllocator::unrelease(HugePageMeta* p, size_t first, size_t count) {
+  if (LLAMALLOC_LIKELY(p->released.none())) return;
+  size_t n = 0;
+  for (size_t b = first; b < first + count; ++b)
+    if (p->released.test(b)) {
+      p->released.clear(b);
+      ++n;
+    }
+  gauges_.subreleased_bytes -= n * kBlockBytes;
+}
+
+size_t GlobalAllocator::subrelease_page(HugePageMeta* p, size_t budget) {
+  size_t done = 0;
+  uintptr_t base = page_address(p);
+  for (size_t b = 0; b < kBlocksPerHugePage && done < budget;) {
+    if (p->live.test(b) || p->released.test(b)) {
+      ++b;
+      continue;
+    }
+    size_t end = b;
+    while (end < kBlocksPerHugePage && end - b < budget - done && !p->live.test(end) && !p->released.test(end)) ++end;
+    platform_.subrelease(reinterpret_cast<void*>(base + b * kBlockBytes), (end - b) * kBlockBytes);
+    p->released.set_range(b, end - b);
+    done += end - b;
+    b = end;
+  }
+  gauges_.subreleased_bytes += done * kBlockBytes;
+  counters_.blocks_subreleased.fetch_add(done, std::memory_order_relaxed);
+  return done;
+}
+
+size_t GlobalAllocator::subrelease_free_blocks(bool now) {
+  LockGuard g(lock_);
+  expire_deadlines(clock_.now_ns());
+  // The heap's demand now (blocks in use) and what is still backed.
+  size_t in_use = 0, backed = 0;
+  auto each_page = [&](auto&& f) {
+    for (unsigned c = 0; c < num_classes(); ++c) {
+      if (open_[c] != nullptr) f(open_[c]);
+      for (HugePageMeta* p = active_head_[c]; p != nullptr; p = p->active_next)
+        if (p->kind == PageKind::kBlocks) f(p);
+    }
+  };
+  each_page([&](HugePageMeta* p) {
+    size_t live = p->live.count();
+    in_use += live;
+    backed += kBlocksPerHugePage - p->released.count();
+  });
+  demand_[demand_passes_++ % kDemandPasses] = uint32_t(in_use);
+  size_t peak = in_use;
+  for (uint32_t d : demand_) peak = d > peak ? d : peak;
+  size_t budget = now ? ~size_t{0} : (backed > peak ? backed - peak : 0);
+  size_t done = 0;
+  if (config_.subrelease_percent != 0 && budget != 0) {
+    size_t limit = kBlocksPerHugePage * config_.subrelease_percent / 100;
+    // Sparsest first: pages with at most 1/16 of their blocks in use, then 1/8, 1/4, 1/2, then up to the limit.
+    for (size_t bound = kBlocksPerHugePage / 16;; bound *= 2) {
+      size_t b = bound < limit ? bound : limit;
+      each_page([&](HugePageMeta* p) {
+        if (done < budget && (now || p->take_idle) && p->live.count() <= b) done += subrelease_page(p, budget - done);
+      });
+      if (b == limit) break;
+    }
+  }
+  // A page is idle at the next pass if no block is taken from it until then (mark_allocated clears this).
+  each_page([](HugePageMeta* p) { p->take_idle = 1; });
+  debug_check();
+  return done;
+}
+
 void GlobalAllocator::after_blocks_freed(HugePageMeta* p) {
   if (p->state != PageState::kActive) return;  // the open page keeps its blocks for its own class
   if (p->live.none()) {
@@ -292,6 +363,8 @@ bool GlobalAllocator::take_blocks(HugePageMeta* p, size_t count, size_t align_bl
 void GlobalAllocator::mark_allocated(HugePageMeta* p, size_t first, size_t count, bool residual) {
   p->live.set_range(first, count);
   p->open_idle = 0;
+  p->take_idle = 0;
+  unrelease(p, first, count);
   if (residual) p->residual.set_range(first, count);
   if (p->state == PageState::kOpen) {
     if (p->live.all()) activate(p);
@@ -663,6 +736,7 @@ bool HugePageMeta::check(unsigned num_classes) const {
   if (kind != PageKind::kBlocks) return live.all();
   if (!(residual & ~live).none()) return false;               // residual blocks are live
   if (!(large_start & ~live).none()) return false;
+  if (!(released & live).none()) return false;                // only free blocks are subreleased
   // An open page holds its class's objects (residual) and, in a small heap, spans and objects of shorter classes
   // lent from it (HeapConfig::small_heap_pages): live non-residual blocks are allowed in every state.
   for (size_t s = 0; s < kSpansPerHugePage; ++s) {
@@ -695,7 +769,7 @@ void GlobalAllocator::check_invariants() {
 
 void GlobalAllocator::check_invariants_locked() {
   size_t pages_by_class[kMaxClasses] = {};
-  size_t total = 0;
+  size_t total = 0, released_blocks = 0;
   for (size_t i = 0; i < region_count_; ++i) {
     Region* r = &regions_[i];
     LLAMALLOC_CHECK(region_of(r->base) == r, "invariant: region table does not map a region's base to it");
@@ -708,6 +782,7 @@ void GlobalAllocator::check_invariants_locked() {
       LLAMALLOC_CHECK(p->region == r && p->index == j, "invariant: huge page back-pointers wrong");
       pages_by_class[p->lifetime_class]++;
       total++;
+      released_blocks += p->released.count();
       if (p->kind != PageKind::kBlocks) continue;
       if (p->state == PageState::kOpen) LLAMALLOC_CHECK(open_[p->lifetime_class] == p, "invariant: stray open page");
       if (p->state == PageState::kActive) {
@@ -734,6 +809,7 @@ void GlobalAllocator::check_invariants_locked() {
     if (open_[c]) LLAMALLOC_CHECK(open_[c]->state == PageState::kOpen, "invariant: open page not open");
   }
   LLAMALLOC_CHECK(total * kHugePageBytes == gauges_.footprint_bytes, "invariant: footprint miscounted");
+  LLAMALLOC_CHECK(released_blocks * kBlockBytes == gauges_.subreleased_bytes, "invariant: subreleased bytes miscounted");
 }
 
 }  // namespace llamalloc

@@ -92,6 +92,7 @@ struct HugePageMeta {
   Bitmap256 residual;     // live blocks predicted to match the page's class (section 6.5)
   Bitmap256 large_start;  // first block of each large object
   Bitmap256 large_end;    // last block of each large object: free() finds the size (section 8)
+  Bitmap256 released;     // free blocks given back to the OS while the page stays in use (subrelease)
   uint64_t deadline_ns;
   HugePageMeta* active_prev;  // per class, in deadline order
   HugePageMeta* active_next;
@@ -107,6 +108,7 @@ struct HugePageMeta {
   uint8_t deadline_passed;  // its deadline expired once
   uint8_t in_recyclable;
   uint8_t open_idle;        // open, found empty by release_empty_open_pages, and no block taken since
+  uint8_t take_idle;        // no block taken since the last subrelease pass (subrelease_free_blocks)
   uint32_t large_requested_bytes[kBlocksPerHugePage];  // by first block
   SpanMeta spans[kSpansPerHugePage];
 
@@ -155,6 +157,11 @@ struct HeapConfig {
   // (measured on image-server with a model: 32 spans of 944 KiB for 69 KiB of class-7 objects). kMaxClasses:
   // none shared (the default: docs/heap.md says why).
   unsigned shared_class_min = kMaxClasses;
+  // Subrelease (subrelease_free_blocks): the free blocks of a huge page in which at most this percentage of the
+  // blocks are in use, and from which no block was taken for a whole sweep period, are given back to the OS,
+  // beyond what the heap used at its highest over the last kDemandPasses passes. The page stays in use (its
+  // objects stay where they are) on 4 KiB pages. 0: never (every byte stays on a 2 MiB page).
+  unsigned subrelease_percent = 50;
 };
 
 // A snapshot of one huge page for tests and the simulator.
@@ -260,6 +267,13 @@ class GlobalAllocator {
   // already empty at the previous call and have had no block taken since (the sweeper, each pass). An open
   // page is otherwise kept for its class however long it stays empty. Returns the pages given back.
   size_t release_empty_open_pages(bool now);
+  // Subrelease (HeapConfig::subrelease_percent, docs/heap.md "Subrelease"): one pass of the sweeper, which gives
+  // back the free blocks of sparse huge pages that had no block taken since the previous pass, sparsest first,
+  // as far as the heap's blocks exceed the most it used over the last kDemandPasses passes (so that a load that
+  // comes back finds its memory still there). `now` (llamalloc_collect): every sparse page at once, regardless
+  // of idleness and demand. Returns the blocks given back.
+  size_t subrelease_free_blocks(bool now);
+  static constexpr unsigned kDemandPasses = 4;
   // Checks every structure; on the first broken invariant prints it and aborts.
   void check_invariants();
   PageInfo page_info(uintptr_t address);
@@ -321,6 +335,10 @@ class GlobalAllocator {
   static size_t span_index(SpanMeta* span) { return span - page_of_span(span)->spans; }
   uintptr_t page_address(const HugePageMeta* p) const { return p->region->page_address(p->index); }
   void account_page(HugePageMeta* p, int64_t pages);
+  // Blocks of p that are backed again (taken), or dropped with it: off the subreleased gauge.
+  void unrelease(HugePageMeta* p, size_t first, size_t count);
+  // Subreleases the free blocks of p still backed, at most `budget`; returns how many.
+  size_t subrelease_page(HugePageMeta* p, size_t budget);
 
   Platform& platform_;
   Clock& clock_;
@@ -345,6 +363,9 @@ class GlobalAllocator {
   Region regions_[kMaxRegions] = {};
   std::atomic<Region*> region_table_[kRegionSlots] = {};
   std::atomic<char*> metadata_table_[kRegionSlots] = {};  // Region::metadata by the same slot (span_of)
+  // Blocks in use at each of the last kDemandPasses subrelease passes (a ring), and the pass count.
+  uint32_t demand_[kDemandPasses] = {};
+  uint32_t demand_passes_ = 0;
 };
 
 }  // namespace llamalloc

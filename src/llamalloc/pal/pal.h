@@ -19,6 +19,9 @@ class Platform {
   // Gives the memory of [address, address + bytes) back to the OS at once. The heap never uses these
   // addresses again (papers/000 section 8), so nothing needs to be usable afterwards.
   virtual void release(void* address, size_t bytes) = 0;
+  // Gives the memory of [address, address + bytes), free blocks of a huge page that stays in use, back to the OS
+  // (subrelease): the kernel splits the huge page, and the range reads as zero, on 4 KiB pages, when touched again.
+  virtual void subrelease(void* address, size_t bytes) = 0;
   // Zeroed, usable memory for the heap's own metadata (small pages, backed on first touch); nullptr if refused.
   virtual void* map_metadata(size_t bytes) = 0;
   // Drops the memory behind whole small pages of metadata; they read as zero afterwards.
@@ -44,6 +47,7 @@ class LinuxPlatform final : public Platform {
   void* reserve(size_t bytes, size_t alignment) override;
   bool back(void* address, size_t bytes) override;
   void release(void* address, size_t bytes) override;
+  void subrelease(void* address, size_t bytes) override;
   void* map_metadata(size_t bytes) override;
   void release_metadata(void* address, size_t bytes) override;
 };
