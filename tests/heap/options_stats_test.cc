@@ -119,6 +119,10 @@ void expect_complete_and_sane(const Json& j) {
   EXPECT_LE(live, peak_live);
   EXPECT_LE(footprint, j.fields.at("peak_footprint_bytes").number);
   EXPECT_EQ(std::fmod(footprint, double(kHugePageBytes)), 0.0);
+  // Subreleased blocks are free blocks of pages in use: never more than the footprint, whole blocks.
+  ASSERT_TRUE(j.fields.count("subreleased_bytes"));
+  EXPECT_LE(j.fields.at("subreleased_bytes").number, footprint);
+  EXPECT_EQ(std::fmod(j.fields.at("subreleased_bytes").number, double(kBlockBytes)), 0.0);
   const Json& by_class = j.fields.at("huge_pages_by_class");
   ASSERT_EQ(by_class.kind, Json::kArray);
   ASSERT_EQ(by_class.items.size(), size_t(j.fields.at("num_classes").number));
