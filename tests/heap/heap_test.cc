@@ -245,6 +245,31 @@ TEST(HeapTest, ProducersAndConsumersFreeEveryObjectInAnotherThread) {
   check_heap();
 }
 
+// A window of live objects that fills its span exactly (free the oldest, allocate one: 64 objects of 1 KiB in
+// a 64 KiB span): each allocation finds the free list empty and the block just freed on the owner's local list.
+// The fast path takes that list itself; through the slow path every allocation cost a slow-path call and a
+// refill of one block.
+TEST(HeapTest, AWindowOfLiveObjectsThatFillsItsSpanStaysOnTheFastPath) {
+  std::thread([] {
+    constexpr int kWindow = 64;
+    void* live[kWindow] = {};
+    for (int i = 0; i < 1000; ++i) {  // (warm-up: the thread's heap, its spans)
+      heap_free(live[i % kWindow]);
+      live[i % kWindow] = heap_malloc(1024);
+    }
+    uint32_t before = tl_heap->slow_ops.load();
+    for (int i = 0; i < 20000; ++i) {
+      heap_free(live[i % kWindow]);
+      live[i % kWindow] = heap_malloc(1024);
+      ASSERT_NE(live[i % kWindow], nullptr);
+      memset(live[i % kWindow], i, 1024);
+    }
+    EXPECT_LT(tl_heap->slow_ops.load() - before, 200u) << "allocations that took the slow path, of 20000";
+    for (void* p : live) heap_free(p);
+    check_heap();
+  }).join();
+}
+
 TEST(HeapTest, MallocZeroAndUsableSize) {
   void* p = heap_malloc(0);
   ASSERT_NE(p, nullptr);

@@ -108,12 +108,19 @@ extern LocalHeap g_empty_heap;
 
 LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
   void* b = s->free;
-  if (LLAMALLOC_LIKELY(b != nullptr)) {
-    s->free = reinterpret_cast<void*>(*static_cast<uintptr_t*>(b) ^ s->key);
-    // The link is wiped, so that a live object the program never wrote does not look free to free().
-    *static_cast<uintptr_t*>(b) = 0;
-    s->used++;
+  if (LLAMALLOC_UNLIKELY(b == nullptr)) {
+    // The owner's own frees become the free list here, without the slow path (mimalloc collects a page's
+    // local list in its generic path): a program that keeps a window of live objects filling its span exactly
+    // otherwise took the whole slow path for every allocation, one block at a time (1 KiB objects, 64 live:
+    // 16 ns per pair against mimalloc's 4-9).
+    b = s->local_free;
+    if (b == nullptr) return nullptr;
+    s->local_free = nullptr;
   }
+  s->free = reinterpret_cast<void*>(*static_cast<uintptr_t*>(b) ^ s->key);
+  // The link is wiped, so that a live object the program never wrote does not look free to free().
+  *static_cast<uintptr_t*>(b) = 0;
+  s->used++;
   return b;
 }
 
