@@ -3,13 +3,9 @@ llamalloc_stats_print in include/llamalloc.h)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from pathlib import Path
 
-from llamalloc.paths import native_library
-
-REPO = Path(__file__).resolve().parents[2]
+from linked_support import build_linked
 
 PROG = r"""
 #include <stdio.h>
@@ -34,11 +30,7 @@ int main(void) {
 
 
 def test_stats_while_running(tmp_path):
-    (tmp_path / "s.c").write_text(PROG)
-    lib = native_library("libllamalloc.so")
-    exe = tmp_path / "s"
-    subprocess.run([shutil.which("cc") or "gcc", "-O1", "-I", str(REPO / "include"), "-o", str(exe),
-                    str(tmp_path / "s.c"), str(lib), f"-Wl,-rpath,{lib.parent}"], check=True)
+    exe = build_linked(tmp_path, PROG, "s")
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     now = json.loads(r.stdout)

@@ -3,17 +3,11 @@ back without calling anything, through the sweeper thread of libllamalloc.so; LL
 (then the sleeping threads keep the burst's huge pages), and a forked child starts its own."""
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from llamalloc.paths import native_library
-
-REPO = Path(__file__).resolve().parents[2]
+from linked_support import build_linked, run_json
 
 # Four workers each allocate 6 MiB of 64 B - 12 KiB objects, hand half of them to main (which frees them: frees
 # into the workers' spans), free the rest themselves, and sleep on a condition variable until main is done.
@@ -115,27 +109,11 @@ int main(int argc, char** argv) {
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("sweeper")
-    (d / "p.c").write_text(PROG)
-    lib = native_library("libllamalloc.so")
-    exe = d / "p"
-    subprocess.run([shutil.which("cc") or "gcc", "-O1", "-pthread", "-I", str(REPO / "include"), "-o", str(exe),
-                    str(d / "p.c"), str(lib), f"-Wl,-rpath,{lib.parent}"], check=True)
-    return exe
+    return build_linked(tmp_path_factory.mktemp("sweeper"), PROG)
 
 
 def run(program: Path, *args: str, **env: str) -> list[dict]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("LLAMALLOC_")}
-    e.update(env)
-    r = subprocess.run([str(program), *args], capture_output=True, text=True, timeout=120, env=e)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stderr == "", r.stderr
-    docs, text, decoder = [], r.stdout.strip(), json.JSONDecoder()
-    while text:
-        doc, end = decoder.raw_decode(text)
-        docs.append(doc)
-        text = text[end:].strip()
-    return docs
+    return run_json(program, *args, **env)
 
 
 def test_sleeping_threads_give_their_spans_back_through_the_sweeper(program):

@@ -234,26 +234,25 @@ class GlobalAllocator {
     if (LLAMALLOC_UNLIKELY(slot >= kRegionSlots)) return nullptr;
     return region_table_[slot].load(std::memory_order_acquire);
   }
-  // One load to the region's metadata (regions are kRegionBytes aligned), none through its Region: free()
-  // finds a span in two dependent loads.
-  LLAMALLOC_FAST SpanMeta* span_of(uintptr_t address) const {
+  // The metadata of the huge page of `address`, or null if not ours: one load of the region's metadata by its
+  // address slot (regions are kRegionBytes aligned), none through its Region.
+  LLAMALLOC_FAST HugePageMeta* page_meta_of(uintptr_t address) const {
     size_t slot = address >> kRegionShift;
     if (LLAMALLOC_UNLIKELY(slot >= kRegionSlots)) return nullptr;
     char* meta = metadata_table_[slot].load(std::memory_order_acquire);
     if (LLAMALLOC_UNLIKELY(meta == nullptr)) return nullptr;
-    uintptr_t offset = address & (kRegionBytes - 1);
-    auto* page = reinterpret_cast<HugePageMeta*>(meta + (offset >> kHugePageShift) * kPageMetaStride);
-    return &page->spans[(offset >> kBlockSpanShift) & (kSpansPerHugePage - 1)];
+    return reinterpret_cast<HugePageMeta*>(meta + ((address & (kRegionBytes - 1)) >> kHugePageShift) * kPageMetaStride);
   }
-  // The entry of HugePageMeta::size_spans for the 16 KiB span of `address`, or null if not ours.
+  static size_t span_index_of(uintptr_t address) { return (address >> kBlockSpanShift) & (kSpansPerHugePage - 1); }
+  LLAMALLOC_FAST SpanMeta* span_of(uintptr_t address) const {
+    HugePageMeta* page = page_meta_of(address);
+    return page != nullptr ? &page->spans[span_index_of(address)] : nullptr;
+  }
+  // The entry of HugePageMeta::size_spans for the 16 KiB span of `address`, or null if not ours: free() finds a
+  // span in two dependent loads.
   LLAMALLOC_FAST std::atomic<SmallSpan*>* size_span_slot(uintptr_t address) const {
-    size_t slot = address >> kRegionShift;
-    if (LLAMALLOC_UNLIKELY(slot >= kRegionSlots)) return nullptr;
-    char* meta = metadata_table_[slot].load(std::memory_order_acquire);
-    if (LLAMALLOC_UNLIKELY(meta == nullptr)) return nullptr;
-    uintptr_t offset = address & (kRegionBytes - 1);
-    auto* page = reinterpret_cast<HugePageMeta*>(meta + (offset >> kHugePageShift) * kPageMetaStride);
-    return &page->size_spans[(offset >> kBlockSpanShift) & (kSpansPerHugePage - 1)];
+    HugePageMeta* page = page_meta_of(address);
+    return page != nullptr ? &page->size_spans[span_index_of(address)] : nullptr;
   }
   LLAMALLOC_FAST HugePageMeta* page_of(uintptr_t address) const {
     Region* r = region_of(address);
