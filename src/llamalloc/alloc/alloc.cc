@@ -60,8 +60,11 @@ namespace llamalloc {
 
 namespace {
 
+void maybe_pass_inline();  // (below)
+
 void init_once() {
   LocalAllocator::set_pool(&g_heap_pool);
+  LocalAllocator::set_slow_free_hook(maybe_pass_inline);
   init_options();
   const Options& o = options();
   unsigned default_class = unsigned(o.default_class);
@@ -380,10 +383,10 @@ namespace {
 // path, once per period: a single-threaded server's memory falls after a peak as a threaded one's does.
 __thread uint32_t tl_pass_countdown __attribute__((tls_model("initial-exec"))) = 0;
 void maybe_pass_inline() {
-  // The clock is read on every 16th slow path of a thread only: a program whose fast path misses on every
-  // allocation (a window of live objects that fills its span exactly) spent 15% of its time reading it.
+  // The clock is read on every 4th slow path of a thread only: a program whose fast path missed on every
+  // allocation (a window of live objects that filled its span exactly) spent 15% of its time reading it.
   if (tl_pass_countdown-- != 0) return;
-  tl_pass_countdown = 15;
+  tl_pass_countdown = 3;
   uint64_t ms = options().sweep_ms;
   if (ms == 0 || g_sweeper_running.load(std::memory_order_relaxed)) return;
   uint64_t now = g_clock.now_ns();

@@ -176,6 +176,10 @@ class LocalAllocator {
   static void set_pool(HeapPool* pool) { pool_ = pool; }
   static inline HeapPool* pool_ = nullptr;
   static inline std::atomic<bool> reclaim_pending{false};
+  // Called at the end of the owner's free slow path, outside the heap (the library's inline page passes when it
+  // has no sweeper thread; null in the simulator).
+  static void set_slow_free_hook(void (*hook)()) { slow_free_hook_ = hook; }
+  static inline void (*slow_free_hook_)() = nullptr;
   // The small-object span of p, or null.
   LLAMALLOC_FAST static SmallSpan* span_of(const GlobalAllocator& global, const void* p) {
     std::atomic<SmallSpan*>* slot = global.size_span_slot(reinterpret_cast<uintptr_t>(p));

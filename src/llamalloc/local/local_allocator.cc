@@ -297,6 +297,7 @@ void LocalAllocator::owner_free_slow(GlobalAllocator& global, LocalHeap& heap, S
   SmallSpan* head = heap.spans[s->lifetime_class][s->size_class];
   if (s->used == 0 && head != s && !(s->queued && s->prev == head && s->next == nullptr)) release_span(global, heap, s);
   owner_exit(&heap);
+  if (slow_free_hook_ != nullptr) slow_free_hook_();
 }
 
 void LocalAllocator::wait_for_sweep(LocalHeap& heap) {
