@@ -184,38 +184,6 @@ TEST_F(LocalAllocatorTest, ASpanBroughtBackFromFullQueuesBehindTheOthersAndIsUse
     if (i != 1 && i != 17) free(objs[i]);
 }
 
-// An emptied span that is not the one in use goes to the thread's cache of empty spans, unless it is the only
-// other span of its queue: then it stays queued with its blocks on its local list, for when the current span
-// fills (a window of live objects otherwise sent one span per window through the cache and re-extension).
-TEST_F(LocalAllocatorTest, AnEmptiedSpanStaysQueuedOnlyWhenItIsTheOnlyOtherSpanOfItsQueue) {
-  std::vector<void*> objs;
-  for (int i = 0; i < 3 * 16; ++i) objs.push_back(alloc(0, 4096));  // three full 64 KiB spans
-  SmallSpan *a = span(objs[0]), *b = span(objs[16]);
-  void* d_first = alloc(0, 4096);  // a fourth span, at the head
-  SmallSpan* d = span(d_first);
-  unsigned sc = a->size_class;
-  free(objs[0]);
-  free(objs[16]);  // the queue: d, a, b
-  for (int i = 1; i < 16; ++i) free(objs[i]);
-  EXPECT_FALSE(a->queued) << "two other spans in its queue: a goes to the cache";
-  EXPECT_TRUE(a->cached);
-  for (int i = 17; i < 32; ++i) free(objs[i]);
-  EXPECT_TRUE(b->queued) << "the only other span of its queue stays";
-  EXPECT_FALSE(b->cached);
-  EXPECT_EQ(heap.spans[0][sc], d);
-  EXPECT_EQ(d->next, b);
-  EXPECT_EQ(b->used, 0u);
-  // When d fills, b is next, its blocks taken from its local list.
-  std::vector<void*> more;
-  for (int i = 0; i < 15; ++i) more.push_back(alloc(0, 4096));
-  EXPECT_EQ(span(more.back()), d);
-  more.push_back(alloc(0, 4096));
-  EXPECT_EQ(span(more.back()), b);
-  for (void* p : more) free(p);
-  free(d_first);
-  for (int i = 32; i < 48; ++i) free(objs[i]);
-}
-
 // A remote free into a full span sets kXfreeNotified, then pushes the span on the owner's notify list. If the
 // freeing thread is preempted in between, the owner frees the span's other objects (which queues it again) and
 // exits, the span is empty when its abandoned heap is emptied -- but its notify is still to come. Given back
