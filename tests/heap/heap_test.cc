@@ -512,9 +512,12 @@ TEST(HeapTest, SweepsOfBusyThreadsBetweenTheirCallsLoseNothing) {
 // each make a few long-lived objects of a few sizes share one span per size class instead of having one each,
 // and any thread frees them; once all are freed the sweep gives the spans back.
 TEST(HeapTest, LongLivedClassesComeFromOneHeapSharedByAllThreads) {
+  ASSERT_EQ(g_global.shared_class_min(), 3u);
+  // The shared heap is used from the process's second thread heap on.
+  heap_free(heap_malloc(16));
+  std::thread([] { heap_free(heap_malloc(16)); }).join();
   LocalHeap* shared = g_global.shared_heap();
   ASSERT_NE(shared, nullptr);
-  ASSERT_EQ(g_global.shared_class_min(), 3u);
   std::mutex mu;
   std::vector<std::pair<unsigned char*, size_t>> objects;
   auto make = [&](int id) {
@@ -558,6 +561,47 @@ TEST(HeapTest, LongLivedClassesComeFromOneHeapSharedByAllThreads) {
   for (size_t i = 1; i < objects.size(); i += 2) heap_free(objects[i].first);
   heap_collect();
   for (auto& [p, size] : objects) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "span given back";
+  check_heap();
+}
+
+// Frees into the shared heap are taken in at once, by whichever thread frees (under its lock), with no sweeper
+// (LLAMALLOC_SWEEP_MS=0 in these tests): once every object is freed, every span but the one each queue allocates
+// from and the one its cache keeps has gone back to the huge pages.
+TEST(HeapTest, FreesIntoTheSharedHeapAreTakenInWithoutASweeper) {
+  heap_free(heap_malloc(16));
+  std::thread([] { heap_free(heap_malloc(16)); }).join();
+  LocalHeap* shared = g_global.shared_heap();
+  ASSERT_NE(shared, nullptr);
+  constexpr size_t kSize = 100;
+  std::vector<void*> objects(4000);
+  std::thread a([&] {
+    for (size_t i = 0; i < objects.size(); i += 2) objects[i] = heap_malloc_class(kSize, 5);
+  });
+  std::thread b([&] {
+    for (size_t i = 1; i < objects.size(); i += 2) objects[i] = heap_malloc_class(kSize, 5);
+  });
+  a.join();
+  b.join();
+  std::set<SmallSpan*> before;
+  for (void* p : objects) {
+    SmallSpan* s = LocalAllocator::span_of(g_global, p);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->owner, shared);
+    before.insert(s);
+  }
+  ASSERT_GT(before.size(), 4u);
+  // Freed by a third thread, which owns none of them.
+  std::thread([&] {
+    for (void* p : objects) heap_free(p);
+  }).join();
+  std::set<SmallSpan*> after;
+  for (void* p : objects)
+    if (SmallSpan* s = LocalAllocator::span_of(g_global, p)) after.insert(s);
+  EXPECT_LE(after.size(), 2u) << before.size() << " spans before the frees";
+  // And the memory is used again for the same class and size.
+  void* again = heap_malloc_class(kSize, 5);
+  EXPECT_TRUE(after.count(LocalAllocator::span_of(g_global, again)) == 1 || after.empty());
+  heap_free(again);
   check_heap();
 }
 

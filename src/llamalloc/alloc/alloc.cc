@@ -35,6 +35,8 @@ constexpr size_t kHeapChunkBytes = 64 * 1024;
 
 // Small objects of long-lived classes, for every thread (HeapConfig::shared_class_min; g_global.shared_lock()).
 constinit LocalHeap g_shared_heap;
+// LLAMALLOC_SHARED_CLASS names a class below the last: the shared heap is used once a second thread heap exists.
+bool g_share_long_lived = false;
 
 // Heaps of live threads, for the idle sweep (g_heap_pool.lock). A heap is on it from its creation or adoption
 // until its thread's exit hook runs.
@@ -74,7 +76,7 @@ void init_once() {
   g_global.configure(HeapConfig{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
                                 o.same_class_recycling != 0, unsigned(o.small_heap_pages), shared_from,
                                 unsigned(o.subrelease)});
-  if (shared_from < g_global.num_classes()) g_global.set_shared_heap(&g_shared_heap);
+  g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on: thread_heap)
   g_default_predictor.set_class(default_class);
   if (o.model != nullptr && *o.model) {
     Predictor* model = llamalloc_make_model_predictor ? llamalloc_make_model_predictor(o.model) : nullptr;
@@ -251,6 +253,7 @@ LocalHeap* thread_heap() {
   tl_heap = h;
   // Registers the thread-exit hook; keys below PTHREAD_KEY_2NDLEVEL_SIZE never allocate.
   if (g_key_ready.load(std::memory_order_acquire)) pthread_setspecific(g_thread_key, h);
+  if (second && g_share_long_lived && g_global.shared_heap() == nullptr) g_global.set_shared_heap(&g_shared_heap);
   if (second && !g_sweeper_started.load(std::memory_order_relaxed)) start_sweeper();
   return h;
 }

@@ -285,8 +285,10 @@ class GlobalAllocator {
 
   // The heap that small objects of classes >= shared_class_min() come from (null: each thread's own), and the
   // lock that every operation on it holds. Lock order: the shared heap's, the heap pool's, the global one.
-  void set_shared_heap(LocalHeap* heap) { shared_heap_ = heap; }
-  LocalHeap* shared_heap() const { return shared_heap_; }
+  // The library sets it when the process makes its second thread heap: a single-threaded program gains nothing
+  // from sharing and would pay a lock and a slow path per long-lived object.
+  void set_shared_heap(LocalHeap* heap) { shared_heap_.store(heap, std::memory_order_release); }
+  LocalHeap* shared_heap() const { return shared_heap_.load(std::memory_order_relaxed); }
   unsigned shared_class_min() const { return config_.shared_class_min; }
   Lock& shared_lock() { return shared_lock_; }
 
@@ -343,7 +345,7 @@ class GlobalAllocator {
   Clock& clock_;
   HeapConfig config_;
   Lock lock_;
-  LocalHeap* shared_heap_ = nullptr;
+  std::atomic<LocalHeap*> shared_heap_{nullptr};
   Lock shared_lock_;
   Counters counters_;
   Gauges gauges_;

@@ -106,6 +106,11 @@ extern __thread LocalHeap* tl_heap __attribute__((tls_model("initial-exec")));
 extern __thread int64_t tl_live_delta __attribute__((tls_model("initial-exec")));
 extern LocalHeap g_empty_heap;
 
+// A block about to be handed out whose link does not decode to a block of its span or the list's end: the
+// program wrote into it after freeing it (or freed it twice by a way free() missed). Aborts with one line, where
+// following the link would hand out memory that is not a free block.
+[[noreturn]] LLAMALLOC_SLOW void corrupt_free_block(const SmallSpan* s, const void* block);
+
 LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
   void* b = s->free;
   if (LLAMALLOC_UNLIKELY(b == nullptr)) {
@@ -117,7 +122,9 @@ LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
     if (b == nullptr) return nullptr;
     s->local_free = nullptr;
   }
-  s->free = reinterpret_cast<void*>(*static_cast<uintptr_t*>(b) ^ s->key);
+  uintptr_t next = *static_cast<uintptr_t*>(b) ^ s->key;
+  if (LLAMALLOC_UNLIKELY(next - s->start >= s->span_bytes && next != 0)) corrupt_free_block(s, b);
+  s->free = reinterpret_cast<void*>(next);
   // The link is wiped, so that a live object the program never wrote does not look free to free().
   *static_cast<uintptr_t*>(b) = 0;
   s->used++;
@@ -203,8 +210,15 @@ class LocalAllocator {
   // turn (owner_exit).
   LLAMALLOC_NOINLINE static void owner_free_slow(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s);
   // A free into another thread's span. Also flushes this thread's live-byte count once it is far enough below
-  // zero: a thread that only frees other threads' objects runs no other slow path that would.
+  // zero: a thread that only frees other threads' objects runs no other slow path that would. A span of the
+  // shared heap is freed into as its owner, under the shared heap's lock (shared_free).
   LLAMALLOC_NOINLINE static void remote_free(GlobalAllocator& global, SmallSpan* s, void* p);
+  // A free into a span of the shared heap of long-lived classes (GlobalAllocator::shared_heap), by any thread:
+  // under the shared heap's lock, as the owner frees (its local list; the span requeued or given back at once),
+  // so that what is freed there is taken in without a sweeper (single-threaded programs have none).
+  static void shared_free(GlobalAllocator& global, SmallSpan* s, void* p);
+  // The owner's free left s empty or freed into it while it was off its queue: requeue it, or give it back.
+  static void after_owner_free(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s);
   // The owner's free when a sweep was requested: waits for it, then frees as usual.
   LLAMALLOC_NOINLINE static void owner_free_after_sweep(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s, void* p);
   // Whether a block that is being freed is already on one of the span's lists (a double free).

@@ -166,6 +166,11 @@ void extend(SmallSpan* s) {
 
 void LocalAllocator::bad_free(const void* p, const char* what) { fatal_pointer("free of", p, what); }
 
+void corrupt_free_block(const SmallSpan* s, const void* block) {
+  (void)s;
+  fatal_pointer("malloc: freed block", block, "its link was overwritten: written after it was freed, or freed twice");
+}
+
 void LocalAllocator::bad_small_free(const SmallSpan* s, const void* p) {
   bad_free(p, s->cached ? "double free (its span is empty)" : "pointer not the start of an object");
 }
@@ -280,6 +285,12 @@ void LocalAllocator::owner_free_slow(GlobalAllocator& global, LocalHeap& heap, S
   owner_count_slow(&heap);
   // A thread that frees much and then sleeps runs no other slow path that would flush its live-byte count.
   if (tl_live_delta < -kLiveFlushBytes) flush_live_delta(global);
+  after_owner_free(global, heap, s);
+  owner_exit(&heap);
+  if (slow_free_hook_ != nullptr) slow_free_hook_();
+}
+
+void LocalAllocator::after_owner_free(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s) {
   if (!s->queued) {
     // It was full: back on the queue, and remote frees need not tell us any more.
     uintptr_t x = s->xfree.load(std::memory_order_relaxed);
@@ -289,8 +300,15 @@ void LocalAllocator::owner_free_slow(GlobalAllocator& global, LocalHeap& heap, S
     enqueue_back(heap, s);
   }
   if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
-  owner_exit(&heap);
-  if (slow_free_hook_ != nullptr) slow_free_hook_();
+}
+
+void LocalAllocator::shared_free(GlobalAllocator& global, SmallSpan* s, void* p) {
+  if (LLAMALLOC_UNLIKELY(tl_live_delta < -kLiveFlushBytes)) flush_live_delta(global);
+  LocalHeap& heap = *static_cast<LocalHeap*>(s->owner);
+  LockGuard g(global.shared_lock());
+  *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
+  s->local_free = p;
+  if (--s->used == 0 || !s->queued) after_owner_free(global, heap, s);
 }
 
 void LocalAllocator::wait_for_sweep(LocalHeap& heap) {
@@ -313,6 +331,7 @@ void LocalAllocator::owner_free_after_sweep(GlobalAllocator& global, LocalHeap& 
 }
 
 void LocalAllocator::remote_free(GlobalAllocator& global, SmallSpan* s, void* p) {
+  if (LLAMALLOC_UNLIKELY(s->owner == global.shared_heap())) return shared_free(global, s, p);
   if (LLAMALLOC_UNLIKELY(tl_live_delta < -kLiveFlushBytes)) flush_live_delta(global);
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
   uintptr_t state;
@@ -344,6 +363,13 @@ void LocalAllocator::free_suspicious(GlobalAllocator& global, LocalHeap* heap, S
     s->local_free = p;
     if (--s->used == 0 || !s->queued) return owner_free_slow(global, *heap, s);
     return owner_exit(heap);
+  }
+  if (s->owner == global.shared_heap()) {
+    {
+      LockGuard g(global.shared_lock());  // (its lists change only under it)
+      if (on_free_list(s, p)) bad_free(p, "double free");
+    }
+    return shared_free(global, s, p);
   }
   if (on_free_list(s, p)) bad_free(p, "double free");
   remote_free(global, s, p);
