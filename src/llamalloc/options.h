@@ -43,12 +43,12 @@ namespace llamalloc {
     "threads made into its spans, so that memory falls after a load peak while threads sleep or idle. The thread " \
     "starts when the process has a second thread heap. 0: no sweeper; a thread keeps its spans until it "       \
     "allocates again, exits or calls llamalloc_collect().")                                                      \
-  X(SHARED_CLASS, shared_class, Uint, 8, 0, 8,                                                                   \
-    "Small objects of this lifetime class and longer come from one heap shared by all threads, under a lock, "   \
-    "instead of each thread's own spans: few long-lived objects are made per thread and size class, and a span " \
-    "each spreads them over many spans. Every free into the shared heap is taken in only by the sweeper "        \
-    "(SWEEP_MS), so a program without one keeps what it frees there (docs/heap.md). Always above DEFAULT_CLASS. " \
-    "8: none shared (every class from each thread's spans).")                                                   \
+  X(SHARED_CLASS, shared_class, Uint, 3, 0, 8,                                                                   \
+    "Small objects of this lifetime class and longer (3: predicted to live 1 s or more) come from one heap "     \
+    "shared by all threads, under a lock, instead of each thread's own spans, once the process has a second "    \
+    "thread heap: few long-lived objects are made per thread and size class, and a span each spreads them over " \
+    "many spans. Any thread's free into it is taken in at once, under the same lock. Always above "              \
+    "DEFAULT_CLASS, so it matters only with a model. 8: none shared (every class from each thread's spans).")     \
   X(STATS, stats, String, "", 0, 0,                                                                              \
     "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \
     "RSS, event counters). Every process that inherits it writes it at exit; %p in the path is replaced by the "  \

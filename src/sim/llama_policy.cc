@@ -81,10 +81,11 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
   HeapConfig config;
   config.num_classes = kMaxClasses;
   config.deadline_k = options_.deadline_k;
+  config.shared_class_min = options_.shared_class_min;
   global_ = std::make_unique<GlobalAllocator>(*platform_, *clock_, config);
-  // Long-lived classes from one heap for all threads, as in the library (LLAMALLOC_SHARED_CLASS).
+  // Long-lived classes from one heap for all threads, as in the library (LLAMALLOC_SHARED_CLASS): from the
+  // trace's second thread on (HeapFor).
   shared_heap_ = std::make_unique<LocalHeap>();
-  if (config.shared_class_min < kMaxClasses) global_->set_shared_heap(shared_heap_.get());
   std::sort(options_.snapshot_times_ns.begin(), options_.snapshot_times_ns.end());
 }
 
@@ -100,6 +101,7 @@ LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
     index = static_cast<uint32_t>(threads_.size());
     threads_.push_back(ThreadState{std::make_unique<LocalHeap>(), 0, false});
     heaps_.Put(key, index);
+    if (threads_.size() == 2 && options_.shared_class_min < kMaxClasses) global_->set_shared_heap(shared_heap_.get());
   }
   ThreadState& t = threads_[index];
   t.last_event_ns = now_ns_;
@@ -171,7 +173,7 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
   // The library's one allocation entry point below its fast path (src/llamalloc/local/local.h).
   LocalHeap& heap = HeapFor(object.thread);
   tl_heap = &heap;
-  if (lc >= global_->shared_class_min() && classify(size, alignment) != kLargeRequest) {
+  if (global_->shared_heap() != nullptr && lc >= global_->shared_class_min() && classify(size, alignment) != kLargeRequest) {
     shared_last_alloc_ns_ = now_ns_;
     shared_holds_spans_ = true;
   }

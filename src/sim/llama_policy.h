@@ -46,6 +46,9 @@ struct LlamaOptions {
   // does for an idle thread (it also sweeps working threads every LLAMALLOC_SWEEP_MS, which this does not) and as a
   // thread that exits does (a trace has no thread-exit events). 0 keeps every thread's spans to the end.
   uint64_t thread_idle_ns = 500'000'000;
+  // Small objects of this class and longer from one heap shared by the threads, once the trace has a second
+  // thread: the library's default LLAMALLOC_SHARED_CLASS (kMaxClasses: none).
+  unsigned shared_class_min = 3;
   std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
 };
 
