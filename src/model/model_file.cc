@@ -119,6 +119,11 @@ void unmap_file(const unsigned char* base, size_t size_bytes) {
   if (base != nullptr) munmap(const_cast<unsigned char*>(base), size_bytes);
 }
 
+void drop_resident_pages(const unsigned char* base, size_t size_bytes) {
+  // A private read-only file mapping has no private copies to lose: MADV_DONTNEED only unmaps its pages.
+  if (base != nullptr) madvise(const_cast<unsigned char*>(base), size_bytes, MADV_DONTNEED);
+}
+
 bool ModelFile::open(const char* path, char* error, size_t error_capacity) {
   close();
   if (!map_readonly_file(path, kHeaderBytes, &base_, &size_bytes_, error, error_capacity)) return false;
@@ -127,6 +132,7 @@ bool ModelFile::open(const char* path, char* error, size_t error_capacity) {
     close();
     return false;
   }
+  drop_resident_pages(base_, size_bytes_);
   return true;
 }
 

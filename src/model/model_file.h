@@ -92,5 +92,10 @@ size_t format_message(char* buf, size_t capacity, const char* fmt, ...);
 bool map_readonly_file(const char* path, size_t min_bytes, const unsigned char** base, size_t* size_bytes,
                        char* error, size_t error_capacity);
 void unmap_file(const unsigned char* base, size_t size_bytes);
+// Drops the pages of a file mapped by map_readonly_file from the process's resident set (MADV_DONTNEED; they
+// stay in the page cache and come back on the next read, unchanged): validation reads the whole file (its
+// checksum), and without this every page of it counted in the program's RSS for the rest of its life, where
+// predictions read a few (measured on image-server's demo model: 1.3 MiB of token tables and 0.36 MiB of model).
+void drop_resident_pages(const unsigned char* base, size_t size_bytes);
 
 }  // namespace llamalloc::model

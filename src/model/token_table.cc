@@ -35,6 +35,7 @@ bool TokenTables::open(const char* path, uint32_t vocab_crc, uint32_t vocab_size
     close();
     return false;
   }
+  drop_resident_pages(base_, size_bytes_);
   return true;
 }
 
