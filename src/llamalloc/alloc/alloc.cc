@@ -397,6 +397,16 @@ void maybe_pass_inline() {
   if (now - last < ms * 1'000'000 ||
       !g_inline_pass_ns.compare_exchange_strong(last, now, std::memory_order_relaxed))
     return;
+  // What the sweeper does to every heap that was used in the period: the caller's empty spans (the ones its
+  // queues allocate from included) and its span cache go back, so that the pages they keep can empty and the
+  // passes below release them. (Without it a single-threaded program kept, after its peak, an empty span per
+  // queue it had used, on a page each: frag-micro with a model, pages of classes 1 and 2 holding only those.)
+  LocalHeap* h = tl_heap;
+  if (h != &g_empty_heap) {
+    owner_enter(h);
+    if (!sweep_requested(h)) LocalAllocator::release_all(g_global, *h);
+    owner_exit(h);
+  }
   g_global.release_empty_open_pages(false);
   g_global.subrelease_free_blocks(false);
 }
