@@ -12,7 +12,8 @@ def _llamalloc(*args, **kw):
 
 def test_demo_runs_the_whole_loop(tmp_path):
     out = tmp_path / "demo"
-    r = _llamalloc("demo", "-w", "frag-micro", "--allocators", "glibc,llamalloc", "--epochs", "2", "-o", str(out),
+    r = _llamalloc("demo", "-w", "frag-micro", "--scale", "small", "--allocators", "glibc,llamalloc", "--epochs", "2",
+                   "-o", str(out),
                    timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     for name in ("frag-micro.prof", "frag-micro.model", "frag-micro.trace", "frag-micro.sim.json",

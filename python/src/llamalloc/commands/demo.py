@@ -150,8 +150,9 @@ def _table(rows) -> None:
 @click.command("demo")
 @click.option("-w", "--workload", type=click.Choice(DEMO_WORKLOADS), default="image-server", show_default=True,
               help="The bundled workload to run the loop on.")
-@click.option("--scale", type=click.Choice(workloads.SCALES), default="small", show_default=True,
-              help="small: a few minutes for the whole demo; default: each run about a minute.")
+@click.option("--scale", type=click.Choice(workloads.SCALES), default="default", show_default=True,
+              help="default: about 5 minutes for the whole demo (image-server: 200 MiB live at its peak, 1 MiB "
+                   "after it); small: about 3 minutes, where a few MiB of code and libraries outweigh the heap.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="llamalloc-demo",
               show_default=True, help="Folder for every file the demo writes.")
 @click.option("--allocators", default=ALLOCATORS, show_default=True, help="Allocators to compare.")
