@@ -41,6 +41,11 @@ class FakePlatform final : public Platform {
     subreleased_bytes += bytes;
     subreleased_ranges.insert({reinterpret_cast<uintptr_t>(address), bytes});
   }
+  void allow_huge_page(void* address, size_t bytes, bool allow) override {
+    if (bytes != kHugePageBytes || reinterpret_cast<uintptr_t>(address) % kHugePageBytes != 0) bad_huge_page_advice = true;
+    if (allow) no_huge_page.erase(reinterpret_cast<uintptr_t>(address));
+    else no_huge_page.insert(reinterpret_cast<uintptr_t>(address));
+  }
   void* map_metadata(size_t bytes) override { return real_.map_metadata(bytes); }
   void release_metadata(void* address, size_t bytes) override { memset(address, 0, bytes); }
 
@@ -53,6 +58,8 @@ class FakePlatform final : public Platform {
   std::set<std::pair<uintptr_t, size_t>> subreleased_ranges;
   bool reused_address = false;
   std::set<uintptr_t> ever_backed, released;
+  std::set<uintptr_t> no_huge_page;  // huge pages kept from being collapsed again (allow_huge_page(false))
+  bool bad_huge_page_advice = false;
 
  private:
   uintptr_t next_ = uintptr_t{1} << 40;

@@ -487,6 +487,8 @@ TEST_F(GlobalAllocatorTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyond
   // Idle and sparse now, but 200 blocks were in use at the last pass: only the 56 beyond that go back.
   EXPECT_EQ(heap->subrelease_free_blocks(false), 56u);
   EXPECT_EQ(heap->gauges().subreleased_bytes, 56 * kBlockBytes);
+  // And the page is kept from being collapsed into a whole huge page again (khugepaged would refill it).
+  EXPECT_EQ(platform.no_huge_page, std::set<uintptr_t>{page});
   EXPECT_EQ(platform.subreleased_bytes, 56 * kBlockBytes);
   for (auto [address, bytes] : platform.subreleased_ranges) {
     EXPECT_EQ(page_of(address), page);
@@ -505,7 +507,9 @@ TEST_F(GlobalAllocatorTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyond
   EXPECT_EQ(page_of(again), page);
   EXPECT_EQ(heap->gauges().subreleased_bytes, 244 * kBlockBytes);
   EXPECT_EQ(heap->counters().blocks_subreleased.load(), 248u);
+  EXPECT_EQ(platform.no_huge_page.count(page), 1u) << "still blocks subreleased";
   free(again);
+  EXPECT_FALSE(platform.bad_huge_page_advice);
   // llamalloc_collect's pass: at once, idle or not, whatever the recent demand.
   (void)blocks(2, 100);
   free(objects[0]);
@@ -515,6 +519,42 @@ TEST_F(GlobalAllocatorTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyond
   free(small);
   EXPECT_EQ(heap->release_empty_open_pages(true), 1u) << "class 1's page, empty";
   heap->check_invariants();  // the gauge lost that page's subreleased blocks with it
+}
+
+// A steady server's sweeps give back a span and its next request takes one again: a sparse page from which a few
+// blocks are taken every period still counts as idle, and its other free blocks go back (the taken ones stay);
+// a page being filled (more than kIdleTakenBlocks a period) keeps its huge page whole.
+TEST_F(GlobalAllocatorTest, SubreleaseKeepsOnlyTheBlocksTakenAgainEachPeriod) {
+  heap->configure(HeapConfig{4, kK, true, true, 0});
+  uintptr_t keep = blocks(1, 8);
+  uintptr_t page = page_of(keep);
+  for (unsigned pass = 0; pass < GlobalAllocator::kDemandPasses + 2; ++pass) {
+    uintptr_t churn = blocks(1, 2);  // taken and given back within each period
+    ASSERT_EQ(page_of(churn), page);
+    heap->subrelease_free_blocks(false);
+    free(churn);
+  }
+  // Of the 248 free blocks, only the 2 the churn takes each period stay backed.
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 246 * kBlockBytes);
+  EXPECT_EQ(info(keep).live.count(), 8u);
+  EXPECT_EQ(platform.no_huge_page, std::set<uintptr_t>{page});
+  heap->check_invariants();
+  // Every block in use again: the page may be collapsed into a huge page again.
+  uintptr_t rest = blocks(1, 248);
+  EXPECT_EQ(page_of(rest), page);
+  EXPECT_TRUE(platform.no_huge_page.empty());
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 0u);
+  EXPECT_FALSE(platform.bad_huge_page_advice);
+  free(rest);
+  // Filling: more than kIdleTakenBlocks taken in a period, nothing of the page goes back in it.
+  GlobalAllocator filling(platform, clock, HeapConfig{4, kK, true, true, 0});
+  uint64_t before = platform.subreleased_bytes;
+  for (unsigned pass = 0; pass < GlobalAllocator::kDemandPasses + 2; ++pass) {
+    ASSERT_NE(filling.alloc_large(1, (GlobalAllocator::kIdleTakenBlocks + 1) * kBlockBytes, kBlockBytes), nullptr);
+    filling.subrelease_free_blocks(false);
+  }
+  EXPECT_EQ(platform.subreleased_bytes, before) << "a page being filled was split";
+  filling.check_invariants();
 }
 
 TEST_F(GlobalAllocatorTest, SubreleaseSkipsDensePagesAndCanBeTurnedOff) {

@@ -279,18 +279,25 @@ void GlobalAllocator::unrelease(HugePageMeta* p, size_t first, size_t count) {
       ++n;
     }
   gauges_.subreleased_bytes -= n * kBlockBytes;
+  // Every block backed again: the page may become one huge page again.
+  if (p->released.none() && p->no_huge_page) {
+    p->no_huge_page = 0;
+    --no_huge_pages_;
+    platform_.allow_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes, true);
+  }
 }
 
-size_t GlobalAllocator::subrelease_page(HugePageMeta* p, size_t budget) {
+size_t GlobalAllocator::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
   size_t done = 0;
   uintptr_t base = page_address(p);
+  auto keep = [&](size_t b) { return p->live.test(b) || p->released.test(b) || (!now && p->taken.test(b)); };
   for (size_t b = 0; b < kBlocksPerHugePage && done < budget;) {
-    if (p->live.test(b) || p->released.test(b)) {
+    if (keep(b)) {
       ++b;
       continue;
     }
     size_t end = b;
-    while (end < kBlocksPerHugePage && end - b < budget - done && !p->live.test(end) && !p->released.test(end)) ++end;
+    while (end < kBlocksPerHugePage && end - b < budget - done && !keep(end)) ++end;
     platform_.subrelease(reinterpret_cast<void*>(base + b * kBlockBytes), (end - b) * kBlockBytes);
     p->released.set_range(b, end - b);
     done += end - b;
@@ -298,6 +305,11 @@ size_t GlobalAllocator::subrelease_page(HugePageMeta* p, size_t budget) {
   }
   gauges_.subreleased_bytes += done * kBlockBytes;
   counters_.blocks_subreleased.fetch_add(done, std::memory_order_relaxed);
+  if (done != 0 && !p->no_huge_page && no_huge_pages_ < kMaxNoHugePages) {
+    p->no_huge_page = 1;
+    ++no_huge_pages_;
+    platform_.allow_huge_page(reinterpret_cast<void*>(base), kHugePageBytes, false);
+  }
   return done;
 }
 
@@ -329,13 +341,14 @@ size_t GlobalAllocator::subrelease_free_blocks(bool now) {
     for (size_t bound = kBlocksPerHugePage / 16;; bound *= 2) {
       size_t b = bound < limit ? bound : limit;
       each_page([&](HugePageMeta* p) {
-        if (done < budget && (now || p->take_idle) && p->live.count() <= b) done += subrelease_page(p, budget - done);
+        if (done < budget && (now || p->taken.count() <= kIdleTakenBlocks) && p->live.count() <= b)
+          done += subrelease_page(p, budget - done, now);
       });
       if (b == limit) break;
     }
   }
-  // A page is idle at the next pass if no block is taken from it until then (mark_allocated clears this).
-  each_page([](HugePageMeta* p) { p->take_idle = 1; });
+  // The blocks taken from now to the next pass (mark_allocated sets them).
+  each_page([](HugePageMeta* p) { p->taken = Bitmap256{}; });
   debug_check();
   return done;
 }
@@ -363,7 +376,7 @@ bool GlobalAllocator::take_blocks(HugePageMeta* p, size_t count, size_t align_bl
 void GlobalAllocator::mark_allocated(HugePageMeta* p, size_t first, size_t count, bool residual) {
   p->live.set_range(first, count);
   p->open_idle = 0;
-  p->take_idle = 0;
+  p->taken.set_range(first, count);
   unrelease(p, first, count);
   if (residual) p->residual.set_range(first, count);
   if (p->state == PageState::kOpen) {

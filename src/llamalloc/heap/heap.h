@@ -93,6 +93,7 @@ struct HugePageMeta {
   Bitmap256 large_start;  // first block of each large object
   Bitmap256 large_end;    // last block of each large object: free() finds the size (section 8)
   Bitmap256 released;     // free blocks given back to the OS while the page stays in use (subrelease)
+  Bitmap256 taken;        // blocks taken since the last subrelease pass (subrelease_free_blocks)
   uint64_t deadline_ns;
   HugePageMeta* active_prev;  // per class, in deadline order
   HugePageMeta* active_next;
@@ -108,7 +109,7 @@ struct HugePageMeta {
   uint8_t deadline_passed;  // its deadline expired once
   uint8_t in_recyclable;
   uint8_t open_idle;        // open, found empty by release_empty_open_pages, and no block taken since
-  uint8_t take_idle;        // no block taken since the last subrelease pass (subrelease_free_blocks)
+  uint8_t no_huge_page;     // has subreleased blocks: kept from being collapsed into a huge page again
   uint32_t large_requested_bytes[kBlocksPerHugePage];  // by first block
   SpanMeta spans[kSpansPerHugePage];
 
@@ -273,6 +274,11 @@ class GlobalAllocator {
   // of idleness and demand. Returns the blocks given back.
   size_t subrelease_free_blocks(bool now);
   static constexpr unsigned kDemandPasses = 4;
+  // A page from which at most this many blocks were taken since the previous pass counts as idle (its other free
+  // blocks may go back): a steady server's sweeps give back a span and its next request takes one again, which
+  // kept a long-lived class's open page (10 of 256 blocks in use, all 2 MiB resident) from ever being idle. A
+  // page being filled takes more than this per period, and keeps its huge page whole.
+  static constexpr size_t kIdleTakenBlocks = 16;
   // Checks every structure; on the first broken invariant prints it and aborts.
   void check_invariants();
   PageInfo page_info(uintptr_t address);
@@ -338,8 +344,9 @@ class GlobalAllocator {
   void account_page(HugePageMeta* p, int64_t pages);
   // Blocks of p that are backed again (taken), or dropped with it: off the subreleased gauge.
   void unrelease(HugePageMeta* p, size_t first, size_t count);
-  // Subreleases the free blocks of p still backed, at most `budget`; returns how many.
-  size_t subrelease_page(HugePageMeta* p, size_t budget);
+  // Subreleases the free blocks of p still backed, at most `budget`, but not those taken since the last pass
+  // (unless `now`); returns how many.
+  size_t subrelease_page(HugePageMeta* p, size_t budget, bool now);
 
   Platform& platform_;
   Clock& clock_;
@@ -367,6 +374,11 @@ class GlobalAllocator {
   // Blocks in use at each of the last kDemandPasses subrelease passes (a ring), and the pass count.
   uint32_t demand_[kDemandPasses] = {};
   uint32_t demand_passes_ = 0;
+  // Pages kept from khugepaged (HugePageMeta::no_huge_page). Each splits its VMA in up to three, and a process
+  // has at most vm.max_map_count (65530 by default) of them: beyond this many, a subreleased page is left as it
+  // is (khugepaged may fill it again).
+  static constexpr uint32_t kMaxNoHugePages = 8192;
+  uint32_t no_huge_pages_ = 0;
 };
 
 }  // namespace llamalloc

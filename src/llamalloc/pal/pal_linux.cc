@@ -44,9 +44,14 @@ void LinuxPlatform::release(void* address, size_t bytes) {
 }
 
 void LinuxPlatform::subrelease(void* address, size_t bytes) {
-  // MADV_DONTNEED: RSS drops now. The range stays in the VMA with MADV_HUGEPAGE, so khugepaged may collapse the
-  // huge page again once its blocks are in use.
+  // MADV_DONTNEED: RSS drops now. The heap also takes the page out of khugepaged's reach (allow_huge_page) until
+  // its blocks are all in use again.
   madvise(address, bytes, MADV_DONTNEED);
+}
+
+void LinuxPlatform::allow_huge_page(void* address, size_t bytes, bool allow) {
+  // Splits the VMA around the page while it is off (adjacent pages with the same flag merge again).
+  madvise(address, bytes, allow ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
 
 void* LinuxPlatform::map_metadata(size_t bytes) {
