@@ -399,6 +399,13 @@ PredictionTotals LearnedPredictor::totals() const {
   return t;
 }
 
+void LearnedPredictor::trim() {
+  uint64_t runs = totals().model_runs;
+  if (runs_at_trim_.exchange(runs, std::memory_order_relaxed) != runs) return;  // (ran since: still in use)
+  model_.drop_resident();
+  tables_.drop_resident();
+}
+
 void LearnedPredictor::report(Counters& counters) {
   PredictionTotals t = totals();
   counters.prediction_cache_hits.store(t.hits, std::memory_order_relaxed);

@@ -79,6 +79,10 @@ class LearnedPredictor final : public Predictor {
 
   Consult consult() const override { return Consult::kEveryAllocation; }
   unsigned predict(const AllocationContext& context) override;
+  // When no model ran since the previous call: the model's and the token tables' pages leave the resident set
+  // (clean file pages: the page cache keeps them, the next model run reads them back). A server in its steady
+  // state rarely misses the prediction cache, and the tables are often as large as its objects after a peak.
+  void trim() override;
   // Stores totals() into the heap's prediction counters (at exit, before the statistics file is written).
   void report(Counters& counters) override;
   bool thread_cache(PredictionCacheView* view) override;
@@ -119,6 +123,7 @@ class LearnedPredictor final : public Predictor {
   unsigned repredict_backoff_ = 0;
   int log_fd_ = -1;
   int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any
+  std::atomic<uint64_t> runs_at_trim_{~uint64_t{0}};  // model runs at the previous trim() (never: all ones)
 };
 
 // The end of the mapping holding `address` (a thread's stack top), from /proc/self/maps; 0 if not found.

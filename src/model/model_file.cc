@@ -119,6 +119,10 @@ void unmap_file(const unsigned char* base, size_t size_bytes) {
   if (base != nullptr) munmap(const_cast<unsigned char*>(base), size_bytes);
 }
 
+void ModelFile::drop_resident() const {
+  if (mapped_) drop_resident_pages(base_, size_bytes_);
+}
+
 void drop_resident_pages(const unsigned char* base, size_t size_bytes) {
   // A private read-only file mapping has no private copies to lose: MADV_DONTNEED only unmaps its pages.
   if (base != nullptr) madvise(const_cast<unsigned char*>(base), size_bytes, MADV_DONTNEED);

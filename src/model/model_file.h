@@ -38,6 +38,10 @@ class ModelFile {
   bool open_image(const void* data, size_t size_bytes, char* error, size_t error_capacity);
   void close();
   bool is_open() const { return base_ != nullptr; }
+  const unsigned char* base() const { return base_; }
+  // A file opened with open(): drops its pages from the resident set (drop_resident_pages); they come back when
+  // read. Nothing for an image in memory.
+  void drop_resident() const;
 
   uint32_t vocab_size() const { return vocab_size_; }
   uint32_t hidden_dim() const { return hidden_dim_; }

@@ -56,6 +56,10 @@ bool TokenTables::open_image(const void* data, size_t size_bytes, uint32_t vocab
   return true;
 }
 
+void TokenTables::drop_resident() const {
+  if (mapped_) drop_resident_pages(base_, size_bytes_);
+}
+
 void TokenTables::close() {
   if (mapped_) unmap_file(base_, size_bytes_);
   base_ = nullptr;

@@ -22,6 +22,8 @@ struct FrameTokens {
 
 class TokenTables {
  public:
+  // Tables opened with open(): drops their pages from the resident set; they come back when read.
+  void drop_resident() const;
   struct Segment {
     uint64_t file_offset, vaddr, file_bytes;
   };

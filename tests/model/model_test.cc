@@ -227,6 +227,48 @@ TEST(ModelFile, AValidImageOpensAndInfers) {
   for (float l : logits) EXPECT_TRUE(std::isfinite(l));
 }
 
+// Resident KiB of the mapping that contains `address` (/proc/self/smaps), -1 if none.
+long resident_kib(const void* address) {
+  FILE* f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  bool in = false;
+  long kib = -1;
+  uintptr_t a = reinterpret_cast<uintptr_t>(address);
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) in = a >= lo && a < hi;
+    else if (in && strncmp(line, "Rss:", 4) == 0) kib = atol(line + 4);
+  }
+  if (f) fclose(f);
+  return kib;
+}
+
+// Opening a model file reads all of it (its checksum); then its pages leave the resident set, and come back only
+// as they are read (drop_resident, which LearnedPredictor::trim also calls when no model ran in a period).
+TEST(ModelFile, AMappedFileDoesNotStayResidentAfterValidation) {
+  static Image img;
+  build_model(img, 48);  // large enough to span several pages
+  ASSERT_GT(img.size, size_t{24 * 1024});
+  std::string path = ::testing::TempDir() + "/resident.model";
+  FILE* f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(fwrite(img.bytes, 1, img.size, f), img.size);
+  fclose(f);
+  ModelFile m;
+  char err[256];
+  ASSERT_TRUE(m.open(path.c_str(), err, sizeof err)) << err;
+  const void* base = m.base();
+  EXPECT_LE(resident_kib(base), 4) << "validation's pages stayed resident";
+  uint32_t tokens[] = {6, 60, 2, 53};
+  float logits[8];
+  infer(m, tokens, 4, logits);  // reads its weights back
+  EXPECT_GT(resident_kib(base), 8);
+  m.drop_resident();
+  EXPECT_LE(resident_kib(base), 4);
+  EXPECT_EQ(infer(m, tokens, 4, logits), infer(m, tokens, 4, logits)) << "the same file after the drop";
+  unlink(path.c_str());
+}
+
 // LLAMALLOC_MIN_CONFIDENCE: the softmax probability of the best class decides whether the model's class or the
 // placement without a model is used.
 TEST(ConfidenceRule, UnsurePredictionsGetTheFallbackClass) {

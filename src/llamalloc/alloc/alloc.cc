@@ -193,6 +193,7 @@ void* sweeper_main(void*) {
     // free blocks of sparse pages that have had no block taken since (subrelease).
     g_global.release_empty_open_pages(false);
     g_global.subrelease_free_blocks(false);
+    g_predictor_ptr->trim();
   }
   return nullptr;
 }
@@ -409,6 +410,7 @@ void maybe_pass_inline() {
   }
   g_global.release_empty_open_pages(false);
   g_global.subrelease_free_blocks(false);
+  g_predictor_ptr->trim();
 }
 }  // namespace
 

@@ -81,6 +81,9 @@ class Predictor {
   // kEveryAllocation predictors with a prediction cache: the calling thread's cache, for the fast path to
   // probe inline. Called from the allocation slow path (never with the heap's lock held); false: none.
   virtual bool thread_cache(PredictionCacheView*) { return false; }
+  // Called by the sweeper's passes (every LLAMALLOC_SWEEP_MS, never with the heap's lock held): a predictor may
+  // drop what it keeps resident and has not needed since the previous call.
+  virtual void trim() {}
 
  protected:
   ~Predictor() = default;
