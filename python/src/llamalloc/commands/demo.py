@@ -104,8 +104,12 @@ def conclusion(rows) -> str:
             f"llamalloc's memory: {_mib(with_model)} MiB with it, {_mib(without)} MiB without ({change:+.0%})")
     if peers:
         best = min(peers, key=peers.get)
-        rank = "the lowest of all" if with_model <= peers[best] else f"{with_model / peers[best]:.2f}x"
-        line += f"; the best other allocator, {best}, keeps {_mib(peers[best])} MiB ({rank})"
+        if with_model <= peers[best]:
+            line += (f"; with it llamalloc keeps {peers[best] / with_model:.1f}x less than the best other allocator, "
+                     f"{best} ({_mib(peers[best])} MiB)")
+        else:
+            line += (f"; with it llamalloc keeps {with_model / peers[best]:.2f}x as much as the best other allocator, "
+                     f"{best} ({_mib(peers[best])} MiB)")
     return line + "."
 
 
