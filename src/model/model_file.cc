@@ -136,7 +136,7 @@ bool ModelFile::open(const char* path, char* error, size_t error_capacity) {
     close();
     return false;
   }
-  drop_resident_pages(base_, size_bytes_);
+  drop_resident();  // (validation read every page)
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sim/flat_map.h"
+#include "options.h"
 #include "sim/policy.h"
 
 namespace llamalloc {
@@ -48,7 +49,7 @@ struct LlamaOptions {
   uint64_t thread_idle_ns = 500'000'000;
   // Small objects of this class and longer from one heap shared by the threads, once the trace has a second
   // thread: the library's default LLAMALLOC_SHARED_CLASS (kMaxClasses: none).
-  unsigned shared_class_min = 3;
+  unsigned shared_class_min = unsigned(Options{}.shared_class);
   std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
 };
 
