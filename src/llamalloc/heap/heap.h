@@ -44,9 +44,9 @@ struct alignas(64) SmallSpan {
   uint8_t queued;        // in the owner's queue of its (lifetime class, size class)
   uint8_t cached;        // empty, kept in the owner's span cache
   // --- the owner thread's hot fields (no atomics), on their own cache line -----------------------------------
-  alignas(64) void* free;  // blocks to hand out: a list whose links are xor-ed with `key`
-  void* local_free;      // the owner's frees, the same encoding; moved to `free` when that runs dry
-  uint32_t used;         // blocks handed out and not yet back on `free` or `local_free` (collected remote frees count)
+  // Blocks to hand out: a list whose links are xor-ed with `key`. The owner's frees go on top (span_push).
+  alignas(64) void* free;
+  uint32_t used;         // blocks handed out and not yet back on `free` (collected remote frees count)
   SmallSpan* next;       // queue links (owner)
   SmallSpan* prev;
   // --- written by other threads -------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // Thread heaps of Heap 2.0 (docs/heap.md): small objects (up to 32 KiB) come from size-class spans inside
 // each lifetime class. A span serves one size class of one lifetime class for one thread: the owner pops
-// blocks from a free list and pushes its own frees on a local list without atomics; other threads push their
+// blocks from a free list and pushes its own frees on the same list without atomics; other threads push their
 // frees on the span's one atomic list, which the owner takes in bulk (mimalloc's sharded free lists). Spans
 // are whole blocks the global allocator hands out with its lifetime-class placement (huge pages, deadlines,
 // promotion and demotion, recycling between classes), so the heap stays organised by lifetime above the span.
@@ -113,15 +113,7 @@ extern LocalHeap g_empty_heap;
 
 LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
   void* b = s->free;
-  if (LLAMALLOC_UNLIKELY(b == nullptr)) {
-    // The owner's own frees become the free list here, without the slow path (mimalloc collects a page's
-    // local list in its generic path): a program that keeps a window of live objects filling its span exactly
-    // otherwise took the whole slow path for every allocation, one block at a time (1 KiB objects, 64 live:
-    // 16 ns per pair against mimalloc's 4-9).
-    b = s->local_free;
-    if (b == nullptr) return nullptr;
-    s->local_free = nullptr;
-  }
+  if (LLAMALLOC_UNLIKELY(b == nullptr)) return nullptr;
   uintptr_t next = *static_cast<uintptr_t*>(b) ^ s->key;
   if (LLAMALLOC_UNLIKELY(next - s->start >= s->span_bytes && next != 0)) corrupt_free_block(s, b);
   s->free = reinterpret_cast<void*>(next);
@@ -129,6 +121,16 @@ LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
   *static_cast<uintptr_t*>(b) = 0;
   s->used++;
   return b;
+}
+
+// The owner's free (or the shared heap's, under its lock): p goes on top of the list the next allocation pops,
+// so that a block freed is the next one handed out while it is still in cache (tcmalloc's and jemalloc's thread
+// caches are LIFO too). A separate list of the owner's frees, taken when `free` ran dry (mimalloc's local_free),
+// cycled through every block of the span first: with 1 KiB blocks 64 lines 1 KiB apart, which share 4 of L1's
+// 64 sets, and a malloc/free pair cost 9.3 ns against 6.0 ns for 64 B.
+LLAMALLOC_FAST void span_push(SmallSpan* s, void* p) {
+  *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->free) ^ s->key;
+  s->free = p;
 }
 
 // The owner's half of the handshake. enter: before it touches its spans; then sweep_requested() must be checked
@@ -214,7 +216,7 @@ class LocalAllocator {
   // shared heap is freed into as its owner, under the shared heap's lock (shared_free).
   LLAMALLOC_NOINLINE static void remote_free(GlobalAllocator& global, SmallSpan* s, void* p);
   // A free into a span of the shared heap of long-lived classes (GlobalAllocator::shared_heap), by any thread:
-  // under the shared heap's lock, as the owner frees (its local list; the span requeued or given back at once),
+  // under the shared heap's lock, as the owner frees (its free list; the span requeued or given back at once),
   // so that what is freed there is taken in without a sweeper (single-threaded programs have none).
   static void shared_free(GlobalAllocator& global, SmallSpan* s, void* p);
   // The owner's free left s empty or freed into it while it was off its queue: requeue it, or give it back.
@@ -242,8 +244,7 @@ LLAMALLOC_FAST void LocalAllocator::free_block(GlobalAllocator& global, LocalHea
   if (LLAMALLOC_LIKELY(s->owner == heap)) {
     owner_enter(heap);
     if (LLAMALLOC_UNLIKELY(sweep_requested(heap))) return owner_free_after_sweep(global, *heap, s, p);
-    *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
-    s->local_free = p;
+    span_push(s, p);
     if (LLAMALLOC_UNLIKELY(--s->used == 0 || !s->queued)) return owner_free_slow(global, *heap, s);
     return owner_exit(heap);
   }

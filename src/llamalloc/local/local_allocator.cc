@@ -78,7 +78,7 @@ void give_back(GlobalAllocator& global, SmallSpan* s) {
 
 void init_span(LocalHeap& heap, SmallSpan* s, uintptr_t start, size_t span_bytes, unsigned lc, unsigned sc) {
   size_t bs = size_class_bytes(sc);
-  s->free = s->local_free = nullptr;
+  s->free = nullptr;
   s->key = span_key(start);
   s->start = start;
   s->used = 0;
@@ -198,11 +198,6 @@ void LocalAllocator::collect_remote(SmallSpan* s) {
 
 bool LocalAllocator::refill_free(SmallSpan* s) {
   if (s->free != nullptr) return true;
-  if (s->local_free != nullptr) {
-    s->free = s->local_free;
-    s->local_free = nullptr;
-    return true;
-  }
   collect_remote(s);
   if (s->free != nullptr) return true;
   if (s->extended.load(std::memory_order_relaxed) < s->capacity) {
@@ -226,7 +221,7 @@ void LocalAllocator::release_span(GlobalAllocator& global, LocalHeap& heap, Smal
     --n;
   }
   // Kept with its size_spans entries, and extended = 0 so that any free into it is reported.
-  s->free = s->local_free = nullptr;
+  s->free = nullptr;
   s->extended.store(0, std::memory_order_relaxed);
   s->cached = 1;
   heap.cache[lc][kind][n++] = s;
@@ -306,8 +301,7 @@ void LocalAllocator::shared_free(GlobalAllocator& global, SmallSpan* s, void* p)
   if (LLAMALLOC_UNLIKELY(tl_live_delta < -kLiveFlushBytes)) flush_live_delta(global);
   LocalHeap& heap = *static_cast<LocalHeap*>(s->owner);
   LockGuard g(global.shared_lock());
-  *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
-  s->local_free = p;
+  span_push(s, p);
   if (--s->used == 0 || !s->queued) after_owner_free(global, heap, s);
 }
 
@@ -324,8 +318,7 @@ void LocalAllocator::wait_for_sweep(LocalHeap& heap) {
 void LocalAllocator::owner_free_after_sweep(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s, void* p) {
   wait_for_sweep(heap);
   // s still holds p, so the sweep kept it (it gives back only empty spans) and this heap still owns it.
-  *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
-  s->local_free = p;
+  span_push(s, p);
   if (--s->used == 0 || !s->queued) return owner_free_slow(global, heap, s);
   owner_exit(&heap);
 }
@@ -359,8 +352,7 @@ void LocalAllocator::free_suspicious(GlobalAllocator& global, LocalHeap* heap, S
     owner_enter(heap);  // before its lists are read: a sweeper may be taking remote frees into them
     if (sweep_requested(heap)) wait_for_sweep(*heap);
     if (on_free_list(s, p)) bad_free(p, "double free");
-    *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->local_free) ^ s->key;
-    s->local_free = p;
+    span_push(s, p);
     if (--s->used == 0 || !s->queued) return owner_free_slow(global, *heap, s);
     return owner_exit(heap);
   }
@@ -387,7 +379,7 @@ bool LocalAllocator::on_free_list(const SmallSpan* s, const void* p) {
     }
     return false;
   };
-  return on(s->free) || on(s->local_free) ||
+  return on(s->free) ||
          on(reinterpret_cast<void*>(s->xfree.load(std::memory_order_acquire) & ~kXfreeStateMask));
 }
 
@@ -505,7 +497,7 @@ bool LocalHeap::check(GlobalAllocator& global) const {
         if (s->used > extended || extended > s->capacity) return false;
         if (LocalAllocator::span_of(global, reinterpret_cast<void*>(s->start + s->span_bytes - 1)) != s) return false;
         void* last = nullptr;
-        uint32_t listed = list_length(s, s->free, &last) + list_length(s, s->local_free, &last);
+        uint32_t listed = list_length(s, s->free, &last);
         if (listed + s->used > extended) return false;
         prev = s;
       }
