@@ -41,8 +41,8 @@ namespace llamalloc {
     "Period of the sweeper thread, in milliseconds. Each period it takes back, from every thread heap that has "  \
     "been used since (and is not inside the allocator at that moment), its empty spans and the frees other "     \
     "threads made into its spans, so that memory falls after a load peak while threads sleep or idle. The thread " \
-    "starts when the process has a second thread heap. 0: no sweeper; a thread keeps its spans until it "       \
-    "allocates again, exits or calls llamalloc_collect().")                                                      \
+    "starts when the process has a second thread heap, or a thread besides the one that allocates. 0: no "    \
+    "sweeper; a thread keeps its spans until it allocates again, exits or calls llamalloc_collect().")          \
   X(SHARED_CLASS, shared_class, Uint, 3, 0, 8,                                                                   \
     "Small objects of this lifetime class and longer (3: predicted to live 1 s or more) come from one heap "     \
     "shared by all threads, under a lock, instead of each thread's own spans, once the process has a second "    \
