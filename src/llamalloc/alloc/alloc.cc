@@ -429,14 +429,17 @@ void maybe_pass_inline() {
   // quiet phase, 10 MiB as soon as it served a few requests). Looked at (a read of /proc/self/stat, about
   // 10 us) every 20 ms of slow paths, and at the 4th, 16th, 64th ... of these calls, so that threads made at
   // start are seen before a short first peak is over.
-  uint64_t checked = g_threads_checked_ns.load(std::memory_order_relaxed);
-  uint64_t call = g_thread_check_calls.fetch_add(1, std::memory_order_relaxed) + 1;
-  bool power_of_4 = (call & (call - 1)) == 0 && (__builtin_ctzll(call) & 1) == 0;
-  if (!g_sweeper_started.load(std::memory_order_relaxed) && (power_of_4 || now - checked >= kThreadCheckNs) &&
-      g_threads_checked_ns.compare_exchange_strong(checked, now, std::memory_order_relaxed) &&
-      process_has_other_threads()) {
-    start_sweeper();
-    return;
+  // (Not once it was started: then, until it runs or where membarrier is missing, no shared counter is bumped.)
+  if (!g_sweeper_started.load(std::memory_order_relaxed)) {
+    uint64_t checked = g_threads_checked_ns.load(std::memory_order_relaxed);
+    uint64_t call = g_thread_check_calls.fetch_add(1, std::memory_order_relaxed) + 1;
+    bool power_of_4 = (call & (call - 1)) == 0 && (__builtin_ctzll(call) & 1) == 0;
+    if ((power_of_4 || now - checked >= kThreadCheckNs) &&
+        g_threads_checked_ns.compare_exchange_strong(checked, now, std::memory_order_relaxed) &&
+        process_has_other_threads()) {
+      start_sweeper();
+      return;
+    }
   }
   uint64_t last = g_inline_pass_ns.load(std::memory_order_relaxed);
   if (now - last < ms * 1'000'000 ||
