@@ -27,7 +27,8 @@ namespace llamalloc {
   X(prediction_cache_misses, "predictions that missed the cache")                               \
   X(model_runs, "runs of the lifetime model")                                                   \
   X(prediction_ns, "time spent in model runs (stack walk, tokens, model), ns")                  \
-  X(repredictions_changed, "periodic re-predictions that changed a cached class")
+  X(repredictions_changed, "periodic re-predictions that changed a cached class")                \
+  X(prediction_caches_dropped, "prediction caches of idle threads given back by the sweeper")
 
 struct Counters {
 #define LLAMALLOC_DECLARE_COUNTER(name, help) std::atomic<uint64_t> name{0};

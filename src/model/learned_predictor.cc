@@ -88,10 +88,22 @@ pthread_key_t g_state_key;
 bool g_key_ok = false;
 thread_local ThreadState* tl_state = nullptr;
 
+static_assert(offsetof(ThreadState, cache) == 0 && sizeof(ThreadState::cache) % 4096 == 0,
+              "the prediction cache must be whole pages");
+
+// The cache's pages leave the resident set and read back as zeros: empty entries (key 0). Where madvise fails,
+// the entries are cleared instead.
+void drop_cache_pages(ThreadState* s) {
+  if (madvise(&s->cache, sizeof s->cache, MADV_DONTNEED) != 0) s->cache.clear();
+}
+
 void release_state(void* arg) {
   auto* s = static_cast<ThreadState*>(arg);
   size_t i = size_t(s - g_states);
   if (tl_state == s) tl_state = nullptr;
+  // The next owner starts from an empty cache (the entries describe this thread's stack heights), and an exited
+  // thread's 32 KiB do not stay resident.
+  drop_cache_pages(s);
   g_claimed[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_release);
 }
 
@@ -106,9 +118,8 @@ ThreadState* claim_state() {
         uint32_t used = g_states_used.load(std::memory_order_relaxed);
         while (used < i + 1 && !g_states_used.compare_exchange_weak(used, i + 1)) {
         }
-        // The cache of a previous owner describes another thread's stack heights: start empty. The counters
-        // are kept (they are totals of the process).
-        g_states[i].cache.clear();
+        // The cache is empty: never used, or dropped when its previous owner exited (release_state); clearing
+        // it here would make all 32 KiB resident. The counters are kept (they are totals of the process).
         g_states[i].stack_top = 0;
         g_states[i].main_thread = false;
         g_states[i].busy = false;
@@ -358,6 +369,15 @@ bool LearnedPredictor::thread_cache(PredictionCacheView* view) {
   view->shift = ThreadState::kLogCacheEntries == 0 ? 64 : 64 - ThreadState::kLogCacheEntries;
   view->repredict_every = repredict_every_ == 0 ? UINT32_MAX : repredict_every_;
   view->hits = &state->counters.hits;
+  return true;
+}
+
+bool LearnedPredictor::drop_thread_cache(const PredictionCacheView& view) {
+  if (g_states == nullptr || view.entries == nullptr) return false;
+  uintptr_t at = reinterpret_cast<uintptr_t>(view.entries), base = reinterpret_cast<uintptr_t>(g_states);
+  if (at < base || (at - base) % sizeof(ThreadState) != 0 || (at - base) / sizeof(ThreadState) >= kMaxThreads)
+    return false;  // not one of ours
+  drop_cache_pages(reinterpret_cast<ThreadState*>(at));
   return true;
 }
 

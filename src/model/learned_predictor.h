@@ -55,8 +55,10 @@ class ModuleMap {
   bool frozen_ = false;  // load() was used: the table is not this process's
 };
 
-// Per-thread state, from a pool mapped once (never malloc): the cache and its counters.
-struct ThreadState {
+// Per-thread state, from a pool mapped once (never malloc): the cache and its counters. Page-aligned, so that the
+// cache is whole pages that can be given back (MADV_DONTNEED, reading back as an empty cache) at thread exit and
+// when the thread stays idle (drop_thread_cache); the counters and the rest are on the page after it.
+struct alignas(4096) ThreadState {
   static constexpr unsigned kLogCacheEntries = 11;  // 2048 entries x 16 B = 32 KiB per thread
   PredictionCache<kLogCacheEntries> cache;
   CacheCounters counters;
@@ -86,6 +88,8 @@ class LearnedPredictor final : public Predictor {
   // Stores totals() into the heap's prediction counters (at exit, before the statistics file is written).
   void report(Counters& counters) override;
   bool thread_cache(PredictionCacheView* view) override;
+  // The cache's pages leave the resident set (they read back as empty entries).
+  bool drop_thread_cache(const PredictionCacheView& view) override;
 
   // Sum over every thread that ever predicted (exited threads included).
   PredictionTotals totals() const;

@@ -30,7 +30,9 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
     const char* model_path) {
   using namespace llamalloc::model;
   const llamalloc::Options& o = llamalloc::options();
-  auto* predictor = new (g_predictor_storage) LearnedPredictor();
+  // Default-initialised (no "()"): value-initialisation would first zero all of the object, 170 KiB of module
+  // tables included, and keep those pages resident for the whole run; static storage is zero already.
+  auto* predictor = new (g_predictor_storage) LearnedPredictor;
   if (o.predict_log != nullptr && *o.predict_log)
     predictor->set_log_fd(open(o.predict_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   char error[512];

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "alloc/alloc.h"
+#include "options.h"
 
 namespace llamalloc {
 namespace {
@@ -485,6 +486,90 @@ TEST(HeapTest, SweepGivesBackTheSpansOfAnIdleThreadFromAnotherThread) {
   EXPECT_EQ(sweep_idle_heaps(), 0u);
   step = 2;
   worker.join();
+  check_heap();
+}
+
+// A predictor with a per-thread prediction cache, as the learned one has (src/model/learned_predictor.h): the
+// heap's fast path probes it, a miss fills it, and the sweeper may drop it.
+class CachedPredictor final : public Predictor {
+ public:
+  Consult consult() const override { return Consult::kEveryAllocation; }
+  unsigned predict(const AllocationContext& c) override {
+    uint64_t key = prediction_cache_key(c.return_address, c.stack_address, request_size_class(c.size_bytes));
+    tl_entries[key >> 53] = PredictionCacheEntry{key, 0, 0, 0};
+    return 0;
+  }
+  bool thread_cache(PredictionCacheView* view) override {
+    view->entries = tl_entries;
+    view->shift = 53;
+    view->hits = &tl_hits;
+    return true;
+  }
+  bool drop_thread_cache(const PredictionCacheView& view) override {
+    dropped_entries.store(view.entries);
+    drops.fetch_add(1);
+    memset(view.entries, 0, sizeof tl_entries);
+    return true;
+  }
+  static thread_local PredictionCacheEntry tl_entries[2048];
+  static thread_local std::atomic<uint64_t> tl_hits;
+  std::atomic<PredictionCacheEntry*> dropped_entries{nullptr};
+  std::atomic<int> drops{0};
+};
+thread_local PredictionCacheEntry CachedPredictor::tl_entries[2048];
+thread_local std::atomic<uint64_t> CachedPredictor::tl_hits{0};
+
+// A thread's prediction cache is dropped once the thread has neither hit it nor run a slow path for about a
+// second of sweeper passes (LLAMALLOC_SWEEP_MS 250: the 4th idle pass), never while the thread uses it.
+TEST(HeapTest, TheSweeperDropsThePredictionCacheOfAThreadIdleForASecond) {
+  const int idle_passes = int(prediction_cache_idle_passes());
+  EXPECT_EQ(idle_passes, options().sweep_ms == 0 || options().sweep_ms == 250 ? 4 : idle_passes);
+  Predictor* before = predictor();
+  CachedPredictor predictor_with_cache;
+  set_predictor(&predictor_with_cache);
+  std::atomic<int> step{0}, done{0};
+  std::atomic<PredictionCacheEntry*> entries{nullptr};
+  std::thread worker([&] {
+    void* kept = heap_malloc(64);  // the slow path: a miss, which hands the cache to the fast path
+    heap_free(heap_malloc(64));
+    entries = CachedPredictor::tl_entries;
+    done = 0;
+    // Steps 1-6: one allocation between passes, answered by the cache inline.
+    for (int s = 1; s <= 6; ++s) {
+      while (step.load() != s) std::this_thread::yield();
+      uint64_t hits = CachedPredictor::tl_hits.load();
+      void* p = heap_malloc(64);
+      EXPECT_GT(CachedPredictor::tl_hits.load(), hits) << "a hit of the inline probe";
+      heap_free(p);
+      done = s;
+    }
+    while (step.load() != 100) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // idle
+    // Awake: the dropped cache misses once and is filled again.
+    void* p = heap_malloc(64);
+    heap_free(p);
+    heap_free(kept);
+    check_heap();
+  });
+  while (entries.load() == nullptr) std::this_thread::yield();
+  uint64_t dropped = g_global.counters().prediction_caches_dropped.load();
+  for (int s = 1; s <= 6; ++s) {
+    sweep_idle_heaps();
+    step = s;
+    while (done.load() != s) std::this_thread::yield();
+  }
+  sweep_idle_heaps();  // (sees the 6th step's hit)
+  EXPECT_EQ(predictor_with_cache.drops.load(), 0) << "a cache in use stays";
+  for (int pass = 1; pass <= idle_passes; ++pass) {
+    sweep_idle_heaps();
+    EXPECT_EQ(predictor_with_cache.drops.load(), pass == idle_passes ? 1 : 0) << "idle pass " << pass;
+  }
+  EXPECT_EQ(predictor_with_cache.dropped_entries.load(), entries.load());
+  EXPECT_EQ(g_global.counters().prediction_caches_dropped.load(), dropped + 1);
+  for (int pass = 1; pass <= 8; ++pass) sweep_idle_heaps();
+  EXPECT_EQ(predictor_with_cache.drops.load(), 1) << "dropped once, not at every pass";
+  step = 100;
+  worker.join();
+  set_predictor(before);
   check_heap();
 }
 

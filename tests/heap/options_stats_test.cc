@@ -133,7 +133,8 @@ void expect_complete_and_sane(const Json& j) {
   const Json& counters = j.fields.at("counters");
   for (const char* c : {"block_spans_handed_out", "blocks_recycled", "lines_recycled", "overflow_allocations",
                         "deadlines_expired", "promotions", "demotions", "huge_pages_released",
-                        "prediction_cache_hits", "prediction_cache_misses", "model_runs", "repredictions_changed"})
+                        "prediction_cache_hits", "prediction_cache_misses", "model_runs", "repredictions_changed",
+                        "prediction_caches_dropped"})
     EXPECT_TRUE(counters.fields.count(c)) << "missing counter " << c;
 }
 

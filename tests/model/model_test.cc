@@ -487,4 +487,78 @@ TEST(ModuleMap, KnowsThisProgramsCodeAndNotItsData) {
   EXPECT_FALSE(p.modules().find(0x10, &m));
 }
 
+// ---------------------------------------------------------------- the per-thread caches' memory
+
+// A predictor with a small model file (no token tables: every frame is <unsymbolized>).
+LearnedPredictor& cache_test_predictor() {
+  static LearnedPredictor p;
+  static bool ready = [] {
+    static Image img;
+    build_model(img);
+    std::string path = ::testing::TempDir() + "/caches." + std::to_string(getpid()) + ".model";
+    FILE* f = fopen(path.c_str(), "wb");
+    if (f == nullptr || fwrite(img.bytes, 1, img.size, f) != img.size) return false;
+    fclose(f);
+    char err[256];
+    return p.init(path.c_str(), nullptr, 0, err, sizeof err);
+  }();
+  EXPECT_TRUE(ready);
+  return p;
+}
+
+// Predicts 4096 contexts (distinct return addresses): enough to touch every page of the 2,048-entry cache.
+void predict_many(LearnedPredictor& p) {
+  for (uintptr_t i = 0; i < 4096; ++i) p.predict({0x401000 + 16 * i, 0, 64});
+}
+
+// An exited thread's cache leaves the resident set (and the next thread to get its slot starts empty).
+TEST(PredictionCaches, AnExitedThreadsCacheIsNotResident) {
+  LearnedPredictor& p = cache_test_predictor();
+  std::atomic<int> phase{0};
+  llamalloc::PredictionCacheView view;
+  long with_cache = 0;
+  std::thread t([&] {
+    predict_many(p);
+    ASSERT_TRUE(p.thread_cache(&view));
+    phase.store(1);
+    while (phase.load() != 2) std::this_thread::yield();
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  with_cache = resident_kib(view.entries);
+  phase.store(2);
+  t.join();
+  long after = resident_kib(view.entries);
+  EXPECT_GE(with_cache - after, 32) << "resident KiB of the caches' pool: " << with_cache << " -> " << after;
+}
+
+// drop_thread_cache (the sweeper, for an idle thread): the pages go, the cache reads as empty (the next
+// prediction of a context runs the model again), and the thread goes on using it.
+TEST(PredictionCaches, ADroppedCacheIsEmptyAndNotResident) {
+  LearnedPredictor& p = cache_test_predictor();
+  std::thread t([&] {
+    predict_many(p);
+    llamalloc::PredictionCacheView view;
+    ASSERT_TRUE(p.thread_cache(&view));
+    const llamalloc::AllocationContext context{0x400000, 0, 64};  // (not among predict_many's)
+    p.predict(context);
+    uint64_t runs = p.totals().model_runs;
+    p.predict(context);
+    EXPECT_EQ(p.totals().model_runs, runs) << "a context seen before is a hit";
+    long before = resident_kib(view.entries);
+    EXPECT_TRUE(p.drop_thread_cache(view));
+    long after = resident_kib(view.entries);
+    EXPECT_GE(before - after, 32) << "resident KiB of the caches' pool: " << before << " -> " << after;
+    for (unsigned i = 0; i < 2048; ++i) EXPECT_EQ(view.entries[i].key, 0u);
+    p.predict(context);
+    EXPECT_EQ(p.totals().model_runs, runs + 1) << "after the drop the context misses";
+    p.predict(context);
+    EXPECT_EQ(p.totals().model_runs, runs + 1) << "and is cached again";
+    static llamalloc::PredictionCacheEntry not_ours[2048];
+    llamalloc::PredictionCacheView foreign = view;
+    foreign.entries = not_ours;
+    EXPECT_FALSE(p.drop_thread_cache(foreign));
+  });
+  t.join();
+}
+
 }  // namespace

@@ -7,6 +7,10 @@
  *   fork               allocates, forks; the child allocates from new contexts and exits 0
  *   deep DEPTH COUNT   COUNT malloc/free pairs at the bottom of a DEPTH-frame recursion (model-run timing with
  *                      LLAMALLOC_REPREDICT_EVERY=1: every allocation after the first runs the model)
+ *   idle N MS          N threads allocate as `threads` does, then stay alive without allocating for MS ms; then
+ *                      prints "resident <KiB> <KiB>": the process's anonymous resident memory outside the heap's
+ *                      huge-page regions, and that of libllamalloc's zero-initialised data (the mapping after
+ *                      its last segment), before the threads exit
  * Prints "ok <checksum>" on success. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -184,6 +188,62 @@ NOINLINE static unsigned long deep_recurse(int depth, int count) {
   return sum;
 }
 
+/* Resident KiB of anonymous mappings that are not the heap's huge-page regions (those carry MADV_HUGEPAGE or,
+   once subreleased, MADV_NOHUGEPAGE: "hg" or "nh" in VmFlags): stacks, the allocator's metadata, the prediction
+   caches, static data; and of the anonymous mapping right after libllamalloc's file mappings (its .bss). */
+static void resident_outside_heap(long* anon_kib, long* bss_kib) {
+  FILE* f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  unsigned long lib_end = 0;
+  int anon = 0, is_bss = 0;
+  long rss = 0;
+  *anon_kib = *bss_kib = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    int path_at = 0;
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &lo, &hi, perms, &path_at) == 3 && path_at > 0) {
+      const char* path = line + path_at;
+      anon = *path == '\n' || *path == 0;
+      is_bss = anon && lo == lib_end;
+      rss = 0;
+      if (strstr(path, "libllamalloc") != NULL) lib_end = hi;
+    } else if (strncmp(line, "Rss:", 4) == 0) {
+      rss = atol(line + 4);
+      if (is_bss) *bss_kib = rss;
+    } else if (strncmp(line, "VmFlags:", 8) == 0) {
+      if (anon && strstr(line, " hg") == NULL && strstr(line, " nh") == NULL) *anon_kib += rss;
+    }
+  }
+  if (f) fclose(f);
+}
+
+static volatile int g_idle_done;
+
+NOINLINE static void* idle_worker(void* arg) {
+  void* r = worker(arg);
+  while (!g_idle_done) usleep(1000);
+  return r;
+}
+
+static int idle_threads(int n, int ms) {
+  pthread_t t[64];
+  if (n > 64) n = 64;
+  for (int i = 0; i < n; ++i) pthread_create(&t[i], NULL, idle_worker, (void*)(uintptr_t)i);
+  usleep((useconds_t)ms * 1000);
+  long anon, bss;
+  resident_outside_heap(&anon, &bss);
+  g_idle_done = 1;
+  unsigned long sum = 0;
+  for (int i = 0; i < n; ++i) {
+    void* r;
+    pthread_join(t[i], &r);
+    sum += (unsigned long)r;
+  }
+  printf("ok %lu\nresident %ld %ld\n", sum, anon, bss);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "deep") == 0) {
     printf("ok %lu\n", deep_recurse(atoi(argv[2]), atoi(argv[3])));
@@ -193,6 +253,7 @@ int main(int argc, char** argv) {
   if (argc >= 3 && strcmp(argv[1], "threads") == 0) return threads(atoi(argv[2]));
   if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));
   if (argc >= 2 && strcmp(argv[1], "fork") == 0) return fork_test();
-  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | threads N | dlopen LIB N | fork\n");
+  if (argc >= 4 && strcmp(argv[1], "idle") == 0) return idle_threads(atoi(argv[2]), atoi(argv[3]));
+  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | threads N | dlopen LIB N | fork | idle N MS\n");
   return 2;
 }

@@ -33,6 +33,8 @@ constinit HeapPool g_heap_pool;      // heaps of exited threads (its own lock, t
 char* g_heap_chunk = nullptr;       // global lock
 size_t g_heap_chunk_left = 0;       // global lock
 constexpr size_t kHeapChunkBytes = 64 * 1024;
+// How long a thread's prediction cache stays resident with neither a hit nor a slow path (sweep_idle_heaps).
+constexpr uint64_t kCacheIdleMs = 1000;
 
 // Small objects of long-lived classes, for every thread (HeapConfig::shared_class_min; g_global.shared_lock()).
 constinit LocalHeap g_shared_heap;
@@ -101,6 +103,8 @@ void register_live(LocalHeap* h) {
   g_live_heaps = h;
   h->seen_ops = h->slow_ops.load(std::memory_order_relaxed);
   h->idle_ticks = 0;
+  h->seen_cache_hits = 0;
+  h->cache_idle_ticks = 0;
   ++g_live_count;
 }
 void unregister_live(LocalHeap* h) {
@@ -318,12 +322,22 @@ void heap_collect() {
   g_global.subrelease_free_blocks(true);
 }
 
+uint32_t prediction_cache_idle_passes() {
+  // (LLAMALLOC_SWEEP_MS=0: passes come only from llamalloc_collect and tests; count them as default periods.)
+  uint64_t period_ms = options().sweep_ms != 0 ? options().sweep_ms : Options{}.sweep_ms;
+  return uint32_t(1 + (kCacheIdleMs - 1) / period_ms);
+}
+
 unsigned sweep_idle_heaps(bool every_heap) {
   LocalHeap* self = tl_heap;
   LockGuard g(g_heap_pool.lock);
   // A heap is swept when its owner has run a slow path since the last pass (it may have taken spans it no longer
   // needs), when another thread's free has brought back one of its full spans, and every 8 passes (frees into
   // spans still on its queues); a heap that has done nothing since it was swept has nothing to give.
+  // A thread's prediction cache that has had no hit and its heap no slow path for about a second is dropped
+  // (its pages given back; it reads as empty, so the thread's next allocations run the model again): 32 KiB a
+  // thread, which in a server idle after its peak is about as much as its objects.
+  const uint32_t cache_idle_passes = prediction_cache_idle_passes();
   unsigned requested = 0;
   for (LocalHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
     if (h == self) continue;  // (the caller's own: llamalloc_collect takes it as its owner)
@@ -331,7 +345,16 @@ unsigned sweep_idle_heaps(bool every_heap) {
     bool changed = ops != h->seen_ops;
     h->seen_ops = ops;
     h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
-    if (!every_heap && !changed && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr)
+    bool drop_cache = false;
+    if (h->prediction_cache.entries != nullptr) {
+      uint64_t hits = h->prediction_cache.hits->load(std::memory_order_relaxed);
+      bool used = changed || hits != h->seen_cache_hits;
+      h->seen_cache_hits = hits;
+      h->cache_idle_ticks = used ? 0 : h->cache_idle_ticks + 1;
+      drop_cache = h->cache_idle_ticks == cache_idle_passes;
+    }
+    if (!every_heap && !changed && !drop_cache && h->idle_ticks % 8 != 0 &&
+        h->notify.load(std::memory_order_relaxed) == nullptr)
       continue;
     h->sweep.store(1, kHandshakeStore);
     ++requested;
@@ -345,6 +368,10 @@ unsigned sweep_idle_heaps(bool every_heap) {
     if (h->sweep.load(std::memory_order_relaxed) == 0) continue;
     if (fenced && h->busy.load(kHandshakeLoad) == 0) {
       LocalAllocator::release_all(g_global, *h);
+      // (The owner, outside the allocator, waits for the sweep before it next probes or fills its cache.)
+      if (h->prediction_cache.entries != nullptr && h->cache_idle_ticks == cache_idle_passes &&
+          g_predictor_ptr->drop_thread_cache(h->prediction_cache))
+        g_global.counters().prediction_caches_dropped.fetch_add(1, std::memory_order_relaxed);
       ++swept;
     } else {
       h->seen_ops = ~h->seen_ops;  // inside the allocator now: again at the next pass

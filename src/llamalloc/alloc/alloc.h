@@ -35,6 +35,9 @@ void heap_collect();
 // every_heap: every other thread's heap not inside the allocator now (llamalloc_collect, tests). Returns the
 // number of heaps swept.
 unsigned sweep_idle_heaps(bool every_heap = false);
+// The passes in a row without a hit or a slow path after which a thread's prediction cache is dropped (about a
+// second of LLAMALLOC_SWEEP_MS periods).
+uint32_t prediction_cache_idle_passes();
 // Checks the global allocator and this thread's heap; aborts on a broken invariant.
 void check_heap();
 

@@ -84,6 +84,10 @@ class Predictor {
   // Called by the sweeper's passes (every LLAMALLOC_SWEEP_MS, never with the heap's lock held): a predictor may
   // drop what it keeps resident and has not needed since the previous call.
   virtual void trim() {}
+  // Called by the sweeper for a thread whose cache (handed out by thread_cache) has had no hit and whose heap no
+  // slow path for a while, while that thread is outside the allocator (the sweep handshake): the cache's memory
+  // may be given back; it must read as empty afterwards. Returns whether it was.
+  virtual bool drop_thread_cache(const PredictionCacheView&) { return false; }
 
  protected:
   ~Predictor() = default;
