@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from llamalloc.cli import main
+from llamalloc.errors import UserError
 from llamalloc.model import lstm, modelfile, pipeline
 from llamalloc.model.classes import DEFAULT_LABEL_RULE
 from llamalloc.model.dataset import Contexts, build_contexts, labels_from_counts, samples_from_rows
@@ -46,6 +47,22 @@ def test_label_rules_on_hand_made_distributions(counts, p95, mode, median):
     assert labels_from_counts([counts], "median").tolist() == [median]
     rows = [{"stack": ["app::Handler::Serve()", "main"], "class_counts": counts}]
     assert build_contexts(samples_from_rows(rows), warn=lambda m: None).labels.tolist() == [mode]
+
+
+@pytest.mark.parametrize("counts, share20", [
+    ([80, 5, 15, 0, 0, 0, 0, 0], 0),            # a slow tail under 20%: as the mode
+    ([60, 0, 0, 40, 0, 0, 0, 0], 3),            # a long-lived minority of 40%: the mode says 0 and it pins pages
+    ([1555, 0, 0, 0, 1216, 0, 0, 0], 4),        # image-server's std::string context, default scale (demo profile)
+    ([90, 0, 0, 0, 0, 0, 0, 10], 0),            # 10% never freed: under the share
+    ([15, 15, 14, 14, 14, 14, 14, 0], 6),       # no class holds 20%: the mode (within 10%: ties, the longest)
+    ([0, 0, 0, 0, 0, 0, 0, 7], 7),
+])
+def test_share_labels_take_the_longest_class_holding_a_fifth_of_the_objects(counts, share20):
+    assert labels_from_counts([counts], "share20").tolist() == [share20]
+    assert labels_from_counts([counts], "SHARE20").tolist() == [share20]
+    assert labels_from_counts([counts], "share10").tolist()[0] >= share20
+    with pytest.raises(UserError):
+        labels_from_counts([counts], "share0")
 
 
 def test_the_default_label_is_the_mode_and_a_slow_tail_does_not_move_it():

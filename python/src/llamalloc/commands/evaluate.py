@@ -10,7 +10,7 @@ import click
 @click.option("--list", "list_n", type=click.IntRange(0, None), default=0, metavar="N",
               help="Print the N mispredicted contexts that weigh most (bytes), like pprof's -list.")
 @click.option("--label", default=None, metavar="RULE",
-              help="Label rule of the profiles' contexts (mode, median, pNN); default: the model's own.")
+              help="Label rule of the profiles' contexts (mode, shareNN, median, pNN); default: the model's own.")
 def command(model, profiles, list_n, label):
     """Report how MODEL predicts the lifetimes observed in PROFILE... (e.g. another revision of the program).
 

@@ -34,8 +34,9 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 @click.option("--list", "list_n", type=click.IntRange(0, None), default=0, metavar="N",
               help="Print the N mispredicted contexts that weigh most (bytes), like pprof's -list.")
 @click.option("--label", default=DEFAULT_LABEL_RULE, show_default=True, metavar="RULE",
-              help="Label of a context: mode (the class holding most of its objects), median, or pNN (the class "
-                   "of the NN-th percentile of its lifetimes; p95 is the paper's rule).")
+              help="Label of a context: mode (the class holding most of its objects), shareNN (the longest class "
+                   "holding at least NN% of them, or the mode), median, or pNN (the class of the NN-th percentile "
+                   "of its lifetimes; p95 is the paper's rule).")
 @click.option("--under-weight", type=click.FloatRange(1.0, 100.0), default=1.0, show_default=True,
               help="Cost of predicting a shorter class than the label, relative to the plain cross-entropy "
                    "(1: symmetric). Under-prediction pins pages; over-prediction only delays reuse.")

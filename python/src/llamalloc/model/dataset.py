@@ -79,16 +79,19 @@ MODE_TIE_PERCENT = 10
 
 
 def parse_label_rule(rule: str) -> str:
-    """The canonical spelling of a label rule: "mode", or "pNN" for a percentile NN in 1..100 ("median" is
-    "p50"). Anything else is a UserError."""
+    """The canonical spelling of a label rule: "mode", "shareNN" for NN in 1..100, or "pNN" for a percentile
+    NN in 1..100 ("median" is "p50"). Anything else is a UserError."""
     text = str(rule).strip().lower()
     if text == "median":
         return "p50"
     if text == "mode":
         return text
+    if text.startswith("share") and text[5:].isdigit() and 1 <= int(text[5:]) <= 100:
+        return f"share{int(text[5:])}"
     if text.startswith("p") and text[1:].isdigit() and 1 <= int(text[1:]) <= 100:
         return f"p{int(text[1:])}"
-    raise UserError(f"--label: unknown label rule {rule!r} (mode, median, or pNN such as p95)")
+    raise UserError(f"--label: unknown label rule {rule!r} (shareNN such as share20, mode, median, or pNN such "
+                    f"as p95)")
 
 
 def labels_from_counts(class_counts, rule: str = DEFAULT_LABEL_RULE) -> np.ndarray:
@@ -98,12 +101,22 @@ def labels_from_counts(class_counts, rule: str = DEFAULT_LABEL_RULE) -> np.ndarr
     rounding); p95 is the paper's rule. `mode`: the class holding the most objects, where a class holding at
     least (100 - MODE_TIE_PERCENT)% as many as the most common one counts as tied and ties go to the longest
     class: predicting too short a lifetime pins pages while too long a one only delays reuse, and two classes
-    that share a context's objects about equally swap places from run to run (docs/model.md, "Labels")."""
+    that share a context's objects about equally swap places from run to run (docs/model.md, "Labels").
+    `shareNN`: the longest class holding at least NN% of the row's objects, or the mode where that is longer: a
+    long-lived minority larger than NN% (which the mode labels short, and which then pins pages) gets its class,
+    a slow tail under NN% does not move it."""
     counts = np.asarray(class_counts, np.int64).reshape(-1, NUM_CLASSES)
     rule = parse_label_rule(rule)
-    if rule == "mode":
+    if rule == "mode" or rule.startswith("share"):
         tied = 100 * counts >= (100 - MODE_TIE_PERCENT) * counts.max(axis=1, keepdims=True)
-        return (NUM_CLASSES - 1 - np.argmax(tied[:, ::-1], axis=1)).astype(np.int64)
+        mode = (NUM_CLASSES - 1 - np.argmax(tied[:, ::-1], axis=1)).astype(np.int64)
+        if rule == "mode":
+            return mode
+        # shareNN: the longest class holding at least NN% of the objects, or the mode where that is longer.
+        share = int(rule[5:])
+        held = (100 * counts >= share * counts.sum(axis=1, keepdims=True)) & (counts > 0)
+        longest = np.where(held.any(axis=1), NUM_CLASSES - 1 - np.argmax(held[:, ::-1], axis=1), 0)
+        return np.maximum(mode, longest).astype(np.int64)
     percent = int(rule[1:])
     cumulative = np.cumsum(counts, axis=1)
     reached = 100 * cumulative >= percent * cumulative[:, -1:]
