@@ -81,7 +81,7 @@ struct alignas(64) LocalHeap {
   uint32_t seen_ops = 0;
   uint32_t idle_ticks = 0;
   // The same for the prediction cache: its hit count at the last pass, and passes in a row with neither a hit
-  // nor a slow path (at kCacheIdlePasses the sweeper drops the cache's pages).
+  // nor a slow path (at prediction_cache_idle_passes() the sweeper drops the cache's pages).
   uint64_t seen_cache_hits = 0;
   uint32_t cache_idle_ticks = 0;
 
