@@ -5,7 +5,7 @@ ratio. The main table is the steady state, as the paper's "final steady-state me
 tables follow it.
 
     python3 bench/table3/run.py OUT [--scale default] [--repeat 1] [-w WORKLOAD ...] [--hidden 16]
-                                    [--label RULE] [--quiet-seconds S]
+                                    [--label RULE] [--target label|distribution] [--quiet-seconds S]
 
 Each step's output stays in OUT (profiles, models, training reports, bench.json, stats files); a step whose
 output exists is not redone, so an interrupted run continues. Measured quantities and their sources:
@@ -152,6 +152,8 @@ def main() -> None:
     ap.add_argument("-w", "--workload", action="append")
     ap.add_argument("--hidden", default="16")
     ap.add_argument("--label", default=None, help="the label rule `llamalloc train` uses (default: train's)")
+    ap.add_argument("--target", default=None, choices=["label", "distribution"],
+                    help="what `llamalloc train` fits (default: train's)")
     ap.add_argument("--sample-bytes", type=int, default=4096)
     ap.add_argument("--quiet-seconds", type=float, default=None,
                     help="the workloads' quiet phase, where the steady state is measured (default: theirs)")
@@ -164,7 +166,8 @@ def main() -> None:
         record(name, a.scale, prof, a.sample_bytes)
         if not model.exists():
             sh("train", str(prof), "-o", str(model), "--hidden", a.hidden,
-               *([] if a.label is None else ["--label", a.label]), log=report)
+               *([] if a.label is None else ["--label", a.label]),
+               *([] if a.target is None else ["--target", a.target]), log=report)
         models[name] = model
         acc[name] = accuracy(report.read_text()) if report.exists() else "-"
     bench_json = a.out / "bench.json"

@@ -1,6 +1,6 @@
 """Issue 12: `train` deploys a model refit on every context, warns about a held-out set too small to mean
 anything, lists the heaviest mispredicted contexts (`--list`), labels contexts by a rule robust to machine load
-(`--label`, default mode) and can weigh under-prediction above over-prediction (`--under-weight`)."""
+(`--label`, default share20, fitted as each context's class distribution: `--target`) and can weigh under-prediction above over-prediction (`--under-weight`)."""
 from __future__ import annotations
 
 import io
@@ -11,7 +11,7 @@ import pytest
 
 from llamalloc.cli import main
 from llamalloc.errors import UserError
-from llamalloc.model import lstm, modelfile, pipeline
+from llamalloc.model import dataset, lstm, modelfile, pipeline
 from llamalloc.model.classes import DEFAULT_LABEL_RULE
 from llamalloc.model.dataset import Contexts, build_contexts, labels_from_counts, samples_from_rows
 from llamalloc.model.metrics import frame_summary, mispredictions, outliving_fraction
@@ -46,7 +46,8 @@ def test_label_rules_on_hand_made_distributions(counts, p95, mode, median):
     assert labels_from_counts([counts], "mode").tolist() == [mode]
     assert labels_from_counts([counts], "median").tolist() == [median]
     rows = [{"stack": ["app::Handler::Serve()", "main"], "class_counts": counts}]
-    assert build_contexts(samples_from_rows(rows), warn=lambda m: None).labels.tolist() == [mode]
+    default = labels_from_counts([counts], DEFAULT_LABEL_RULE).tolist()
+    assert build_contexts(samples_from_rows(rows), warn=lambda m: None).labels.tolist() == default
 
 
 @pytest.mark.parametrize("counts, share20", [
@@ -65,12 +66,13 @@ def test_share_labels_take_the_longest_class_holding_a_fifth_of_the_objects(coun
         labels_from_counts([counts], "share0")
 
 
-def test_the_default_label_is_the_mode_and_a_slow_tail_does_not_move_it():
-    assert DEFAULT_LABEL_RULE == "mode"
+def test_the_default_label_is_share20_and_a_slow_tail_moves_neither_it_nor_the_mode():
+    assert DEFAULT_LABEL_RULE == "share20"
     # Two runs of one request-scoped context: a loaded run's slow tail moves p95 by two classes, not the mode.
     quiet, loaded = [96, 4, 0, 0, 0, 0, 0, 0], [88, 4, 8, 0, 0, 0, 0, 0]
     assert labels_from_counts([quiet, loaded], "p95").tolist() == [0, 2]
     assert labels_from_counts([quiet, loaded], "mode").tolist() == [0, 0]
+    assert labels_from_counts([quiet, loaded], "share20").tolist() == [0, 0]
     # word-count's heaviest context (default scale, three runs): about half its objects on each side of 1 s.
     # The strict mode of the merge would be "<1 s" (39.6 M against 39.0 M) while two of the three runs say
     # "<10 s"; within 10% is a tie, and the tie goes to the longer class, as in those two runs.
@@ -123,11 +125,60 @@ def test_under_weight_shifts_a_borderline_prediction_to_the_longer_class():
 def test_under_weight_reaches_the_model_metadata(tmp_path, capsys):
     prof = write_profile(tmp_path / "a.prof", synthetic_samples(40, seed=2))
     model = tmp_path / "m.model"
-    rc, _, err = run(["train", str(prof), "-o", str(model), "--epochs", "1", "--under-weight", "2", "--label",
+    rc, _, err = run(["train", str(prof), "-o", str(model), "--epochs", "1", "--target", "label",
+                      "--under-weight", "2", "--label",
                       "p95", *TINY], capsys)
     assert rc == 0, err
     meta = modelfile.read(model).metadata
     assert meta["under_weight"] == 2.0 and meta["label"] == "p95"
+
+
+# --- distribution targets ------------------------------------------------------------------------------
+
+def test_a_distribution_model_learns_a_contexts_split_and_places_its_long_lived_minority():
+    # One context whose objects split 60% "<10 ms" / 40% "<100 s" (image-server's std::string context is
+    # 56 / 44), and a plain short-lived one. A label model trained on the mode learns "<10 ms" for the first, so
+    # its long-lived 40% pin the pages of short-lived objects; a distribution model learns the split, and its
+    # rule (share20, p95) places the context by its long-lived minority, while the mode still says "<10 ms".
+    ids = np.array([[5, 6, 7, 8], [5, 9, 10, 11]], np.int32)
+    lengths = np.array([4, 4], np.int32)
+    counts = np.array([[60, 0, 0, 0, 40, 0, 0, 0], [100, 0, 0, 0, 0, 0, 0, 0]])
+    dists = dataset.class_distributions(counts)
+    labels = labels_from_counts(counts, "share20")
+    assert labels.tolist() == [4, 0]
+    config = lstm.TrainConfig(hidden_dim=8, embedding_dim=8, max_epochs=6, examples_per_epoch=1024,
+                              learning_rate=1e-2, decision="share20", seed=0)
+    result = lstm.train(ids, lengths, labels, np.array([100, 100]), 16, config, None, lambda line: None,
+                        dists=dists)
+    logits = lstm.predict_logits(result.params, ids, lengths)
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    assert abs(probs[0, 0] - 0.6) < 0.1 and abs(probs[0, 4] - 0.4) < 0.1
+    assert dataset.decide(logits, "share20").tolist() == [4, 0]
+    assert dataset.decide(logits, "p95").tolist() == [4, 0]
+    assert dataset.decide(logits, "mode").tolist() == [0, 0]
+    assert dataset.decide(logits, None).tolist() == [0, 0]
+
+
+def test_train_target_distribution_writes_the_rule_into_the_model(tmp_path, capsys):
+    prof = write_profile(tmp_path / "a.prof", synthetic_samples(40, seed=2))
+    model = tmp_path / "m.model"
+    rc, out, err = run(["train", str(prof), "-o", str(model), "--epochs", "1", "--target", "distribution",
+                        "--label", "share20", *TINY], capsys)
+    assert rc == 0, err
+    m = modelfile.read(model)
+    assert m.decision == "share20" and m.metadata["target"] == "distribution"
+    assert "learns each context's class distribution" in err
+    rc, _, err = run(["train", str(prof), "-o", str(tmp_path / "u.model"), "--target", "distribution",
+                      "--under-weight", "2", *TINY], capsys)
+    assert rc == 2 and "--under-weight applies to --target label only" in err
+    assert not (tmp_path / "u.model").exists()
+    # a label model has no decision section and is read as one
+    rc, _, err = run(["train", str(prof), "-o", str(tmp_path / "l.model"), "--epochs", "1", "--target", "label",
+                      *TINY], capsys)
+    assert rc == 0 and modelfile.read(tmp_path / "l.model").decision is None
+    # and without --target, train fits a distribution model (the default)
+    rc, _, err = run(["train", str(prof), "-o", str(tmp_path / "d.model"), "--epochs", "1", *TINY], capsys)
+    assert rc == 0 and modelfile.read(tmp_path / "d.model").decision == "share20"
 
 
 # --- refit -------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from llamalloc.model import modelfile, reference
+from llamalloc.model.dataset import decide
 from predict_support import cpp_infer, model_tool, random_model
 
 
@@ -16,7 +17,7 @@ def compare(path, token_ids):
     want_logits = reference.logits_of_tokens(model, token_ids)
     got_classes, got_logits = cpp_infer(path, token_ids)
     np.testing.assert_allclose(got_logits, want_logits, atol=1e-4, rtol=0)
-    assert (got_classes == want_logits.argmax(axis=1)).all()
+    assert (got_classes == decide(want_logits, model.decision)).all()
     return got_classes
 
 
@@ -30,6 +31,47 @@ def test_random_models_agree_on_random_sequences(tmp_path, hidden):
     token_ids.append([4])  # the size token alone: an unknown stack
     classes = compare(path, token_ids)
     assert len(set(classes.tolist())) >= 3
+
+
+@pytest.mark.parametrize("rule", ["p95", "p50", "mode", "share20"])
+def test_distribution_models_apply_their_label_rule_to_the_predicted_distribution(tmp_path, rule):
+    """A distribution model's class is its label rule on the softmax, in C++ as in the reference; the rules
+    pick longer classes than the largest logit where a minority is long-lived (p95, share20)."""
+    m = random_model(hidden=16, embedding=32, max_tokens=64, seed=7, scale=0.3)
+    m.decision = rule
+    path = tmp_path / f"{rule}.model"
+    modelfile.write(path, m)
+    assert modelfile.read(path).decision == rule
+    rng = np.random.default_rng(3)
+    token_ids = [rng.integers(0, len(m.vocabulary), size=int(n)).tolist() for n in rng.integers(1, 65, size=300)]
+    classes = compare(path, token_ids)
+    logits = reference.logits_of_tokens(m, token_ids)
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    if rule == "p95":  # the first class whose cumulative share reaches 95%
+        want = np.argmax(np.cumsum(probs, axis=1) >= 0.95 - 1e-6, axis=1)
+        close = np.abs(np.cumsum(probs, axis=1)[np.arange(len(want)), want] - 0.95) < 1e-4
+        assert (classes[~close] == want[~close]).all()
+        assert (classes > logits.argmax(axis=1)).mean() > 0.2
+    if rule == "share20":
+        assert (classes >= decide(logits, "mode")).all()
+        assert (classes > logits.argmax(axis=1)).any()
+
+
+def test_an_unknown_decision_rule_is_refused(tmp_path):
+    m = random_model()
+    m.decision = "p95"
+    data = bytearray(modelfile.to_bytes(m))
+    at = data.index(np.asarray([1, 95, 0], "<u4").tobytes())
+    data[at:at + 4] = (9).to_bytes(4, "little")
+    import zlib
+    data[24:28] = zlib.crc32(bytes(data[128:])).to_bytes(4, "little")
+    bad = tmp_path / "rule.model"
+    bad.write_bytes(bytes(data))
+    r = subprocess.run([model_tool(), "infer", str(bad)], input="4 5 6\n", capture_output=True, text=True)
+    assert r.returncode == 2 and str(bad) in r.stderr and "decision rule" in r.stderr
+    with pytest.raises(Exception, match="decision rule"):
+        modelfile.read(bad)
 
 
 def test_sequences_longer_than_max_tokens_are_cut_as_training_cuts(tmp_path):

@@ -156,11 +156,8 @@ unsigned infer(const ModelFile& model, const uint32_t* tokens, size_t count, flo
   for (unsigned k = 0; k < kNumClasses; ++k) logits[k] = b[k];
   for (unsigned j = 0; j < hidden; ++j)
     for (unsigned k = 0; k < kNumClasses; ++k) logits[k] += h[j] * w[j * kNumClasses + k];
-  unsigned best = 0;
-  for (unsigned k = 1; k < kNumClasses; ++k)
-    if (logits[k] > logits[best]) best = k;
   if (logits_out != nullptr) memcpy(logits_out, logits, sizeof logits);
-  return best;
+  return model.decide(logits);
 }
 
 float top_probability(const float* logits, unsigned best) {
@@ -168,6 +165,18 @@ float top_probability(const float* logits, unsigned best) {
   float sum = 0.0f;
   for (unsigned k = 0; k < kNumClasses; ++k) sum += fast_exp(logits[k] - logits[best]);
   return 1.0f / sum;
+}
+
+float top_two_probability(const float* logits) {
+  unsigned first = 0, second = 1;
+  if (logits[1] > logits[0]) first = 1, second = 0;
+  for (unsigned k = 2; k < kNumClasses; ++k) {
+    if (logits[k] > logits[first]) second = first, first = k;
+    else if (logits[k] > logits[second]) second = k;
+  }
+  float sum = 0.0f;
+  for (unsigned k = 0; k < kNumClasses; ++k) sum += fast_exp(logits[k] - logits[first]);
+  return (1.0f + fast_exp(logits[second] - logits[first])) / sum;
 }
 
 }  // namespace llamalloc::model

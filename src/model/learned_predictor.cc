@@ -344,7 +344,7 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   uint32_t tokens[kMaxTokens];
   size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens, broken && !state->main_thread);
   float logits[kNumClasses];
-  unsigned lc = confidence_.apply(infer(model_, tokens, n, logits), logits);
+  unsigned lc = classify(model_, tokens, n, logits, confidence_);
   if (log_fd_ >= 0) log_run(lc, tokens, n);
   CacheCounters::bump(state->counters.model_runs);
   CacheCounters::bump(state->counters.prediction_ns, now_ns() - t0);

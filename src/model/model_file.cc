@@ -215,6 +215,9 @@ bool ModelFile::validate(char* error, size_t cap) {
   const void *folded = nullptr, *w_hidden = nullptr, *dense_w = nullptr, *dense_b = nullptr, *offsets = nullptr,
              *strings = nullptr;
   uint64_t strings_bytes = 0;
+  bool seen_decision = false;
+  decision_kind_ = kArgmax;
+  decision_parameter_ = decision_tie_ = 0;
   const uint64_t v = vocab_size_, four_h = 4ull * hidden_dim_;
   Want want[] = {
       {"lstm.folded", kF32, v, four_h, &folded, false},     {"lstm.w_hidden", kF32, hidden_dim_, four_h, &w_hidden, false},
@@ -231,6 +234,22 @@ bool ModelFile::validate(char* error, size_t cap) {
     uint64_t offset = load<uint64_t>(e + 48), size = load<uint64_t>(e + 56);
     if (offset % 64 != 0 || offset > file_bytes || size > file_bytes - offset)
       return format_message(error, cap, "corrupt: section %s out of bounds", name), false;
+    if (strcmp(name, "decision") == 0) {
+      if (seen_decision) return format_message(error, cap, "corrupt: section %s twice", name), false;
+      seen_decision = true;
+      if (dtype != kU32 || ndim != 1 || shape[0] != 3 || size != 12)
+        return format_message(error, cap, "section decision has the wrong type or shape"), false;
+      uint32_t kind = load<uint32_t>(h + offset), parameter = load<uint32_t>(h + offset + 4),
+               tie = load<uint32_t>(h + offset + 8);
+      bool known = (kind == kPercentile && parameter >= 1 && parameter <= 100) ||
+                   (kind == kMode && tie == kModeTiePercent) ||
+                   (kind == kShare && parameter >= 1 && parameter <= 100 && tie == kModeTiePercent);
+      if (!known) return format_message(error, cap, "unknown decision rule in section decision"), false;
+      decision_kind_ = kind;
+      decision_parameter_ = parameter;
+      decision_tie_ = tie;
+      continue;
+    }
     for (Want& w : want) {
       if (strcmp(w.name, name) != 0) continue;
       if (w.found) return format_message(error, cap, "corrupt: section %s twice", name), false;
@@ -267,6 +286,40 @@ bool ModelFile::validate(char* error, size_t cap) {
       if (!std::isfinite(arrays[a][i])) return format_message(error, cap, "corrupt: a weight is not finite"), false;
   vocab_crc_ = crc32(crc32(0, offsets, (v + 1) * 4), strings, strings_bytes);
   return true;
+}
+
+unsigned ModelFile::decide(const float* logits) const {
+  unsigned best = 0;
+  for (unsigned k = 1; k < kNumClasses; ++k)
+    if (logits[k] > logits[best]) best = k;
+  if (decision_kind_ == kArgmax) return best;
+  // The label rule of llamalloc.model.dataset.apply_rule on exp(logit - max): float exponentials, compared in
+  // double (sums of eight floats are exact enough there that their order does not matter), as decide() in
+  // Python computes them, so both give the same class.
+  double score[kNumClasses], cumulative[kNumClasses], total = 0.0;
+  for (unsigned k = 0; k < kNumClasses; ++k) {
+    score[k] = double(std::exp(logits[k] - logits[best]));
+    total += score[k];
+    cumulative[k] = total;
+  }
+  if (decision_kind_ == kPercentile) {
+    for (unsigned k = 0; k < kNumClasses; ++k)
+      if (100.0 * cumulative[k] >= double(decision_parameter_) * total) return k;
+    return kNumClasses - 1;
+  }
+  // The mode, ties (within decision_tie_ percent of the most common class) to the longest class.
+  double top = score[best];
+  unsigned mode = 0;
+  for (unsigned k = kNumClasses; k-- > 0;)
+    if (100.0 * score[k] >= double(100 - decision_tie_) * top) {
+      mode = k;
+      break;
+    }
+  if (decision_kind_ == kMode) return mode;
+  // shareNN: the longest class holding at least NN% of the objects, or the mode where that is longer.
+  for (unsigned k = kNumClasses; k-- > mode + 1;)
+    if (score[k] > 0.0 && 100.0 * score[k] >= double(decision_parameter_) * total) return k;
+  return mode;
 }
 
 }  // namespace llamalloc::model

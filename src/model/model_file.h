@@ -16,6 +16,9 @@ inline constexpr uint32_t kFirstSizeToken = 4;
 // Bounds the stack buffers of the inference (3 x 4H floats): a larger model is refused, not overflowed.
 inline constexpr unsigned kMaxHiddenDim = 256;
 inline constexpr unsigned kMaxTokens = 4096;  // llamalloc train --max-tokens allows up to this
+// A distribution model's mode: a class within this percent of the most common one ties with it (the longest
+// tied class wins); llamalloc.model.dataset.MODE_TIE_PERCENT.
+inline constexpr uint32_t kModeTiePercent = 10;
 
 // CRC-32 as zlib computes it (polynomial 0xEDB88320); the model and token files checksum their payload.
 uint32_t crc32(uint32_t crc, const void* data, size_t size_bytes);
@@ -55,6 +58,16 @@ class ModelFile {
   // CRC-32 of the vocabulary (offsets and strings): token tables record it to detect another model's tables.
   uint32_t vocab_crc() const { return vocab_crc_; }
 
+  // How the class is chosen from the logits (section `decision`, docs/formats/model.md). A label model (no such
+  // section): the largest logit. A distribution model, trained on each context's class distribution: a label
+  // rule applied to the predicted distribution, as `llamalloc train --label` applies it to a context's counts.
+  enum DecisionKind : uint32_t { kArgmax = 0, kPercentile = 1, kMode = 2, kShare = 3 };
+  bool is_distribution() const { return decision_kind_ != kArgmax; }
+  DecisionKind decision_kind() const { return DecisionKind(decision_kind_); }
+  uint32_t decision_parameter() const { return decision_parameter_; }
+  // The class for logits[kNumClasses] (what infer() returns).
+  unsigned decide(const float* logits) const;
+
  private:
   bool validate(char* error, size_t error_capacity);
 
@@ -62,6 +75,7 @@ class ModelFile {
   size_t size_bytes_ = 0;
   bool mapped_ = false;
   uint32_t vocab_size_ = 0, hidden_dim_ = 0, max_tokens_ = 0, default_class_ = 0, vocab_crc_ = 0;
+  uint32_t decision_kind_ = kArgmax, decision_parameter_ = 0, decision_tie_ = 0;
   const float* folded_ = nullptr;
   const float* w_hidden_ = nullptr;
   const float* dense_w_ = nullptr;
@@ -69,14 +83,16 @@ class ModelFile {
 };
 
 // Logits of one token sequence (tokens[0..count), count <= max_tokens; an id >= vocab_size is read as <unk>).
-// Buffers on the stack only: safe from any number of threads at once. Returns the class: the first index of
-// the largest logit.
+// Buffers on the stack only: safe from any number of threads at once. Returns the class (model.decide): the
+// first index of the largest logit for a label model.
 unsigned infer(const ModelFile& model, const uint32_t* tokens, size_t count, float* logits_out);
 
 // The softmax probability of the class `best` (the largest logit), from the logits infer() wrote.
 float top_probability(const float* logits, unsigned best);
+// The softmax probability of the two likeliest classes together.
+float top_two_probability(const float* logits);
 
-// "Unsure" rule (docs/prediction.md): a prediction is kept only if its probability exceeds
+// "Unsure" rule (docs/prediction.md): a label model's prediction is kept only if its probability exceeds
 // min_confidence_percent / 100; otherwise it is replaced by `fallback` (the class the heap gives every allocation
 // without a model), so a context the model cannot tell apart keeps the no-model placement. 0: always kept;
 // 100: never (every allocation is placed as without a model).
@@ -87,7 +103,21 @@ struct ConfidenceRule {
     if (min_confidence_percent == 0 || best == fallback) return best;
     return top_probability(logits, best) * 100.0f > float(min_confidence_percent) ? best : fallback;
   }
+  // A distribution model's probabilities are the predicted shares of a context's objects, so a context split
+  // 56% / 44% between two classes is not unsure. Its prediction is kept only if the two likeliest classes hold
+  // more than min_confidence_percent of the distribution: a context the model cannot place spreads it wider.
+  unsigned apply_distribution(unsigned decided, const float* logits) const {
+    if (min_confidence_percent == 0 || decided == fallback) return decided;
+    return top_two_probability(logits) * 100.0f > float(min_confidence_percent) ? decided : fallback;
+  }
 };
+
+// infer() and then the unsure rule where it applies: the class the allocator uses.
+inline unsigned classify(const ModelFile& model, const uint32_t* tokens, size_t count, float* logits,
+                         const ConfidenceRule& confidence) {
+  unsigned c = infer(model, tokens, count, logits);
+  return model.is_distribution() ? confidence.apply_distribution(c, logits) : confidence.apply(c, logits);
+}
 
 // Formats into buf like snprintf for %s/%u/%llu only, without allocating (error messages on the init path).
 size_t format_message(char* buf, size_t capacity, const char* fmt, ...);

@@ -184,7 +184,7 @@ unsigned TracePredictor::classify(const uint64_t* frames, uint32_t depth, uint64
   uint32_t ids[kMaxTokens];
   size_t n = tokens(frames, depth, size_bytes, ids, kMaxTokens);
   float logits[kNumClasses];
-  unsigned lc = confidence_.apply(infer(predictor_->model(), ids, n, logits), logits);
+  unsigned lc = model::classify(predictor_->model(), ids, n, logits, confidence_);
   if (log_fd_ >= 0) {
     std::string line = std::to_string(lc) + ":";
     for (size_t i = 0; i < n; ++i) line += " " + std::to_string(ids[i]);

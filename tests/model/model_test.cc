@@ -289,6 +289,25 @@ TEST(ConfidenceRule, UnsurePredictionsGetTheFallbackClass) {
   EXPECT_EQ((ConfidenceRule{100, 2}.apply(7, sure)), 2u) << "100: never the model's class";
 }
 
+// A distribution model's softmax is the predicted share of a context's objects per class: a context split
+// between two classes is placed by its rule, one spread over many classes (a context the model cannot place)
+// gets the fallback.
+TEST(ConfidenceRule, ADistributionModelIsUnsureOnlyWhereTheTwoLikeliestClassesHoldLittle) {
+  float two_way[8] = {-20, -20, -20, -20, 0.2f, -20, -20, 0};  // 0.55 and 0.45
+  EXPECT_NEAR(top_two_probability(two_way), 1.0, 1e-5);
+  float flat[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_NEAR(top_two_probability(flat), 0.25, 1e-6);
+  float three_way[8] = {0, -20, 0, -20, 0, -20, -20, -20};  // a third each
+  EXPECT_NEAR(top_two_probability(three_way), 2.0 / 3.0, 1e-5);
+  ConfidenceRule rule{60, 0};
+  EXPECT_EQ(rule.apply(4, two_way), 0u) << "the label rule: 55% is below 60%";
+  EXPECT_EQ(rule.apply_distribution(7, two_way), 7u) << "a 55/45 split is not unsure";
+  EXPECT_EQ(rule.apply_distribution(7, flat), 0u);
+  EXPECT_EQ(rule.apply_distribution(4, three_way), 4u) << "67% in two classes";
+  EXPECT_EQ((ConfidenceRule{70, 0}.apply_distribution(4, three_way)), 0u);
+  EXPECT_EQ((ConfidenceRule{0, 0}.apply_distribution(7, flat)), 7u);
+}
+
 TEST(ModelFile, DamagedImagesAreRefusedWithAReason) {
   static Image img;
   char err[256];

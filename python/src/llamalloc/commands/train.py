@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import UserError
-from ..model.classes import DEFAULT_LABEL_RULE, DEFAULT_WEIGHT_POWER
+from ..model.classes import DEFAULT_LABEL_RULE, DEFAULT_TARGET, DEFAULT_WEIGHT_POWER
 from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 
 
@@ -34,15 +34,20 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 @click.option("--list", "list_n", type=click.IntRange(0, None), default=0, metavar="N",
               help="Print the N mispredicted contexts that weigh most (bytes), like pprof's -list.")
 @click.option("--label", default=DEFAULT_LABEL_RULE, show_default=True, metavar="RULE",
-              help="Label of a context: mode (the class holding most of its objects), shareNN (the longest class "
-                   "holding at least NN% of them, or the mode), median, or pNN (the class of the NN-th percentile "
+              help="Label of a context: shareNN (the longest class holding at least NN% of its objects, or the "
+                   "mode), mode (the class holding most of them), median, or pNN (the class of the NN-th percentile "
                    "of its lifetimes; p95 is the paper's rule).")
 @click.option("--under-weight", type=click.FloatRange(1.0, 100.0), default=1.0, show_default=True,
               help="Cost of predicting a shorter class than the label, relative to the plain cross-entropy "
-                   "(1: symmetric). Under-prediction pins pages; over-prediction only delays reuse.")
+                   "(1: symmetric). Under-prediction pins pages; over-prediction only delays reuse. "
+                   "--target label only.")
+@click.option("--target", type=click.Choice(["label", "distribution"]), default=DEFAULT_TARGET, show_default=True,
+              help="What the model learns: each context's label, or its class distribution (the share of its "
+                   "objects in each class), the class then being the --label rule applied to the predicted "
+                   "distribution, also for contexts never seen.")
 @click.pass_context
 def command(ctx, profiles, output, holdout, holdout_profiles, seed, epochs, hidden, vocab_words, max_tokens,
-            weight_power, refit, list_n, label, under_weight):
+            weight_power, refit, list_n, label, under_weight, target):
     """Train the lifetime model on PROFILE... (from `llamalloc record`, symbolized) and write MODEL.
 
     Prints, for the LSTM and the exact-match and allocation-site baselines, the weighted and unweighted
@@ -54,4 +59,5 @@ def command(ctx, profiles, output, holdout, holdout_profiles, seed, epochs, hidd
 
     run_train(profiles, output, holdout=0.0 if holdout_profiles else holdout, holdout_profiles=holdout_profiles,
               seed=seed, epochs=epochs, hidden=int(hidden), vocab_words=vocab_words, max_tokens=max_tokens,
-              weight_power=weight_power, refit=refit, list_n=list_n, label=label, under_weight=under_weight)
+              weight_power=weight_power, refit=refit, list_n=list_n, label=label, under_weight=under_weight,
+              target=target)

@@ -106,21 +106,47 @@ def labels_from_counts(class_counts, rule: str = DEFAULT_LABEL_RULE) -> np.ndarr
     long-lived minority larger than NN% (which the mode labels short, and which then pins pages) gets its class,
     a slow tail under NN% does not move it."""
     counts = np.asarray(class_counts, np.int64).reshape(-1, NUM_CLASSES)
-    rule = parse_label_rule(rule)
+    return np.asarray(apply_rule(counts, parse_label_rule(rule), np), np.int64)
+
+
+def apply_rule(scores, rule: str, xp=np):
+    """`labels_from_counts` on rows [n, 8] of non-negative scores: object counts, or a distribution model's
+    class probabilities (`decide`). Only comparisons of scaled sums, so the scores need not sum to 1, and `xp`
+    may be numpy or jax.numpy (the training loop's accuracy). The allocator's C++ inference applies the same
+    comparisons in float32 (`ModelFile::decide`)."""
     if rule == "mode" or rule.startswith("share"):
-        tied = 100 * counts >= (100 - MODE_TIE_PERCENT) * counts.max(axis=1, keepdims=True)
-        mode = (NUM_CLASSES - 1 - np.argmax(tied[:, ::-1], axis=1)).astype(np.int64)
+        tied = 100 * scores >= (100 - MODE_TIE_PERCENT) * scores.max(axis=1, keepdims=True)
+        mode = NUM_CLASSES - 1 - xp.argmax(tied[:, ::-1], axis=1)
         if rule == "mode":
             return mode
         # shareNN: the longest class holding at least NN% of the objects, or the mode where that is longer.
         share = int(rule[5:])
-        held = (100 * counts >= share * counts.sum(axis=1, keepdims=True)) & (counts > 0)
-        longest = np.where(held.any(axis=1), NUM_CLASSES - 1 - np.argmax(held[:, ::-1], axis=1), 0)
-        return np.maximum(mode, longest).astype(np.int64)
+        held = (100 * scores >= share * scores.sum(axis=1, keepdims=True)) & (scores > 0)
+        longest = xp.where(held.any(axis=1), NUM_CLASSES - 1 - xp.argmax(held[:, ::-1], axis=1), 0)
+        return xp.maximum(mode, longest)
     percent = int(rule[1:])
-    cumulative = np.cumsum(counts, axis=1)
+    cumulative = xp.cumsum(scores, axis=1)
     reached = 100 * cumulative >= percent * cumulative[:, -1:]
-    return np.argmax(reached, axis=1).astype(np.int64)
+    return xp.argmax(reached, axis=1)
+
+
+def class_distributions(class_counts) -> np.ndarray:
+    """Each row of per-class object counts as the share of the row's objects in each class (float32 [n, 8]):
+    the targets of a distribution model (`llamalloc train --target distribution`)."""
+    counts = np.asarray(class_counts, np.float64).reshape(-1, NUM_CLASSES)
+    return (counts / np.maximum(counts.sum(axis=1, keepdims=True), 1.0)).astype(np.float32)
+
+
+def decide(logits, rule: str | None) -> np.ndarray:
+    """The class a model predicts from its logits [n, 8]: the largest logit for a label model (`rule` None),
+    else the label rule applied to the softmax, the class distribution a distribution model predicts."""
+    logits = np.asarray(logits, np.float32).reshape(-1, NUM_CLASSES)
+    if rule is None:
+        return logits.argmax(axis=1).astype(np.int64)
+    # float32 exponentials as the allocator computes them, compared in float64 (exact for sums of 8 of them,
+    # so the order of the sums does not matter: the C++ inference gets the same class).
+    scores = np.exp(logits - logits.max(axis=1, keepdims=True)).astype(np.float64)
+    return np.asarray(apply_rule(scores, parse_label_rule(rule), np), np.int64)
 
 
 def _is_unsymbolized_sql(column: str) -> str:

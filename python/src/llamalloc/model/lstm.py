@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from .classes import DEFAULT_WEIGHT_POWER, NUM_CLASSES
+from .dataset import apply_rule
 
 Params = dict  # name -> jnp.ndarray (float32)
 
@@ -71,6 +72,11 @@ class TrainConfig:
     #: Predicting too short a lifetime puts a long-lived object among short-lived ones and pins their pages;
     #: too long a one only delays reuse (docs/model.md).
     under_weight: float = 1.0
+    #: None: the model learns each context's label (its class by the label rule). A label rule ("mode", "p95",
+    #: "share20"): the model learns each context's class distribution (the share of its sampled objects in each
+    #: class; soft cross-entropy) and predicts by applying that rule to the softmax (`dataset.decide`), so a
+    #: context whose objects split 56% / 44% is predicted as such instead of as its majority (docs/model.md).
+    decision: str | None = None
     #: frequent contexts are repeated up to this many times per epoch (the paper samples copies of them)
     max_copies: int = 16
     #: an epoch holds about this many examples (copies included), and at least one of every context
@@ -151,11 +157,26 @@ def asymmetric_ce(logits, labels, under_weight: float = 1.0):
     return ce + (under_weight - 1.0) * (log_all - log_at_least)
 
 
-def _loss(params, ids, lengths, labels, weights, under_weight: float = 1.0):
+def example_loss(logits, labels, dists, under_weight: float = 1.0, decision: str | None = None):
+    """Per-example loss: against the label (`asymmetric_ce`) for a label model, against the context's class
+    distribution (soft cross-entropy) for a distribution model."""
+    if decision is None:
+        return asymmetric_ce(logits, labels, under_weight)
+    return optax.softmax_cross_entropy(logits, dists)
+
+
+def predicted_classes(logits, decision: str | None = None, xp=jnp):
+    """The class of each row of logits: the largest logit, or the decision rule on the softmax."""
+    if decision is None:
+        return xp.argmax(logits, axis=-1)
+    return apply_rule(xp.exp(logits - logits.max(axis=-1, keepdims=True)), decision, xp)
+
+
+def _loss(params, ids, lengths, labels, dists, weights, under_weight: float = 1.0, decision: str | None = None):
     logits = logits_fn(params, ids, lengths)
-    ce = asymmetric_ce(logits, labels, under_weight)
+    ce = example_loss(logits, labels, dists, under_weight, decision)
     total = jnp.maximum(jnp.sum(weights), 1e-12)
-    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    correct = (predicted_classes(logits, decision) == labels).astype(jnp.float32)
     return jnp.sum(weights * ce) / total, (jnp.sum(weights * correct), total)
 
 
@@ -229,9 +250,15 @@ def _example_copies(weights: np.ndarray, config: TrainConfig) -> tuple[np.ndarra
 
 def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.ndarray, vocab_size: int,
           config: TrainConfig, validation: tuple | None = None,
-          progress: Callable[[str], None] | None = None) -> TrainResult:
-    """Trains on encoded contexts. `validation` is (ids, lengths, labels, weights) of contexts kept out of
-    training, used only to stop early; without it the training loss decides the plateau."""
+          progress: Callable[[str], None] | None = None, dists: np.ndarray | None = None) -> TrainResult:
+    """Trains on encoded contexts. `validation` is (ids, lengths, labels, weights[, dists]) of contexts kept
+    out of training, used only to stop early; without it the training loss decides the plateau. `dists`
+    (float32 [n, 8], `dataset.class_distributions`) are the targets of a distribution model
+    (`config.decision`); accuracy is always against `labels`."""
+    if config.decision is not None and dists is None:
+        raise ValueError("a distribution model needs the contexts' class distributions")
+    if dists is None:
+        dists = np.zeros((len(lengths), NUM_CLASSES), np.float32)
     bar = None
     if progress is None:
         # On a terminal: a bar with a time estimate (to --epochs; early stopping usually ends sooner), the epoch
@@ -253,9 +280,9 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
     opt_state = optimiser.init(params)
 
     @jax.jit
-    def train_step(params, opt_state, b_ids, b_len, b_labels, b_weights):
+    def train_step(params, opt_state, b_ids, b_len, b_labels, b_dists, b_weights):
         (loss, (correct, total)), grads = jax.value_and_grad(_loss, has_aux=True)(
-            params, b_ids, b_len, b_labels, b_weights, config.under_weight)
+            params, b_ids, b_len, b_labels, b_dists, b_weights, config.under_weight, config.decision)
         updates, opt_state = optimiser.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss * total, correct, total
 
@@ -268,14 +295,18 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
     examples = np.repeat(np.arange(len(lengths)), copies)
     ex_weights = np.repeat(per_copy, copies)
     ex_labels = labels.astype(np.int32)[examples]
+    ex_dists = np.asarray(dists, np.float32)[examples]
     ex_ids, ex_lengths = ids[examples], lengths[examples]
 
-    def evaluate(v_ids, v_len, v_labels, v_weights):
+    def evaluate(v_ids, v_len, v_labels, v_weights, v_dists=None):
         logits = predict_logits(params, v_ids, v_len)
-        ce = np.asarray(asymmetric_ce(jnp.asarray(logits), jnp.asarray(v_labels.astype(np.int32)),
-                                       config.under_weight))
+        if v_dists is None:
+            v_dists = np.zeros((len(v_len), NUM_CLASSES), np.float32)
+        ce = np.asarray(example_loss(jnp.asarray(logits), jnp.asarray(v_labels.astype(np.int32)),
+                                     jnp.asarray(v_dists, jnp.float32), config.under_weight, config.decision))
         w = np.power(v_weights.astype(np.float64), config.weight_power)
-        acc = float(np.sum(w * (logits.argmax(1) == v_labels)) / w.sum())
+        acc = float(np.sum(w * (np.asarray(predicted_classes(logits, config.decision, np)) == v_labels))
+                    / w.sum())
         return float(np.sum(w * ce) / w.sum()), acc
 
     use_validation = validation is not None and len(validation[1]) > 0
@@ -288,10 +319,11 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
         for epoch in range(1, config.max_epochs + 1):
             sums = []  # device scalars, read once per epoch so that steps are dispatched without waiting
             for length, members in _batches(np.arange(len(examples)), ex_lengths, config.batch_size, buckets, rng):
-                b_ids, b_len, b_labels, b_weights = _padded(ex_ids, ex_lengths, members, length, config.batch_size,
-                                                            ex_labels, ex_weights)
+                b_ids, b_len, b_labels, b_dists, b_weights = _padded(ex_ids, ex_lengths, members, length,
+                                                                     config.batch_size, ex_labels, ex_dists,
+                                                                     ex_weights)
                 params, opt_state, loss, correct, total = train_step(params, opt_state, b_ids, b_len, b_labels,
-                                                                     b_weights)
+                                                                     b_dists, b_weights)
                 sums.append((loss, correct, total))
             loss_sum, correct_sum, weight_sum = (float(x) for x in np.asarray(sums, np.float64).sum(axis=0))
             train_loss, train_acc = loss_sum / weight_sum, correct_sum / weight_sum

@@ -35,6 +35,37 @@ assert _HEADER.size == HEADER_BYTES and _SECTION.size == SECTION_ENTRY_BYTES
 DTYPES = {1: np.dtype("<f4"), 2: np.dtype("u1"), 3: np.dtype("<u4"), 4: np.dtype("<u8")}
 DTYPE_CODES = {v: k for k, v in DTYPES.items()}
 
+#: Section `decision` (u32[3]: kind, parameter, mode tie percent) of a distribution model. Kinds:
+DECISION_PERCENTILE, DECISION_MODE, DECISION_SHARE = 1, 2, 3
+
+
+def decision_to_array(rule: str) -> np.ndarray:
+    from .dataset import MODE_TIE_PERCENT, parse_label_rule  # dataset imports pyarrow; keep this module light
+    rule = parse_label_rule(rule)
+    if rule == "mode":
+        row = (DECISION_MODE, 0, MODE_TIE_PERCENT)
+    elif rule.startswith("share"):
+        row = (DECISION_SHARE, int(rule[5:]), MODE_TIE_PERCENT)
+    else:
+        row = (DECISION_PERCENTILE, int(rule[1:]), 0)
+    return np.asarray(row, "<u4")
+
+
+def decision_from_array(arr: np.ndarray) -> str | None:
+    """The rule of a `decision` section, or None for a kind this reader does not know (FormatError's caller
+    words it)."""
+    if arr.shape != (3,):
+        return None
+    from .dataset import MODE_TIE_PERCENT
+    kind, parameter, tie = (int(x) for x in arr)
+    if kind == DECISION_MODE and tie == MODE_TIE_PERCENT:
+        return "mode"
+    if kind == DECISION_SHARE and 1 <= parameter <= 100 and tie == MODE_TIE_PERCENT:
+        return f"share{parameter}"
+    if kind == DECISION_PERCENTILE and 1 <= parameter <= 100:
+        return f"p{parameter}"
+    return None
+
 #: Sections every model file has, with their dtype code and shape as a function of the header dimensions.
 REQUIRED_SECTIONS = {
     "vocab.offsets": (3, lambda v, e, h, c: (v + 1,)),
@@ -77,6 +108,9 @@ class ModelFile:
     train_sites: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     train_site_class: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     metadata: dict = field(default_factory=dict)
+    #: None: a label model (the class is the largest logit). A label rule ("mode", "p95", "share20"): a
+    #: distribution model, whose class is that rule applied to the softmax (section `decision`).
+    decision: str | None = None
 
     @property
     def embedding_dim(self) -> int:
@@ -115,7 +149,7 @@ def _sections(m: ModelFile) -> list[tuple[str, np.ndarray]]:
         ("train.sites", np.ascontiguousarray(m.train_sites, "<u8")),
         ("train.site_class", np.ascontiguousarray(m.train_site_class, np.uint8)),
         ("metadata.json", u8(json.dumps(m.metadata, sort_keys=True).encode("utf-8"))),
-    ]
+    ] + ([("decision", decision_to_array(m.decision))] if m.decision is not None else [])
 
 
 def _align(n: int) -> int:
@@ -249,10 +283,15 @@ def from_bytes(data: bytes, path="<model>") -> ModelFile:
     if len(arrays["train.contexts"]) != len(arrays["train.context_class"]) or \
             len(arrays["train.sites"]) != len(arrays["train.site_class"]):
         raise bad("corrupt training tables")
+    decision = None
+    if "decision" in arrays:
+        decision = decision_from_array(arrays["decision"]) if arrays["decision"].dtype == DTYPES[3] else None
+        if decision is None:
+            raise bad("unknown decision rule in section 'decision'")
     return ModelFile(
         vocabulary=vocabulary, embedding=arrays["embedding"], w_input=arrays["lstm.w_input"],
         w_hidden=arrays["lstm.w_hidden"], bias=arrays["lstm.bias"], folded=arrays["lstm.folded"],
         dense_w=arrays["dense.w"], dense_b=arrays["dense.b"], max_tokens=max_tokens, default_class=default_cls,
         program=program, train_stacks=arrays["train.stacks"], train_contexts=arrays["train.contexts"],
         train_context_class=arrays["train.context_class"], train_sites=arrays["train.sites"],
-        train_site_class=arrays["train.site_class"], metadata=metadata)
+        train_site_class=arrays["train.site_class"], metadata=metadata, decision=decision)

@@ -14,8 +14,9 @@ import pyarrow as pa
 
 from ..errors import UserError
 from . import baselines, lstm, modelfile
-from .classes import DEFAULT_LABEL_RULE, DEFAULT_WEIGHT_POWER, NUM_CLASSES
-from .dataset import Contexts, Warn, build_contexts, parse_label_rule, split_by_stack, warn_on_stderr
+from .classes import DEFAULT_LABEL_RULE, DEFAULT_TARGET, DEFAULT_WEIGHT_POWER, NUM_CLASSES
+from .dataset import (Contexts, Warn, build_contexts, class_distributions, decide, parse_label_rule, split_by_stack,
+                      warn_on_stderr)
 from .metrics import Scores, format_mispredictions, format_report, mispredictions, score
 from .tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS, Vocabulary
 
@@ -25,6 +26,10 @@ from .tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS, Vocabulary
 #: at 59% accuracy on the model's own training contexts; below the threshold the training loss decides
 #: (docs/model.md).
 MIN_STACKS_FOR_VALIDATION = 300
+
+#: What the LSTM learns (`--target`): "label", each context's class by the label rule; "distribution", the share
+#: of its objects in each class, the class then being the label rule applied to the predicted distribution.
+TARGETS = ("label", "distribution")
 VALIDATION_FRACTION = 0.1
 
 #: A held-out set smaller than this many contexts gets a warning: the unweighted accuracy of n contexts has a
@@ -68,11 +73,13 @@ def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int =
     if validate and len(set(train.stacks)) >= MIN_STACKS_FOR_VALIDATION:
         fit_idx, val_idx = split_by_stack(train, VALIDATION_FRACTION, config.seed + 1)
     ids, lengths = vocab.encode_batch(train.stacks, train.size_classes, max_tokens)
+    dists = class_distributions(train.class_counts)
     validation = None
     if len(val_idx):
-        validation = (ids[val_idx], lengths[val_idx], train.labels[val_idx], train.weights[val_idx])
+        validation = (ids[val_idx], lengths[val_idx], train.labels[val_idx], train.weights[val_idx],
+                      dists[val_idx])
     result = lstm.train(ids[fit_idx], lengths[fit_idx], train.labels[fit_idx], train.weights[fit_idx], len(vocab),
-                        config, validation, progress)
+                        config, validation, progress, dists=dists[fit_idx])
     exact = baselines.exact_match_table(train)
     site = baselines.site_table(train)
     params = result.params
@@ -84,13 +91,15 @@ def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int =
                  "training_seconds": round(result.seconds, 3), "training_contexts": len(train),
                  "training_weight": int(train.weights.sum()), "weight_power": config.weight_power,
                  "training_stacks": len(set(train.stacks)), "label": train.label_rule,
-                 "under_weight": config.under_weight})
+                 "under_weight": config.under_weight,
+                 "target": "label" if config.decision is None else "distribution"})
     model = modelfile.ModelFile(
         vocabulary=vocab.tokens, embedding=params["embedding"], w_input=params["w_input"],
         w_hidden=params["w_hidden"], bias=params["bias"], folded=folded, dense_w=params["dense_w"],
         dense_b=params["dense_b"], max_tokens=max_tokens, default_class=exact.default_class,
         program="\n".join(train.programs), train_stacks=baselines.stack_keys(train), train_contexts=exact.keys,
-        train_context_class=exact.classes, train_sites=site.keys, train_site_class=site.classes, metadata=meta)
+        train_context_class=exact.classes, train_sites=site.keys, train_site_class=site.classes, metadata=meta,
+        decision=config.decision)
     return Trained(model, vocab, result, exact, site)
 
 
@@ -107,7 +116,7 @@ def predict_all(model: modelfile.ModelFile, test: Contexts) -> dict[str, tuple[n
     exact = baselines.LookupTable(model.train_contexts, model.train_context_class, model.default_class)
     site = baselines.LookupTable(model.train_sites, model.train_site_class, model.default_class)
     return {
-        lstm_name(model): (logits.argmax(1), None),
+        lstm_name(model): (decide(logits, model.decision), None),
         "exact-match lookup": exact.lookup(baselines.context_keys(test)),
         "allocation site + size": site.lookup(baselines.site_keys(test)),
     }
@@ -184,7 +193,7 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
               max_tokens: int = DEFAULT_MAX_TOKENS, out=None, warn: Warn = warn_on_stderr,
               load: Callable[[Sequence[str]], pa.Table] = load_samples,
               weight_power: float = DEFAULT_WEIGHT_POWER, refit: bool = True, list_n: int = 0,
-              label: str = DEFAULT_LABEL_RULE, under_weight: float = 1.0) -> Trained:
+              label: str = DEFAULT_LABEL_RULE, under_weight: float = 1.0, target: str = DEFAULT_TARGET) -> Trained:
     """The whole of `llamalloc train`; writes the model file only when everything succeeded.
 
     With `--holdout F`, the model trained on the other stacks is scored on the held-out ones; then, unless
@@ -199,6 +208,11 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         raise UserError("--max-tokens must be at least 2")
     if under_weight < 1.0:
         raise UserError(f"--under-weight must be at least 1, got {under_weight}")
+    if target not in TARGETS:
+        raise UserError(f"--target: unknown target {target!r} (one of {', '.join(TARGETS)})")
+    if target == "distribution" and under_weight != 1.0:
+        raise UserError("--under-weight applies to --target label only: a distribution model is charged for "
+                        "each class by the share of the context's objects in it")
     check_output(output)
     t0 = time.perf_counter()
     contexts = build_contexts(load(profiles), warn, ", ".join(map(str, profiles)), profiles, label=label)
@@ -214,14 +228,15 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         held_what = f"held-out contexts ({100 * holdout:.0f}% of the stacks, never seen in training)"
         total_weight = float(contexts.weights.sum())
     print(f"dataset: {len(contexts)} contexts ({len(set(contexts.stacks))} stacks), "
-          f"{int(contexts.weights.sum())} sampled objects; labels ({label}): {class_histogram(contexts)} "
+          f"{int(contexts.weights.sum())} sampled objects; labels ({label}): {class_histogram(contexts)}; the model "
+          f"learns {'each context' + chr(39) + 's class distribution' if target == 'distribution' else 'the labels'} "
           f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     if len(test):
         problem = heldout_warning(test, total_weight)
         if problem:
             warn(problem)
     config = lstm.TrainConfig(hidden_dim=hidden, max_epochs=epochs, seed=seed, weight_power=weight_power,
-                              under_weight=under_weight)
+                              under_weight=under_weight, decision=label if target == "distribution" else None)
     metadata = {"profiles": [str(p) for p in profiles], "holdout": holdout,
                 "holdout_profiles": [str(p) for p in holdout_profiles]}
     trained = train_contexts(train, config, vocab_words, max_tokens, metadata=metadata)

@@ -5,8 +5,9 @@ It computes exactly what the allocator computes (docs/formats/model.md): tokens 
     z = folded[token] + h @ w_hidden         (folded = embedding @ w_input + bias, precomputed in the file)
     i, f, g, o = sigmoid(z_i), sigmoid(z_f), tanh(z_g), sigmoid(z_o)
     c = f * c + i * g;  h = o * tanh(c)
-from h = c = 0, then logits = h @ dense_w + dense_b and the class is the first index of the largest logit.
-All arithmetic is float32.
+from h = c = 0, then logits = h @ dense_w + dense_b and the class is the first index of the largest logit, or,
+for a distribution model (section `decision`), its label rule applied to exp(logits - max logits)
+(`dataset.decide`). All arithmetic is float32.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from . import modelfile
 from .classes import size_class
+from .dataset import decide
 from .tokenizer import Vocabulary
 
 
@@ -65,4 +67,4 @@ def predict(model_path, stacks: Sequence[Sequence[str]], request_sizes: Sequence
         raise ValueError("one request size per stack")
     model = modelfile.read(model_path)
     logits = logits_of_tokens(model, tokens(model, stacks, request_sizes))
-    return logits.argmax(axis=1).astype(np.int64), logits
+    return decide(logits, model.decision), logits
