@@ -27,7 +27,8 @@ def test_demo_runs_the_whole_loop(tmp_path):
     assert "glibc" in table and "llamalloc" in table and "llama-oracle" in table
     assert "llama-model" in table  # the replay with the model the demo trained
     bench = json.loads((out / "bench" / "bench.json").read_text())
-    assert {x["allocator"] for x in bench["results"]} == {"glibc", "llamalloc"}
+    # llamalloc + model ran in the bench beside the others, and its row in the closing table is the bench's
+    assert {x["allocator"] for x in bench["results"]} == {"glibc", "llamalloc", "llamalloc+model"}
     stats = json.loads((out / "frag-micro.stats.json").read_text())
     assert stats["peak_footprint_bytes"] >= stats["peak_live_bytes"] > 0
     # The closing table has the steady state (the quiet phase after the load) of every allocator and of
@@ -49,13 +50,31 @@ def test_demo_conclusion_compares_model_no_model_and_the_best_peer():
     bench = _bench([("glibc", 30 * MiB), ("jemalloc", 20 * MiB), ("llamalloc", 25 * MiB)])
     better = _steady_rows(bench, "w", {"seconds": 1.0, "steady_state": {"rss_bytes": 10 * MiB}}, {"rss_bytes": 1})
     line = conclusion(better)
-    assert line.startswith("In steady state the model lowers llamalloc's memory: 10.0 MiB with it, 25.0 MiB")
+    assert line.startswith("In steady state the model lowers llamalloc's resident memory: 10.0 MiB with it, 25.0 MiB")
     assert line.endswith("with it llamalloc keeps 2.0x less than the best other allocator, jemalloc (20.0 MiB)."), line
     worse = _steady_rows(bench, "w", {"steady_state": {"rss_bytes": 40 * MiB}}, {})
     line = conclusion(worse)
     assert "raises" in line and "+60%" in line
     assert line.endswith("with it llamalloc keeps 2.00x as much as the best other allocator, jemalloc (20.0 MiB)."), line
     assert "nothing to conclude" in conclusion(_steady_rows(bench, "w", {}, {}))
+    same = _steady_rows(bench, "w", {"steady_state": {"rss_bytes": 26 * MiB}}, {})
+    assert "keeps about the same" in conclusion(same) and "+4%" in conclusion(same)
+
+
+def test_demo_conclusion_takes_the_model_from_the_bench_and_reports_huge_pages():
+    from llamalloc.commands.demo import _steady_rows, conclusion
+    MiB = 2**20
+    rows = [("llamalloc", 9.3 * MiB, 58 * MiB), ("llamalloc+model", 9.7 * MiB, 42 * MiB), ("mimalloc", 87.6 * MiB, None)]
+    bench = {"results": [{"workload": "w", "allocator": a, "summary": {
+        "seconds": 1.0, "steady_rss_bytes": rss, **({"steady_footprint_bytes": fp} if fp else {})}}
+        for a, rss, fp in rows]}
+    # the bench's row wins over the separate `run --model` (which would say 40 MiB here)
+    table = _steady_rows(bench, "w", {"steady_state": {"rss_bytes": 40 * MiB}}, {"rss_bytes": 1})
+    assert [r[0] for r in table] == ["llamalloc", "llamalloc + model", "mimalloc"]
+    line = conclusion(table)
+    assert "keeps about the same" in line and "9.7 MiB with it, 9.3 MiB without (+4%)" in line
+    assert "it holds 28% fewer huge pages (42.0 MiB of them with it, 58.0 MiB without)" in line, line
+    assert line.endswith("mimalloc (87.6 MiB)."), line
 
 
 @pytest.mark.parametrize("args, message", [
