@@ -72,7 +72,8 @@ namespace llamalloc {
     "A re-prediction that keeps an entry's class doubles that entry's period, up to REPREDICT_EVERY x "          \
     "2^REPREDICT_BACKOFF hits; one that changes it starts over (0: always every REPREDICT_EVERY hits).")        \
   X(MIN_CONFIDENCE, min_confidence, Uint, 60, 0, 100,                                                           \
-    "A model prediction is used only if its probability (softmax) exceeds this percentage; otherwise the object " \
+    "A model prediction is used only if its probability (softmax) exceeds this percentage (for a distribution "  \
+    "model, train's default: the probability of its two likeliest classes together); otherwise the object "      \
     "gets DEFAULT_CLASS, the placement without a model: contexts the model is unsure of are placed as if no "    \
     "model were loaded. 0: always the model's class; 100: never.")                                             \
   X(PREDICT_LOG, predict_log, String, "", 0, 0,                                                                  \

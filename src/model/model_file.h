@@ -63,8 +63,6 @@ class ModelFile {
   // rule applied to the predicted distribution, as `llamalloc train --label` applies it to a context's counts.
   enum DecisionKind : uint32_t { kArgmax = 0, kPercentile = 1, kMode = 2, kShare = 3 };
   bool is_distribution() const { return decision_kind_ != kArgmax; }
-  DecisionKind decision_kind() const { return DecisionKind(decision_kind_); }
-  uint32_t decision_parameter() const { return decision_parameter_; }
   // The class for logits[kNumClasses] (what infer() returns).
   unsigned decide(const float* logits) const;
 

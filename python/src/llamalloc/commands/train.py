@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import UserError
-from ..model.classes import DEFAULT_LABEL_RULE, DEFAULT_TARGET, DEFAULT_WEIGHT_POWER
+from ..model.classes import DEFAULT_LABEL_RULE, DEFAULT_TARGET, DEFAULT_WEIGHT_POWER, TARGETS
 from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 
 
@@ -41,7 +41,7 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
               help="Cost of predicting a shorter class than the label, relative to the plain cross-entropy "
                    "(1: symmetric). Under-prediction pins pages; over-prediction only delays reuse. "
                    "--target label only.")
-@click.option("--target", type=click.Choice(["label", "distribution"]), default=DEFAULT_TARGET, show_default=True,
+@click.option("--target", type=click.Choice(TARGETS), default=DEFAULT_TARGET, show_default=True,
               help="What the model learns: each context's label, or its class distribution (the share of its "
                    "objects in each class), the class then being the --label rule applied to the predicted "
                    "distribution, also for contexts never seen.")

@@ -24,6 +24,7 @@ DEFAULT_LABEL_RULE = "share20"
 #: What `train` fits unless told otherwise: "distribution", each context's class distribution, the class then
 #: being the label rule applied to the predicted distribution; "label", the context's label by the rule.
 DEFAULT_TARGET = "distribution"
+TARGETS = ("label", "distribution")
 
 #: A context weighs count**DEFAULT_WEIGHT_POWER in the training loss (docs/model.md has the measurements).
 DEFAULT_WEIGHT_POWER = 0.5

@@ -113,7 +113,7 @@ def apply_rule(scores, rule: str, xp=np):
     """`labels_from_counts` on rows [n, 8] of non-negative scores: object counts, or a distribution model's
     class probabilities (`decide`). Only comparisons of scaled sums, so the scores need not sum to 1, and `xp`
     may be numpy or jax.numpy (the training loop's accuracy). The allocator's C++ inference applies the same
-    comparisons in float32 (`ModelFile::decide`)."""
+    comparisons in double (`ModelFile::decide`)."""
     if rule == "mode" or rule.startswith("share"):
         tied = 100 * scores >= (100 - MODE_TIE_PERCENT) * scores.max(axis=1, keepdims=True)
         mode = NUM_CLASSES - 1 - xp.argmax(tied[:, ::-1], axis=1)
@@ -143,8 +143,8 @@ def decide(logits, rule: str | None) -> np.ndarray:
     logits = np.asarray(logits, np.float32).reshape(-1, NUM_CLASSES)
     if rule is None:
         return logits.argmax(axis=1).astype(np.int64)
-    # float32 exponentials as the allocator computes them, compared in float64 (exact for sums of 8 of them,
-    # so the order of the sums does not matter: the C++ inference gets the same class).
+    # float32 exponentials as the allocator computes them, compared in float64: the order of the sums (numpy's
+    # and the C++ loop's differ) then changes the class only at an exact tie, so both get the same class.
     scores = np.exp(logits - logits.max(axis=1, keepdims=True)).astype(np.float64)
     return np.asarray(apply_rule(scores, parse_label_rule(rule), np), np.int64)
 

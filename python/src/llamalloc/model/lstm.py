@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 from .classes import DEFAULT_WEIGHT_POWER, NUM_CLASSES
-from .dataset import apply_rule
+from .dataset import apply_rule, decide
 
 Params = dict  # name -> jnp.ndarray (float32)
 
@@ -165,11 +165,11 @@ def example_loss(logits, labels, dists, under_weight: float = 1.0, decision: str
     return optax.softmax_cross_entropy(logits, dists)
 
 
-def predicted_classes(logits, decision: str | None = None, xp=jnp):
-    """The class of each row of logits: the largest logit, or the decision rule on the softmax."""
+def predicted_classes(logits, decision: str | None = None):
+    """`dataset.decide` inside a jitted step (jax.numpy): the largest logit, or the decision rule on the softmax."""
     if decision is None:
-        return xp.argmax(logits, axis=-1)
-    return apply_rule(xp.exp(logits - logits.max(axis=-1, keepdims=True)), decision, xp)
+        return jnp.argmax(logits, axis=-1)
+    return apply_rule(jnp.exp(logits - logits.max(axis=-1, keepdims=True)), decision, jnp)
 
 
 def _loss(params, ids, lengths, labels, dists, weights, under_weight: float = 1.0, decision: str | None = None):
@@ -305,8 +305,7 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
         ce = np.asarray(example_loss(jnp.asarray(logits), jnp.asarray(v_labels.astype(np.int32)),
                                      jnp.asarray(v_dists, jnp.float32), config.under_weight, config.decision))
         w = np.power(v_weights.astype(np.float64), config.weight_power)
-        acc = float(np.sum(w * (np.asarray(predicted_classes(logits, config.decision, np)) == v_labels))
-                    / w.sum())
+        acc = float(np.sum(w * (decide(logits, config.decision) == v_labels)) / w.sum())
         return float(np.sum(w * ce) / w.sum()), acc
 
     use_validation = validation is not None and len(validation[1]) > 0

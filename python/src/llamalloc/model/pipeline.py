@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..errors import UserError
 from . import baselines, lstm, modelfile
-from .classes import DEFAULT_LABEL_RULE, DEFAULT_TARGET, DEFAULT_WEIGHT_POWER, NUM_CLASSES
+from .classes import DEFAULT_LABEL_RULE, DEFAULT_TARGET, DEFAULT_WEIGHT_POWER, NUM_CLASSES, TARGETS
 from .dataset import (Contexts, Warn, build_contexts, class_distributions, decide, parse_label_rule, split_by_stack,
                       warn_on_stderr)
 from .metrics import Scores, format_mispredictions, format_report, mispredictions, score
@@ -26,10 +26,6 @@ from .tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS, Vocabulary
 #: at 59% accuracy on the model's own training contexts; below the threshold the training loss decides
 #: (docs/model.md).
 MIN_STACKS_FOR_VALIDATION = 300
-
-#: What the LSTM learns (`--target`): "label", each context's class by the label rule; "distribution", the share
-#: of its objects in each class, the class then being the label rule applied to the predicted distribution.
-TARGETS = ("label", "distribution")
 VALIDATION_FRACTION = 0.1
 
 #: A held-out set smaller than this many contexts gets a warning: the unweighted accuracy of n contexts has a
@@ -227,10 +223,10 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         train, test = contexts.subset(train_idx), contexts.subset(test_idx)
         held_what = f"held-out contexts ({100 * holdout:.0f}% of the stacks, never seen in training)"
         total_weight = float(contexts.weights.sum())
+    learns = "each context's class distribution" if target == "distribution" else "the labels"
     print(f"dataset: {len(contexts)} contexts ({len(set(contexts.stacks))} stacks), "
           f"{int(contexts.weights.sum())} sampled objects; labels ({label}): {class_histogram(contexts)}; the model "
-          f"learns {'each context' + chr(39) + 's class distribution' if target == 'distribution' else 'the labels'} "
-          f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+          f"learns {learns} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     if len(test):
         problem = heldout_warning(test, total_weight)
         if problem:
