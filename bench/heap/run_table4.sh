@@ -3,26 +3,28 @@
 # (LD_PRELOAD), interleaved for several repetitions; prints the median ns per alloc+free pair and the ratios of
 # llamalloc to mimalloc and jemalloc. CPU time is the primary figure (a shared machine deschedules threads, which
 # inflates wall time); wall time medians are printed too.
-#   usage: bench/heap/run_table4.sh [BUILD_DIR] [REPETITIONS]
+#   usage: bench/heap/run_table4.sh [BUILD_DIR] [REPETITIONS] [FILTER]
+# FILTER is a --benchmark_filter regular expression (e.g. 'threads:16' on the 16-core machine); default: all rows.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-${LLAMALLOC_BUILD_DIR:-$repo/build}}
 reps=${2:-5}
+filter=${3:-.}
 bench=$build/bench/heap/heap_table4_bench
 llamalloc=$build/src/llamalloc/libllamalloc.so
 for f in "$bench" "$llamalloc"; do
   [ -e "$f" ] || { echo "run_table4.sh: error: $f not found (build the heap_table4_bench and llamalloc_shared targets)" >&2; exit 2; }
 done
-declare -A libs=([glibc]="" [jemalloc]=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
-                 [tcmalloc]=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
-                 [mimalloc]=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 [llamalloc]=$llamalloc)
+peers=${TABLE4_PEER_LIBS:-/usr/lib/x86_64-linux-gnu}  # where the peers' libraries are (Debian's by default)
+declare -A libs=([glibc]="" [jemalloc]=$peers/libjemalloc.so.2 [tcmalloc]=$peers/libtcmalloc_minimal.so.4
+                 [mimalloc]=$peers/libmimalloc.so.2 [llamalloc]=$llamalloc)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for ((r = 0; r < reps; r++)); do
   for name in glibc jemalloc tcmalloc mimalloc llamalloc; do
     lib=${libs[$name]}
     if [ -n "$lib" ] && [ ! -e "$lib" ]; then echo "run_table4.sh: warning: $lib missing, $name skipped" >&2; continue; fi
-    LD_PRELOAD=$lib "$bench" --benchmark_min_time=0.2 --benchmark_format=json > "$out/$name.$r.json"
+    LD_PRELOAD=$lib "$bench" --benchmark_min_time=0.2 --benchmark_filter="$filter" --benchmark_format=json > "$out/$name.$r.json"
   done
 done
 python3 - "$out" <<'PY'

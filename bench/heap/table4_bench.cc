@@ -2,7 +2,7 @@
 // or jemalloc / mimalloc / llamalloc under LD_PRELOAD (bench/heap/run_table4.sh runs all side by side).
 //   fast path:   a small object (64 B), allocated and freed by one thread (the thread-local path)
 //   global path: a large object (16 KiB >= 8 KiB), which llamalloc places in blocks under its global lock
-// Each row runs with 1 and 2 threads. A second pair of rows keeps 64 objects live, so that a free is not
+// Each row runs with 1 and 2 threads (and one per core where there are more). A second pair of rows keeps 64 objects live, so that a free is not
 // always of the object just allocated. 1 KiB and 4 KiB pairs (issue 11), and objects freed by another thread.
 #include <benchmark/benchmark.h>
 
@@ -84,18 +84,29 @@ void BM_GlobalPath(benchmark::State& state) { pair_loop(state, 16 * 1024); }
 void BM_FastPathWindow64(benchmark::State& state) { window_loop(state, 64); }
 void BM_GlobalPathWindow64(benchmark::State& state) { window_loop(state, 16 * 1024); }
 
-BENCHMARK(BM_FastPath)->Threads(1)->Threads(2)->UseRealTime();
-BENCHMARK(BM_GlobalPath)->Threads(1)->Threads(2)->UseRealTime();
-BENCHMARK(BM_FastPathWindow64)->Threads(1)->Threads(2)->UseRealTime();
-BENCHMARK(BM_GlobalPathWindow64)->Threads(1)->Threads(2)->UseRealTime();
-BENCHMARK(BM_Pair1KiB)->Threads(1)->Threads(2)->UseRealTime();
-BENCHMARK(BM_Pair4KiB)->Threads(1)->Threads(2)->UseRealTime();
-BENCHMARK(BM_Window1KiB)->Threads(1)->Threads(2)->UseRealTime();
-BENCHMARK(BM_Window4KiB)->Threads(1)->Threads(2)->UseRealTime();
-// One allocating thread (the freeing one is its own): wall time, since the consumer's CPU is not counted.
-BENCHMARK(BM_CrossThread64)->UseRealTime();
-BENCHMARK(BM_CrossThread1KiB)->UseRealTime();
-BENCHMARK(BM_CrossThread4KiB)->UseRealTime();
+// 1 and 2 threads everywhere; on a machine with more cores also one thread per core (16 on the 16-core machine),
+// and for the cross-thread rows one producer/consumer pair per two cores.
+void Threads(benchmark::internal::Benchmark* b) {
+  b->Threads(1)->Threads(2);
+  if (unsigned n = std::thread::hardware_concurrency(); n > 2) b->Threads(static_cast<int>(n));
+}
+void CrossThreads(benchmark::internal::Benchmark* b) {
+  if (unsigned n = std::thread::hardware_concurrency(); n > 2) b->Threads(1)->Threads(static_cast<int>(n / 2));
+}
+
+BENCHMARK(BM_FastPath)->Apply(Threads)->UseRealTime();
+BENCHMARK(BM_GlobalPath)->Apply(Threads)->UseRealTime();
+BENCHMARK(BM_FastPathWindow64)->Apply(Threads)->UseRealTime();
+BENCHMARK(BM_GlobalPathWindow64)->Apply(Threads)->UseRealTime();
+BENCHMARK(BM_Pair1KiB)->Apply(Threads)->UseRealTime();
+BENCHMARK(BM_Pair4KiB)->Apply(Threads)->UseRealTime();
+BENCHMARK(BM_Window1KiB)->Apply(Threads)->UseRealTime();
+BENCHMARK(BM_Window4KiB)->Apply(Threads)->UseRealTime();
+// Each benchmark thread allocates, and its own consumer thread frees: wall time, since the consumers' CPU is not
+// counted.
+BENCHMARK(BM_CrossThread64)->Apply(CrossThreads)->UseRealTime();
+BENCHMARK(BM_CrossThread1KiB)->Apply(CrossThreads)->UseRealTime();
+BENCHMARK(BM_CrossThread4KiB)->Apply(CrossThreads)->UseRealTime();
 
 }  // namespace
 
