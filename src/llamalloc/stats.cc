@@ -56,7 +56,7 @@ size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool
   uint64_t rss = 0, anon_huge = 0;
   read_resident(&rss, &anon_huge);
   Gauges& g = heap.gauges();
-  uint64_t footprint, peak_footprint, subreleased, by_class[kMaxClasses];
+  uint64_t footprint, peak_footprint, subreleased, page_cache, by_class[kMaxClasses];
   bool locked = true;
   if (in_signal) {
     // The interrupted thread may hold the lock (then it never comes free here): try for about 10 ms, then read
@@ -72,6 +72,7 @@ size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool
   footprint = g.footprint_bytes;
   peak_footprint = g.peak_footprint_bytes;
   subreleased = g.subreleased_bytes;
+  page_cache = g.page_cache_bytes;
   memcpy(by_class, g.huge_pages_by_class, sizeof(by_class));
   if (locked) heap.lock().unlock();
   int64_t live = g.live_bytes.load(std::memory_order_relaxed) + unflushed_live;
@@ -86,6 +87,7 @@ size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool
   o.field("footprint_bytes", footprint);
   o.field("peak_footprint_bytes", peak_footprint);
   o.field("subreleased_bytes", subreleased);
+  o.field("page_cache_bytes", page_cache);
   o.put("  \"huge_pages_by_class\": [");
   for (unsigned c = 0; c < heap.num_classes(); ++c) {
     if (c) o.put(", ");

@@ -21,6 +21,7 @@ namespace llamalloc {
   X(promotions, "huge pages moved to the next longer lifetime class")                           \
   X(demotions, "huge pages moved to the next shorter lifetime class")                           \
   X(huge_pages_released, "huge pages returned to the OS")                                       \
+  X(huge_pages_reused, "free huge pages taken again from the page cache instead of fresh memory") \
   X(blocks_subreleased, "free blocks of sparse, idle huge pages returned to the OS (subrelease)")  \
   X(idle_heap_sweeps, "heaps swept by the sweeper or llamalloc_collect (empty spans given back)") \
   X(prediction_cache_hits, "predictions answered from the prediction cache")                    \
@@ -46,6 +47,7 @@ struct Gauges {
   uint64_t peak_footprint_bytes = 0;  // global lock
   uint64_t huge_pages_by_class[kMaxClasses] = {};
   uint64_t subreleased_bytes = 0;  // global lock: free blocks of pages in use given back to the OS (subrelease)
+  uint64_t page_cache_bytes = 0;   // global lock: free huge pages kept backed for reuse (the page cache)
 };
 
 inline constexpr int64_t kLiveFlushBytes = 256 * 1024;

@@ -78,7 +78,7 @@ void init_once() {
   unsigned shared_from = unsigned(o.shared_class) > default_class ? unsigned(o.shared_class) : default_class + 1;
   g_global.configure(HeapConfig{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
                                 o.same_class_recycling != 0, unsigned(o.small_heap_pages), shared_from,
-                                unsigned(o.subrelease)});
+                                unsigned(o.subrelease), unsigned(o.page_cache_pages)});
   g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on: thread_heap)
   g_default_predictor.set_class(default_class);
   if (o.model != nullptr && *o.model) {
@@ -538,8 +538,9 @@ void* heap_calloc(size_t count, size_t size) {
     return nullptr;
   }
   void* p = heap_malloc(total);
-  // Huge objects always sit on freshly mapped huge pages, which the kernel zeroed.
-  if (p != nullptr && total <= kHugePageBytes) memset(p, 0, total);
+  // A huge object on fresh huge pages needs no memset: the kernel zeroed them. One on pages from the page
+  // cache (HeapConfig::page_cache_pages) does.
+  if (p != nullptr && (total <= kHugePageBytes || g_global.huge_object_recycled(p))) memset(p, 0, total);
   return p;
 }
 

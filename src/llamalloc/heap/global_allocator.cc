@@ -114,14 +114,18 @@ void GlobalAllocator::account_page(HugePageMeta* p, int64_t pages) {
 
 // Bump allocates the next never-used huge page of the class's region (section 6.1), a new region when full.
 HugePageMeta* GlobalAllocator::open_new_page(unsigned lc) {
-  Region* r = current_region_[lc];
-  if (r == nullptr || r->next_fresh == kHugePagesPerRegion) r = new_region(lc);
-  if (r == nullptr) return nullptr;
-  uint32_t index = r->next_fresh++;
-  if (!platform_.back(reinterpret_cast<void*>(r->page_address(index)), kHugePageBytes)) return nullptr;
+  Region* r = nullptr;
+  size_t index = 0;
+  if (!take_cached(1, 1, &r, &index)) {
+    r = current_region_[lc];
+    if (r == nullptr || r->next_fresh == kHugePagesPerRegion) r = new_region(lc);
+    if (r == nullptr) return nullptr;
+    index = r->next_fresh++;
+    if (!platform_.back(reinterpret_cast<void*>(r->page_address(index)), kHugePageBytes)) return nullptr;
+  }
   HugePageMeta* p = r->page(index);
   p->region = r;
-  p->index = index;
+  p->index = uint32_t(index);
   p->state = PageState::kOpen;
   p->kind = PageKind::kBlocks;
   p->lifetime_class = uint8_t(lc);
@@ -171,13 +175,114 @@ void GlobalAllocator::release_page(HugePageMeta* p) {
   }
   if (open_[p->lifetime_class] == p) open_[p->lifetime_class] = nullptr;
   for (SpanMeta& s : p->spans) partial_remove(&s, p->lifetime_class);
+  // Only a page on one whole 2 MiB page is worth keeping: a subreleased one would come back on 4 KiB pages.
+  bool whole = p->released.none();
   unrelease(p, 0, kBlocksPerHugePage);
   account_page(p, -1);
-  counters_.huge_pages_released.fetch_add(1, std::memory_order_relaxed);
-  uintptr_t address = page_address(p);
-  platform_.release(reinterpret_cast<void*>(address), kHugePageBytes);
+  Region* r = p->region;
+  size_t index = p->index;
   // Its metadata reads as zero again: state kUnused, so a stale pointer into it is reported, not trusted.
   platform_.release_metadata(p, kPageMetaStride);
+  if (whole) {
+    cache_or_release(r, index, 1);
+  } else {
+    counters_.huge_pages_released.fetch_add(1, std::memory_order_relaxed);
+    platform_.release(reinterpret_cast<void*>(r->page_address(index)), kHugePageBytes);
+  }
+}
+
+void GlobalAllocator::cache_or_release(Region* r, size_t index, size_t pages) {
+  size_t cached = gauges_.page_cache_bytes / kHugePageBytes;
+  if (config_.page_cache_pages == 0 || pages > config_.page_cache_pages) {
+    counters_.huge_pages_released.fetch_add(pages, std::memory_order_relaxed);
+    platform_.release(reinterpret_cast<void*>(r->page_address(index)), pages * kHugePageBytes);
+    return;
+  }
+  // Room: the oldest runs go back first.
+  while (cached_runs_ > 0 && cached + pages > config_.page_cache_pages) {
+    cached -= cached_[0].pages;
+    release_cached_run(0);
+  }
+  gauges_.page_cache_bytes += pages * kHugePageBytes;
+  // Right after the newest run of the same region: one run (the pages of a big object freed page by page).
+  if (cached_runs_ > 0) {
+    CachedRun& last = cached_[cached_runs_ - 1];
+    if (last.region == r && last.index + last.pages == index) {
+      last.pages += uint32_t(pages);
+      return;
+    }
+  }
+  if (cached_runs_ == kMaxCachedRuns) release_cached_run(0);
+  cached_[cached_runs_++] = CachedRun{r, uint32_t(index), uint32_t(pages)};
+}
+
+void GlobalAllocator::release_cached_run(unsigned i) {
+  CachedRun run = cached_[i];
+  memmove(&cached_[i], &cached_[i + 1], sizeof(CachedRun) * (cached_runs_ - i - 1));
+  --cached_runs_;
+  gauges_.page_cache_bytes -= run.pages * kHugePageBytes;
+  counters_.huge_pages_released.fetch_add(run.pages, std::memory_order_relaxed);
+  platform_.release(reinterpret_cast<void*>(run.region->page_address(run.index)), run.pages * kHugePageBytes);
+}
+
+bool GlobalAllocator::take_cached(size_t pages, size_t align_pages, Region** r, size_t* index) {
+  pages_taken_ += pages;
+  // Newest first (its memory is the likeliest to be in cache), a run of exactly the size asked first (a huge
+  // object keeps finding the runs that objects of its size left); a huge object takes the front of a longer
+  // run, a page of blocks the back of one.
+  for (unsigned exact = 1; exact < 2; --exact) {
+    for (unsigned i = cached_runs_; i-- > 0;) {
+      CachedRun& run = cached_[i];
+      if (exact ? run.pages != pages : run.pages < pages) continue;
+      size_t at = pages == 1 ? run.index + run.pages - 1 : run.index;
+      if (at % align_pages != 0) continue;
+      *r = run.region;
+      *index = at;
+      if (at == run.index) run.index += uint32_t(pages);
+      run.pages -= uint32_t(pages);
+      if (run.pages == 0) {
+        memmove(&cached_[i], &cached_[i + 1], sizeof(CachedRun) * (cached_runs_ - i - 1));
+        --cached_runs_;
+      }
+      gauges_.page_cache_bytes -= pages * kHugePageBytes;
+      counters_.huge_pages_reused.fetch_add(pages, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
+}
+
+size_t GlobalAllocator::trim_page_cache(bool now) {
+  // Called under the lock, once per subrelease pass.
+  uint64_t in_use = gauges_.footprint_bytes / kHugePageBytes;
+  unsigned slot = (demand_passes_ - 1) % kPageCachePasses;
+  page_demand_[slot] = in_use;
+  pages_taken_by_pass_[slot] = pages_taken_;
+  pages_taken_ = 0;
+  uint64_t peak = in_use, taken = 0;
+  for (unsigned i = 0; i < kPageCachePasses; ++i) {
+    peak = page_demand_[i] > peak ? page_demand_[i] : peak;
+    taken = pages_taken_by_pass_[i] > taken ? pages_taken_by_pass_[i] : taken;
+  }
+  uint64_t keep = now ? 0 : peak - in_use > taken ? peak - in_use : taken;
+  size_t released = 0;
+  while (cached_runs_ > 0 && gauges_.page_cache_bytes / kHugePageBytes > keep) {
+    uint64_t excess = gauges_.page_cache_bytes / kHugePageBytes - keep;
+    CachedRun& oldest = cached_[0];
+    if (oldest.pages > excess) {
+      // Part of the oldest run: its first pages.
+      platform_.release(reinterpret_cast<void*>(oldest.region->page_address(oldest.index)), excess * kHugePageBytes);
+      oldest.index += uint32_t(excess);
+      oldest.pages -= uint32_t(excess);
+      gauges_.page_cache_bytes -= excess * kHugePageBytes;
+      counters_.huge_pages_released.fetch_add(excess, std::memory_order_relaxed);
+      released += excess;
+      break;
+    }
+    released += oldest.pages;
+    release_cached_run(0);
+  }
+  return released;
 }
 
 void GlobalAllocator::change_class(HugePageMeta* p, unsigned new_class) {
@@ -349,6 +454,7 @@ size_t GlobalAllocator::subrelease_free_blocks(bool now) {
   }
   // The blocks taken from now to the next pass (mark_allocated sets them).
   each_page([](HugePageMeta* p) { p->taken = Bitmap256{}; });
+  trim_page_cache(now);
   debug_check();
   return done;
 }
@@ -609,21 +715,29 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
   }
   size_t pages = bytes == 0 ? 1 : (bytes + kHugePageBytes - 1) / kHugePageBytes;
   size_t align_pages = alignment > kHugePageBytes ? alignment / kHugePageBytes : 1;
-  Region* r = current_region_[lc];
-  auto first_fit = [&](Region* region) {
-    return (size_t(region->next_fresh) + align_pages - 1) / align_pages * align_pages;
-  };
-  if (r == nullptr || first_fit(r) + pages > kHugePagesPerRegion) r = new_region(lc);
-  if (r == nullptr || first_fit(r) + pages > kHugePagesPerRegion) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  size_t index = first_fit(r);
-  r->next_fresh = uint32_t(index + pages);
-  uintptr_t address = r->page_address(index);
-  if (!platform_.back(reinterpret_cast<void*>(address), pages * kHugePageBytes)) {
-    errno = ENOMEM;
-    return nullptr;
+  Region* r = nullptr;
+  size_t index = 0;
+  uintptr_t address = 0;
+  bool recycled = take_cached(pages, align_pages, &r, &index);
+  if (recycled) {
+    address = r->page_address(index);
+  } else {
+    r = current_region_[lc];
+    auto first_fit = [&](Region* region) {
+      return (size_t(region->next_fresh) + align_pages - 1) / align_pages * align_pages;
+    };
+    if (r == nullptr || first_fit(r) + pages > kHugePagesPerRegion) r = new_region(lc);
+    if (r == nullptr || first_fit(r) + pages > kHugePagesPerRegion) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    index = first_fit(r);
+    r->next_fresh = uint32_t(index + pages);
+    address = r->page_address(index);
+    if (!platform_.back(reinterpret_cast<void*>(address), pages * kHugePageBytes)) {
+      errno = ENOMEM;
+      return nullptr;
+    }
   }
   for (size_t i = 0; i < pages; ++i) {
     HugePageMeta* p = r->page(index + i);
@@ -637,6 +751,7 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
     p->residual = p->live;
   }
   HugePageMeta* head = r->page(index);
+  head->recycled = recycled;
   head->huge_pages = uint32_t(pages);
   head->huge_requested_bytes = bytes;
   account_page(head, int64_t(pages));
@@ -647,9 +762,8 @@ void GlobalAllocator::free_huge_locked(HugePageMeta* head) {
   Region* r = head->region;
   size_t pages = head->huge_pages, index = head->index;
   account_page(head, -int64_t(pages));
-  counters_.huge_pages_released.fetch_add(pages, std::memory_order_relaxed);
-  platform_.release(reinterpret_cast<void*>(r->page_address(index)), pages * kHugePageBytes);
   for (size_t i = 0; i < pages; ++i) platform_.release_metadata(r->page(index + i), kPageMetaStride);
+  cache_or_release(r, index, pages);
 }
 
 size_t GlobalAllocator::free_large(void* ptr) {

@@ -110,6 +110,7 @@ struct HugePageMeta {
   uint8_t in_recyclable;
   uint8_t open_idle;        // open, found empty by release_empty_open_pages, and no block taken since
   uint8_t no_huge_page;     // has subreleased blocks: kept from being collapsed into a huge page again
+  uint8_t recycled;         // kHugeHead: its pages came from the page cache, not zeroed by the kernel
   uint32_t large_requested_bytes[kBlocksPerHugePage];  // by first block
   SpanMeta spans[kSpansPerHugePage];
 
@@ -163,6 +164,14 @@ struct HeapConfig {
   // beyond what the heap used at its highest over the last kDemandPasses passes. The page stays in use (its
   // objects stay where they are) on 4 KiB pages. 0: never (every byte stays on a 2 MiB page).
   unsigned subrelease_percent = 50;
+  // Page cache: a free huge page (an emptied page of blocks, the pages of a freed huge object) stays backed
+  // for reuse by the next page the heap opens, instead of going back to the OS at once, as far as the heap
+  // used more pages over the last kPageCachePasses sweep passes than it uses now (TCMalloc's HugeCache,
+  // papers/002). A program that frees and allocates big memory in waves (word-count: 6,300 huge pages given
+  // back and zeroed again by the kernel in 25 s) then reuses it. The footprint does not count cached pages
+  // (they hold no live byte); RSS does, until a pass gives them back. 0: off (every free page goes back at
+  // once, papers/000 section 8); otherwise at most this many pages cached.
+  unsigned page_cache_pages = 0;
 };
 
 // A snapshot of one huge page for tests and the simulator.
@@ -260,6 +269,12 @@ class GlobalAllocator {
     return r ? r->page((address - r->base) >> kHugePageShift) : nullptr;
   }
   bool owns(const void* p) const { return region_of(reinterpret_cast<uintptr_t>(p)) != nullptr; }
+  // Whether the huge object p (more than a huge page; its owner asks) is on pages from the page cache, which
+  // still hold old data: calloc() zeroes those, and relies on the kernel's zeroed pages otherwise.
+  bool huge_object_recycled(const void* p) const {
+    HugePageMeta* head = page_meta_of(reinterpret_cast<uintptr_t>(p));
+    return head == nullptr || head->kind != PageKind::kHugeHead || head->recycled != 0;
+  }
 
   // Processes the deadlines that have expired by now (every entry point does this first).
   void tick();
@@ -274,6 +289,12 @@ class GlobalAllocator {
   // of idleness and demand. Returns the blocks given back.
   size_t subrelease_free_blocks(bool now);
   static constexpr unsigned kDemandPasses = 4;
+  static constexpr unsigned kPageCachePasses = 4;
+  // Gives back to the OS, oldest first, the cached free pages beyond what the next period may want: the
+  // larger of how far the heap's pages in use are below their highest, and the most pages it took in one
+  // period, over the last kPageCachePasses calls (each subrelease pass makes one); all of them with `now`.
+  // Returns the pages given back.
+  size_t trim_page_cache(bool now);
   // A page from which at most this many blocks were taken since the previous pass counts as idle (its other free
   // blocks may go back): a steady server's sweeps give back a span and its next request takes one again, which
   // kept a long-lived class's open page (10 of 256 blocks in use, all 2 MiB resident) from ever being idle. A
@@ -304,6 +325,11 @@ class GlobalAllocator {
   HugePageMeta* ensure_open_page(unsigned lc);
   void activate(HugePageMeta* page);
   void release_page(HugePageMeta* page);
+  // The page cache: keeps [index, index + pages) of r backed for reuse, or gives it back when the cache is off
+  // or full; takes `pages` contiguous cached pages (aligned to align_pages) for a new page or huge object.
+  void cache_or_release(Region* r, size_t index, size_t pages);
+  bool take_cached(size_t pages, size_t align_pages, Region** r, size_t* index);
+  void release_cached_run(unsigned i);
   void after_blocks_freed(HugePageMeta* page);
   void change_class(HugePageMeta* page, unsigned new_class);
   void promote(HugePageMeta* page);
@@ -374,6 +400,20 @@ class GlobalAllocator {
   // Blocks in use at each of the last kDemandPasses subrelease passes (a ring), and the pass count.
   uint32_t demand_[kDemandPasses] = {};
   uint32_t demand_passes_ = 0;
+  // The page cache (HeapConfig::page_cache_pages): runs of free, still backed huge pages, oldest first, and
+  // the pages in use (open and active, huge objects included) at each of the last kPageCachePasses passes.
+  struct CachedRun {
+    Region* region;
+    uint32_t index;
+    uint32_t pages;
+  };
+  static constexpr unsigned kMaxCachedRuns = 512;
+  CachedRun cached_[kMaxCachedRuns] = {};
+  unsigned cached_runs_ = 0;
+  uint64_t page_demand_[kPageCachePasses] = {};
+  // Pages opened or taken by huge objects since the last pass, and at each of the last kPageCachePasses.
+  uint64_t pages_taken_ = 0;
+  uint64_t pages_taken_by_pass_[kPageCachePasses] = {};
   // Pages kept from khugepaged (HugePageMeta::no_huge_page). Each splits its VMA in up to three, and a process
   // has at most vm.max_map_count (65530 by default) of them: beyond this many, a subreleased page is left as it
   // is (khugepaged may fill it again).
