@@ -37,14 +37,13 @@ namespace llamalloc {
     "as the heap holds more blocks than it used at its highest over the last 4 periods; sparsest pages first. "  \
     "The page stays in use on 4 KiB pages (its huge page is split), so RSS falls after a peak while long-lived " \
     "objects stay where they are. llamalloc_collect() does it at once. 0: never (every byte on 2 MiB pages).")    \
-  X(PAGE_CACHE_PAGES, page_cache_pages, Uint, 0, 0, 1000000,                                                     \
-    "Page cache: a huge page that becomes free (an emptied page, the pages of a freed object over 2 MiB) stays "  \
-    "backed, up to this many pages, and the next page the heap opens reuses it instead of fresh memory that the " \
-    "kernel must zero. Each sweeper pass gives back, oldest first, what exceeds the larger of how far the pages " \
-    "in use are below their highest and the most pages taken in one SWEEP_MS period, over the last 4 periods; " \
-    "llamalloc_collect() gives back all. Faster for programs that free and allocate big memory in waves " \
-    "(word-count: 5-8% less time), at the price of a higher peak RSS (+17-30%). 0 (default): off, a free huge " \
-    "page goes back to the OS at once (papers/000 section 8).")                                                 \
+  X(PAGE_CACHE_PAGES, page_cache_pages, Uint, 1024, 0, 1000000,                                                  \
+    "Page cache: the huge pages of a freed object over 2 MiB stay backed, up to this many, and the next huge "   \
+    "object or page the heap opens reuses them instead of fresh memory that the kernel must zero. Each sweeper "  \
+    "pass gives back, oldest first, what exceeds the larger of how far the pages in use are below their highest " \
+    "and the most pages taken in one SWEEP_MS period, over the last 4 periods; llamalloc_collect() gives back "  \
+    "all. Only while the sweeper thread runs (single-threaded programs: off). 0: off, a freed huge object's "    \
+    "pages go back to the OS at once (papers/000 section 8).")                                                   \
   X(SWEEP_MS, sweep_ms, Uint, 250, 0, 60000,                                                                       \
     "Period of the sweeper thread, in milliseconds. Each period it takes back, from every thread heap that has "  \
     "been used since (and is not inside the allocator at that moment), its empty spans and the frees other "     \

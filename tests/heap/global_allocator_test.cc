@@ -444,9 +444,9 @@ TEST_F(GlobalAllocatorTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes
 // An open page that has emptied is kept for its class (the next request of the class needs no fresh page), but
 // not forever: the sweeper gives it back when it is still empty, with nothing taken from it, at its next pass
 // (image-server after its peak kept an empty class-0 open page, 2 MiB, for the whole quiet phase); collect at once.
-// The page cache (HeapConfig::page_cache_pages): free huge pages stay backed and are reused, exact sizes first,
-// and passes give back what exceeds recent demand; off, every free page goes back at once (the test above).
-TEST_F(GlobalAllocatorTest, PageCacheReusesFreePagesAndGivesBackWhatRecentDemandDoesNotNeed) {
+// The page cache (HeapConfig::page_cache_pages): the pages of freed huge objects stay backed and are reused,
+// exact lengths first, and passes give back what exceeds recent demand; emptied pages of blocks go back at once.
+TEST_F(GlobalAllocatorTest, PageCacheReusesFreedHugeObjectsPagesAndGivesBackWhatRecentDemandDoesNotNeed) {
   HeapConfig config{4, kK, true, true, 0};
   config.page_cache_pages = 8;
   heap->configure(config);
@@ -467,34 +467,44 @@ TEST_F(GlobalAllocatorTest, PageCacheReusesFreePagesAndGivesBackWhatRecentDemand
   EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
   EXPECT_TRUE(heap->huge_object_recycled(q)) << "calloc must zero it";
   heap->free_large(q);
-  // A page of blocks takes one page of a cached run; a huge object bigger than any run takes fresh pages.
+  // A new page of blocks takes the back page of a cached run; a huge object longer than any run, fresh pages.
   uintptr_t a = blocks(0, 4);
-  EXPECT_EQ(page_of(a), reinterpret_cast<uintptr_t>(q) + kHugePageBytes) << "the back of the run";
+  EXPECT_EQ(page_of(a), reinterpret_cast<uintptr_t>(q) + kHugePageBytes);
   void* big = heap->alloc_large(2, 3 * kHugePageBytes, kBlockBytes);
   EXPECT_FALSE(heap->huge_object_recycled(big));
   EXPECT_EQ(platform.backed_bytes, backed + 3 * kHugePageBytes);
   heap->free_large(big);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 4 * kHugePageBytes);
+  // The emptied page of blocks is not kept.
   free(a);
   EXPECT_EQ(heap->release_empty_open_pages(true), 1u);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 5 * kHugePageBytes) << "the object's 3 pages, 1 + 1 from before";
-  EXPECT_EQ(platform.released_bytes, 0u);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 4 * kHugePageBytes);
+  EXPECT_EQ(platform.released_bytes, kHugePageBytes);
   // Passes with nothing taken give the pages back once the demand window has passed; none is lost.
   for (unsigned i = 0; i <= GlobalAllocator::kPageCachePasses; ++i) heap->subrelease_free_blocks(false);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
   EXPECT_EQ(platform.released_bytes, 5 * kHugePageBytes);
   EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
-  // Beyond the limit the oldest pages go back at once; an object bigger than the limit is never kept.
+  // An object longer than the limit is never kept.
   void* huge = heap->alloc_large(3, 9 * kHugePageBytes, kBlockBytes);
   heap->free_large(huge);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
   EXPECT_EQ(platform.released_bytes, 14 * kHugePageBytes);
-  // llamalloc_collect's pass gives every cached page back.
+  // llamalloc_collect's pass gives every cached page back, and so does turning the cache off.
   void* r = heap->alloc_large(3, 4 * kHugePageBytes, kBlockBytes);
   heap->free_large(r);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 4 * kHugePageBytes);
   heap->subrelease_free_blocks(true);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
-  EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
+  void* t = heap->alloc_large(3, 4 * kHugePageBytes, kBlockBytes);
+  heap->free_large(t);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 4 * kHugePageBytes);
+  heap->set_page_cache_pages(0);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
+  EXPECT_EQ(platform.backed_bytes, 0u);
+  void* u = heap->alloc_large(3, 4 * kHugePageBytes, kBlockBytes);
+  heap->free_large(u);
+  EXPECT_EQ(platform.backed_bytes, 0u) << "off: given back at once";
   heap->check_invariants();
 }
 

@@ -78,7 +78,7 @@ void init_once() {
   unsigned shared_from = unsigned(o.shared_class) > default_class ? unsigned(o.shared_class) : default_class + 1;
   g_global.configure(HeapConfig{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
                                 o.same_class_recycling != 0, unsigned(o.small_heap_pages), shared_from,
-                                unsigned(o.subrelease), unsigned(o.page_cache_pages)});
+                                unsigned(o.subrelease)});
   g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on: thread_heap)
   g_default_predictor.set_class(default_class);
   if (o.model != nullptr && *o.model) {
@@ -227,8 +227,14 @@ void start_sweeper() {
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     err = pthread_create(&thread, &attr, sweeper_main, nullptr);
   }
-  if (err != 0) write_stderr("llamalloc: warning: cannot start the sweeper thread; idle threads keep their spans\n");
-  else g_sweeper_running.store(true, std::memory_order_relaxed);
+  if (err != 0) {
+    write_stderr("llamalloc: warning: cannot start the sweeper thread; idle threads keep their spans\n");
+  } else {
+    g_sweeper_running.store(true, std::memory_order_relaxed);
+    // Its passes give cached pages back: the page cache only while it runs (a program without one, or idle,
+    // would keep freed huge objects' memory until its next slow path).
+    g_global.set_page_cache_pages(unsigned(options().page_cache_pages));
+  }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
 }
@@ -283,6 +289,8 @@ void child_after_fork() {
   // parent's other threads stay on the live list; the sweeper takes back their empty spans.
   g_sweeper_started.store(false, std::memory_order_relaxed);
   g_sweeper_running.store(false, std::memory_order_relaxed);
+  // Nor are its passes: no page cache until the child starts one (this gives back what the parent had cached).
+  g_global.set_page_cache_pages(0);
 }
 
 }  // namespace
@@ -667,6 +675,8 @@ __attribute__((destructor)) static void llamalloc_finish() {
   // And what frees by the threads still running have emptied in the heaps of exited ones and the shared heap.
   LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
   sweep_shared_heap(true);
+  // No page cache from here on: what the teardown frees goes back at once.
+  g_global.set_page_cache_pages(0);
   flush_live_bytes();
   const char* path = options().stats;
   if (path != nullptr && *path) {

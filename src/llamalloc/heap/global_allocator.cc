@@ -175,20 +175,19 @@ void GlobalAllocator::release_page(HugePageMeta* p) {
   }
   if (open_[p->lifetime_class] == p) open_[p->lifetime_class] = nullptr;
   for (SpanMeta& s : p->spans) partial_remove(&s, p->lifetime_class);
-  // Only a page on one whole 2 MiB page is worth keeping: a subreleased one would come back on 4 KiB pages.
-  bool whole = p->released.none();
   unrelease(p, 0, kBlocksPerHugePage);
   account_page(p, -1);
-  Region* r = p->region;
-  size_t index = p->index;
+  counters_.huge_pages_released.fetch_add(1, std::memory_order_relaxed);
+  uintptr_t address = page_address(p);
+  platform_.release(reinterpret_cast<void*>(address), kHugePageBytes);
   // Its metadata reads as zero again: state kUnused, so a stale pointer into it is reported, not trusted.
   platform_.release_metadata(p, kPageMetaStride);
-  if (whole) {
-    cache_or_release(r, index, 1);
-  } else {
-    counters_.huge_pages_released.fetch_add(1, std::memory_order_relaxed);
-    platform_.release(reinterpret_cast<void*>(r->page_address(index)), kHugePageBytes);
-  }
+}
+
+void GlobalAllocator::set_page_cache_pages(unsigned pages) {
+  LockGuard g(lock_);
+  config_.page_cache_pages = pages;
+  trim_page_cache(pages == 0);
 }
 
 void GlobalAllocator::cache_or_release(Region* r, size_t index, size_t pages) {
