@@ -17,7 +17,7 @@
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -ge 2 ] || { echo "usage: bench/scaling/run.sh BUNDLE OUT [THREADS] [BUDGET_SECONDS]" >&2; exit 2; }
-bundle=$(cd "$1" && pwd) || { echo "run.sh: error: bundle $1 not found" >&2; exit 2; }
+bundle=$(cd "$1" 2>/dev/null && pwd) || { echo "run.sh: error: bundle $1 not found" >&2; exit 2; }
 mkdir -p "$2" && out=$(cd "$2" && pwd)
 threads=${3:-$(nproc)}
 budget=${4:-570}

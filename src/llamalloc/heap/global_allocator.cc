@@ -187,7 +187,7 @@ void GlobalAllocator::release_page(HugePageMeta* p) {
 void GlobalAllocator::set_page_cache_pages(unsigned pages) {
   LockGuard g(lock_);
   config_.page_cache_pages = pages;
-  trim_page_cache(pages == 0);
+  while (cached_runs_ > 0 && gauges_.page_cache_bytes / kHugePageBytes > pages) release_cached_run(0);
 }
 
 void GlobalAllocator::cache_or_release(Region* r, size_t index, size_t pages) {
@@ -229,7 +229,7 @@ bool GlobalAllocator::take_cached(size_t pages, size_t align_pages, Region** r, 
   // Newest first (its memory is the likeliest to be in cache), a run of exactly the size asked first (a huge
   // object keeps finding the runs that objects of its size left); a huge object takes the front of a longer
   // run, a page of blocks the back of one.
-  for (unsigned exact = 1; exact < 2; --exact) {
+  for (bool exact : {true, false}) {
     for (unsigned i = cached_runs_; i-- > 0;) {
       CachedRun& run = cached_[i];
       if (exact ? run.pages != pages : run.pages < pages) continue;

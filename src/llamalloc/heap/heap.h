@@ -291,12 +291,8 @@ class GlobalAllocator {
   size_t subrelease_free_blocks(bool now);
   static constexpr unsigned kDemandPasses = 4;
   static constexpr unsigned kPageCachePasses = 4;
-  // Gives back to the OS, oldest first, the cached free pages beyond what the next period may want: the
-  // larger of how far the heap's pages in use are below their highest, and the most pages it took in one
-  // period, over the last kPageCachePasses calls (each subrelease pass makes one); all of them with `now`.
-  // Returns the pages given back.
-  size_t trim_page_cache(bool now);
-  // Changes HeapConfig::page_cache_pages (under the lock); 0 gives every cached page back.
+  // Changes HeapConfig::page_cache_pages (under the lock), giving back the oldest cached pages beyond the new
+  // limit (all of them for 0).
   void set_page_cache_pages(unsigned pages);
   // A page from which at most this many blocks were taken since the previous pass counts as idle (its other free
   // blocks may go back): a steady server's sweeps give back a span and its next request takes one again, which
@@ -333,6 +329,11 @@ class GlobalAllocator {
   void cache_or_release(Region* r, size_t index, size_t pages);
   bool take_cached(size_t pages, size_t align_pages, Region** r, size_t* index);
   void release_cached_run(unsigned i);
+  // One subrelease pass's step: records the pass's demand, then gives back to the OS, oldest first, the cached
+  // pages beyond what the next period may want: the larger of how far the pages in use are below their
+  // highest, and the most pages taken in one period, over the last kPageCachePasses passes; all with `now`.
+  // Returns the pages given back.
+  size_t trim_page_cache(bool now);
   void after_blocks_freed(HugePageMeta* page);
   void change_class(HugePageMeta* page, unsigned new_class);
   void promote(HugePageMeta* page);
