@@ -17,6 +17,11 @@ need=("$build/src/llamalloc/libllamalloc.so" "$build/bench/heap/heap_table4_benc
 for f in "${need[@]}"; do
   [ -e "$f" ] || { echo "bundle.sh: error: $f not found (see the usage line for how to build it)" >&2; exit 2; }
 done
+# A previous bundle is replaced; anything else at OUT is left alone.
+if [ -e "$out" ] && ! { [ -d "$out" ] && { [ -z "$(ls -A "$out")" ] || [ -e "$out/mib/run.py" ]; }; }; then
+  echo "bundle.sh: error: $out exists and is not a bundle; choose another OUT" >&2
+  exit 2
+fi
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/bin" "$out/mib/bin" "$out/mib/espresso" "$out/mib/barnes"
 cp -L "$build/src/llamalloc/libllamalloc.so" "$out/lib/"
