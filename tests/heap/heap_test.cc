@@ -271,6 +271,26 @@ TEST(HeapTest, AWindowOfLiveObjectsThatFillsItsSpanStaysOnTheFastPath) {
   }).join();
 }
 
+// A malloc/free pair whose object is the only one in its span (a request's buffer, allocated and freed before
+// the next): each free empties the span the fast path allocates from. That span stays, so the free must not
+// take the slow path either (it did: a 1 KiB pair cost 9.4 ns, 6.0 without).
+TEST(HeapTest, APairThatEmptiesItsSpanStaysOnTheFastPath) {
+  std::thread([] {
+    for (size_t size : {1024, 4096, 8000}) {
+      for (int i = 0; i < 100; ++i) heap_free(heap_malloc(size));  // (warm-up: the thread's heap, its span)
+      uint32_t before = tl_heap->slow_ops.load();
+      for (int i = 0; i < 20000; ++i) {
+        void* p = heap_malloc(size);
+        ASSERT_NE(p, nullptr);
+        memset(p, i, size);
+        heap_free(p);
+      }
+      EXPECT_LT(tl_heap->slow_ops.load() - before, 10u) << size << " B pairs that took a slow path, of 20000";
+    }
+    check_heap();
+  }).join();
+}
+
 TEST(HeapTest, MallocZeroAndUsableSize) {
   void* p = heap_malloc(0);
   ASSERT_NE(p, nullptr);

@@ -249,7 +249,13 @@ LLAMALLOC_FAST void LocalAllocator::free_block(GlobalAllocator& global, LocalHea
     owner_enter(heap);
     if (LLAMALLOC_UNLIKELY(sweep_requested(heap))) return owner_free_after_sweep(global, *heap, s, p);
     span_push(s, p);
-    if (LLAMALLOC_UNLIKELY(--s->used == 0 || !s->queued)) return owner_free_slow(global, *heap, s);
+    if (LLAMALLOC_UNLIKELY(--s->used == 0 || !s->queued)) {
+      // The span the fast path allocates from emptied (a malloc/free pair, a request's buffers freed as it
+      // ends): it stays where it is, so there is nothing to do. A 1 KiB pair took the slow path on every free
+      // (9.4 ns against 5.3). An idle thread's empty spans go back in the sweeper's passes.
+      if (s->queued && heap->spans[s->lifetime_class][s->size_class] == s) return owner_exit(heap);
+      return owner_free_slow(global, *heap, s);
+    }
     return owner_exit(heap);
   }
   return remote_free(global, s, p);
