@@ -291,6 +291,9 @@ class GlobalAllocator {
   size_t subrelease_free_blocks(bool now);
   static constexpr unsigned kDemandPasses = 4;
   static constexpr unsigned kPageCachePasses = 4;
+  // The cache keeps at most the pages in use divided by this after a pass: a server past its peak, with a few
+  // MiB in use and a few buffers a second, kept 10 cached pages (20 MiB of RSS) for what those buffers reused.
+  static constexpr unsigned kPageCacheUseShare = 4;
   // Changes HeapConfig::page_cache_pages (under the lock), giving back the oldest cached pages beyond the new
   // limit (all of them for 0).
   void set_page_cache_pages(unsigned pages);
@@ -329,10 +332,13 @@ class GlobalAllocator {
   void cache_or_release(Region* r, size_t index, size_t pages);
   bool take_cached(size_t pages, size_t align_pages, Region** r, size_t* index);
   void release_cached_run(unsigned i);
+  // Gives back up to `pages` cached pages to the OS, oldest first (the first pages of a run if it is longer).
+  // Returns the pages given back.
+  size_t release_cached_pages(uint64_t pages);
   // One subrelease pass's step: records the pass's demand, then gives back to the OS, oldest first, the cached
   // pages beyond what the next period may want: the larger of how far the pages in use are below their
-  // highest, and the most pages taken in one period, over the last kPageCachePasses passes; all with `now`.
-  // Returns the pages given back.
+  // highest, and the most pages taken in one period, over the last kPageCachePasses passes, but at most the
+  // pages in use / kPageCacheUseShare; all with `now`. Returns the pages given back.
   size_t trim_page_cache(bool now);
   void after_blocks_freed(HugePageMeta* page);
   void change_class(HugePageMeta* page, unsigned new_class);
