@@ -11,8 +11,8 @@
 #      randomised and cross-thread tests with LLAMALLOC_TEST_THREADS=N, and the same under ThreadSanitizer;
 #   5. the single-threaded mimalloc-bench programs, once each, while the budget lasts.
 #   usage: bench/scaling/run.sh BUNDLE OUT [THREADS (default: nproc)] [BUDGET_SECONDS (default 570)]
-# Environment: SCALING_TABLE4=0 skips step 2; SCALING_MT and SCALING_ST name the programs of steps 3 and 5
-# (space-separated run.py test names; empty: none), e.g. SCALING_MT= SCALING_ST="espresso barnes" to spend a
+# Environment: SCALING_TABLE4=0 skips step 2, SCALING_TESTS=0 step 4; SCALING_MT and SCALING_ST name the programs
+# of steps 3 and 5 (space-separated run.py test names; empty: none), e.g. SCALING_MT= SCALING_ST="espresso barnes" to spend a
 # short lease on the programs a previous one did not reach.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -73,6 +73,7 @@ check() {  # name, seconds, command...
   local rc=$?
   echo "$name: exit $rc in $(( $(date +%s) - t0 ))s: $(tail -1 "$res/test-$name.log")" | tee -a "$res/tests.txt"
 }
+if [ "${SCALING_TESTS:-1}" != 0 ]; then
 echo "== tests (left $(left)s)"
 check stress-random 20 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-random" -t "$threads" -s 5
 check stress-fork 20 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-fork" -t "$threads" -s 3
@@ -84,10 +85,11 @@ filter='HeapTest.Randomised*:HeapTest.ProducersAndConsumers*:HeapTest.SweepsOfBu
 check heap-test 45 env LLAMALLOC_TEST_THREADS="$threads" LLAMALLOC_TEST_STEPS=2500 "$bundle/bin/heap_test" \
   --gtest_filter="$filter"
 if [ -e "$bundle/bin/heap_test.tsan" ]; then
-  check heap-test-tsan 45 env LLAMALLOC_TEST_THREADS="$threads" LLAMALLOC_TEST_STEPS=1000 \
+  check heap-test-tsan 90 env LLAMALLOC_TEST_THREADS="$threads" LLAMALLOC_TEST_STEPS=500 \
     TSAN_OPTIONS=halt_on_error=1 "$bundle/bin/heap_test.tsan" --gtest_filter="$filter"
 fi
 pack
+fi
 
 # 5. The single-threaded programs, once each, while the budget lasts.
 for t in ${SCALING_ST-espresso alloc-test1 glibc-simple barnes cache-scratch1 mleak10 malloc-large}; do
