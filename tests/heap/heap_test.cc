@@ -272,8 +272,9 @@ TEST(HeapTest, AWindowOfLiveObjectsThatFillsItsSpanStaysOnTheFastPath) {
 }
 
 // A malloc/free pair whose object is the only one in its span (a request's buffer, allocated and freed before
-// the next): each free empties the span the fast path allocates from. That span stays, so the free must not
-// take the slow path either (it did: a 1 KiB pair cost 9.4 ns, 6.0 without).
+// the next): each free empties the span the fast path allocates from. That span stays, so the free takes the
+// slow path only one time in kEmptyFreesPerSlowPath (for a single-threaded program's page passes); it took it
+// every time, and a 1 KiB pair cost 9.3 ns against 6.0.
 TEST(HeapTest, APairThatEmptiesItsSpanStaysOnTheFastPath) {
   std::thread([] {
     for (size_t size : {1024, 4096, 8000}) {
@@ -285,7 +286,8 @@ TEST(HeapTest, APairThatEmptiesItsSpanStaysOnTheFastPath) {
         memset(p, i, size);
         heap_free(p);
       }
-      EXPECT_LT(tl_heap->slow_ops.load() - before, 10u) << size << " B pairs that took a slow path, of 20000";
+      EXPECT_LE(tl_heap->slow_ops.load() - before, 20000u / kEmptyFreesPerSlowPath + 1)
+          << size << " B pairs that took a slow path, of 20000";
     }
     check_heap();
   }).join();

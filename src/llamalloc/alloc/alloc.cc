@@ -231,6 +231,7 @@ void start_sweeper() {
     write_stderr("llamalloc: warning: cannot start the sweeper thread; idle threads keep their spans\n");
   } else {
     g_sweeper_running.store(true, std::memory_order_relaxed);
+    LocalAllocator::set_sweeper_running(true);
     // Its passes give cached pages back: the page cache only while it runs (a program without one, or idle,
     // would keep freed huge objects' memory until its next slow path).
     g_global.set_page_cache_pages(unsigned(options().page_cache_pages));
@@ -289,6 +290,7 @@ void child_after_fork() {
   // parent's other threads stay on the live list; the sweeper takes back their empty spans.
   g_sweeper_started.store(false, std::memory_order_relaxed);
   g_sweeper_running.store(false, std::memory_order_relaxed);
+  LocalAllocator::set_sweeper_running(false);
   // Nor are its passes: no page cache until the child starts one (this gives back what the parent had cached).
   g_global.set_page_cache_pages(0);
 }
