@@ -41,7 +41,7 @@ namespace llamalloc {
     "Page cache: the huge pages of a freed object over 2 MiB stay backed, up to this many, and the next huge "   \
     "object or page the heap opens reuses them instead of fresh memory that the kernel must zero. Each sweeper "  \
     "pass gives back, oldest first, what exceeds the larger of how far the pages in use are below their highest " \
-    "and the most pages taken in one SWEEP_MS period, over the last 4 periods, but at most a quarter of the "    \
+    "and the most pages taken in one SWEEP_MS period, over the last 4 periods, but at most an eighth of the "    \
     "pages in use; a huge object that no cached run fits first gives back as many cached pages as it takes; "    \
     "llamalloc_collect() gives back all. Only while the sweeper thread runs (single-threaded programs: off). 0: " \
     "off, a freed huge object's pages go back to the OS at once (papers/000 section 8).")                        \

@@ -293,7 +293,8 @@ class GlobalAllocator {
   static constexpr unsigned kPageCachePasses = 4;
   // The cache keeps at most the pages in use divided by this after a pass: a server past its peak, with a few
   // MiB in use and a few buffers a second, kept 10 cached pages (20 MiB of RSS) for what those buffers reused.
-  static constexpr unsigned kPageCacheUseShare = 4;
+  // (image-server's steady RSS: 13.1 MiB with 4, 10.6 with 8, 9.3 without a cache; word-count's time the same.)
+  static constexpr unsigned kPageCacheUseShare = 8;
   // Changes HeapConfig::page_cache_pages (under the lock), giving back the oldest cached pages beyond the new
   // limit (all of them for 0).
   void set_page_cache_pages(unsigned pages);
