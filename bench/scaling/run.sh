@@ -74,21 +74,21 @@ check() {  # name, seconds, command...
   echo "$name: exit $rc in $(( $(date +%s) - t0 ))s: $(tail -1 "$res/test-$name.log")" | tee -a "$res/tests.txt"
 }
 if [ "${SCALING_TESTS:-1}" != 0 ]; then
-echo "== tests (left $(left)s)"
-check stress-random 20 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-random" -t "$threads" -s 5
-check stress-fork 20 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-fork" -t "$threads" -s 3
-check stress-dlopen 20 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-dlopen" -t "$threads" -s 3
-check stress-threads 30 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-threads" -t "$threads" -n 50000
-check stress-exit-handoff 30 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-exit-handoff" -t "$threads" \
-  -n 8000 -m 512
-filter='HeapTest.Randomised*:HeapTest.ProducersAndConsumers*:HeapTest.SweepsOfBusyThreads*'
-check heap-test 45 env LLAMALLOC_TEST_THREADS="$threads" LLAMALLOC_TEST_STEPS=2500 "$bundle/bin/heap_test" \
-  --gtest_filter="$filter"
-if [ -e "$bundle/bin/heap_test.tsan" ]; then
-  check heap-test-tsan 90 env LLAMALLOC_TEST_THREADS="$threads" LLAMALLOC_TEST_STEPS=500 \
-    TSAN_OPTIONS=halt_on_error=1 "$bundle/bin/heap_test.tsan" --gtest_filter="$filter"
-fi
-pack
+  echo "== tests (left $(left)s)"
+  check stress-random 20 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-random" -t "$threads" -s 5
+  check stress-fork 20 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-fork" -t "$threads" -s 3
+  check stress-dlopen 20 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-dlopen" -t "$threads" -s 3
+  check stress-threads 30 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-threads" -t "$threads" -n 50000
+  check stress-exit-handoff 30 env LD_PRELOAD="$lib/libllamalloc.so" "$bundle/bin/stress-exit-handoff" -t "$threads" \
+    -n 8000 -m 512
+  filter='HeapTest.Randomised*:HeapTest.ProducersAndConsumers*:HeapTest.SweepsOfBusyThreads*'
+  check heap-test 45 env LLAMALLOC_TEST_THREADS="$threads" LLAMALLOC_TEST_STEPS=2500 "$bundle/bin/heap_test" \
+    --gtest_filter="$filter"
+  if [ -e "$bundle/bin/heap_test.tsan" ]; then
+    check heap-test-tsan 90 env LLAMALLOC_TEST_THREADS="$threads" LLAMALLOC_TEST_STEPS=500 \
+      TSAN_OPTIONS=halt_on_error=1 "$bundle/bin/heap_test.tsan" --gtest_filter="$filter"
+  fi
+  pack
 fi
 
 # 5. The single-threaded programs, once each, while the budget lasts.
