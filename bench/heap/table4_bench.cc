@@ -3,7 +3,8 @@
 //   fast path:   a small object (64 B), allocated and freed by one thread (the thread-local path)
 //   global path: a large object (16 KiB >= 8 KiB), which llamalloc places in blocks under its global lock
 // Each row runs with 1 and 2 threads (and one per core where there are more). A second pair of rows keeps 64
-// objects live, so that a free is not always of the object just allocated. 1 KiB and 4 KiB pairs (issue 11), and objects freed by another thread.
+// objects live, so that a free is not always of the object just allocated. 1 KiB and 4 KiB pairs (issue 11),
+// and objects freed by another thread.
 #include <benchmark/benchmark.h>
 
 #include <atomic>

@@ -12,8 +12,8 @@
 #   5. the single-threaded mimalloc-bench programs, once each, while the budget lasts.
 #   usage: bench/scaling/run.sh BUNDLE OUT [THREADS (default: nproc)] [BUDGET_SECONDS (default 570)]
 # Environment: SCALING_TABLE4=0 skips step 2, SCALING_TESTS=0 step 4; SCALING_MT and SCALING_ST name the programs
-# of steps 3 and 5 (space-separated run.py test names; empty: none), e.g. SCALING_MT= SCALING_ST="espresso barnes" to spend a
-# short lease on the programs a previous one did not reach.
+# of steps 3 and 5 (space-separated run.py test names; empty: none), e.g. SCALING_MT= SCALING_ST="espresso barnes"
+# to spend a short lease on the programs a previous one did not reach.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -ge 2 ] || { echo "usage: bench/scaling/run.sh BUNDLE OUT [THREADS] [BUDGET_SECONDS]" >&2; exit 2; }
