@@ -116,6 +116,21 @@ def test_bench_with_a_model_runs_llamalloc_with_it_and_reports_a_workload_withou
     assert "llamalloc+model" in out.stdout
 
 
+def test_bench_model_allocator_named_with_a_library_runs_that_library_with_the_model(tmp_path):
+    # `llamalloc+model=/path/lib.so` (an experimental build) must not be added a second time by --model.
+    lib = llamalloc_library()
+    if not is_real_llamalloc(lib):
+        pytest.skip("needs the real libllamalloc.so (the learned predictor is part of it)")
+    model = constant_model(tmp_path / "c3.model", 3)
+    out = _bench(["--scale", "small", "--repeat", "1", "--allocators", f"llamalloc+model={lib}", "-w", "word-count",
+                  "--model", f"word-count={model}", "--out", str(tmp_path / "out"), "--no-plots"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert [(e["workload"], e["allocator"]) for e in data["results"]] == [("word-count", "llamalloc+model")]
+    stats = data["results"][0]["runs"][0]["llamalloc_stats"]
+    assert stats["huge_pages_by_class"][3] > 0, "the model's class was used"
+
+
 def test_bench_missing_allocator_keeps_what_completed(tmp_path):
     out = _bench(["--scale", "small", "--repeat", "1", "--allocators", "glibc,ghost=/nonexistent/libghost.so",
                   "-w", "word-count", "--out", str(tmp_path / "out"), "--no-plots"], tmp_path)

@@ -81,8 +81,14 @@ bool for_each_mapping(Fn&& fn) {
 // The pool of thread states: mapped once (MAP_NORESERVE, pages cost only when a thread touches them), claimed
 // with a compare-and-swap on a bitmap, handed back by a pthread key destructor. No lock, so fork is safe.
 constexpr unsigned kMaxThreads = 4096;
+// An exited thread's warm cache is dropped after this many trim passes (the sweeper's: about a second at the
+// default LLAMALLOC_SWEEP_MS, as an idle thread's).
+constexpr uint8_t kWarmPasses = 4;
 ThreadState* g_states = nullptr;
 std::atomic<uint64_t> g_claimed[kMaxThreads / 64];
+// States whose thread exited with its cache warm (set before the claimed bit is cleared, cleared by whoever
+// claims the state next).
+std::atomic<uint64_t> g_warm[kMaxThreads / 64];
 std::atomic<uint32_t> g_states_used{0};  // high-water mark, for totals()
 pthread_key_t g_state_key;
 bool g_key_ok = false;
@@ -101,42 +107,119 @@ void release_state(void* arg) {
   auto* s = static_cast<ThreadState*>(arg);
   size_t i = size_t(s - g_states);
   if (tl_state == s) tl_state = nullptr;
-  // The next owner starts from an empty cache (the entries describe this thread's stack heights), and an exited
-  // thread's 32 KiB do not stay resident.
-  drop_cache_pages(s);
+  // The cache stays as it is for the next thread on the same stack (its keys hold this stack's frame addresses,
+  // so they mean the same call paths there): a program that starts a thread per task (word-count: 3,072 at its
+  // default scale) otherwise ran the model on every context of every new thread. trim() drops it if no such
+  // thread comes within about a second. A thread that never ran the model has nothing worth keeping.
+  if (s->stack_top.load(std::memory_order_relaxed) != 0) {
+    s->warm_passes = 0;
+    g_warm[i / 64].fetch_or(uint64_t{1} << (i % 64), std::memory_order_relaxed);
+  } else {
+    drop_cache_pages(s);
+  }
   g_claimed[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_release);
 }
 
-ThreadState* claim_state() {
+// Takes state i if it is unclaimed; true when taken.
+bool try_claim(unsigned i) {
+  uint64_t bit = uint64_t{1} << (i % 64);
+  uint64_t bits = g_claimed[i / 64].load(std::memory_order_relaxed);
+  while ((bits & bit) == 0) {
+    if (g_claimed[i / 64].compare_exchange_weak(bits, bits | bit, std::memory_order_acquire)) {
+      uint32_t used = g_states_used.load(std::memory_order_relaxed);
+      while (used < i + 1 && !g_states_used.compare_exchange_weak(used, i + 1)) {
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+// A claimed state for a new thread whose stack holds `here`. First a warm state of an exited thread that ran on
+// the same stack mapping (glibc reuses the stacks of joined threads, and a new mapping usually lands where the
+// old one was): its cache and stack bounds are kept. Otherwise the first free state, from an empty cache: never
+// used, or dropped (an exited thread's warm cache from another stack is dropped here; clearing a never-used one
+// would make all 32 KiB resident). The counters are kept (they are totals of the process).
+ThreadState* claim_state(uintptr_t here) {
   if (g_states == nullptr) return nullptr;
   for (unsigned w = 0; w < kMaxThreads / 64; ++w) {
-    uint64_t bits = g_claimed[w].load(std::memory_order_relaxed);
-    while (~bits != 0) {
-      unsigned b = unsigned(__builtin_ctzll(~bits));
-      if (g_claimed[w].compare_exchange_weak(bits, bits | (uint64_t{1} << b), std::memory_order_acquire)) {
-        unsigned i = w * 64 + b;
-        uint32_t used = g_states_used.load(std::memory_order_relaxed);
-        while (used < i + 1 && !g_states_used.compare_exchange_weak(used, i + 1)) {
-        }
-        // The cache is empty: never used, or dropped when its previous owner exited (release_state); clearing
-        // it here would make all 32 KiB resident. The counters are kept (they are totals of the process).
-        g_states[i].stack_top = 0;
-        g_states[i].main_thread = false;
-        g_states[i].busy = false;
-        return &g_states[i];
+    uint64_t warm = g_warm[w].load(std::memory_order_relaxed) & ~g_claimed[w].load(std::memory_order_relaxed);
+    while (warm != 0) {
+      unsigned i = w * 64 + unsigned(__builtin_ctzll(warm));
+      warm &= warm - 1;
+      ThreadState& s = g_states[i];
+      if (here < s.stack_low.load(std::memory_order_relaxed) || here >= s.stack_top.load(std::memory_order_relaxed))
+        continue;
+      if (!try_claim(i)) continue;
+      // Ours now; still the warm state we matched unless it was claimed, used and released between the two.
+      uint64_t was = g_warm[w].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed);
+      if ((was >> (i % 64) & 1) != 0 && here >= s.stack_low.load(std::memory_order_relaxed) &&
+          here < s.stack_top.load(std::memory_order_relaxed)) {
+        s.busy = false;
+        return &s;
+      }
+      if ((was >> (i % 64) & 1) != 0) drop_cache_pages(&s);
+      s.stack_low.store(0, std::memory_order_relaxed);
+      s.stack_top.store(0, std::memory_order_relaxed);
+      s.main_thread = false;
+      s.busy = false;
+      return &s;
+    }
+  }
+  // A cold state first, so that the warm ones stay for their stacks' next threads; a warm one only if all are.
+  for (bool take_warm : {false, true}) {
+    for (unsigned w = 0; w < kMaxThreads / 64; ++w) {
+      uint64_t skip = g_claimed[w].load(std::memory_order_relaxed) |
+                      (take_warm ? 0 : g_warm[w].load(std::memory_order_relaxed));
+      while (~skip != 0) {
+        unsigned i = w * 64 + unsigned(__builtin_ctzll(~skip));
+        skip |= uint64_t{1} << (i % 64);
+        if (!try_claim(i)) continue;
+        ThreadState& s = g_states[i];
+        uint64_t was = g_warm[w].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed);
+        if ((was >> (i % 64) & 1) != 0) drop_cache_pages(&s);
+        s.stack_low.store(0, std::memory_order_relaxed);
+        s.stack_top.store(0, std::memory_order_relaxed);
+        s.main_thread = false;
+        s.busy = false;
+        return &s;
       }
     }
   }
   return nullptr;
 }
 
+// Drops the caches of exited threads that no new thread took within kWarmPasses calls (the sweeper's passes).
+// Each is claimed while it is dropped, so a thread being created cannot take it half-dropped.
+void drop_cold_warm_states() {
+  if (g_states == nullptr) return;
+  uint32_t used = g_states_used.load(std::memory_order_acquire);
+  for (unsigned w = 0; w * 64 < used; ++w) {
+    uint64_t warm = g_warm[w].load(std::memory_order_relaxed) & ~g_claimed[w].load(std::memory_order_relaxed);
+    while (warm != 0) {
+      unsigned i = w * 64 + unsigned(__builtin_ctzll(warm));
+      warm &= warm - 1;
+      if (!try_claim(i)) continue;
+      ThreadState& s = g_states[i];
+      if ((g_warm[w].load(std::memory_order_relaxed) >> (i % 64) & 1) != 0 && ++s.warm_passes >= kWarmPasses) {
+        g_warm[w].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed);
+        drop_cache_pages(&s);
+        s.stack_low.store(0, std::memory_order_relaxed);
+        s.stack_top.store(0, std::memory_order_relaxed);
+      }
+      g_claimed[w].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_release);
+    }
+  }
+}
+
 }  // namespace
 
-uintptr_t mapping_end(uintptr_t address, bool* is_main_stack) {
+uintptr_t mapping_end(uintptr_t address, bool* is_main_stack, uintptr_t* start_out) {
   uintptr_t found = 0;
   for_each_mapping([&](uintptr_t start, uintptr_t end, bool, uint64_t, const char* path) {
     if (address >= start && address < end) {
       found = end;
+      if (start_out != nullptr) *start_out = start;
       if (is_main_stack != nullptr) *is_main_stack = strcmp(path, "[stack]") == 0;
       return false;
     }
@@ -252,7 +335,7 @@ bool LearnedPredictor::init(const char* model_path, const char* tokens_path, uin
 ThreadState* LearnedPredictor::thread_state() {
   ThreadState* s = tl_state;
   if (__builtin_expect(s != nullptr, 1)) return s;
-  s = claim_state();
+  s = claim_state(reinterpret_cast<uintptr_t>(__builtin_frame_address(0)));
   if (s == nullptr) return nullptr;
   tl_state = s;
   if (g_key_ok) pthread_setspecific(g_state_key, s);
@@ -337,10 +420,16 @@ size_t LearnedPredictor::tokens_of(const uintptr_t* pcs, size_t depth, size_t si
 
 unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadState* state) {
   uint64_t t0 = now_ns();
-  if (state->stack_top == 0) state->stack_top = mapping_end(reinterpret_cast<uintptr_t>(&t0), &state->main_thread);
+  uintptr_t stack_top = state->stack_top.load(std::memory_order_relaxed);
+  if (stack_top == 0) {
+    uintptr_t low = 0;
+    stack_top = mapping_end(reinterpret_cast<uintptr_t>(&t0), &state->main_thread, &low);
+    state->stack_low.store(low, std::memory_order_relaxed);
+    state->stack_top.store(stack_top, std::memory_order_relaxed);
+  }
   uintptr_t pcs[kMaxFrames];
   bool broken = false;
-  size_t depth = capture_stack(context, state->stack_top, pcs, kMaxFrames, &broken);
+  size_t depth = capture_stack(context, stack_top, pcs, kMaxFrames, &broken);
   uint32_t tokens[kMaxTokens];
   size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens, broken && !state->main_thread);
   float logits[kNumClasses];
@@ -420,6 +509,7 @@ PredictionTotals LearnedPredictor::totals() const {
 }
 
 void LearnedPredictor::trim() {
+  drop_cold_warm_states();
   uint64_t runs = totals().model_runs;
   if (runs_at_trim_.exchange(runs, std::memory_order_relaxed) != runs) return;  // (ran since: still in use)
   model_.drop_resident();

@@ -56,15 +56,20 @@ class ModuleMap {
 };
 
 // Per-thread state, from a pool mapped once (never malloc): the cache and its counters. Page-aligned, so that the
-// cache is whole pages that can be given back (MADV_DONTNEED, reading back as an empty cache) at thread exit and
-// when the thread stays idle (drop_thread_cache); the counters and the rest are on the page after it.
+// cache is whole pages that can be given back (MADV_DONTNEED, reading back as an empty cache) when the thread
+// stays idle (drop_thread_cache) and about a second after it exits (trim); the counters and the rest are on the
+// page after it. An exited thread's cache stays warm for that second and goes to the next thread that runs on
+// the same stack (docs/prediction.md).
 struct alignas(4096) ThreadState {
   static constexpr unsigned kLogCacheEntries = 11;  // 2048 entries x 16 B = 32 KiB per thread
   PredictionCache<kLogCacheEntries> cache;
   CacheCounters counters;
-  uintptr_t stack_top = 0;  // end of the mapping holding this thread's stack
+  // The mapping holding this thread's stack, [stack_low, stack_top); 0 until its first model run. Atomic (relaxed)
+  // because a thread being created reads them in states it has not claimed yet, to find its stack's warm cache.
+  std::atomic<uintptr_t> stack_low{0}, stack_top{0};
   bool main_thread = false; // its stack is the process's [stack]
   bool busy = false;        // a prediction is running (a signal handler that allocates gets the default)
+  uint8_t warm_passes = 0;  // trim passes since its thread exited with the cache warm
 };
 
 struct PredictionTotals {
@@ -131,8 +136,8 @@ class LearnedPredictor final : public Predictor {
 };
 
 // The end of the mapping holding `address` (a thread's stack top), from /proc/self/maps; 0 if not found.
-// *is_main_stack: the mapping is the process's [stack].
-uintptr_t mapping_end(uintptr_t address, bool* is_main_stack = nullptr);
+// *is_main_stack: the mapping is the process's [stack]; *start: where the mapping begins.
+uintptr_t mapping_end(uintptr_t address, bool* is_main_stack = nullptr, uintptr_t* start = nullptr);
 
 }  // namespace llamalloc::model
 

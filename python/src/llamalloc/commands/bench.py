@@ -49,7 +49,8 @@ def command(workload_names, allocators, repeat, scale, out_dir, json_path, inter
         if not Path(path).is_file():
             raise UserError(f"--model {spec}: {path} does not exist")
         models[workload] = Path(path)
-    if models and _bench.MODEL_ALLOCATOR not in [a.strip() for a in allocators.split(",")]:
+    # `llamalloc+model=/path/lib.so` names it with another library (an experimental build): not added again.
+    if models and _bench.MODEL_ALLOCATOR not in [a.partition("=")[0].strip() for a in allocators.split(",")]:
         allocators = f"{allocators},{_bench.MODEL_ALLOCATOR}"
     json_path = json_path or out_dir / "bench.json"
 
