@@ -135,6 +135,21 @@ bool try_claim(unsigned i) {
   return false;
 }
 
+// State i, just claimed, for a new thread whose stack holds `here`: kept as it is when it is warm from a thread
+// that ran on that stack; otherwise from an empty cache (a warm one dropped) and no stack bounds yet.
+ThreadState* start_state(unsigned i, uintptr_t here) {
+  ThreadState& s = g_states[i];
+  s.busy = false;
+  bool warm = (g_warm[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed) >> (i % 64) & 1) != 0;
+  if (warm && here >= s.stack_low.load(std::memory_order_relaxed) && here < s.stack_top.load(std::memory_order_relaxed))
+    return &s;
+  if (warm) drop_cache_pages(&s);
+  s.stack_low.store(0, std::memory_order_relaxed);
+  s.stack_top.store(0, std::memory_order_relaxed);
+  s.main_thread = false;
+  return &s;
+}
+
 // A claimed state for a new thread whose stack holds `here`. First a warm state of an exited thread that ran on
 // the same stack mapping (glibc reuses the stacks of joined threads, and a new mapping usually lands where the
 // old one was): its cache and stack bounds are kept. Otherwise the first free state, from an empty cache: never
@@ -152,18 +167,7 @@ ThreadState* claim_state(uintptr_t here) {
         continue;
       if (!try_claim(i)) continue;
       // Ours now; still the warm state we matched unless it was claimed, used and released between the two.
-      uint64_t was = g_warm[w].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed);
-      if ((was >> (i % 64) & 1) != 0 && here >= s.stack_low.load(std::memory_order_relaxed) &&
-          here < s.stack_top.load(std::memory_order_relaxed)) {
-        s.busy = false;
-        return &s;
-      }
-      if ((was >> (i % 64) & 1) != 0) drop_cache_pages(&s);
-      s.stack_low.store(0, std::memory_order_relaxed);
-      s.stack_top.store(0, std::memory_order_relaxed);
-      s.main_thread = false;
-      s.busy = false;
-      return &s;
+      return start_state(i, here);
     }
   }
   // A cold state first, so that the warm ones stay for their stacks' next threads; a warm one only if all are.
@@ -175,14 +179,7 @@ ThreadState* claim_state(uintptr_t here) {
         unsigned i = w * 64 + unsigned(__builtin_ctzll(~skip));
         skip |= uint64_t{1} << (i % 64);
         if (!try_claim(i)) continue;
-        ThreadState& s = g_states[i];
-        uint64_t was = g_warm[w].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed);
-        if ((was >> (i % 64) & 1) != 0) drop_cache_pages(&s);
-        s.stack_low.store(0, std::memory_order_relaxed);
-        s.stack_top.store(0, std::memory_order_relaxed);
-        s.main_thread = false;
-        s.busy = false;
-        return &s;
+        return start_state(i, here);
       }
     }
   }
