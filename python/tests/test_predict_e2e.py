@@ -226,6 +226,19 @@ def test_concurrency_threads_dlopen_fork(trained, env, args):
     assert "warning" not in r.stderr
 
 
+def test_a_thread_started_after_another_ended_finds_its_contexts_cached(trained, env):
+    """A program that starts a thread per task: each new thread runs on the stack of the one before and takes the
+    prediction cache that thread left, so the model runs about as often for 16 threads one after another as for
+    one (word-count at default scale: 49,400 model runs became 7,500)."""
+    d, _, model = trained
+    runs = {}
+    for n in (1, 16):
+        stats, _ = run_stats(d, env, f"serial-{n}", "serial", str(n), model=model)
+        runs[n] = stats.get("counters", stats)["model_runs"]
+    assert runs[1] > 0
+    assert runs[16] < 3 * runs[1], runs
+
+
 def damaged(tmp: Path, good: bytes, kind: str) -> Path:
     p = tmp / f"{kind}.model"
     p.write_bytes({"truncated": good[:len(good) // 2], "corrupt": good[:300] + bytes([good[300] ^ 1]) + good[301:],

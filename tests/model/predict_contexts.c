@@ -91,6 +91,22 @@ static int threads(int n) {
   return 0;
 }
 
+// N threads one after another, each started when the previous one has been joined: a program that starts a
+// thread per task. glibc gives each the stack of the one before, so the prediction cache an exited thread leaves
+// serves the next one (docs/prediction.md).
+static int serial_threads(int n) {
+  unsigned long sum = 0;
+  for (int i = 0; i < n; ++i) {
+    pthread_t t;
+    void* r;
+    pthread_create(&t, NULL, worker, (void*)(uintptr_t)i);
+    pthread_join(t, &r);
+    sum += (unsigned long)r;
+  }
+  printf("ok %lu\n", sum);
+  return 0;
+}
+
 static const char* g_lib;
 static volatile int g_stop;
 
@@ -251,9 +267,10 @@ int main(int argc, char** argv) {
   }
   if (argc >= 3 && strcmp(argv[1], "footprint") == 0) return footprint(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "threads") == 0) return threads(atoi(argv[2]));
+  if (argc >= 3 && strcmp(argv[1], "serial") == 0) return serial_threads(atoi(argv[2]));
   if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));
   if (argc >= 2 && strcmp(argv[1], "fork") == 0) return fork_test();
   if (argc >= 4 && strcmp(argv[1], "idle") == 0) return idle_threads(atoi(argv[2]), atoi(argv[3]));
-  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | threads N | dlopen LIB N | fork | idle N MS\n");
+  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | threads N | serial N | dlopen LIB N | fork | idle N MS\n");
   return 2;
 }
