@@ -29,6 +29,7 @@ namespace llamalloc {
   X(model_runs, "runs of the lifetime model")                                                   \
   X(prediction_ns, "time spent in model runs (stack walk, tokens, model), ns")                  \
   X(repredictions_changed, "periodic re-predictions that changed a cached class")                \
+  X(prediction_keys_shared, "prediction cache keys found shared by call paths (keyed by callers since)") \
   X(prediction_caches_dropped, "prediction caches of idle threads given back by the sweeper")
 
 struct Counters {

@@ -415,7 +415,7 @@ size_t LearnedPredictor::tokens_of(const uintptr_t* pcs, size_t depth, size_t si
   return n;
 }
 
-unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadState* state) {
+unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadState* state, uint16_t* context_hash) {
   uint64_t t0 = now_ns();
   uintptr_t stack_top = state->stack_top.load(std::memory_order_relaxed);
   if (stack_top == 0) {
@@ -427,6 +427,11 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   uintptr_t pcs[kMaxFrames];
   bool broken = false;
   size_t depth = capture_stack(context, stack_top, pcs, kMaxFrames, &broken);
+  if (context_hash != nullptr) {
+    uint64_t h = depth;
+    for (size_t i = 0; i < depth; ++i) h = (h ^ pcs[i]) * 0x9E3779B97F4A7C15ull;
+    *context_hash = uint16_t((h >> 48) | 1);
+  }
   uint32_t tokens[kMaxTokens];
   size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens, broken && !state->main_thread);
   float logits[kNumClasses];
@@ -437,13 +442,59 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   return lc;
 }
 
+uint64_t LearnedPredictor::deep_key(uint64_t key, const AllocationContext& context, uintptr_t stack_low,
+                                    uintptr_t stack_top) {
+  uintptr_t at = context.stack_address;
+  if (stack_top == 0 || at < stack_low || at > stack_top - 16 || (at & 7) != 0) return 0;
+  // The heap's entry frame is [saved rbp, return address into frame 0's function]; the saved rbp is that
+  // function's frame (if it keeps one), whose record holds the return address into its caller, and so on.
+  uint64_t deep = key;
+  int frames = 0;
+  for (uintptr_t fp = *reinterpret_cast<const uintptr_t*>(at); frames < kDeepKeyFrames; ++frames) {
+    if (fp <= at || (fp & 7) != 0 || fp > stack_top - 16) break;
+    const auto* f = reinterpret_cast<const uintptr_t*>(fp);
+    deep = (deep ^ f[1]) * 0x9E3779B97F4A7C15ull;
+    deep ^= deep >> 31;
+    at = fp;
+    fp = f[0];
+  }
+  return frames == 0 ? 0 : deep | 1;
+}
+
 unsigned LearnedPredictor::predict(const AllocationContext& context) {
   ThreadState* state = thread_state();
   if (state == nullptr || state->busy) return model_.default_class();
   uint64_t key = cache_key(context.return_address, context.stack_address, size_class(context.size_bytes));
   state->busy = true;
-  unsigned lc = state->cache.lookup(key, repredict_every_, state->counters,
-                                    [&] { return run_model(context, state); }, repredict_backoff_);
+  auto& e = state->cache.slot(key);
+  unsigned lc;
+  if (e.key == key && e.hits == kDeepEntryHits) {
+    // A key that several call paths share: keyed again with the callers' return addresses.
+    uint64_t deep = deep_key(key, context, state->stack_low.load(std::memory_order_relaxed),
+                             state->stack_top.load(std::memory_order_relaxed));
+    if (deep != 0 && deep != key) {
+      lc = state->cache.lookup(deep, repredict_every_, state->counters,
+                               [&] { return run_model(context, state); }, repredict_backoff_);
+    } else {
+      CacheCounters::bump(state->counters.hits);
+      lc = e.lifetime_class;
+    }
+  } else {
+    uint16_t ran_on = 0;
+    lc = state->cache.lookup(key, repredict_every_, state->counters,
+                             [&] { return run_model(context, state, &ran_on); }, repredict_backoff_);
+    // A model run (a miss, or a re-prediction) on another call path than the entry's last one: the key is
+    // shared, and from now on each allocation with it is keyed by its callers as well.
+    if (ran_on != 0 && e.key == key) {
+      if (e.context != 0 && e.context != ran_on) {
+        e.hits = kDeepEntryHits;
+        e.backoff = 0;
+        CacheCounters::bump(state->counters.shared_keys);
+      } else {
+        e.context = ran_on;
+      }
+    }
+  }
   state->busy = false;
   return lc;
 }
@@ -501,6 +552,7 @@ PredictionTotals LearnedPredictor::totals() const {
     t.prediction_ns += c.prediction_ns.load(std::memory_order_relaxed);
     t.repredictions += c.repredictions.load(std::memory_order_relaxed);
     t.repredictions_changed += c.repredictions_changed.load(std::memory_order_relaxed);
+    t.shared_keys += c.shared_keys.load(std::memory_order_relaxed);
   }
   return t;
 }
@@ -520,6 +572,7 @@ void LearnedPredictor::report(Counters& counters) {
   counters.model_runs.store(t.model_runs, std::memory_order_relaxed);
   counters.prediction_ns.store(t.prediction_ns, std::memory_order_relaxed);
   counters.repredictions_changed.store(t.repredictions_changed, std::memory_order_relaxed);
+  counters.prediction_keys_shared.store(t.shared_keys, std::memory_order_relaxed);
 }
 
 }  // namespace llamalloc::model

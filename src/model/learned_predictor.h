@@ -17,6 +17,9 @@ namespace llamalloc::model {
 inline constexpr unsigned kMaxFrames = 64;
 // Most frames between the predictor and the program's caller (predictor, heap slow path, entry point, ...).
 inline constexpr int kMaxHeapFrames = 16;
+// Callers' return addresses in the key of a shared entry (deep_key): redis's allocations return into
+// ztrymalloc_usable_internal, called by zmalloc, called by the function that wants the memory.
+inline constexpr int kDeepKeyFrames = 4;
 inline constexpr uint32_t kDefaultRepredictEvery = 1000;
 
 // Executable mappings of the process, from /proc/self/maps, each with its binary in the token tables.
@@ -73,7 +76,8 @@ struct alignas(4096) ThreadState {
 };
 
 struct PredictionTotals {
-  uint64_t hits = 0, misses = 0, model_runs = 0, prediction_ns = 0, repredictions = 0, repredictions_changed = 0;
+  uint64_t hits = 0, misses = 0, model_runs = 0, prediction_ns = 0, repredictions = 0, repredictions_changed = 0,
+           shared_keys = 0;
 };
 
 class LearnedPredictor final : public Predictor {
@@ -110,7 +114,12 @@ class LearnedPredictor final : public Predictor {
   // libstdc++'s thread trampoline): the thread root frames of the tables (start_thread @ __clone3) follow.
   size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max,
                    bool thread_root = false);
-  unsigned run_model(const AllocationContext& context, ThreadState* state);
+  // context_hash: where given, a hash of the frames the run saw (never 0).
+  unsigned run_model(const AllocationContext& context, ThreadState* state, uint16_t* context_hash = nullptr);
+  // The key of an allocation whose cache entry is shared by call paths: `key` mixed with the return addresses
+  // of up to kDeepKeyFrames callers above frame 0 (the frame chain from context.stack_address, within the
+  // thread's stack); 0 when no caller's frame can be read.
+  static uint64_t deep_key(uint64_t key, const AllocationContext& context, uintptr_t stack_low, uintptr_t stack_top);
 
   // Appends "class: tokens" per model run to fd (tests of the token path); -1: off.
   void set_log_fd(int fd);

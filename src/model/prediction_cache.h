@@ -22,6 +22,7 @@ struct CacheCounters {
   std::atomic<uint64_t> prediction_ns{0};
   std::atomic<uint64_t> repredictions_changed{0};
   std::atomic<uint64_t> repredictions{0};
+  std::atomic<uint64_t> shared_keys{0};  // entries found to be shared by call paths (keyed deeper since)
 
   static void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
     c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
@@ -74,8 +75,12 @@ class PredictionCache {
     e.hits = 0;
     e.lifetime_class = uint8_t(fresh);
     e.backoff = 0;
+    e.context = 0;
     return fresh;
   }
+
+  // The slot `key` goes to (it holds `key` or whatever shares its slot).
+  Entry& slot(uint64_t key) { return entries_[index_of(key)]; }
 
   const Entry& entry(unsigned index) const { return entries_[index]; }
   void clear() {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <thread>
 #include <vector>
 
@@ -612,6 +613,90 @@ TEST(PredictionCaches, AnExitedThreadsCacheGoesToTheNextThreadOnItsStackThenLeav
     EXPECT_EQ(p.totals().model_runs - before, 256u) << "after the drop the contexts miss again";
   });
   munmap(stacks, 2 * kStack);
+}
+
+// ---------------------------------------------------------------- keys shared by call paths
+
+// An allocation entry point as the heap's: the caller's return address and this function's own frame.
+#define LLAMALLOC_FRAMED __attribute__((noinline, optimize("no-omit-frame-pointer")))
+volatile int g_path_a, g_path_b;
+
+LLAMALLOC_FRAMED unsigned fake_entry(LearnedPredictor& p, size_t size) {
+  unsigned lc = p.predict({reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+                           reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), size});
+  asm volatile("" ::: "memory");
+  return lc;
+}
+// A wrapper (redis's zmalloc): every allocation returns into it, at the same stack height from both paths.
+LLAMALLOC_FRAMED unsigned wrapper(LearnedPredictor& p, size_t size) {
+  unsigned lc = fake_entry(p, size);
+  asm volatile("" ::: "memory");
+  return lc;
+}
+LLAMALLOC_FRAMED unsigned path_a(LearnedPredictor& p, size_t size) {
+  g_path_a = 1;
+  unsigned lc = wrapper(p, size);
+  asm volatile("" ::: "memory");
+  return lc;
+}
+LLAMALLOC_FRAMED unsigned path_b(LearnedPredictor& p, size_t size) {
+  g_path_b = 2;
+  unsigned lc = wrapper(p, size);
+  asm volatile("" ::: "memory");
+  return lc;
+}
+
+// Path a or b, always from the same two call sites (a call site is part of a context).
+LLAMALLOC_FRAMED unsigned step(LearnedPredictor& p, bool b, size_t size) {
+  unsigned lc = b ? path_b(p, size) : path_a(p, size);
+  asm volatile("" ::: "memory");
+  return lc;
+}
+
+// Paths a (0) and b (1) in turn, each from the same call sites whichever test line asks: the key of a shared entry
+// takes kDeepKeyFrames (4) callers' return addresses, here path_x, step, steps_inner and steps.
+LLAMALLOC_FRAMED void steps_inner(LearnedPredictor& p, const int* paths, size_t n, size_t size) {
+  for (size_t i = 0; i < n; ++i) step(p, paths[i] != 0, size);
+  asm volatile("" ::: "memory");
+}
+LLAMALLOC_FRAMED void steps(LearnedPredictor& p, std::initializer_list<int> paths, size_t size) {
+  steps_inner(p, paths.begin(), paths.size(), size);
+  asm volatile("" ::: "memory");
+}
+
+// Two call paths of the same depth through a wrapper share one cache key (return address, stack height, size
+// class): the first path's class answered for both. A re-prediction on the other path finds it, and from then
+// on each path is keyed with its callers too, so each gets its own model run and entry. One path alone never
+// marks its key shared.
+TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
+  static LearnedPredictor p;
+  cache_test_predictor();  // writes the model file
+  std::string path = ::testing::TempDir() + "/caches." + std::to_string(getpid()) + ".model";
+  char err[256];
+  ASSERT_TRUE(p.init(path.c_str(), nullptr, /*repredict_every=*/2, err, sizeof err)) << err;
+  std::thread t([&] {
+    auto runs = [&] { return p.totals().model_runs; };
+    auto shared = [&] { return p.totals().shared_keys; };
+    // One path: re-predicted every 2 hits on the same frames, never shared.
+    uint64_t r0 = runs(), s0 = shared();
+    steps(p, {0, 0, 0, 0, 0, 0}, 256);
+    EXPECT_EQ(runs() - r0, 3u) << "a miss, then a re-prediction every second hit";
+    EXPECT_EQ(shared() - s0, 0u);
+    // Two paths, another size class: a's miss, b's hit, b's re-prediction sees other frames.
+    r0 = runs();
+    steps(p, {0, 1}, 64);
+    EXPECT_EQ(runs() - r0, 1u) << "b is served a's entry";
+    steps(p, {1}, 64);
+    EXPECT_EQ(runs() - r0, 2u);
+    EXPECT_EQ(shared() - s0, 1u) << "the re-prediction found the key shared";
+    // Each path now has its own entry: one model run each, then hits.
+    steps(p, {0, 1}, 64);
+    EXPECT_EQ(runs() - r0, 4u);
+    steps(p, {0, 1}, 64);
+    EXPECT_EQ(runs() - r0, 4u) << "each path hits its own entry";
+    EXPECT_EQ(shared() - s0, 1u);
+  });
+  t.join();
 }
 
 // drop_thread_cache (the sweeper, for an idle thread): the pages go, the cache reads as empty (the next
