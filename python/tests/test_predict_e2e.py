@@ -226,6 +226,46 @@ def test_concurrency_threads_dlopen_fork(trained, env, args):
     assert "warning" not in r.stderr
 
 
+@pytest.fixture(scope="module")
+def trained_wrapped(tmp_path_factory, env):
+    d = tmp_path_factory.mktemp("e2e-wrapped")
+    prof, model = d / "w.prof", d / "w.model"
+    llamalloc("record", "--sample-bytes", "1", "-o", prof, "--", program(), "wrapped", ROUNDS, env=env)
+    llamalloc("symbolize", prof, env=env)
+    llamalloc("train", prof, "-o", model, "--holdout", "0", "--hidden", "16", "--epochs", "12", env=env)
+    return d, prof, model
+
+
+def test_two_contexts_through_one_wrapper_each_get_their_own_prediction(trained_wrapped, env):
+    """The records and the buffers of `wrapped` both allocate through xmalloc, at the same stack height and size
+    class: one prediction-cache key (papers/000 section 7), as every redis allocation through zmalloc. The
+    process must still run the model on each of the two contexts the profile has (both in the predict log),
+    and place the records apart from the buffers: the footprint below the one without a model."""
+    d, prof, model = trained_wrapped
+    log = d / "wrapped.log"
+    with_model, _ = run_stats(d, env, "wrapped-with", "wrapped", ROUNDS, model=model,
+                              extra_env={"LLAMALLOC_PREDICT_LOG": str(log)})
+    without, _ = run_stats(d, env, "wrapped-without", "wrapped", ROUNDS)
+    runs = {}
+    for line in log.read_text().splitlines():
+        cls, _, tokens = line.partition(":")
+        runs[tuple(int(t) for t in tokens.split())] = int(cls)
+    samples = profile.samples_table([prof])
+    stacks, sizes = samples.column("stack").to_pylist(), samples.column("request_size").to_pylist()
+    own = {s[1]: (s, z) for s, z in zip(stacks, sizes) if s[0] == "xmalloc" and len(s) > 1}
+    assert set(own) == {"keep_wrapped", "temp_wrapped"}, sorted(own)
+    m = modelfile.read(model)
+    for caller, (stack, size) in own.items():
+        tokens = tuple(reference.tokens(m, [stack], [size])[0])
+        assert tokens in runs, f"{caller}'s context never ran the model in the process"
+    assert runs[tuple(reference.tokens(m, [own["keep_wrapped"][0]], [own["keep_wrapped"][1]])[0])] == 7
+    # Records made before the key was found shared (a check every kPredictionCheckEvery hits has to meet one of
+    # them: one allocation in 201) got the buffers' class and pin their pages: 10 MiB against 14 here, where
+    # the unwrapped program's test asks for half.
+    assert with_model["footprint_bytes"] < 0.8 * without["footprint_bytes"], (with_model, without)
+    assert with_model["counters"]["prediction_keys_shared"] >= 1
+
+
 def test_a_thread_started_after_another_ended_finds_its_contexts_cached(trained, env):
     """A program that starts a thread per task: each new thread runs on the stack of the one before and takes the
     prediction cache that thread left, so the model runs about as often for 16 threads one after another as for

@@ -415,7 +415,7 @@ size_t LearnedPredictor::tokens_of(const uintptr_t* pcs, size_t depth, size_t si
   return n;
 }
 
-unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadState* state, uint16_t* context_hash) {
+unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadState* state) {
   uint64_t t0 = now_ns();
   uintptr_t stack_top = state->stack_top.load(std::memory_order_relaxed);
   if (stack_top == 0) {
@@ -427,11 +427,6 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   uintptr_t pcs[kMaxFrames];
   bool broken = false;
   size_t depth = capture_stack(context, stack_top, pcs, kMaxFrames, &broken);
-  if (context_hash != nullptr) {
-    uint64_t h = depth;
-    for (size_t i = 0; i < depth; ++i) h = (h ^ pcs[i]) * 0x9E3779B97F4A7C15ull;
-    *context_hash = uint16_t((h >> 48) | 1);
-  }
   uint32_t tokens[kMaxTokens];
   size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens, broken && !state->main_thread);
   float logits[kNumClasses];
@@ -467,33 +462,31 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
   uint64_t key = cache_key(context.return_address, context.stack_address, size_class(context.size_bytes));
   state->busy = true;
   auto& e = state->cache.slot(key);
+  // The callers above frame 0 (0 before the thread's first model run has found its stack's bounds). Their tag
+  // in the entry tells whether this allocation came by the entry's call path: the fast path comes here every
+  // kPredictionCheckEvery hits, misses and re-predictions always do.
+  uint64_t deep = deep_key(key, context, state->stack_low.load(std::memory_order_relaxed),
+                           state->stack_top.load(std::memory_order_relaxed));
+  uint16_t tag = deep == 0 ? 0 : uint16_t((deep >> 48) | 1);
+  if (e.key == key && e.hits != kDeepEntryHits && tag != 0 && e.context != 0 && e.context != tag) {
+    // Another call path with the same key: from now on each allocation with it is keyed by its callers too.
+    e.hits = kDeepEntryHits;
+    e.backoff = 0;
+    CacheCounters::bump(state->counters.shared_keys);
+  }
   unsigned lc;
   if (e.key == key && e.hits == kDeepEntryHits) {
-    // A key that several call paths share: keyed again with the callers' return addresses.
-    uint64_t deep = deep_key(key, context, state->stack_low.load(std::memory_order_relaxed),
-                             state->stack_top.load(std::memory_order_relaxed));
     if (deep != 0 && deep != key) {
-      lc = state->cache.lookup(deep, repredict_every_, state->counters,
-                               [&] { return run_model(context, state); }, repredict_backoff_);
+      lc = state->cache.lookup(deep, repredict_every_, state->counters, [&] { return run_model(context, state); },
+                               repredict_backoff_);
     } else {
       CacheCounters::bump(state->counters.hits);
       lc = e.lifetime_class;
     }
   } else {
-    uint16_t ran_on = 0;
-    lc = state->cache.lookup(key, repredict_every_, state->counters,
-                             [&] { return run_model(context, state, &ran_on); }, repredict_backoff_);
-    // A model run (a miss, or a re-prediction) on another call path than the entry's last one: the key is
-    // shared, and from now on each allocation with it is keyed by its callers as well.
-    if (ran_on != 0 && e.key == key) {
-      if (e.context != 0 && e.context != ran_on) {
-        e.hits = kDeepEntryHits;
-        e.backoff = 0;
-        CacheCounters::bump(state->counters.shared_keys);
-      } else {
-        e.context = ran_on;
-      }
-    }
+    lc = state->cache.lookup(key, repredict_every_, state->counters, [&] { return run_model(context, state); },
+                             repredict_backoff_);
+    if (e.key == key && e.context == 0) e.context = tag;
   }
   state->busy = false;
   return lc;

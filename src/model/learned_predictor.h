@@ -114,8 +114,7 @@ class LearnedPredictor final : public Predictor {
   // libstdc++'s thread trampoline): the thread root frames of the tables (start_thread @ __clone3) follow.
   size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max,
                    bool thread_root = false);
-  // context_hash: where given, a hash of the frames the run saw (never 0).
-  unsigned run_model(const AllocationContext& context, ThreadState* state, uint16_t* context_hash = nullptr);
+  unsigned run_model(const AllocationContext& context, ThreadState* state);
   // The key of an allocation whose cache entry is shared by call paths: `key` mixed with the return addresses
   // of up to kDeepKeyFrames callers above frame 0 (the frame chain from context.stack_address, within the
   // thread's stack); 0 when no caller's frame can be read.

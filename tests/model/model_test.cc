@@ -665,35 +665,34 @@ LLAMALLOC_FRAMED void steps(LearnedPredictor& p, std::initializer_list<int> path
 }
 
 // Two call paths of the same depth through a wrapper share one cache key (return address, stack height, size
-// class): the first path's class answered for both. A re-prediction on the other path finds it, and from then
-// on each path is keyed with its callers too, so each gets its own model run and entry. One path alone never
-// marks its key shared.
+// class): the first path's class answered for both. The predictor (every miss, re-prediction, and every
+// kPredictionCheckEvery-th hit on the fast path) compares the callers' tag of the entry with the allocation's:
+// another path marks the key shared, and from then on each path is keyed with its callers too, so each gets its
+// own model run and entry. One path alone never marks its key shared.
 TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
   static LearnedPredictor p;
   cache_test_predictor();  // writes the model file
   std::string path = ::testing::TempDir() + "/caches." + std::to_string(getpid()) + ".model";
   char err[256];
-  ASSERT_TRUE(p.init(path.c_str(), nullptr, /*repredict_every=*/2, err, sizeof err)) << err;
+  ASSERT_TRUE(p.init(path.c_str(), nullptr, /*repredict_every=*/0, err, sizeof err)) << err;
   std::thread t([&] {
     auto runs = [&] { return p.totals().model_runs; };
     auto shared = [&] { return p.totals().shared_keys; };
-    // One path: re-predicted every 2 hits on the same frames, never shared.
+    // One path: one model run, then hits; never shared.
     uint64_t r0 = runs(), s0 = shared();
     steps(p, {0, 0, 0, 0, 0, 0}, 256);
-    EXPECT_EQ(runs() - r0, 3u) << "a miss, then a re-prediction every second hit";
+    EXPECT_EQ(runs() - r0, 1u);
     EXPECT_EQ(shared() - s0, 0u);
-    // Two paths, another size class: a's miss, b's hit, b's re-prediction sees other frames.
+    // Two paths, another size class: a's miss; b comes with other callers, so the key is shared and b gets its
+    // own entry (a model run).
     r0 = runs();
     steps(p, {0, 1}, 64);
-    EXPECT_EQ(runs() - r0, 1u) << "b is served a's entry";
-    steps(p, {1}, 64);
-    EXPECT_EQ(runs() - r0, 2u);
-    EXPECT_EQ(shared() - s0, 1u) << "the re-prediction found the key shared";
-    // Each path now has its own entry: one model run each, then hits.
+    EXPECT_EQ(runs() - r0, 2u) << "b is not served a's entry";
+    EXPECT_EQ(shared() - s0, 1u) << "the key was found shared";
     steps(p, {0, 1}, 64);
-    EXPECT_EQ(runs() - r0, 4u);
-    steps(p, {0, 1}, 64);
-    EXPECT_EQ(runs() - r0, 4u) << "each path hits its own entry";
+    EXPECT_EQ(runs() - r0, 3u) << "a gets its own entry too";
+    steps(p, {0, 1, 0, 1}, 64);
+    EXPECT_EQ(runs() - r0, 3u) << "each path hits its own entry";
     EXPECT_EQ(shared() - s0, 1u);
   });
   t.join();

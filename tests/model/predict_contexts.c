@@ -2,6 +2,8 @@
  *   footprint ROUNDS   long-lived objects (never freed) from one calling context, interleaved with short-lived
  *                      buffers of similar size from another, ROUNDS x 0.8 MiB of them live at once: without a
  *                      model the long-lived ones pin every huge page the buffers used.
+ *   wrapped ROUNDS     as footprint, but both contexts allocate through one wrapper (xmalloc) at the same depth and
+ *                      size class: one prediction-cache key for both, which the cache must tell apart
  *   threads N          N threads allocating from several contexts at once (many threads predicting at once)
  *   dlopen LIB N       a thread dlopens/dlcloses LIB and calls its allocating function while N threads allocate
  *   fork               allocates, forks; the child allocates from new contexts and exits 0
@@ -38,7 +40,16 @@ NOINLINE void handle_request(void** temps, int count) {
   for (int i = 0; i < count; ++i) temps[i] = temp_buffer(200);
 }
 
-static int footprint(int rounds) {
+/* A wrapper, as redis's zmalloc: every allocation below returns into it, at the same stack height. */
+NOINLINE void* xmalloc(size_t n) {
+  void* p = malloc(n);
+  if (p == NULL) abort();
+  return p;
+}
+NOINLINE void* keep_wrapped(size_t n) { void* p = xmalloc(n); memset(p, 1, n); return p; }
+NOINLINE void* temp_wrapped(size_t n) { void* p = xmalloc(n); memset(p, 2, n); return p; }
+
+static int footprint(int rounds, int wrapped) {
   /* Each round: 4000 request buffers of 200 bytes (about 0.8 MiB), all live at once, with a 256-byte record
      kept after every 200 of them; then the buffers die. Buffers and records are small objects of the same
      cursor, so without a model the records end up spread over every huge page the buffers filled and pin
@@ -49,8 +60,13 @@ static int footprint(int rounds) {
   void** kept = calloc(n_kept, sizeof(void*));
   unsigned long sum = 0;
   for (size_t k = 0; k < n_kept; ++k) {
-    handle_request(temps + k * kKeepEvery, kKeepEvery);
-    store_records(kept + k, 1);
+    if (wrapped) {
+      for (int i = 0; i < kKeepEvery; ++i) temps[k * kKeepEvery + i] = temp_wrapped(200);
+      kept[k] = keep_wrapped(256);
+    } else {
+      handle_request(temps + k * kKeepEvery, kKeepEvery);
+      store_records(kept + k, 1);
+    }
   }
   for (size_t i = 0; i < n_temps; ++i) {
     sum += ((unsigned char*)temps[i])[7];
@@ -265,12 +281,13 @@ int main(int argc, char** argv) {
     printf("ok %lu\n", deep_recurse(atoi(argv[2]), atoi(argv[3])));
     return 0;
   }
-  if (argc >= 3 && strcmp(argv[1], "footprint") == 0) return footprint(atoi(argv[2]));
+  if (argc >= 3 && strcmp(argv[1], "footprint") == 0) return footprint(atoi(argv[2]), 0);
+  if (argc >= 3 && strcmp(argv[1], "wrapped") == 0) return footprint(atoi(argv[2]), 1);
   if (argc >= 3 && strcmp(argv[1], "threads") == 0) return threads(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "serial") == 0) return serial_threads(atoi(argv[2]));
   if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));
   if (argc >= 2 && strcmp(argv[1], "fork") == 0) return fork_test();
   if (argc >= 4 && strcmp(argv[1], "idle") == 0) return idle_threads(atoi(argv[2]), atoi(argv[3]));
-  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | threads N | serial N | dlopen LIB N | fork | idle N MS\n");
+  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | wrapped ROUNDS | threads N | serial N | dlopen LIB N | fork | idle N MS\n");
   return 2;
 }

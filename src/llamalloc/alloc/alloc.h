@@ -60,7 +60,10 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
       uint64_t key = prediction_cache_key(reinterpret_cast<uintptr_t>(__builtin_return_address(0)), stack_address,
                                           request_size_class(size));
       PredictionCacheEntry& e = h->prediction_cache.entries[key >> h->prediction_cache.shift];
-      if (LLAMALLOC_LIKELY(e.key == key && e.hits + 1 < uint64_t(h->prediction_cache.repredict_every) << e.backoff)) {
+      // (A shared entry's hits + 1 wraps to 0; every kPredictionCheckEvery hits the predictor checks the path.)
+      uint32_t n = e.hits + 1;
+      if (LLAMALLOC_LIKELY(e.key == key && n % kPredictionCheckEvery != 0 &&
+                           n < uint64_t(h->prediction_cache.repredict_every) << e.backoff)) {
         e.hits++;
         std::atomic<uint64_t>& hits = *h->prediction_cache.hits;
         hits.store(hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

@@ -37,14 +37,17 @@ struct PredictionCacheEntry {
   uint32_t hits;  // since the last model run for this entry; kDeepEntryHits: a key of several call paths
   uint8_t lifetime_class;
   uint8_t backoff;  // the entry is re-predicted every repredict_every << backoff hits
-  uint16_t context;  // a hash of the call path of its last model run (0: none), to find keys shared by paths
+  uint16_t context;  // a tag of the callers above frame 0 (0: not known yet), to find keys shared by call paths
 };
 
 // `hits` of an entry whose key two call paths were found to share (a wrapper such as redis's zmalloc: the same
-// return address at the same stack height). With backoff 0 it fails the fast path's test for every period, so
-// each allocation with that key goes to the predictor, which keys it again with its callers' return addresses
+// return address at the same stack height). hits + 1 wraps to 0, which fails the fast path's test, so each
+// allocation with that key goes to the predictor, which keys it again with its callers' return addresses
 // (docs/prediction.md).
 inline constexpr uint32_t kDeepEntryHits = UINT32_MAX;
+// Every this many hits of an entry the fast path goes to the predictor, which checks that the allocation came
+// by the entry's call path (a few loads up the frame chain, no model run).
+inline constexpr uint32_t kPredictionCheckEvery = 64;
 
 // What the fast path needs to probe a thread's cache: entries[key >> shift], the re-prediction period
 // (UINT32_MAX: never; an entry's own period is this << its backoff) and the thread's hit counter (one writer,
