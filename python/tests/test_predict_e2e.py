@@ -52,14 +52,18 @@ def env(tmp_path_factory):
     return e
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, env):
-    d = tmp_path_factory.mktemp("e2e")
-    prof, model = d / "fp.prof", d / "fp.model"
-    llamalloc("record", "--sample-bytes", "1", "-o", prof, "--", program(), "footprint", ROUNDS, env=env)
+def record_and_train(d: Path, env, mode: str) -> tuple[Path, Path, Path]:
+    """Profile predict-contexts MODE ROUNDS (every byte sampled), symbolize, train a small model on all of it."""
+    prof, model = d / f"{mode}.prof", d / f"{mode}.model"
+    llamalloc("record", "--sample-bytes", "1", "-o", prof, "--", program(), mode, ROUNDS, env=env)
     llamalloc("symbolize", prof, env=env)
     llamalloc("train", prof, "-o", model, "--holdout", "0", "--hidden", "16", "--epochs", "12", env=env)
     return d, prof, model
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, env):
+    return record_and_train(tmp_path_factory.mktemp("e2e"), env, "footprint")
 
 
 def run_stats(d: Path, env, name: str, *args, model=None, extra_env=None) -> tuple[dict, subprocess.CompletedProcess]:
@@ -71,16 +75,27 @@ def run_stats(d: Path, env, name: str, *args, model=None, extra_env=None) -> tup
     return json.loads(stats.read_text()), r
 
 
-def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
-    d, prof, model = trained
-    log = d / "predict.log"
-    run_stats(d, env, "logged", "footprint", ROUNDS, model=model, extra_env={"LLAMALLOC_PREDICT_LOG": str(log)})
+def predict_log(log: Path) -> dict[tuple, int]:
+    """LLAMALLOC_PREDICT_LOG's lines, "class: token ids": token sequence -> class."""
     runs = {}
     for line in log.read_text().splitlines():
         cls, _, tokens = line.partition(":")
         runs[tuple(int(t) for t in tokens.split())] = int(cls)
+    return runs
+
+
+def profile_contexts(prof: Path) -> tuple[list, list]:
+    """The stacks and request sizes of a profile's samples."""
     samples = profile.samples_table([prof])
-    stacks, sizes = samples.column("stack").to_pylist(), samples.column("request_size").to_pylist()
+    return samples.column("stack").to_pylist(), samples.column("request_size").to_pylist()
+
+
+def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
+    d, prof, model = trained
+    log = d / "predict.log"
+    run_stats(d, env, "logged", "footprint", ROUNDS, model=model, extra_env={"LLAMALLOC_PREDICT_LOG": str(log)})
+    runs = predict_log(log)
+    stacks, sizes = profile_contexts(prof)
     # The program's own contexts (frame 0 in the program; libc's internals keep no frame pointers, see
     # docs/prediction.md).
     own = [(s, z) for s, z in zip(stacks, sizes) if s[0] in ("keep_record", "temp_buffer", "footprint")]
@@ -228,12 +243,7 @@ def test_concurrency_threads_dlopen_fork(trained, env, args):
 
 @pytest.fixture(scope="module")
 def trained_wrapped(tmp_path_factory, env):
-    d = tmp_path_factory.mktemp("e2e-wrapped")
-    prof, model = d / "w.prof", d / "w.model"
-    llamalloc("record", "--sample-bytes", "1", "-o", prof, "--", program(), "wrapped", ROUNDS, env=env)
-    llamalloc("symbolize", prof, env=env)
-    llamalloc("train", prof, "-o", model, "--holdout", "0", "--hidden", "16", "--epochs", "12", env=env)
-    return d, prof, model
+    return record_and_train(tmp_path_factory.mktemp("e2e-wrapped"), env, "wrapped")
 
 
 def test_two_contexts_through_one_wrapper_each_get_their_own_prediction(trained_wrapped, env):
@@ -246,12 +256,8 @@ def test_two_contexts_through_one_wrapper_each_get_their_own_prediction(trained_
     with_model, _ = run_stats(d, env, "wrapped-with", "wrapped", ROUNDS, model=model,
                               extra_env={"LLAMALLOC_PREDICT_LOG": str(log)})
     without, _ = run_stats(d, env, "wrapped-without", "wrapped", ROUNDS)
-    runs = {}
-    for line in log.read_text().splitlines():
-        cls, _, tokens = line.partition(":")
-        runs[tuple(int(t) for t in tokens.split())] = int(cls)
-    samples = profile.samples_table([prof])
-    stacks, sizes = samples.column("stack").to_pylist(), samples.column("request_size").to_pylist()
+    runs = predict_log(log)
+    stacks, sizes = profile_contexts(prof)
     own = {s[1]: (s, z) for s, z in zip(stacks, sizes) if s[0] == "xmalloc" and len(s) > 1}
     assert set(own) == {"keep_wrapped", "temp_wrapped"}, sorted(own)
     m = modelfile.read(model)
