@@ -136,14 +136,22 @@ bool try_claim(unsigned i) {
 }
 
 // State i, just claimed, for a new thread whose stack holds `here`: kept as it is when it is warm from a thread
-// that ran on that stack; otherwise from an empty cache (a warm one dropped) and no stack bounds yet.
+// that ran on the very mapping this thread's stack is (read again from /proc/self/maps, as the thread's first
+// model run would: stale bounds would let the frame walks read past the stack); otherwise from an empty cache
+// (a warm one dropped) and no stack bounds yet.
 ThreadState* start_state(unsigned i, uintptr_t here) {
   ThreadState& s = g_states[i];
   s.busy = false;
   bool warm = (g_warm[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed) >> (i % 64) & 1) != 0;
-  if (warm && here >= s.stack_low.load(std::memory_order_relaxed) && here < s.stack_top.load(std::memory_order_relaxed))
-    return &s;
-  if (warm) drop_cache_pages(&s);
+  if (warm) {
+    uintptr_t low = 0;
+    bool main_thread = false;
+    uintptr_t top = mapping_end(here, &main_thread, &low);
+    if (top != 0 && top == s.stack_top.load(std::memory_order_relaxed) &&
+        low == s.stack_low.load(std::memory_order_relaxed) && main_thread == s.main_thread)
+      return &s;
+    drop_cache_pages(&s);
+  }
   s.stack_low.store(0, std::memory_order_relaxed);
   s.stack_top.store(0, std::memory_order_relaxed);
   s.main_thread = false;

@@ -5,6 +5,7 @@
  *   wrapped ROUNDS     as footprint, but both contexts allocate through one wrapper (xmalloc) at the same depth and
  *                      size class: one prediction-cache key for both, which the cache must tell apart
  *   threads N          N threads allocating from several contexts at once (many threads predicting at once)
+ *   serial N           N threads as in `threads`, one after another (a thread per task: each on the last one's stack)
  *   dlopen LIB N       a thread dlopens/dlcloses LIB and calls its allocating function while N threads allocate
  *   fork               allocates, forks; the child allocates from new contexts and exits 0
  *   deep DEPTH COUNT   COUNT malloc/free pairs at the bottom of a DEPTH-frame recursion (model-run timing with
@@ -288,6 +289,7 @@ int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));
   if (argc >= 2 && strcmp(argv[1], "fork") == 0) return fork_test();
   if (argc >= 4 && strcmp(argv[1], "idle") == 0) return idle_threads(atoi(argv[2]), atoi(argv[3]));
-  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | wrapped ROUNDS | threads N | serial N | dlopen LIB N | fork | idle N MS\n");
+  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | wrapped ROUNDS | threads N | serial N | dlopen LIB N"
+                  " | fork | idle N MS\n");
   return 2;
 }
