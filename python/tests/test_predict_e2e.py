@@ -272,6 +272,41 @@ def test_two_contexts_through_one_wrapper_each_get_their_own_prediction(trained_
     assert with_model["counters"]["prediction_keys_shared"] >= 1
 
 
+@pytest.fixture(scope="module")
+def trained_frameless(tmp_path_factory, env):
+    return record_and_train(tmp_path_factory.mktemp("e2e-frameless"), env, "frameless")
+
+
+def test_the_caller_of_a_function_without_frame_pointer_is_in_the_context(trained_frameless, env):
+    """The records and the buffers of `frameless` allocate through a function built without frame pointer, as
+    libstdc++'s and glibc's internals are: its caller (keep_frameless or temp_frameless) is in no frame record.
+    The profiler finds it with the DWARF unwinder, and so must the process: every context of the profile is
+    in the predict log with the reference class, and the records are placed apart from the buffers. With
+    frame pointers alone (LLAMALLOC_PREDICT_DWARF=0) both contexts are one, and the records' never runs."""
+    d, prof, model = trained_frameless
+    stacks, sizes = profile_contexts(prof)
+    own = {s[1]: (s, z) for s, z in zip(stacks, sizes) if s[0] == "frameless_alloc" and len(s) > 1}
+    assert set(own) == {"keep_frameless", "temp_frameless"}, sorted(own)
+    m = modelfile.read(model)
+    want = {caller: tuple(reference.tokens(m, [s], [z])[0]) for caller, (s, z) in own.items()}
+    logs = {}
+    for dwarf in ("1", "0"):
+        logs[dwarf] = d / f"frameless-dwarf{dwarf}.log"
+        stats, _ = run_stats(d, env, f"frameless-dwarf{dwarf}", "frameless", ROUNDS, model=model,
+                             extra_env={"LLAMALLOC_PREDICT_LOG": str(logs[dwarf]), "LLAMALLOC_PREDICT_DWARF": dwarf})
+        if dwarf == "1":
+            with_model = stats
+    without, _ = run_stats(d, env, "frameless-without", "frameless", ROUNDS)
+    runs = predict_log(logs["1"])
+    # Every context of the profile, the C library's own included, is one the process formed.
+    all_tokens = {tuple(t) for t in reference.tokens(m, stacks, sizes)}
+    assert all_tokens <= set(runs), f"missing in the process: {sorted(all_tokens - set(runs))}"
+    assert runs[want["keep_frameless"]] == 7 and runs[want["temp_frameless"]] <= 2  # never freed; short
+    assert with_model["footprint_bytes"] < 0.8 * without["footprint_bytes"], (with_model, without)
+    fp_runs = predict_log(logs["0"])
+    assert want["keep_frameless"] not in fp_runs and want["temp_frameless"] not in fp_runs
+
+
 def test_a_thread_started_after_another_ended_finds_its_contexts_cached(trained, env):
     """A program that starts a thread per task: each new thread runs on the stack of the one before and takes the
     prediction cache that thread left, so the model runs about as often for 16 threads one after another as for

@@ -84,6 +84,10 @@ namespace llamalloc {
     "model, train's default: the probability of its two likeliest classes together); otherwise the object "      \
     "gets DEFAULT_CLASS, the placement without a model: contexts the model is unsure of are placed as if no "    \
     "model were loaded. 0: always the model's class; 100: never.")                                             \
+  X(PREDICT_DWARF, predict_dwarf, Uint, 1, 0, 1,                                                               \
+    "1: a model run walks the caller's stack with the DWARF unwinder (libgcc's, from .eh_frame), as the "       \
+    "profiler does, so that callers of code built without frame pointers are in the context as in the "        \
+    "profile; 0: frame pointers only (they skip such callers).")                                              \
   X(PREDICT_LOG, predict_log, String, "", 0, 0,                                                                  \
     "Append 'class: token ids' of every model run to this file (tests, debugging). Empty: none.")
 

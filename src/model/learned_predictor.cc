@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include <cstring>
 #include <new>
@@ -347,10 +348,60 @@ ThreadState* LearnedPredictor::thread_state() {
   return s;
 }
 
+namespace {
+
+// The DWARF walk of a model run: frames up to the one that returns to the program's caller are the heap's and
+// are skipped; from there on each frame's return address is kept.
+struct DwarfWalk {
+  uintptr_t caller;  // context.return_address
+  uintptr_t* pcs;
+  size_t max;
+  size_t depth;
+  int skipped;
+  bool found;
+};
+
+_Unwind_Reason_Code dwarf_frame(_Unwind_Context* ctx, void* arg) {
+  auto* w = static_cast<DwarfWalk*>(arg);
+  int before = 0;
+  uintptr_t ip = _Unwind_GetIPInfo(ctx, &before);
+  if (ip == 0) return _URC_END_OF_STACK;
+  // A signal frame's ip is the interrupted instruction itself: as a return address, the byte after it (the
+  // profiler records ip there and ret - 1 elsewhere; tokens_of looks up pc - 1).
+  uintptr_t ret = before ? ip + 1 : ip;
+  if (!w->found) {
+    if (ret != w->caller) return ++w->skipped > kMaxHeapFrames + 4 ? _URC_END_OF_STACK : _URC_NO_REASON;
+    w->found = true;
+  }
+  if (w->depth >= w->max) return _URC_END_OF_STACK;
+  w->pcs[w->depth++] = ret;
+  return _URC_NO_REASON;
+}
+
+}  // namespace
+
+bool LearnedPredictor::dwarf_allowed(uintptr_t return_address) {
+  if (!dwarf_) return false;
+  // libgcc's unwinder locks its registered-frames list (frames registered by a JIT) and calls malloc under
+  // that lock: an allocation from the unwinder itself must not unwind again.
+  Module caller, unwinder;
+  if (!modules_.find(return_address - 1, &caller)) return true;
+  return !(modules_.find(reinterpret_cast<uintptr_t>(&_Unwind_Backtrace), &unwinder) &&
+           caller.start == unwinder.start);
+}
+
 size_t LearnedPredictor::capture_stack(const AllocationContext& context, uintptr_t stack_top, uintptr_t* pcs,
                                        size_t max, bool* broken) {
   if (broken != nullptr) *broken = false;
   if (max == 0 || context.return_address == 0) return 0;
+  if (dwarf_allowed(context.return_address)) {
+    // The profiler's unwinder (src/profiler/stack_capture.cc): frames of code without frame pointers and the
+    // thread's root frames are found as the profile found them.
+    DwarfWalk w{context.return_address, pcs, max, 0, 0, false};
+    _Unwind_Backtrace(dwarf_frame, &w);
+    if (w.found) return w.depth;
+    // The caller's frame was not among the first frames (a heap frame without unwind tables): frame pointers.
+  }
   size_t depth = 0;
   pcs[depth++] = context.return_address;
   if (stack_top == 0) return depth;

@@ -104,11 +104,18 @@ class LearnedPredictor final : public Predictor {
   PredictionTotals totals() const;
 
   // The pieces of a model run, public for tests and benchmarks.
-  // Return addresses of the caller's stack, innermost first: context.return_address, then the frame-pointer
-  // chain above the frame that returns to it (see docs/prediction.md). Must be called from the allocation
-  // path itself (its own frame chain leads to the caller).
+  // Return addresses of the caller's stack, innermost first: context.return_address, then its callers, from
+  // the DWARF unwinder (set_dwarf_unwind) or else the frame-pointer chain above the frame that returns to it
+  // (see docs/prediction.md). Must be called from the allocation path itself (its own frames lead to the
+  // caller). *broken: the frame-pointer walk ended before `max` frames (never set by the DWARF walk).
   size_t capture_stack(const AllocationContext& context, uintptr_t stack_top, uintptr_t* pcs, size_t max,
                        bool* broken = nullptr);
+  // The DWARF unwinder (libgcc's, from the .eh_frame tables) for the walk of a model run, as the profiler and
+  // tracer unwind: without it the walk follows frame pointers only and skips each caller of code built
+  // without them (LLAMALLOC_PREDICT_UNWIND, docs/prediction.md). On by default.
+  void set_dwarf_unwind(bool on) { dwarf_ = on; }
+  // Whether a model run for an allocation returning to `return_address` may use the DWARF unwinder.
+  bool dwarf_allowed(uintptr_t return_address);
   // Tokens of a context as training encodes it: <size:k>, then each frame's tokens separated by '@'.
   // `thread_root`: the walk broke in a thread's outermost frames (code without frame pointers, such as
   // libstdc++'s thread trampoline): the thread root frames of the tables (start_thread @ __clone3) follow.
@@ -139,6 +146,7 @@ class LearnedPredictor final : public Predictor {
   uint32_t repredict_every_ = kDefaultRepredictEvery;
   unsigned repredict_backoff_ = 0;
   int log_fd_ = -1;
+  bool dwarf_ = true;
   int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any
   std::atomic<uint64_t> runs_at_trim_{~uint64_t{0}};  // model runs at the previous trim() (never: all ones)
 };

@@ -44,6 +44,7 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
     predictor->~LearnedPredictor();
     return nullptr;
   }
+  predictor->set_dwarf_unwind(o.predict_dwarf != 0);
   predictor->set_confidence_rule(ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class)});
   return predictor;
 }

@@ -487,6 +487,64 @@ TEST(StackWalk, FollowsTheFramePointersOfTheCallersInnermostFirst) {
   }
 }
 
+// A function built without a frame pointer between the program and the allocator, as libstdc++'s and glibc's
+// internals are: it keeps rbp as its caller left it, so the frame-pointer chain goes from the allocator's
+// frame straight to its caller's caller.
+__attribute__((noinline, optimize("omit-frame-pointer"))) size_t level2_without_frame_pointer(LearnedPredictor& p,
+                                                                                              uintptr_t* pcs) {
+  size_t n = fake_malloc_walk(p, pcs);
+  g_expected[1] = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+__attribute__((noinline)) size_t level1_above_frameless(LearnedPredictor& p, uintptr_t* pcs) {
+  size_t n = level2_without_frame_pointer(p, pcs);
+  g_expected[2] = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+TEST(StackWalk, TheDwarfWalkKeepsTheCallerOfAFunctionWithoutFramePointer) {
+  static LearnedPredictor p;
+  p.modules().refresh(p.tables());
+  uintptr_t pcs[kMaxFrames];
+  size_t n = level1_above_frameless(p, pcs);  // the default: the DWARF unwinder, as the profiler's
+  ASSERT_GE(n, 3u);
+  EXPECT_EQ(pcs[1], g_expected[1]);  // level1_above_frameless, the frameless function's caller
+  EXPECT_EQ(pcs[2], g_expected[2]);
+  p.set_dwarf_unwind(false);
+  n = level1_above_frameless(p, pcs);
+  p.set_dwarf_unwind(true);
+  ASSERT_GE(n, 2u);
+  // Frame pointers alone skip it: the frame record after the allocator's is its caller's.
+  EXPECT_EQ(pcs[1], g_expected[2]);
+}
+
+// One call site for both walks.
+__attribute__((noinline)) size_t walk_with(LearnedPredictor& p, bool dwarf, uintptr_t* pcs) {
+  p.set_dwarf_unwind(dwarf);
+  size_t n = level1(p, pcs);
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+TEST(StackWalk, TheFramePointerWalkGivesTheSameStackWhereEveryFrameKeepsOne) {
+  static LearnedPredictor p;
+  p.modules().refresh(p.tables());
+  uintptr_t walks[2][kMaxFrames];
+  size_t n[2] = {walk_with(p, true, walks[0]), walk_with(p, false, walks[1])};
+  p.set_dwarf_unwind(true);
+  const uintptr_t* dwarf = walks[0];
+  const uintptr_t* fp = walks[1];
+  size_t n_dwarf = n[0], n_fp = n[1];
+  // The test's own frames (level2, level1, walk_with) are the same; past them GoogleTest's and libc's frames
+  // may lack frame pointers.
+  ASSERT_GE(n_dwarf, 3u);
+  ASSERT_GE(n_fp, 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(dwarf[i], fp[i]) << "frame " << i;
+}
+
 TEST(StackWalk, NoFrameGivesOnlyTheReturnAddress) {
   static LearnedPredictor p;
   p.modules().refresh(p.tables());

@@ -4,6 +4,9 @@
  *                      model the long-lived ones pin every huge page the buffers used.
  *   wrapped ROUNDS     as footprint, but both contexts allocate through one wrapper (xmalloc) at the same depth and
  *                      size class: one prediction-cache key for both, which the cache must tell apart
+ *   frameless ROUNDS   as footprint, but both contexts allocate through a function built without frame pointer
+ *                      (as libstdc++'s and glibc's internals are): the frame-pointer chain skips its caller, the
+ *                      one frame that tells the records from the buffers
  *   threads N          N threads allocating from several contexts at once (many threads predicting at once)
  *   serial N           N threads as in `threads`, one after another (a thread per task: each on the last one's stack)
  *   dlopen LIB N       a thread dlopens/dlcloses LIB and calls its allocating function while N threads allocate
@@ -50,7 +53,19 @@ NOINLINE void* xmalloc(size_t n) {
 NOINLINE void* keep_wrapped(size_t n) { void* p = xmalloc(n); memset(p, 1, n); return p; }
 NOINLINE void* temp_wrapped(size_t n) { void* p = xmalloc(n); memset(p, 2, n); return p; }
 
-static int footprint(int rounds, int wrapped) {
+/* Built without a frame pointer (it leaves rbp as its caller set it): the allocator's frame record is followed
+   by its caller's caller. Same size for both contexts, so that only that caller tells them apart. */
+__attribute__((noinline, optimize("omit-frame-pointer"))) void* frameless_alloc(size_t n) {
+  void* p = malloc(n);
+  if (p == NULL) abort();
+  g_sink = p;
+  return p;
+}
+NOINLINE void* keep_frameless(size_t n) { void* p = frameless_alloc(n); memset(p, 1, n); return p; }
+NOINLINE void* temp_frameless(size_t n) { void* p = frameless_alloc(n); memset(p, 2, n); return p; }
+
+/* via: 0 the contexts' own functions call malloc, 1 through xmalloc, 2 through frameless_alloc. */
+static int footprint(int rounds, int via) {
   /* Each round: 4000 request buffers of 200 bytes (about 0.8 MiB), all live at once, with a 256-byte record
      kept after every 200 of them; then the buffers die. Buffers and records are small objects of the same
      cursor, so without a model the records end up spread over every huge page the buffers filled and pin
@@ -61,9 +76,12 @@ static int footprint(int rounds, int wrapped) {
   void** kept = calloc(n_kept, sizeof(void*));
   unsigned long sum = 0;
   for (size_t k = 0; k < n_kept; ++k) {
-    if (wrapped) {
+    if (via == 1) {
       for (int i = 0; i < kKeepEvery; ++i) temps[k * kKeepEvery + i] = temp_wrapped(200);
       kept[k] = keep_wrapped(256);
+    } else if (via == 2) {
+      for (int i = 0; i < kKeepEvery; ++i) temps[k * kKeepEvery + i] = temp_frameless(256);
+      kept[k] = keep_frameless(256);
     } else {
       handle_request(temps + k * kKeepEvery, kKeepEvery);
       store_records(kept + k, 1);
@@ -284,12 +302,13 @@ int main(int argc, char** argv) {
   }
   if (argc >= 3 && strcmp(argv[1], "footprint") == 0) return footprint(atoi(argv[2]), 0);
   if (argc >= 3 && strcmp(argv[1], "wrapped") == 0) return footprint(atoi(argv[2]), 1);
+  if (argc >= 3 && strcmp(argv[1], "frameless") == 0) return footprint(atoi(argv[2]), 2);
   if (argc >= 3 && strcmp(argv[1], "threads") == 0) return threads(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "serial") == 0) return serial_threads(atoi(argv[2]));
   if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));
   if (argc >= 2 && strcmp(argv[1], "fork") == 0) return fork_test();
   if (argc >= 4 && strcmp(argv[1], "idle") == 0) return idle_threads(atoi(argv[2]), atoi(argv[3]));
-  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | wrapped ROUNDS | threads N | serial N | dlopen LIB N"
-                  " | fork | idle N MS\n");
+  fprintf(stderr, "usage: predict-contexts footprint ROUNDS | wrapped ROUNDS | frameless ROUNDS | threads N"
+                  " | serial N | dlopen LIB N | fork | idle N MS\n");
   return 2;
 }

@@ -407,7 +407,12 @@ void* malloc_slow_entered(LocalHeap* h, size_t size, size_t alignment, unsigned 
   if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   if (lc == kPredictClass) {
     AllocationContext context{return_address, stack_address, size};
+    // The prediction runs outside the owner's handshake: a model run may allocate (a signal handler during
+    // it, or the unwinder's first use), and that nested allocation's owner_exit must not end this one's.
+    owner_exit(h);
     lc = clamp_class(g_predictor_ptr->predict(context));
+    owner_enter(h);
+    if (LLAMALLOC_UNLIKELY(sweep_requested(h))) LocalAllocator::wait_for_sweep(*h);
     h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(lc);
     // The first prediction of a thread with a cached predictor hands its cache to the fast path.
     if (g_every_allocation && h->prediction_cache.entries == nullptr) g_predictor_ptr->thread_cache(&h->prediction_cache);
