@@ -295,6 +295,30 @@ def test_real_trace_tokens_come_from_its_binaries_and_are_cached(real):
     assert policy(out, "llama-model")["extras"]["allocs_class_7"] == kept
 
 
+def test_the_replay_predicts_the_real_runs_footprint(real):
+    """`simulate -p llama-model` is what a user asks before deploying a model: the replay of the program's trace
+    must give the footprint the real run with that model has, at its peak and when the program exits (the
+    statistics written before the teardown), within 10%, and so must the replay without a model."""
+    d, env, trace, _ = real
+    out = d / "replay-vs-real.sim.json"
+    r = llamalloc("simulate", trace, "-p", "llama-default", "-p", "llama-model", "--model", d / "switch.model",
+                  "-o", out, env=env)
+    assert r.returncode == 0, r.stderr
+    for name, model_args in (("llama-default", []), ("llama-model", ["--model", d / "switch.model"])):
+        stats = d / f"real-{name}.json"
+        r = llamalloc("run", *model_args, "--stats", stats, "--", program(), "footprint", ROUNDS, env=env)
+        assert r.returncode == 0 and r.stdout.startswith("ok "), r.stderr
+        real_run = json.loads(stats.with_name(f"real-{name}.before-exit.json").read_text())
+        replay = policy(out, name)["summary"]
+        for replay_key, real_key in (("peak_footprint_bytes", "peak_footprint_bytes"),
+                                     ("final_footprint_bytes", "footprint_bytes")):
+            assert abs(replay[replay_key] - real_run[real_key]) <= 0.1 * real_run[real_key], \
+                (name, replay_key, replay[replay_key], real_run[real_key])
+    # The model's figure is the one that matters: the records on pages of their own.
+    assert policy(out, "llama-model")["summary"]["final_footprint_bytes"] < \
+        0.5 * policy(out, "llama-default")["summary"]["final_footprint_bytes"]
+
+
 def test_a_binary_missing_on_disk_is_one_warning_and_the_replay_goes_on(real):
     d, env, _, _ = real
     copy = d / "gone" / "predict-contexts-copy"
