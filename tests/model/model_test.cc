@@ -67,22 +67,55 @@ TEST(PredictionCache, DistinctContextsGetTheirOwnClasses) {
   EXPECT_EQ(cache.lookup(kb, 1000, counters, [&] { return a(); }), 6u);
 }
 
-TEST(PredictionCache, ACollidingKeyEvictsTheEntry) {
-  PredictionCache<2> cache;  // 4 entries: collisions are easy to find
+// Keys of one set (the cache is two-way set associative), other than `key` and each other.
+std::vector<uint64_t> keys_of_the_set_of(uint64_t key, size_t count) {
+  std::vector<uint64_t> out;
+  for (uintptr_t ra = 0x401001; out.size() < count; ++ra) {
+    uint64_t k = cache_key(ra, 0x7ffc0000, 3);
+    if (PredictionCache<2>::set_of(k) == PredictionCache<2>::set_of(key) && k != key) out.push_back(k);
+  }
+  return out;
+}
+
+TEST(PredictionCache, TwoContextsOfOneSetThatAlternateBothStay) {
+  PredictionCache<2> cache;  // 4 entries, 2 sets: collisions are easy to find
   CacheCounters counters;
   uint64_t k1 = cache_key(0x401000, 0x7ffc0000, 3);
-  uint64_t k2 = 0;
-  for (uintptr_t ra = 0x401001; k2 == 0; ++ra) {
-    uint64_t k = cache_key(ra, 0x7ffc0000, 3);
-    if (PredictionCache<2>::index_of(k) == PredictionCache<2>::index_of(k1) && k != k1) k2 = k;
-  }
+  uint64_t k2 = keys_of_the_set_of(k1, 1)[0];
   FakeModel m1{2}, m2{5};
+  // A request's two allocations, again and again (redis: its parse and its reply): direct-mapped, each evicted
+  // the other and every allocation ran the model.
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(cache.lookup(k1, 1000, counters, [&] { return m1(); }), 2u);
+    EXPECT_EQ(cache.lookup(k2, 1000, counters, [&] { return m2(); }), 5u);
+  }
+  EXPECT_EQ(m1.runs, 1);
+  EXPECT_EQ(m2.runs, 1);
+  EXPECT_EQ(counters.misses.load(), 2u);
+  ASSERT_NE(cache.find(k1), nullptr);
+  ASSERT_NE(cache.find(k2), nullptr);
+  EXPECT_EQ(&cache.slot(k1), cache.find(k1));
+}
+
+TEST(PredictionCache, AThirdKeyOfTheSetEvictsTheOneUsedLongestAgo) {
+  PredictionCache<2> cache;
+  CacheCounters counters;
+  uint64_t k1 = cache_key(0x401000, 0x7ffc0000, 3);
+  std::vector<uint64_t> others = keys_of_the_set_of(k1, 2);
+  uint64_t k2 = others[0], k3 = others[1];
+  FakeModel m1{2}, m2{5}, m3{6};
   EXPECT_EQ(cache.lookup(k1, 1000, counters, [&] { return m1(); }), 2u);
+  EXPECT_EQ(cache.lookup(k2, 1000, counters, [&] { return m2(); }), 5u);
+  EXPECT_EQ(cache.lookup(k3, 1000, counters, [&] { return m3(); }), 6u);  // k1, inserted first, goes
+  EXPECT_EQ(cache.find(k1), nullptr);
   EXPECT_EQ(cache.lookup(k2, 1000, counters, [&] { return m2(); }), 5u);
   EXPECT_EQ(cache.lookup(k1, 1000, counters, [&] { return m1(); }), 2u);  // evicted: the model runs again
   EXPECT_EQ(m1.runs, 2);
-  EXPECT_EQ(counters.misses.load(), 3u);
-  EXPECT_EQ(counters.hits.load(), 0u);
+  EXPECT_EQ(m2.runs, 1);
+  EXPECT_EQ(counters.misses.load(), 4u);
+  EXPECT_EQ(counters.hits.load(), 1u);
+  // A newcomer's slot is the first entry of its set: what the fast path probes first.
+  EXPECT_EQ(cache.find(k1), &cache.entry(PredictionCache<2>::set_of(k1)));
 }
 
 TEST(PredictionCache, EveryNHitsPredictsAgainAndKeepsTheLongerClass) {
@@ -129,10 +162,10 @@ TEST(PredictionCache, AReconfirmedClassDoublesTheEntrysPeriodAndAChangedOneStart
   EXPECT_EQ(hits_until_run(), 40);
   model.answer = 4;  // a longer class: taken, and the period starts over
   EXPECT_EQ(hits_until_run(), 40);
-  EXPECT_EQ(cache.entry(PredictionCache<4>::index_of(key)).lifetime_class, 4u);
+  EXPECT_EQ(cache.find(key)->lifetime_class, 4u);
   EXPECT_EQ(hits_until_run(), 10);
   // The fast path's view of the same entry: re-predicted after n << backoff hits.
-  EXPECT_EQ(cache.entry(PredictionCache<4>::index_of(key)).backoff, 1u);
+  EXPECT_EQ(cache.find(key)->backoff, 1u);
 }
 
 TEST(PredictionCache, ZeroMeansNeverPredictAgain) {

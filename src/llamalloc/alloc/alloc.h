@@ -59,7 +59,9 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
       stack_address = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
       uint64_t key = prediction_cache_key(reinterpret_cast<uintptr_t>(__builtin_return_address(0)), stack_address,
                                           request_size_class(size));
-      PredictionCacheEntry& e = h->prediction_cache.entries[key >> h->prediction_cache.shift];
+      // Two ways per set, one cache line (src/model/prediction_cache.h).
+      PredictionCacheEntry* set = &h->prediction_cache.entries[(key >> h->prediction_cache.shift) & ~uint64_t{1}];
+      PredictionCacheEntry& e = set[0].key == key ? set[0] : set[1];
       // (A shared entry's hits + 1 wraps to 0; every kPredictionCheckEvery hits the predictor checks the path.)
       uint32_t n = e.hits + 1;
       if (LLAMALLOC_LIKELY(e.key == key && n % kPredictionCheckEvery != 0 &&

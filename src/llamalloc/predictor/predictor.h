@@ -49,7 +49,8 @@ inline constexpr uint32_t kDeepEntryHits = UINT32_MAX;
 // by the entry's call path (a few loads up the frame chain, no model run).
 inline constexpr uint32_t kPredictionCheckEvery = 64;
 
-// What the fast path needs to probe a thread's cache: entries[key >> shift], the re-prediction period
+// What the fast path needs to probe a thread's cache: the two entries of the set at (key >> shift) & ~1 (at least
+// two entries, 32-byte aligned), the re-prediction period
 // (UINT32_MAX: never; an entry's own period is this << its backoff) and the thread's hit counter (one writer,
 // relaxed).
 struct PredictionCacheView {
