@@ -61,7 +61,9 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
                                           request_size_class(size));
       // Two ways per set, one cache line (src/model/prediction_cache.h).
       PredictionCacheEntry* set = &h->prediction_cache.entries[(key >> h->prediction_cache.shift) & ~uint64_t{1}];
-      PredictionCacheEntry& e = set[0].key == key ? set[0] : set[1];
+      PredictionCacheEntry* way = set;
+      if (LLAMALLOC_UNLIKELY(way->key != key)) ++way;  // (a newcomer takes the first way: most hits are there)
+      PredictionCacheEntry& e = *way;
       // (A shared entry's hits + 1 wraps to 0; every kPredictionCheckEvery hits the predictor checks the path.)
       uint32_t n = e.hits + 1;
       if (LLAMALLOC_LIKELY(e.key == key && n % kPredictionCheckEvery != 0 &&
