@@ -53,12 +53,14 @@ def test_profiles_merge_by_stack_and_size_class_and_weight_is_observed_count():
     assert c.labels[merged] == 1  # 60% < 95% within 10 ms, 100% within 100 ms
     big = by_key[(tuple(STACK), 12)]
     assert (c.weights[big], c.labels[big]) == (5, 7)
-    assert c.weights[by_key[(("g()", "main"), 3)]] == 3
+    assert c.weights[by_key[(("g()", "main"), 4)]] == 3  # 8 bytes: class 4, as every size up to 16
 
 
-def test_size_classes_are_powers_of_two():
+def test_size_classes_are_powers_of_two_from_16_bytes():
+    """A profile records requests of up to 16 bytes as 16 (the profiler's sample sizes are bucket bounds), while
+    the process and a trace see the exact size: every size up to 16 is class 4, so all three agree."""
     sizes = [0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 4096, 4097, 1 << 40, (1 << 40) + 1, 1 << 62]
-    assert size_class(sizes).tolist() == [0, 0, 1, 2, 2, 3, 3, 4, 4, 5, 12, 13, 40, 41, 47]
+    assert size_class(sizes).tolist() == [4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 12, 13, 40, 41, 47]
 
 
 def test_samples_without_observations_are_dropped():

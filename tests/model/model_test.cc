@@ -53,6 +53,12 @@ TEST(PredictionCache, KeyDependsOnReturnAddressStackHeightAndSizeClass) {
   // Sizes of one size class share an entry: the model cannot tell them apart.
   EXPECT_EQ(size_class(100), size_class(128));
   EXPECT_NE(size_class(128), size_class(129));
+  // Up to 16 bytes, one class: a profile records such requests as 16 (src/profiler/sampling.h), so training
+  // gives them <size:4> and so must the process (llamalloc.model.classes.size_class).
+  EXPECT_EQ(size_class(1), 4u);
+  EXPECT_EQ(size_class(7), 4u);
+  EXPECT_EQ(size_class(16), 4u);
+  EXPECT_EQ(size_class(17), 5u);
 }
 
 TEST(PredictionCache, DistinctContextsGetTheirOwnClasses) {

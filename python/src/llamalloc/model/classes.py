@@ -29,15 +29,17 @@ TARGETS = ("label", "distribution")
 #: A context weighs count**DEFAULT_WEIGHT_POWER in the training loss (docs/model.md has the measurements).
 DEFAULT_WEIGHT_POWER = 0.5
 
-#: Request sizes are bucketed by powers of two: size class k holds sizes in (2^(k-1), 2^k], class 0 holds 0 and 1.
-#: 48 classes reach 128 TiB; larger requests share the last class. The allocator computes the same with
-#: `size <= 1 ? 0 : min(64 - clz(size - 1), 47)`.
+#: Request sizes are bucketed by powers of two: size class k holds sizes in (2^(k-1), 2^k], and class 4 every size
+#: up to 16 bytes (the profiler records such requests as 16: src/profiler/sampling.h, so a class below 4 would
+#: only ever come from exact sizes, which the process and a trace see and a profile does not). 48 classes reach
+#: 128 TiB; larger requests share the last class. The allocator computes the same (`request_size_class`).
 NUM_SIZE_CLASSES = 48
+SMALLEST_SIZE_CLASS = 4
 
 
 def size_class(request_size_bytes) -> np.ndarray:
     """Power-of-two size class of each request size (vectorised, exact for sizes below 2^53)."""
-    sizes = np.asarray(request_size_bytes, dtype=np.int64)
+    sizes = np.maximum(np.asarray(request_size_bytes, dtype=np.int64), 1 << SMALLEST_SIZE_CLASS)
     minus_one = np.maximum(sizes - 1, 0).astype(np.float64)
     _, exponent = np.frexp(minus_one)  # minus_one = m * 2**exponent with m in [0.5, 1): exponent == bit_length
     return np.minimum(exponent.astype(np.int64), NUM_SIZE_CLASSES - 1)
