@@ -1,6 +1,8 @@
-// The learned predictor (papers/000 section 7): prediction cache -> on a miss, a frame-pointer walk of the
-// caller's stack, token tables, the LSTM -> lifetime class. Everything it needs is mapped at init; the
-// allocation path never allocates, takes no lock and calls nothing that takes the loader's lock.
+// The learned predictor (papers/000 section 7): prediction cache -> on a miss, a walk of the caller's stack (the
+// DWARF unwinder, as the profiler's, else frame pointers), token tables, the LSTM -> lifetime class. Everything
+// it needs is mapped at init; the allocation path never allocates, takes no lock of its own and calls nothing
+// that takes the loader's lock (libgcc's unwinder finds frames with the lock-free _dl_find_object; its one lock
+// guards frames registered at run time: docs/prediction.md, step 2).
 #pragma once
 
 #include <atomic>
@@ -112,7 +114,7 @@ class LearnedPredictor final : public Predictor {
                        bool* broken = nullptr);
   // The DWARF unwinder (libgcc's, from the .eh_frame tables) for the walk of a model run, as the profiler and
   // tracer unwind: without it the walk follows frame pointers only and skips each caller of code built
-  // without them (LLAMALLOC_PREDICT_UNWIND, docs/prediction.md). On by default.
+  // without them (LLAMALLOC_PREDICT_DWARF, docs/prediction.md). On by default.
   void set_dwarf_unwind(bool on) { dwarf_ = on; }
   // Whether a model run for an allocation returning to `return_address` may use the DWARF unwinder.
   bool dwarf_allowed(uintptr_t return_address);
