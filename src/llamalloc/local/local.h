@@ -129,6 +129,9 @@ LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
   uintptr_t next = *static_cast<uintptr_t*>(b) ^ s->key;
   if (LLAMALLOC_UNLIKELY(next - s->start >= s->span_bytes && next != 0)) corrupt_free_block(s, b);
   s->free = reinterpret_cast<void*>(next);
+  // The next pop's load of its link: a program that frees at random (larson) leaves cold blocks on the list, and
+  // that load was half of its malloc's time.
+  __builtin_prefetch(reinterpret_cast<void*>(next));
   // The link is wiped, so that a live object the program never wrote does not look free to free().
   *static_cast<uintptr_t*>(b) = 0;
   s->used++;
