@@ -112,9 +112,13 @@ LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
 void LlamaPolicy::ReleaseIdleThreads() {
   if (options_.thread_idle_ns == 0) return;
   // The sweeper's last step, each pass: open pages empty since the pass before are given back.
+  bool every_heap = false;
   if (now_ns_ - last_sweep_ns_ >= kSweepPeriodNs) {
     global_->release_empty_open_pages(false);
     last_sweep_ns_ = now_ns_;
+    // Every 8 passes the library's sweeper takes in the frees other threads made into every thread heap's spans
+    // (sweep_idle_heaps): an idle thread's spans that other threads have since emptied go back then.
+    every_heap = ++sweep_passes_ % 8 == 0;
   }
   // The shared heap of long-lived classes: swept like a thread heap after an idle period (the sweeper thread).
   if (shared_holds_spans_ && now_ns_ - shared_last_alloc_ns_ >= options_.thread_idle_ns) {
@@ -122,13 +126,14 @@ void LlamaPolicy::ReleaseIdleThreads() {
     shared_holds_spans_ = false;
   }
   for (ThreadState& t : threads_) {
-    if (t.holds_spans && now_ns_ - t.last_event_ns >= options_.thread_idle_ns) {
-      // What the library does at thread exit (alloc.cc's thread destructor).
+    bool idle = t.holds_spans && now_ns_ - t.last_event_ns >= options_.thread_idle_ns;
+    if (idle || every_heap) {
+      // What the library's sweeper does to a heap (and its thread destructor at exit).
       tl_heap = t.heap.get();
       LocalAllocator::release_all(*global_, *t.heap);
       tl_heap = &g_empty_heap;
+      if (idle) ++idle_threads_released_;
       t.holds_spans = false;
-      ++idle_threads_released_;
     }
   }
 }

@@ -101,6 +101,7 @@ class LlamaPolicy final : public Policy {
   // The library's sweeper period (LLAMALLOC_SWEEP_MS's default) and the trace time of the last pass.
   static constexpr uint64_t kSweepPeriodNs = 250'000'000;
   uint64_t last_sweep_ns_ = 0;
+  uint64_t sweep_passes_ = 0;
   FlatMap<uint64_t> placed_;               // trace address -> address in the simulated heap
   uint64_t now_ns_ = 0;
   size_t next_snapshot_ = 0;

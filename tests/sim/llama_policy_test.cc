@@ -131,5 +131,37 @@ TEST(LlamaPolicy, IdleThreadsGiveTheirSpansBackAsAtThreadExit) {
   EXPECT_EQ(r.summary.unknown_frees, 0u);
 }
 
+TEST(LlamaPolicy, SpansOfAnIdleThreadThatOtherThreadsEmptyGoBackAtTheSweepersPeriodicPass) {
+  // Thread 1 fills more than two huge pages with small objects and goes quiet (its idle release keeps the spans:
+  // they hold objects). Thread 2 then frees every one of them: frees by another thread, which only the owner or
+  // a sweep takes in. The library's sweeper sweeps every thread heap every 8 passes (sweep_idle_heaps), so the
+  // emptied spans, and with them the huge pages, go back; the replay must do the same.
+  std::vector<Event> events;
+  constexpr uint64_t kObjects = 40000;  // 64 B each: 2.4 MiB
+  for (uint64_t i = 0; i < kObjects; ++i) {
+    Event e = testing::Alloc(i * 1000, 0x100000 + 64 * i, 64);
+    e.thread = 1;
+    events.push_back(e);
+  }
+  for (uint64_t i = 0; i < kObjects; ++i) {
+    Event e = testing::Free(1000 * testing::kMs + i * 1000, 0x100000 + 64 * i);
+    e.thread = 2;
+    events.push_back(e);
+  }
+  for (uint64_t i = 0; i < 40; ++i) {  // thread 2 lives on: one object every 100 ms until 5.1 s
+    Event e = testing::Alloc(1100 * testing::kMs + 100 * testing::kMs * i, 0x10000000 + 64 * i, 64);
+    e.thread = 2;
+    events.push_back(e);
+  }
+  LlamaOptions options;
+  options.fixed_class = 0;
+  LlamaPolicy policy(options);
+  VectorEventSource source(events);
+  RunResult r = Replay(source, policy, EngineOptions{100 * testing::kMs});
+  EXPECT_EQ(r.summary.final_live_bytes, 64u * 40);
+  EXPECT_GE(r.summary.peak_footprint_bytes, 2 * k2M);
+  EXPECT_LE(r.summary.final_footprint_bytes, k2M) << "thread 1's emptied spans keep their huge pages";
+}
+
 }  // namespace
 }  // namespace llamalloc::sim
