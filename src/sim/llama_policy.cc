@@ -112,13 +112,11 @@ LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
 void LlamaPolicy::ReleaseIdleThreads() {
   if (options_.thread_idle_ns == 0) return;
   // The sweeper's last step, each pass: open pages empty since the pass before are given back.
-  bool every_heap = false;
+  bool pass = false;
   if (now_ns_ - last_sweep_ns_ >= kSweepPeriodNs) {
     global_->release_empty_open_pages(false);
     last_sweep_ns_ = now_ns_;
-    // Every 8 passes the library's sweeper takes in the frees other threads made into every thread heap's spans
-    // (sweep_idle_heaps): an idle thread's spans that other threads have since emptied go back then.
-    every_heap = ++sweep_passes_ % 8 == 0;
+    pass = true;
   }
   // The shared heap of long-lived classes: swept like a thread heap after an idle period (the sweeper thread).
   if (shared_holds_spans_ && now_ns_ - shared_last_alloc_ns_ >= options_.thread_idle_ns) {
@@ -127,13 +125,26 @@ void LlamaPolicy::ReleaseIdleThreads() {
   }
   for (ThreadState& t : threads_) {
     bool idle = t.holds_spans && now_ns_ - t.last_event_ns >= options_.thread_idle_ns;
-    if (idle || every_heap) {
+    bool swept = false;
+    if (pass) {
+      // The library's sweeper, each pass (sweep_idle_heaps): a heap whose owner ran a slow path since the last
+      // pass, one that another thread's free into a full span notified, and every heap every 8 passes (the
+      // frees other threads made into its spans are taken in, and the spans they emptied go back).
+      uint32_t ops = t.heap->slow_ops.load(std::memory_order_relaxed);
+      bool changed = ops != t.seen_ops;
+      t.seen_ops = ops;
+      t.idle_passes = changed ? 0 : t.idle_passes + 1;
+      swept = changed || t.idle_passes % 8 == 0 || t.heap->notify.load(std::memory_order_relaxed) != nullptr;
+    }
+    if (idle || swept) {
       // What the library's sweeper does to a heap (and its thread destructor at exit).
       tl_heap = t.heap.get();
       LocalAllocator::release_all(*global_, *t.heap);
       tl_heap = &g_empty_heap;
-      if (idle) ++idle_threads_released_;
-      t.holds_spans = false;
+      if (idle) {
+        ++idle_threads_released_;
+        t.holds_spans = false;  // (a sweep leaves it set: the thread's idle release still comes)
+      }
     }
   }
 }
@@ -182,6 +193,12 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
     shared_last_alloc_ns_ = now_ns_;
     shared_holds_spans_ = true;
   }
+  // The library's slow path (malloc_slow) runs when its fast path has no block: a large or aligned request, a
+  // long-lived class of the shared heap, or an empty free list. The sweeper sees it (slow_ops).
+  unsigned sc = classify(size, alignment);
+  if (sc == kLargeRequest || alignment > kMinAlignBytes || lc >= global_->shared_class_min() ||
+      heap.spans[lc][sc]->free == nullptr)
+    owner_count_slow(&heap);
   void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
   placed_.Put(object.address, reinterpret_cast<uint64_t>(p));

@@ -91,6 +91,9 @@ class LlamaPolicy final : public Policy {
     std::unique_ptr<LocalHeap> heap;
     uint64_t last_event_ns = 0;
     bool holds_spans = false;
+    // The sweeper's bookkeeping (sweep_idle_heaps): slow paths at the last pass, passes since one changed them.
+    uint32_t seen_ops = 0;
+    uint32_t idle_passes = 0;
   };
   FlatMap<uint32_t> heaps_;                // trace thread id + 1 -> index in threads_
   std::vector<ThreadState> threads_;
@@ -101,7 +104,6 @@ class LlamaPolicy final : public Policy {
   // The library's sweeper period (LLAMALLOC_SWEEP_MS's default) and the trace time of the last pass.
   static constexpr uint64_t kSweepPeriodNs = 250'000'000;
   uint64_t last_sweep_ns_ = 0;
-  uint64_t sweep_passes_ = 0;
   FlatMap<uint64_t> placed_;               // trace address -> address in the simulated heap
   uint64_t now_ns_ = 0;
   size_t next_snapshot_ = 0;
