@@ -189,15 +189,15 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
   // The library's one allocation entry point below its fast path (src/llamalloc/local/local.h).
   LocalHeap& heap = HeapFor(object.thread);
   tl_heap = &heap;
-  if (global_->shared_heap() != nullptr && lc >= global_->shared_class_min() && classify(size, alignment) != kLargeRequest) {
+  unsigned sc = classify(size, alignment);
+  bool shared = global_->shared_heap() != nullptr && lc >= global_->shared_class_min() && sc != kLargeRequest;
+  if (shared) {
     shared_last_alloc_ns_ = now_ns_;
     shared_holds_spans_ = true;
   }
   // The library's slow path (malloc_slow) runs when its fast path has no block: a large or aligned request, a
   // long-lived class of the shared heap, or an empty free list. The sweeper sees it (slow_ops).
-  unsigned sc = classify(size, alignment);
-  if (sc == kLargeRequest || alignment > kMinAlignBytes || lc >= global_->shared_class_min() ||
-      heap.spans[lc][sc]->free == nullptr)
+  if (sc == kLargeRequest || alignment > kMinAlignBytes || shared || heap.spans[lc][sc]->free == nullptr)
     owner_count_slow(&heap);
   void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
