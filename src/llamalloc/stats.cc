@@ -52,11 +52,9 @@ struct Out {
 
 }  // namespace
 
-size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
-  uint64_t rss = 0, anon_huge = 0;
-  read_resident(&rss, &anon_huge);
+GaugeSnapshot read_gauges(GlobalAllocator& heap, bool in_signal, int64_t unflushed_live) {
   Gauges& g = heap.gauges();
-  uint64_t footprint, peak_footprint, subreleased, page_cache, by_class[kMaxClasses];
+  GaugeSnapshot out;
   bool locked = true;
   if (in_signal) {
     // The interrupted thread may hold the lock (then it never comes free here): try for about 10 ms, then read
@@ -69,29 +67,38 @@ size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool
   } else {
     heap.lock().lock();
   }
-  footprint = g.footprint_bytes;
-  peak_footprint = g.peak_footprint_bytes;
-  subreleased = g.subreleased_bytes;
-  page_cache = g.page_cache_bytes;
-  memcpy(by_class, g.huge_pages_by_class, sizeof(by_class));
+  out.footprint_bytes = g.footprint_bytes;
+  out.peak_footprint_bytes = g.peak_footprint_bytes;
+  out.subreleased_bytes = g.subreleased_bytes;
+  out.page_cache_bytes = g.page_cache_bytes;
+  memcpy(out.huge_pages_by_class, g.huge_pages_by_class, sizeof(out.huge_pages_by_class));
   if (locked) heap.lock().unlock();
   int64_t live = g.live_bytes.load(std::memory_order_relaxed) + unflushed_live;
   int64_t peak_live = g.peak_live_bytes.load(std::memory_order_relaxed);
   if (live > peak_live) peak_live = live;
+  out.live_bytes = uint64_t(live < 0 ? 0 : live);
+  out.peak_live_bytes = uint64_t(peak_live < 0 ? 0 : peak_live);
+  return out;
+}
+
+size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
+  uint64_t rss = 0, anon_huge = 0;
+  read_resident(&rss, &anon_huge);
+  GaugeSnapshot g = read_gauges(heap, in_signal, unflushed_live);
   Out o{buf, capacity};
   o.put("{\n  \"format\": \"llamalloc-stats\",\n");
   o.field("version", 1);
   o.field("num_classes", heap.num_classes());
-  o.field("live_bytes", uint64_t(live < 0 ? 0 : live));
-  o.field("peak_live_bytes", uint64_t(peak_live < 0 ? 0 : peak_live));
-  o.field("footprint_bytes", footprint);
-  o.field("peak_footprint_bytes", peak_footprint);
-  o.field("subreleased_bytes", subreleased);
-  o.field("page_cache_bytes", page_cache);
+  o.field("live_bytes", g.live_bytes);
+  o.field("peak_live_bytes", g.peak_live_bytes);
+  o.field("footprint_bytes", g.footprint_bytes);
+  o.field("peak_footprint_bytes", g.peak_footprint_bytes);
+  o.field("subreleased_bytes", g.subreleased_bytes);
+  o.field("page_cache_bytes", g.page_cache_bytes);
   o.put("  \"huge_pages_by_class\": [");
   for (unsigned c = 0; c < heap.num_classes(); ++c) {
     if (c) o.put(", ");
-    o.num(by_class[c]);
+    o.num(g.huge_pages_by_class[c]);
   }
   o.put("],\n");
   o.field("rss_bytes", rss);

@@ -62,6 +62,14 @@ inline void add_live_bytes(Gauges& g, int64_t delta) {
 
 class GlobalAllocator;
 
+// The gauges of `heap` read together (under its lock; in a signal handler after trying it for about 10 ms, then
+// without it), with `unflushed_live` added to the live bytes (clamped at zero).
+struct GaugeSnapshot {
+  uint64_t live_bytes, peak_live_bytes, footprint_bytes, peak_footprint_bytes, subreleased_bytes, page_cache_bytes;
+  uint64_t huge_pages_by_class[kMaxClasses];
+};
+GaugeSnapshot read_gauges(GlobalAllocator& heap, bool in_signal = false, int64_t unflushed_live = 0);
+
 // Formats the statistics JSON of `heap` (and this process's RSS) into buf; returns its length, or 0 when it
 // does not fit. No allocation. `in_signal`: called from a signal handler, which may have interrupted a thread
 // that holds the heap's lock: the lock is tried for about 10 ms, then the gauges are read without it.

@@ -332,6 +332,16 @@ void heap_collect() {
   g_global.subrelease_free_blocks(true);
 }
 
+bool heap_trim() {
+  Counters& k = g_global.counters();
+  auto given_back = [&k] {
+    return k.huge_pages_released.load(std::memory_order_relaxed) + k.blocks_subreleased.load(std::memory_order_relaxed);
+  };
+  uint64_t before = given_back();
+  heap_collect();
+  return given_back() != before;
+}
+
 uint32_t prediction_cache_idle_passes() {
   // (LLAMALLOC_SWEEP_MS=0: passes come only from llamalloc_collect and tests; count them as default periods.)
   uint64_t period_ms = options().sweep_ms != 0 ? options().sweep_ms : Options{}.sweep_ms;

@@ -29,6 +29,8 @@ Predictor* predictor();
 void flush_live_bytes();
 // llamalloc_collect(): gives back the memory this thread's heap holds that no object needs (include/llamalloc.h).
 void heap_collect();
+// glibc's malloc_trim: heap_collect(); whether it gave memory back to the OS (huge pages or subreleased blocks).
+bool heap_trim();
 // The thread heaps used since the last pass (a slow path of their owner or a notify pending; every heap every 8
 // passes), and not inside the allocator now, give back their empty spans and take in the frees other threads
 // made into them (docs/heap.md, "Idle threads"). One pass; the sweeper thread runs it every LLAMALLOC_SWEEP_MS.
