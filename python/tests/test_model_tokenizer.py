@@ -87,3 +87,24 @@ def test_sequences_are_cut_to_max_tokens_dropping_outer_frames():
     batch, lengths = vocab.encode_batch([FIGURE_5, ["main"]], [1, 2], max_tokens=20)
     assert batch.shape == (2, 20) and lengths.tolist() == [20, 2]
     assert batch[1].tolist()[:3] == [FIRST_SIZE_TOKEN + 2, vocab.ids["main"], 0]
+
+
+def test_call_site_words_are_one_token_and_only_of_binaries_the_vocabulary_knows():
+    # Two allocations in one function (docs/model.md, "Call sites"): the same function names, two call sites.
+    kept = ["Summary::add", "<site:server+1a2b>", "main", "<site:server+3c00>", "__libc_start_call_main"]
+    temp = ["Summary::add", "<site:server+1a40>", "main", "<site:server+3c00>", "__libc_start_call_main"]
+    assert frame_words("<site:server+1a2b>") == ["<site:server+1a2b>"]
+    vocab = Vocabulary.build([kept, temp])
+    assert vocab.site_binaries == {"<site:server+"}
+    a, b = vocab.encode(kept, 5), vocab.encode(temp, 5)
+    assert a != b and len(a) == len(b) and sum(x != y for x, y in zip(a, b)) == 1
+    assert vocab.ids["<site:server+1a2b>"] in a and vocab.ids["<site:server+1a40>"] in b
+    # An unknown call site of the known binary is <unk>, as an unknown word.
+    other = ["Summary::add", "<site:server+ffff>", "main", "<site:server+3c00>", "__libc_start_call_main"]
+    assert UNK in vocab.encode(other, 5) and len(vocab.encode(other, 5)) == len(a)
+    # Another binary's call-site words (a model of one program meets another's frames), and every call-site word
+    # for a model trained without them, are left out with their separators.
+    foreign = ["Summary::add", "<site:client+1a2b>", "main", "__libc_start_call_main"]
+    assert vocab.encode(foreign, 5) == vocab.encode(["Summary::add", "main", "__libc_start_call_main"], 5)
+    plain = Vocabulary.build([["Summary::add", "main", "__libc_start_call_main"]])
+    assert plain.encode(kept, 5) == plain.encode(["Summary::add", "main", "__libc_start_call_main"], 5)

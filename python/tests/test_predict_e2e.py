@@ -84,8 +84,14 @@ def predict_log(log: Path) -> dict[tuple, int]:
     return runs
 
 
+def fn(stack) -> list[str]:
+    """A context's function names, without the call-site words of the program's frames."""
+    return profile.functions_only(stack)
+
+
 def profile_contexts(prof: Path) -> tuple[list, list]:
-    """The stacks and request sizes of a profile's samples."""
+    """The stacks (with their call-site words, as training sees them) and request sizes of a profile's
+    samples."""
     samples = profile.samples_table([prof])
     return samples.column("stack").to_pylist(), samples.column("request_size").to_pylist()
 
@@ -98,9 +104,9 @@ def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
     stacks, sizes = profile_contexts(prof)
     # The program's own contexts (frame 0 in the program; libc's internals keep no frame pointers, see
     # docs/prediction.md).
-    own = [(s, z) for s, z in zip(stacks, sizes) if s[0] in ("keep_record", "temp_buffer", "footprint")]
+    own = [(s, z) for s, z in zip(stacks, sizes) if fn(s)[0] in ("keep_record", "temp_buffer", "footprint")]
     # (footprint's own contexts are its two arrays.)
-    assert {s[0] for s, _ in own} == {"keep_record", "temp_buffer", "footprint"} and len(own) == 4
+    assert {fn(s)[0] for s, _ in own} == {"keep_record", "temp_buffer", "footprint"} and len(own) == 4
     m = modelfile.read(model)
     want_tokens = reference.tokens(m, [s for s, _ in own], [z for _, z in own])
     want_classes, _ = reference.predict(model, [s for s, _ in own], [z for _, z in own])
@@ -108,7 +114,7 @@ def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
     for (stack, _), tokens, cls, logits in zip(own, want_tokens, want_classes, want_logits):
         assert tuple(tokens) in runs, f"{stack}: {tokens} not among the allocator's contexts {sorted(runs)}"
         assert runs[tuple(tokens)] == confident_class(cls, logits)
-    by_frame = {s[0]: int(c) for (s, _), c in zip(own, want_classes)}
+    by_frame = {fn(s)[0]: int(c) for (s, _), c in zip(own, want_classes)}
     # The model learned the two lifetimes: never freed, and short (< 10 ms, or < 100 ms on a loaded machine).
     assert by_frame["keep_record"] == 7 and by_frame["temp_buffer"] <= 1
 
@@ -168,7 +174,7 @@ def test_thread_contexts_end_where_the_profilers_end(trained, env, tmp_path):
     runs = {tuple(int(t) for t in line.partition(":")[2].split()) for line in log.read_text().splitlines()}
     samples = profile.samples_table([prof])
     own = [(s, z) for s, z in zip(samples.column("stack").to_pylist(), samples.column("request_size").to_pylist())
-           if len(s) > 1 and s[1] == "worker"]
+           if len(fn(s)) > 1 and fn(s)[1] == "worker"]
     assert own and all(s[-2:] == ["start_thread", "__clone3"] for s, _ in own)
     for (stack, _), tokens in zip(own, reference.tokens(modelfile.read(model), [s for s, _ in own],
                                                          [z for _, z in own])):
@@ -258,7 +264,7 @@ def test_two_contexts_through_one_wrapper_each_get_their_own_prediction(trained_
     without, _ = run_stats(d, env, "wrapped-without", "wrapped", ROUNDS)
     runs = predict_log(log)
     stacks, sizes = profile_contexts(prof)
-    own = {s[1]: (s, z) for s, z in zip(stacks, sizes) if s[0] == "xmalloc" and len(s) > 1}
+    own = {fn(s)[1]: (s, z) for s, z in zip(stacks, sizes) if fn(s)[0] == "xmalloc" and len(fn(s)) > 1}
     assert set(own) == {"keep_wrapped", "temp_wrapped"}, sorted(own)
     m = modelfile.read(model)
     for caller, (stack, size) in own.items():
@@ -270,6 +276,36 @@ def test_two_contexts_through_one_wrapper_each_get_their_own_prediction(trained_
     # the unwrapped program's test asks for half.
     assert with_model["footprint_bytes"] < 0.8 * without["footprint_bytes"], (with_model, without)
     assert with_model["counters"]["prediction_keys_shared"] >= 1
+
+
+@pytest.fixture(scope="module")
+def trained_sites(tmp_path_factory, env):
+    return record_and_train(tmp_path_factory.mktemp("e2e-sites"), env, "sites")
+
+
+def test_two_call_sites_in_one_function_are_two_contexts(trained_sites, env):
+    """The records and the buffers of `sites` come from two calls of malloc in one function, of one size: the
+    same function names all the way up, as word-count's two std::map insertions in one lambda. The call-site
+    word of each (docs/model.md) makes them two contexts in the profile, in training and in the process: the
+    records are predicted "never freed" and placed apart from the buffers."""
+    d, prof, model = trained_sites
+    stacks, sizes = profile_contexts(prof)
+    own = [(s, z) for s, z in zip(stacks, sizes) if fn(s)[0] == "two_sites"]
+    assert len(own) == 2 and fn(own[0][0]) == fn(own[1][0]) and own[0][1] == own[1][1], own
+    assert own[0][0] != own[1][0] and all(profile.is_site_frame(s[1]) for s, _ in own), own
+    log = d / "sites.log"
+    with_model, _ = run_stats(d, env, "sites-with", "sites", ROUNDS, model=model,
+                              extra_env={"LLAMALLOC_PREDICT_LOG": str(log)})
+    without, _ = run_stats(d, env, "sites-without", "sites", ROUNDS)
+    runs = predict_log(log)
+    m = modelfile.read(model)
+    classes = []
+    for stack, size in own:
+        tokens = tuple(reference.tokens(m, [stack], [size])[0])
+        assert tokens in runs, f"{stack}: {tokens} not among the allocator's contexts {sorted(runs)}"
+        classes.append(runs[tokens])
+    assert sorted(classes)[-1] == 7 and sorted(classes)[0] <= 1, classes  # the records, the buffers
+    assert with_model["footprint_bytes"] < 0.6 * without["footprint_bytes"], (with_model, without)
 
 
 @pytest.fixture(scope="module")
@@ -285,7 +321,7 @@ def test_the_caller_of_a_function_without_frame_pointer_is_in_the_context(traine
     frame pointers alone (LLAMALLOC_PREDICT_DWARF=0) both contexts are one, and the records' never runs."""
     d, prof, model = trained_frameless
     stacks, sizes = profile_contexts(prof)
-    own = {s[1]: (s, z) for s, z in zip(stacks, sizes) if s[0] == "frameless_alloc" and len(s) > 1}
+    own = {fn(s)[1]: (s, z) for s, z in zip(stacks, sizes) if fn(s)[0] == "frameless_alloc" and len(fn(s)) > 1}
     assert set(own) == {"keep_frameless", "temp_frameless"}, sorted(own)
     m = modelfile.read(model)
     want = {caller: tuple(reference.tokens(m, [s], [z])[0]) for caller, (s, z) in own.items()}

@@ -7,6 +7,8 @@
  *   frameless ROUNDS   as footprint, but both contexts allocate through a function built without frame pointer
  *                      (as libstdc++'s and glibc's internals are): the frame-pointer chain skips its caller, the
  *                      one frame that tells the records from the buffers
+ *   sites ROUNDS       as footprint, but records and buffers come from two calls of malloc in one function, the
+ *                      same size: only the call sites (their call-site words) tell them apart
  *   threads N          N threads allocating from several contexts at once (many threads predicting at once)
  *   serial N           N threads as in `threads`, one after another (a thread per task: each on the last one's stack)
  *   dlopen LIB N       a thread dlopens/dlcloses LIB and calls its allocating function while N threads allocate
@@ -64,7 +66,19 @@ __attribute__((noinline, optimize("omit-frame-pointer"))) void* frameless_alloc(
 NOINLINE void* keep_frameless(size_t n) { void* p = frameless_alloc(n); memset(p, 1, n); return p; }
 NOINLINE void* temp_frameless(size_t n) { void* p = frameless_alloc(n); memset(p, 2, n); return p; }
 
-/* via: 0 the contexts' own functions call malloc, 1 through xmalloc, 2 through frameless_alloc. */
+/* Two calls of one function, the same size and stack: only where the function calls malloc tells the request
+   buffers from the record (a call-site word, docs/model.md), as word-count's two maps of one type. */
+NOINLINE void two_sites(void** temps, int count, void** kept) {
+  for (int i = 0; i < count; ++i) {
+    temps[i] = malloc(256);
+    memset(temps[i], 2, 256);
+  }
+  *kept = malloc(256);
+  memset(*kept, 1, 256);
+}
+
+/* via: 0 the contexts' own functions call malloc, 1 through xmalloc, 2 through frameless_alloc, 3 two call
+   sites of one function. */
 static int footprint(int rounds, int via) {
   /* Each round: 4000 request buffers of 200 bytes (about 0.8 MiB), all live at once, with a 256-byte record
      kept after every 200 of them; then the buffers die. Buffers and records are small objects of the same
@@ -79,6 +93,8 @@ static int footprint(int rounds, int via) {
     if (via == 1) {
       for (int i = 0; i < kKeepEvery; ++i) temps[k * kKeepEvery + i] = temp_wrapped(200);
       kept[k] = keep_wrapped(256);
+    } else if (via == 3) {
+      two_sites(temps + k * kKeepEvery, kKeepEvery, kept + k);
     } else if (via == 2) {
       for (int i = 0; i < kKeepEvery; ++i) temps[k * kKeepEvery + i] = temp_frameless(256);
       kept[k] = keep_frameless(256);
@@ -303,6 +319,7 @@ int main(int argc, char** argv) {
   if (argc >= 3 && strcmp(argv[1], "footprint") == 0) return footprint(atoi(argv[2]), 0);
   if (argc >= 3 && strcmp(argv[1], "wrapped") == 0) return footprint(atoi(argv[2]), 1);
   if (argc >= 3 && strcmp(argv[1], "frameless") == 0) return footprint(atoi(argv[2]), 2);
+  if (argc >= 3 && strcmp(argv[1], "sites") == 0) return footprint(atoi(argv[2]), 3);
   if (argc >= 3 && strcmp(argv[1], "threads") == 0) return threads(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "serial") == 0) return serial_threads(atoi(argv[2]));
   if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));

@@ -7,7 +7,8 @@ file. Names come from the same tool as training's symbolisation (`eu-addr2line -
 tokens it would have had in a profile:
 
 * call sites: every `call` instruction (found with `objdump -d`) keyed by its return address; its tokens are the
-  words of each (inlined) frame eu-addr2line gives for return address - 1, innermost first, separated by `@`:
+  words of each (inlined) frame eu-addr2line gives for return address - 1, innermost first, separated by `@`,
+  and in the program's own binary the call-site word of return address - 1 (llamalloc.profile.site_frame):
   exactly what a profile's stack holds for that return address;
 * functions (from `nm`), the fallback for a return address that is not after a call we know: the function's
   name as eu-addr2line gives it at its entry;
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import profile as _profile
 from . import symbolize
 from .errors import FormatError, UserError
 from .model import modelfile
@@ -45,7 +47,7 @@ MAX_SEGMENTS = 4
 MAX_BINARIES = 256
 TERMINAL = 0x80000000
 #: Part of the cache keys: bump when what prepare computes changes (cached tables are then rebuilt).
-PREPARE_REVISION = 2
+PREPARE_REVISION = 3
 assert HEADER.size == 64
 
 #: Root frames the profiler's DWARF unwinder finds above a C-library function that a frame-pointer walk cannot
@@ -143,6 +145,14 @@ def _with_root(names: list[str]) -> tuple[list[str], bool]:
     return (names + chain, True) if chain else (names, False)
 
 
+def _file_offset(segments: list[tuple[int, int, int]], vaddr: int) -> int:
+    """The file offset of an ELF virtual address in one of the executable segments (file offset, vaddr, size)."""
+    for offset, start, size in segments:
+        if start <= vaddr < start + size:
+            return vaddr - start + offset
+    return vaddr
+
+
 def build_binary_table(binary: str, vocab: Vocabulary) -> BinaryTable:
     path = os.path.realpath(binary)
     try:
@@ -163,8 +173,14 @@ def build_binary_table(binary: str, vocab: Vocabulary) -> BinaryTable:
     rets = call_return_addresses(path)
     funcs = function_ranges(path)
     frames = symbolize.addr2line(path, [r - 1 for r in rets] + [s for s, _ in funcs])
+    # Call-site words (llamalloc.profile.site_frame): training gave one to every frame of the program's own binary,
+    # so the model's vocabulary has words of this binary exactly when it is that binary.
+    sited = _profile.site_frame(path, 0)[:-2] in vocab.site_binaries
     for ret, fr in zip(rets, frames[:len(rets)]):
-        names, terminal = _with_root([f[0] for f in fr])
+        functions = [f[0] for f in fr]
+        names, terminal = _with_root(functions)
+        if sited and functions and functions[-1] not in _profile.UNSITED_FUNCTIONS:
+            names = functions + [_profile.site_frame(path, _file_offset(segments, ret - 1))] + names[len(functions):]
         ids = _frame_tokens(vocab, names) if names else [UNSYMBOLIZED]
         table.sites.append((ret, ids, terminal))
     for (start, end), fr in zip(funcs, frames[len(rets):]):

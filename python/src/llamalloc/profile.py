@@ -55,6 +55,30 @@ class Location:
     frames: list[Frame]     # innermost (inlined) first; empty when not symbolized
 
 
+#: The call-site word of a frame in the program's own binary (docs/model.md, "Call sites"): two allocations in one
+#: function (two maps of one type filled in one loop, as word-count's) have the same function names and differ
+#: only in where the function calls. A profile location's address is the return address - 1; the word names
+#: the binary and that address's offset in its file, which `prepare` computes from the binary for the same call
+#: (so a rebuilt binary's words are unknown to a model of the old one: <unk>, as a renamed function's).
+SITE_PREFIX = "<site:"
+#: Frames that get no call-site word: the process's start routine, whose one call is into the C library; a walk
+#: in the process ends in the C library's start routines, whose token-table entries name it (prepare.ROOT_CHAINS).
+UNSITED_FUNCTIONS = frozenset({"_start"})
+
+
+def site_frame(binary: str, file_offset: int) -> str:
+    return f"{SITE_PREFIX}{os.path.basename(binary)}+{file_offset:x}>"
+
+
+def is_site_frame(frame: str) -> bool:
+    return frame.startswith(SITE_PREFIX) and frame.endswith(">")
+
+
+def functions_only(stack) -> list[str]:
+    """A context's stack without its call-site words: the function names (and unsymbolised addresses)."""
+    return [f for f in stack if not is_site_frame(f)]
+
+
 @dataclass
 class Sample:
     locations: list[Location]   # innermost first
@@ -71,6 +95,20 @@ class Sample:
         for loc in self.locations:
             if loc.frames:
                 out.extend(f.function for f in loc.frames)
+            else:
+                out.append(f"0x{loc.address:x}")
+        return out
+
+    def context_stack(self, mappings: list, program_mapping: int) -> list[str]:
+        """The stack a model sees: `stack`, with each symbolised location in the program's own binary (mapping
+        `program_mapping`) followed by its call-site word."""
+        out: list[str] = []
+        for loc in self.locations:
+            if loc.frames:
+                out.extend(f.function for f in loc.frames)
+                if loc.mapping == program_mapping >= 0 and loc.frames[-1].function not in UNSITED_FUNCTIONS:
+                    m = mappings[program_mapping]
+                    out.append(site_frame(m.path, loc.address - m.memory_start + m.file_offset))
             else:
                 out.append(f"0x{loc.address:x}")
         return out
@@ -92,6 +130,13 @@ class Profile:
     mappings: list[_raw.Mapping]
     samples: list[Sample]
     proto: object  # the profile_pb2.Profile message
+
+    def program_mapping(self) -> int:
+        """The index of the program's own executable mapping (its path is the program's), or -1."""
+        for i, m in enumerate(self.mappings):
+            if m.path == self.program:
+                return i
+        return -1
 
 
 # ---- writing -------------------------------------------------------------------------------------------------
@@ -314,12 +359,13 @@ def samples_table(paths):
         "min_lifetime_ns", "max_lifetime_ns")}
     for path in paths:
         prof = load(path)
+        program_mapping = prof.program_mapping()
         for smp in prof.samples:
             v = smp.values
             cols["profile"].append(str(path))
             cols["program"].append(prof.program)
             cols["build_id"].append(prof.build_id)
-            cols["stack"].append(smp.stack)
+            cols["stack"].append(smp.context_stack(prof.mappings, program_mapping))
             cols["request_size"].append(smp.request_size)
             cols["alloc_objects"].append(v["alloc_objects"])
             cols["alloc_bytes"].append(v["alloc_space"])

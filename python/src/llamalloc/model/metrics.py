@@ -147,6 +147,7 @@ _PLUMBING_PREFIXES = ("std::", "__gnu_cxx::", "operator new", "operator delete",
 def frame_summary(stack, frames: int = 3) -> str:
     """The first `frames` application frames of a stack (innermost first, allocation plumbing such as
     operator new or std::vector skipped, parameter lists dropped), joined by " < " (callee < caller)."""
+    stack = [f for f in stack if not (f.startswith("<site:") and f.endswith(">"))]  # call-site words
     own = [f for f in stack if not _function_name(f).startswith(_PLUMBING_PREFIXES)] or list(stack)
     return " < ".join(_short_function(f) for f in own[:frames])
 

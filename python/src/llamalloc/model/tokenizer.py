@@ -8,7 +8,9 @@ per frame, and at most WORDS_PER_FRAME words. Without this, the templated alloca
 at the top of every C++ stack (`std::allocator_traits<std::allocator<T> >::allocate(std::allocator<T>&, ...)`)
 ate most of the 128-token budget: in image-server's profile, the first application frame started at token 103
 (median) and one stack in ten never reached one; with these rules it starts at token 65. A frame that is an
-unsymbolised address ("0x<hex>") becomes the single token <unsymbolized>. Frames are separated by the token `@`.
+unsymbolised address ("0x<hex>") becomes the single token <unsymbolized>, and a call-site word
+("<site:BINARY+OFFSET>", which follows each frame of the program's own binary, llamalloc.profile.site_frame) is one
+token too. Frames are separated by the token `@`.
 
 The sequence of a calling context is
 
@@ -44,11 +46,18 @@ _WORD_OR_BRACKET = re.compile(r"[A-Za-z0-9_\u0080-\U0010ffff]+|[<>()\[\]]")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
+def is_site_word(frame: str) -> bool:
+    """A call-site word, "<site:BINARY+OFFSET>" (llamalloc.profile.site_frame)."""
+    return frame.startswith("<site:") and frame.endswith(">")
+
+
 def frame_words(frame: str) -> list[str]:
     """The tokens of one frame, as strings ("<unsymbolized>" for a raw address): the name's words, then the
     template and parameter lists' words, each once, at most WORDS_PER_FRAME."""
     if _ADDRESS.fullmatch(frame):
         return [SPECIAL_TOKENS[UNSYMBOLIZED]]
+    if is_site_word(frame):
+        return [frame]  # a call-site word (llamalloc.profile.site_frame) is one token
     depth = 0
     name_words: list[str] = []
     argument_words: list[str] = []
@@ -73,6 +82,13 @@ class Vocabulary:
         self.tokens = tokens
         self.ids = {t: i for i, t in enumerate(tokens)}
         self._frame_cache: dict[str, list[int]] = {}
+        # The binaries whose call-site words the model knows ("<site:NAME+"): another binary's site words are
+        # dropped (a model of one program meets another's frames; `prepare` applies the same rule).
+        self.site_binaries = {t[:t.rindex("+") + 1] for t in tokens if is_site_word(t) and "+" in t}
+
+    def keeps_frame(self, frame: str) -> bool:
+        """False for a call-site word of a binary the vocabulary has none of."""
+        return not is_site_word(frame) or ("+" in frame and frame[:frame.rindex("+") + 1] in self.site_binaries)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -102,7 +118,7 @@ class Vocabulary:
         """Token ids of one context: the size token, then the frames innermost first, cut to max_tokens."""
         sc = min(max(int(size_class), 0), NUM_SIZE_CLASSES - 1)
         ids = [FIRST_SIZE_TOKEN + sc]
-        for i, frame in enumerate(stack):
+        for i, frame in enumerate(f for f in stack if self.keeps_frame(f)):
             if i:
                 ids.append(SEP)
             ids.extend(self.frame_ids(frame))
