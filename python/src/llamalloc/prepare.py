@@ -175,7 +175,7 @@ def build_binary_table(binary: str, vocab: Vocabulary) -> BinaryTable:
     frames = symbolize.addr2line(path, [r - 1 for r in rets] + [s for s, _ in funcs])
     # Call-site words (llamalloc.profile.site_frame): training gave one to every frame of the program's own binary,
     # so the model's vocabulary has words of this binary exactly when it is that binary.
-    sited = _profile.site_frame(path, 0)[:-2] in vocab.site_binaries
+    sited = _profile.site_prefix(path) in vocab.site_binaries
     for ret, fr in zip(rets, frames[:len(rets)]):
         functions = [f[0] for f in fr]
         names, terminal = _with_root(functions)

@@ -66,8 +66,13 @@ SITE_PREFIX = "<site:"
 UNSITED_FUNCTIONS = frozenset({"_start"})
 
 
+def site_prefix(binary: str) -> str:
+    """What every call-site word of `binary` starts with: "<site:NAME+"."""
+    return f"{SITE_PREFIX}{os.path.basename(binary)}+"
+
+
 def site_frame(binary: str, file_offset: int) -> str:
-    return f"{SITE_PREFIX}{os.path.basename(binary)}+{file_offset:x}>"
+    return f"{site_prefix(binary)}{file_offset:x}>"
 
 
 def is_site_frame(frame: str) -> bool:

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..profile import functions_only
 from .classes import CLASS_NAMES, LIFETIME_NAMES, NUM_CLASSES
 
 
@@ -147,7 +148,7 @@ _PLUMBING_PREFIXES = ("std::", "__gnu_cxx::", "operator new", "operator delete",
 def frame_summary(stack, frames: int = 3) -> str:
     """The first `frames` application frames of a stack (innermost first, allocation plumbing such as
     operator new or std::vector skipped, parameter lists dropped), joined by " < " (callee < caller)."""
-    stack = [f for f in stack if not (f.startswith("<site:") and f.endswith(">"))]  # call-site words
+    stack = functions_only(stack)  # without the call-site words
     own = [f for f in stack if not _function_name(f).startswith(_PLUMBING_PREFIXES)] or list(stack)
     return " < ".join(_short_function(f) for f in own[:frames])
 

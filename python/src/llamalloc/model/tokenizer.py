@@ -30,6 +30,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..profile import is_site_frame as is_site_word
 from .classes import NUM_SIZE_CLASSES
 
 PAD, UNK, SEP, UNSYMBOLIZED = 0, 1, 2, 3
@@ -44,11 +45,6 @@ WORDS_PER_FRAME = 8
 
 _WORD_OR_BRACKET = re.compile(r"[A-Za-z0-9_\u0080-\U0010ffff]+|[<>()\[\]]")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-
-
-def is_site_word(frame: str) -> bool:
-    """A call-site word, "<site:BINARY+OFFSET>" (llamalloc.profile.site_frame)."""
-    return frame.startswith("<site:") and frame.endswith(">")
 
 
 def frame_words(frame: str) -> list[str]:
