@@ -3,6 +3,7 @@
 // allocator's lifetime-class placement underneath.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <set>
 #include <vector>
@@ -108,6 +109,47 @@ TEST_F(LocalAllocatorTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySp
   PageInfo page = global->page_info(reinterpret_cast<uintptr_t>(objs[0]));
   EXPECT_TRUE(page.live.none()) << "thread exit gives every empty span back";
   EXPECT_LE(global->gauges().footprint_bytes, kHugePageBytes) << "only the class's open page stays";
+}
+
+// A long-lived class (shared_class_min and up) holds few objects per size class for a long time: its spans are
+// 16 KiB up to 2 KiB objects, so a few hundred KiB of them do not take a huge page of 64 KiB spans. Shorter
+// classes keep the larger spans (fewer trips to the slow path), and the empty-span cache never hands a span of
+// one size to a request for the other.
+TEST(LongLivedSpans, AreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKeepsSizesApart) {
+  LinuxPlatform platform;
+  FakeClock clock;
+  HeapConfig config{8, 2};
+  config.shared_class_min = 3;
+  GlobalAllocator global(platform, clock, config);
+  LocalHeap heap;
+  auto span_bytes = [&](void* p) { return LocalAllocator::span_of(global, p)->span_bytes; };
+  for (size_t size : {300, 1000, 2048}) {
+    void* shortlived = LocalAllocator::allocate(global, heap, 2, size, 16);
+    void* longlived = LocalAllocator::allocate(global, heap, 3, size, 16);
+    void* never = LocalAllocator::allocate(global, heap, 7, size, 16);
+    EXPECT_EQ(span_bytes(shortlived), 64u * 1024) << size;
+    EXPECT_EQ(span_bytes(longlived), 16u * 1024) << size;
+    EXPECT_EQ(span_bytes(never), 16u * 1024) << size;
+    EXPECT_GE(16u * 1024 / LocalAllocator::usable_size(LocalAllocator::span_of(global, longlived)), 8u);
+    for (void* p : {shortlived, longlived, never}) LocalAllocator::deallocate(global, &heap, p);
+  }
+  void* big = LocalAllocator::allocate(global, heap, 3, 4000, 16);
+  EXPECT_EQ(span_bytes(big), 64u * 1024) << "above 2 KiB a long-lived class keeps the usual span";
+  LocalAllocator::deallocate(global, &heap, big);
+  // Empty spans of both sizes go through the class's cache and come back at their own size.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<void*> objs;
+    for (int i = 0; i < 40; ++i) {
+      objs.push_back(LocalAllocator::allocate(global, heap, 3, i % 2 ? 1500 : 5000, 16));
+      ASSERT_NE(objs.back(), nullptr);
+      memset(objs.back(), 0xab, i % 2 ? 1500 : 5000);
+      ASSERT_EQ(span_bytes(objs.back()), i % 2 ? 16u * 1024 : 64u * 1024);
+    }
+    for (void* p : objs) LocalAllocator::deallocate(global, &heap, p);
+    ASSERT_TRUE(heap.check(global));
+  }
+  LocalAllocator::release_all(global, heap);
+  global.check_invariants();
 }
 
 TEST_F(LocalAllocatorTest, FreesByAnotherThreadAreCollectedInBulkByTheOwner) {

@@ -97,7 +97,7 @@ void init_span(LocalHeap& heap, SmallSpan* s, uintptr_t start, size_t span_bytes
 }
 
 SmallSpan* new_span(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsigned sc) {
-  size_t bytes = size_class_span_bytes(sc);
+  size_t bytes = lc >= global.shared_class_min() ? long_lived_span_bytes(sc) : size_class_span_bytes(sc);
   unsigned kind = span_kind(bytes);
   uint8_t& n = heap.cache_count[lc][kind];
   if (n > 0) {
