@@ -190,7 +190,8 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
   LocalHeap& heap = HeapFor(object.thread);
   tl_heap = &heap;
   unsigned sc = classify(size, alignment);
-  bool shared = global_->shared_heap() != nullptr && lc >= global_->shared_class_min() && sc != kLargeRequest;
+  bool shared = global_->shared_heap() != nullptr && lc >= global_->shared_class_min() && sc != kLargeRequest &&
+                !heap.own_class[lc];
   if (shared) {
     shared_last_alloc_ns_ = now_ns_;
     shared_holds_spans_ = true;

@@ -152,6 +152,44 @@ TEST(LongLivedSpans, AreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKeepsSizesApar
   global.check_invariants();
 }
 
+// The shared heap of long-lived classes serves threads that make few such objects. A thread that makes them fast
+// (kSharedBurst within kSharedBurstNs) takes that class from its own spans from then on, off the shared lock;
+// one that makes as many slowly stays on the shared heap, and its other classes are unaffected.
+TEST(SharedHeap, AThreadThatMakesLongLivedObjectsFastTakesThemFromItsOwnSpans) {
+  LinuxPlatform platform;
+  FakeClock clock;
+  HeapConfig config{8, 2};
+  config.shared_class_min = 3;
+  GlobalAllocator global(platform, clock, config);
+  LocalHeap shared, fast, slow;
+  global.set_shared_heap(&shared);
+  auto owner = [&](void* p) { return LocalAllocator::span_of(global, p)->owner; };
+  std::vector<std::pair<LocalHeap*, void*>> objs;
+  auto make = [&](LocalHeap& h, unsigned lc, int n, uint64_t step_ns) {
+    void* p = nullptr;
+    for (int i = 0; i < n; ++i) {
+      p = LocalAllocator::allocate(global, h, lc, 64, 16);
+      objs.emplace_back(&h, p);
+      clock.now += step_ns;
+    }
+    return p;
+  };
+  // 3 x kSharedBurst at 1 us each: the first window only starts the count, the second is a burst.
+  EXPECT_EQ(owner(make(fast, 3, kSharedBurst, 1000)), &shared);
+  EXPECT_EQ(owner(make(fast, 3, kSharedBurst, 1000)), &shared);
+  EXPECT_EQ(fast.own_class[3], 1);
+  EXPECT_EQ(owner(make(fast, 3, 10, 1000)), &fast) << "after a burst, the thread's own spans";
+  EXPECT_EQ(owner(make(fast, 4, 10, 1000)), &shared) << "other long-lived classes stay shared";
+  // As many, one every 200 us: 1024 take 205 ms, more than the window.
+  for (int round = 0; round < 3; ++round) EXPECT_EQ(owner(make(slow, 3, kSharedBurst, 200'000)), &shared);
+  EXPECT_EQ(slow.own_class[3], 0);
+  for (auto& [h, p] : objs) LocalAllocator::deallocate(global, h, p);
+  EXPECT_TRUE(fast.check(global));
+  EXPECT_TRUE(slow.check(global));
+  for (LocalHeap* h : {&fast, &slow, &shared}) LocalAllocator::release_all(global, *h);
+  global.check_invariants();
+}
+
 TEST_F(LocalAllocatorTest, FreesByAnotherThreadAreCollectedInBulkByTheOwner) {
   std::vector<void*> objs;
   for (int i = 0; i < 100; ++i) objs.push_back(alloc(0, 1000));  // 1 KiB class: 64 per 64 KiB span

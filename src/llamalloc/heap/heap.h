@@ -321,6 +321,8 @@ class GlobalAllocator {
   LocalHeap* shared_heap() const { return shared_heap_.load(std::memory_order_relaxed); }
   unsigned shared_class_min() const { return config_.shared_class_min; }
   Lock& shared_lock() { return shared_lock_; }
+  // The heap's clock (the process's monotonic clock; the trace's in the simulator).
+  uint64_t now_ns() { return clock_.now_ns(); }
 
  private:
   Region* new_region(unsigned lc);

@@ -47,6 +47,11 @@ inline constexpr std::memory_order kHandshakeLoad = std::memory_order_acquire;
 // path allocates from takes the slow path (LocalAllocator::free_block).
 inline constexpr unsigned kEmptyFreesPerSlowPath = 8;
 
+// A thread heap that takes this many small objects of one long-lived class from the shared heap within this
+// long (10,000 a second or more) takes that class from its own spans from then on (LocalHeap::own_class).
+inline constexpr uint32_t kSharedBurst = 1024;
+inline constexpr uint64_t kSharedBurstNs = 100'000'000;
+
 struct alignas(64) LocalHeap {
   // The span each (lifetime class, size class) allocates from: the head of its queue, or the static empty
   // span (no free block) so that the fast path needs no null check. Row kMaxClasses stays empty: when the
@@ -92,6 +97,14 @@ struct alignas(64) LocalHeap {
   // nor a slow path (at prediction_cache_idle_passes() the sweeper drops the cache's pages).
   uint64_t seen_cache_hits = 0;
   uint32_t cache_idle_ticks = 0;
+  // The shared heap of long-lived classes is for objects a thread makes few of. A thread that makes them fast
+  // (kSharedBurst of one class within kSharedBurstNs) would serialise on its lock -- word-count with a model
+  // that put its hot hash nodes in "< 10 s": 2x the time -- and fills spans of its own anyway: from then on
+  // that class comes from the thread's own spans (own_class[lc] = 1). shared_allocs and shared_since count
+  // the allocations of the current window, under the shared heap's lock.
+  uint32_t shared_allocs[kMaxClasses] = {};
+  uint64_t shared_since[kMaxClasses] = {};
+  uint8_t own_class[kMaxClasses] = {};
 
   constexpr LocalHeap();
   bool check(GlobalAllocator& global) const;

@@ -388,14 +388,20 @@ void* LocalAllocator::allocate(GlobalAllocator& global, LocalHeap& heap, unsigne
   void* p;
   if (sc != kLargeRequest) {
     LocalHeap* shared = global.shared_heap();
-    if (lc >= global.shared_class_min() && shared != nullptr && shared != &heap) {
+    if (lc >= global.shared_class_min() && shared != nullptr && shared != &heap && !heap.own_class[lc]) {
       // A long-lived class: from the heap all threads share (the thread's own spans of this class stay empty,
-      // so its fast path always comes here).
+      // so its fast path always comes here), unless this thread makes them fast (LocalHeap::own_class).
       LockGuard g(global.shared_lock());
       p = span_pop(shared->spans[lc][sc]);
       if (p == nullptr) {
         owner_count_slow(shared);  // (the sweeper's sign of activity, as for a thread heap)
         p = alloc_small(global, *shared, lc, sc);
+      }
+      if (++heap.shared_allocs[lc] >= kSharedBurst) {
+        uint64_t now = global.now_ns();
+        if (now - heap.shared_since[lc] < kSharedBurstNs) heap.own_class[lc] = 1;
+        heap.shared_since[lc] = now;
+        heap.shared_allocs[lc] = 0;
       }
     } else {
       p = span_pop(heap.spans[lc][sc]);
