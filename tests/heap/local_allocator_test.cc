@@ -111,16 +111,24 @@ TEST_F(LocalAllocatorTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySp
   EXPECT_LE(global->gauges().footprint_bytes, kHugePageBytes) << "only the class's open page stays";
 }
 
+// A heap whose classes 3 and up are long-lived (HeapConfig::shared_class_min), on real memory and a fake clock.
+class LongLivedClassTest : public ::testing::Test {
+ protected:
+  static HeapConfig config() {
+    HeapConfig c{8, 2};
+    c.shared_class_min = 3;
+    return c;
+  }
+  LinuxPlatform platform;
+  FakeClock clock;
+  GlobalAllocator global{platform, clock, config()};
+};
+
 // A long-lived class (shared_class_min and up) holds few objects per size class for a long time: its spans are
 // 16 KiB up to 2 KiB objects, so a few hundred KiB of them do not take a huge page of 64 KiB spans. Shorter
 // classes keep the larger spans (fewer trips to the slow path), and the empty-span cache never hands a span of
 // one size to a request for the other.
-TEST(LongLivedSpans, AreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKeepsSizesApart) {
-  LinuxPlatform platform;
-  FakeClock clock;
-  HeapConfig config{8, 2};
-  config.shared_class_min = 3;
-  GlobalAllocator global(platform, clock, config);
+TEST_F(LongLivedClassTest, SpansAreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKeepsSizesApart) {
   LocalHeap heap;
   auto span_bytes = [&](void* p) { return LocalAllocator::span_of(global, p)->span_bytes; };
   for (size_t size : {300, 1000, 2048}) {
@@ -155,12 +163,7 @@ TEST(LongLivedSpans, AreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKeepsSizesApar
 // The shared heap of long-lived classes serves threads that make few such objects. A thread that makes them fast
 // (kSharedBurst within kSharedBurstNs) takes that class from its own spans from then on, off the shared lock;
 // one that makes as many slowly stays on the shared heap, and its other classes are unaffected.
-TEST(SharedHeap, AThreadThatMakesLongLivedObjectsFastTakesThemFromItsOwnSpans) {
-  LinuxPlatform platform;
-  FakeClock clock;
-  HeapConfig config{8, 2};
-  config.shared_class_min = 3;
-  GlobalAllocator global(platform, clock, config);
+TEST_F(LongLivedClassTest, AThreadThatMakesThemFastTakesThemFromItsOwnSpansNotTheSharedHeap) {
   LocalHeap shared, fast, slow;
   global.set_shared_heap(&shared);
   auto owner = [&](void* p) { return LocalAllocator::span_of(global, p)->owner; };
