@@ -177,7 +177,7 @@ TEST_F(LongLivedClassTest, AThreadThatMakesThemFastTakesThemFromItsOwnSpansNotTh
     }
     return p;
   };
-  // 3 x kSharedBurst at 1 us each: the first window only starts the count, the second is a burst.
+  // Two windows of kSharedBurst at 1 us each: the first only starts the count, the second is a burst.
   EXPECT_EQ(owner(make(fast, 3, kSharedBurst, 1000)), &shared);
   EXPECT_EQ(owner(make(fast, 3, kSharedBurst, 1000)), &shared);
   EXPECT_EQ(fast.own_class[3], 1);

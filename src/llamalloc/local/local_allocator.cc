@@ -399,7 +399,8 @@ void* LocalAllocator::allocate(GlobalAllocator& global, LocalHeap& heap, unsigne
       }
       if (++heap.shared_allocs[lc] >= kSharedBurst) {
         uint64_t now = global.now_ns();
-        if (now - heap.shared_since[lc] < kSharedBurstNs) heap.own_class[lc] = 1;
+        // (shared_since 0: the first window, which only starts the count, in the process and in the replay)
+        if (heap.shared_since[lc] != 0 && now - heap.shared_since[lc] < kSharedBurstNs) heap.own_class[lc] = 1;
         heap.shared_since[lc] = now;
         heap.shared_allocs[lc] = 0;
       }
