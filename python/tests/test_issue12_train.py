@@ -1,6 +1,6 @@
 """Issue 12: `train` deploys a model refit on every context, warns about a held-out set too small to mean
 anything, lists the heaviest mispredicted contexts (`--list`), labels contexts by a rule robust to machine load
-(`--label`, default share20, fitted as each context's class distribution: `--target`) and can weigh under-prediction above over-prediction (`--under-weight`)."""
+(`--label`, default mode, fitted as each context's class distribution: `--target`) and can weigh under-prediction above over-prediction (`--under-weight`)."""
 from __future__ import annotations
 
 import io
@@ -66,8 +66,15 @@ def test_share_labels_take_the_longest_class_holding_a_fifth_of_the_objects(coun
         labels_from_counts([counts], "share0")
 
 
-def test_the_default_label_is_share20_and_a_slow_tail_moves_neither_it_nor_the_mode():
-    assert DEFAULT_LABEL_RULE == "share20"
+def test_the_default_label_is_the_mode_and_a_slow_tail_moves_neither_it_nor_share20():
+    assert DEFAULT_LABEL_RULE == "mode"
+    # word-count's task-local hash nodes (default scale, one run, 2026-11-26): 68% under 1 s, 31% under 10 s.
+    # share20 says "< 10 s", the class of the job-log lines that outlive the peak, and a thread that makes the
+    # nodes fast then puts those lines in its own spans, one or two per span (275 MiB of steady footprint for
+    # 19 MiB live); the mode says "< 1 s" (41 MiB). docs/model.md, "The mode again".
+    nodes = [33140, 816417, 46851353, 21213521, 0, 0, 0, 0]
+    assert labels_from_counts([nodes], DEFAULT_LABEL_RULE).tolist() == [2]
+    assert labels_from_counts([nodes], "share20").tolist() == [3]
     # Two runs of one request-scoped context: a loaded run's slow tail moves p95 by two classes, not the mode.
     quiet, loaded = [96, 4, 0, 0, 0, 0, 0, 0], [88, 4, 8, 0, 0, 0, 0, 0]
     assert labels_from_counts([quiet, loaded], "p95").tolist() == [0, 2]
@@ -178,7 +185,7 @@ def test_train_target_distribution_writes_the_rule_into_the_model(tmp_path, caps
     assert rc == 0 and modelfile.read(tmp_path / "l.model").decision is None
     # and without --target, train fits a distribution model (the default)
     rc, _, err = run(["train", str(prof), "-o", str(tmp_path / "d.model"), "--epochs", "1", *TINY], capsys)
-    assert rc == 0 and modelfile.read(tmp_path / "d.model").decision == "share20"
+    assert rc == 0 and modelfile.read(tmp_path / "d.model").decision == "mode"
 
 
 # --- refit -------------------------------------------------------------------------------------------------
