@@ -215,12 +215,10 @@ TEST_F(LongLivedClassTest, TheSharedHeapsSpansOfEveryClassShareThePagesOfTheLong
       EXPECT_EQ(LocalAllocator::span_of(global, objs.back())->lifetime_class, lc) << "queued by its own class";
     }
   EXPECT_EQ(global.pages_in_use(3) + global.pages_in_use(4) + global.pages_in_use(5), 0u);
-  void* own = LocalAllocator::allocate(global, thread, 3, 200, 16);
   thread.own_class[3] = 1;  // (as after a burst)
   void* fast = LocalAllocator::allocate(global, thread, 3, 200, 16);
   EXPECT_EQ(LocalAllocator::span_of(global, fast)->owner, &thread);
   EXPECT_NE(page(fast), page(objs.front())) << "a thread's own span of the class: not the shared heap's page";
-  objs.push_back(own);
   objs.push_back(fast);
   for (void* p : objs) LocalAllocator::deallocate(global, &thread, p);
   for (LocalHeap* h : {&thread, &shared}) LocalAllocator::release_all(global, *h);
