@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
+#include <unordered_map>
+#include <utility>
 
 #include "heap/heap.h"
 #include "local/local.h"
@@ -202,14 +204,14 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
     owner_count_slow(&heap);
   void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
-  placed_.Put(object.address, reinterpret_cast<uint64_t>(p));
+  placed_.Put(object.address, Placed{reinterpret_cast<uint64_t>(p), object.size_bytes, object.stack_id});
 }
 
 void LlamaPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t thread) {
-  uint64_t placed = 0;
+  Placed placed;
   if (!placed_.Erase(address, &placed)) return;
   tl_heap = &HeapFor(thread);  // the freeing thread, as in the process
-  LocalAllocator::deallocate(*global_, tl_heap, reinterpret_cast<void*>(placed));
+  LocalAllocator::deallocate(*global_, tl_heap, reinterpret_cast<void*>(placed.address));
 }
 
 uint64_t LlamaPolicy::footprint_bytes() const { return global_->gauges().footprint_bytes; }
@@ -238,6 +240,20 @@ void LlamaPolicy::TakeSnapshot(uint64_t time_ns) {
                   (unsigned long long)b.words[2], (unsigned long long)b.words[1], (unsigned long long)b.words[0]);
     return std::string(buf);
   };
+  // The live objects on each page (a huge object on its first), and their contexts: which ones keep a page.
+  struct PageObjects {
+    uint64_t objects = 0, bytes = 0;
+    std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> by_stack;  // stack id -> objects, bytes
+  };
+  std::unordered_map<uintptr_t, PageObjects> on_page;
+  placed_.ForEach([&](uint64_t, const Placed& o) {
+    PageObjects& po = on_page[o.address & ~uint64_t(kHugePageBytes - 1)];
+    ++po.objects;
+    po.bytes += o.size_bytes;
+    auto& st = po.by_stack[o.stack_id];
+    ++st.first;
+    st.second += o.size_bytes;
+  });
   std::string j = "{\"time_ns\": " + std::to_string(time_ns) + ", \"pages\": [";
   bool first = true;
   for (uintptr_t address : platform_->backed_pages()) {
@@ -249,7 +265,20 @@ void LlamaPolicy::TakeSnapshot(uint64_t time_ns) {
          "\", \"kind\": \"" + kKinds[int(info.kind)] + "\", \"class\": " + std::to_string(info.lifetime_class) +
          ", \"deadline_ns\": " +
          (info.deadline_ns == UINT64_MAX ? std::string("null") : std::to_string(info.deadline_ns)) +
-         ", \"live\": \"" + hex(info.live) + "\", \"residual\": \"" + hex(info.residual) + "\"}";
+         ", \"live\": \"" + hex(info.live) + "\", \"residual\": \"" + hex(info.residual) + "\"";
+    PageObjects& po = on_page[address];
+    std::vector<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>> stacks(po.by_stack.begin(), po.by_stack.end());
+    auto more_bytes = [](const auto& a, const auto& b) {
+      return a.second.second != b.second.second ? a.second.second > b.second.second : a.first < b.first;
+    };
+    size_t shown = std::min<size_t>(stacks.size(), kSnapshotStacks);
+    std::partial_sort(stacks.begin(), stacks.begin() + shown, stacks.end(), more_bytes);
+    j += ", \"objects\": " + std::to_string(po.objects) + ", \"object_bytes\": " + std::to_string(po.bytes) +
+         ", \"stacks\": [";
+    for (size_t i = 0; i < shown; ++i)
+      j += (i ? ", [" : "[") + std::to_string(stacks[i].first) + ", " + std::to_string(stacks[i].second.first) +
+           ", " + std::to_string(stacks[i].second.second) + "]";
+    j += "]}";
   }
   j += "]}";
   snapshots_.push_back(std::move(j));

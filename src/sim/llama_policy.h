@@ -104,7 +104,16 @@ class LlamaPolicy final : public Policy {
   // The library's sweeper period (LLAMALLOC_SWEEP_MS's default) and the trace time of the last pass.
   static constexpr uint64_t kSweepPeriodNs = 250'000'000;
   uint64_t last_sweep_ns_ = 0;
-  FlatMap<uint64_t> placed_;               // trace address -> address in the simulated heap
+  // Where a live object of the trace is in the simulated heap, and what it is (heap snapshots list the
+  // contexts that keep each page).
+  struct Placed {
+    uint64_t address = 0;
+    uint64_t size_bytes = 0;
+    uint32_t stack_id = 0;
+  };
+  // Contexts listed per page in a heap snapshot, those with the most live bytes on it first.
+  static constexpr size_t kSnapshotStacks = 3;
+  FlatMap<Placed> placed_;                 // trace address -> the object in the simulated heap
   uint64_t now_ns_ = 0;
   size_t next_snapshot_ = 0;
   uint64_t allocs_by_class_[8] = {};

@@ -58,6 +58,43 @@ TEST(LlamaPolicy, ObjectsOfDifferentTrueClassesLiveOnDifferentHugePages) {
   EXPECT_NE(s.find("\"state\": \"open\""), std::string::npos) << s;
 }
 
+// A snapshot says which contexts keep each page: its live objects, their bytes, and the stacks with the most
+// bytes on it (what a user reads to find the few objects that pin a page after a peak).
+TEST(LlamaPolicy, SnapshotsListTheContextsOfEachPagesLiveObjects) {
+  auto from = [](Event e, uint32_t stack) {
+    e.stack_id = stack;
+    return e;
+  };
+  VectorEventSource source({
+      from(Alloc(0, 0x1000, 64), 5),
+      from(Alloc(0, 0x2000, 64), 5),
+      from(Alloc(0, 0x3000, 200), 9),
+      from(Alloc(0, 0x4000, 48), 2),
+      from(Alloc(0, 0x5000, 48), 4),
+      from(Alloc(0, 0x6000, 16), 6),
+      Free(1 * kMs, 0x2000),
+      Free(3 * kMs, 0x1000),
+  });
+  LlamaOptions options;
+  options.fixed_class = 0;
+  options.snapshot_times_ns = {2 * kMs};
+  LlamaPolicy policy(options);
+  RunResult r = Replay(source, policy, EngineOptions{1 * kMs});
+  (void)r;
+  auto json = policy.summary_json();
+  ASSERT_EQ(json[0].first, "snapshots");
+  const std::string& s = json[0].second;
+  // At 2 ms: one page, five objects, 376 bytes; stack 9 (200 bytes), 5 (64), then 2 before 4 (48 each: the
+  // lower id first); stack 6 (16 bytes) is not among the three shown.
+  EXPECT_NE(s.find("\"objects\": 5, \"object_bytes\": 376, \"stacks\": [[9, 1, 200], [5, 1, 64], [2, 1, 48]]"),
+            std::string::npos)
+      << s;
+  // At the end, stack 5 is gone from it.
+  EXPECT_NE(s.find("\"objects\": 4, \"object_bytes\": 312, \"stacks\": [[9, 1, 200], [2, 1, 48], [4, 1, 48]]"),
+            std::string::npos)
+      << s;
+}
+
 TEST(LlamaPolicy, DefaultPolicyPutsEverythingInClassZero) {
   LlamaOptions options;
   options.fixed_class = 0;
