@@ -119,7 +119,11 @@ def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
     assert by_frame["keep_record"] == 7 and by_frame["temp_buffer"] <= 1
 
 
-def confident_class(cls: int, logits, min_confidence: int = 60, fallback: int = 0) -> int:
+#: LLAMALLOC_DEFAULT_CLASS's default (docs/options.md): the class without a model, and of unsure predictions.
+LIBRARY_DEFAULT_CLASS = 1
+
+
+def confident_class(cls: int, logits, min_confidence: int = 60, fallback: int = LIBRARY_DEFAULT_CLASS) -> int:
     """The allocator's rule (LLAMALLOC_MIN_CONFIDENCE, docs/prediction.md): below that softmax probability, the
     class without a model."""
     z = np.exp(np.asarray(logits, dtype=np.float64) - np.max(logits))
@@ -138,7 +142,7 @@ def test_unsure_predictions_keep_the_placement_without_a_model(trained, env, tmp
                              extra_env={"LLAMALLOC_PREDICT_LOG": str(log), "LLAMALLOC_MIN_CONFIDENCE": str(pct)})
         classes[pct] = [int(line.partition(":")[0]) for line in log.read_text().splitlines()]
         assert classes[pct], "the model ran"
-    assert set(classes[100]) == {0}
+    assert set(classes[100]) == {LIBRARY_DEFAULT_CLASS}
     assert 7 in classes[0], "the model's own answers include 'never freed' (keep_record)"
     # A long default class is what unsure contexts get.
     log = tmp_path / "conf-default3.log"

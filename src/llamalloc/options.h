@@ -15,9 +15,11 @@ namespace llamalloc {
     "Number of lifetime classes. Class 0 holds objects living < 10 ms, each next class ten times longer; the "    \
     "last class is 'never freed'. With the default 8: 0 < 10 ms, 1 < 100 ms, 2 < 1 s, 3 < 10 s, 4 < 100 s, "     \
     "5 < 1000 s, 6 >= 1000 s, 7 never freed.")                                                                   \
-  X(DEFAULT_CLASS, default_class, Uint, 0, 0, 7,                                                                 \
-    "Lifetime class given to every allocation when no model is loaded. Huge pages whose objects outlive their "  \
-    "deadline are promoted, so a short default adapts upward. Clamped to CLASSES-1.")                           \
+  X(DEFAULT_CLASS, default_class, Uint, 1, 0, 7,                                                                 \
+    "Lifetime class given to every allocation when no model is loaded (and to contexts the model is unsure "    \
+    "of). Huge pages whose objects outlive their deadline are promoted, so a short default adapts upward. 1 "   \
+    "(< 100 ms) rather than 0 (< 10 ms, whose pages are promoted after 40 ms): image-server's steady footprint "\
+    "halves (docs/heap.md). Clamped to CLASSES-1.")                                                            \
   X(DEADLINE_K, deadline_k, Uint, 4, 1, 1000,                                                                    \
     "K in deadline = now + K x class duration, given to a huge page when it becomes active or changes class "    \
     "(papers/000 section 6.4 tried 2 and 4).")                                                                   \

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "options.h"
 #include "sim/trace_reader.h"
 #include "trace_predictor.h"
 
@@ -23,7 +24,8 @@ ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStack
     mappings.push_back(model::TraceMapping{m.memory_start, m.memory_limit, m.file_offset, m.path, m.build_id});
   }
   predictor_->load_mappings(mappings);
-  predictor_->set_confidence_rule(model::ConfidenceRule{options.min_confidence, 0});
+  // An unsure prediction places the object as llama-default does (the library: LLAMALLOC_DEFAULT_CLASS).
+  predictor_->set_confidence_rule(model::ConfidenceRule{options.min_confidence, unsigned(Options{}.default_class)});
   if (!options.predict_log.empty()) {
     log_fd_ = ::open(options.predict_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd_ < 0) throw FormatError(options.predict_log + ": cannot write: " + std::strerror(errno));

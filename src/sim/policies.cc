@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "options.h"
 #include "sim/llama_policy.h"
 #include "sim/mesh_policy.h"
 #include "sim/page_policy.h"
@@ -40,7 +41,8 @@ std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings
   }
   if (name == "llama-oracle" || name == "llama-default") {
     LlamaOptions o;
-    o.fixed_class = name == "llama-default" ? 0 : -1;
+    // llama-default: the library without a model, every object in LLAMALLOC_DEFAULT_CLASS's default.
+    o.fixed_class = name == "llama-default" ? int(Options{}.default_class) : -1;
     o.snapshot_times_ns = settings.snapshot_times_ns;
     o.deadline_k = settings.deadline_k;
     o.thread_idle_ns = settings.thread_idle_ns;

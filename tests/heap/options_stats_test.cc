@@ -268,7 +268,7 @@ TEST(OptionsTest, BadValuesWarnOnceEachAndFallBackToTheDefault) {
 TEST(OptionsTest, DefaultsWithoutEnvironment) {
   Options o = read_options([](const char*) -> const char* { return nullptr; });
   EXPECT_EQ(o.classes, 8u);
-  EXPECT_EQ(o.default_class, 0u);
+  EXPECT_EQ(o.default_class, 1u);
   EXPECT_STREQ(o.stats, "");
 }
 
