@@ -1,6 +1,6 @@
 """The llama policies against the library itself: a program runs under libllamalloc.so (with its statistics)
 and under the tracer at the same time; the trace replayed through llama-default (the same heap code, every
-object in class 0 as the library does without a model) must reproduce the library's footprint, and
+object in the default class as the library does without a model) must reproduce the library's footprint, and
 llama-oracle's lifetime classes must be the ones the trace's own alloc/free times give."""
 from __future__ import annotations
 

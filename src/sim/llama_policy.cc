@@ -266,7 +266,9 @@ void LlamaPolicy::TakeSnapshot(uint64_t time_ns) {
          ", \"deadline_ns\": " +
          (info.deadline_ns == UINT64_MAX ? std::string("null") : std::to_string(info.deadline_ns)) +
          ", \"live\": \"" + hex(info.live) + "\", \"residual\": \"" + hex(info.residual) + "\"";
-    PageObjects& po = on_page[address];
+    static const PageObjects kNone;
+    auto found = on_page.find(address);
+    const PageObjects& po = found != on_page.end() ? found->second : kNone;
     std::vector<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>> stacks(po.by_stack.begin(), po.by_stack.end());
     auto more_bytes = [](const auto& a, const auto& b) {
       return a.second.second != b.second.second ? a.second.second > b.second.second : a.first < b.first;

@@ -79,8 +79,7 @@ TEST(LlamaPolicy, SnapshotsListTheContextsOfEachPagesLiveObjects) {
   options.fixed_class = 0;
   options.snapshot_times_ns = {2 * kMs};
   LlamaPolicy policy(options);
-  RunResult r = Replay(source, policy, EngineOptions{1 * kMs});
-  (void)r;
+  Replay(source, policy, EngineOptions{1 * kMs});
   auto json = policy.summary_json();
   ASSERT_EQ(json[0].first, "snapshots");
   const std::string& s = json[0].second;
@@ -95,7 +94,7 @@ TEST(LlamaPolicy, SnapshotsListTheContextsOfEachPagesLiveObjects) {
       << s;
 }
 
-TEST(LlamaPolicy, DefaultPolicyPutsEverythingInClassZero) {
+TEST(LlamaPolicy, DefaultPolicyPutsEverythingInItsFixedClass) {
   LlamaOptions options;
   options.fixed_class = 0;
   LlamaPolicy policy(options);
