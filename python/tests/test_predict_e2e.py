@@ -150,6 +150,12 @@ def test_unsure_predictions_keep_the_placement_without_a_model(trained, env, tmp
               extra_env={"LLAMALLOC_PREDICT_LOG": str(log), "LLAMALLOC_MIN_CONFIDENCE": "100",
                          "LLAMALLOC_DEFAULT_CLASS": "3"})
     assert {int(line.partition(":")[0]) for line in log.read_text().splitlines()} == {3}
+    # LLAMALLOC_MIN_CLASS raises whatever the rules decided: here the unsure contexts' class 0 to 2.
+    log = tmp_path / "conf-min2.log"
+    run_stats(tmp_path, env, "conf-min2", "footprint", ROUNDS, model=model,
+              extra_env={"LLAMALLOC_PREDICT_LOG": str(log), "LLAMALLOC_MIN_CONFIDENCE": "100",
+                         "LLAMALLOC_DEFAULT_CLASS": "0", "LLAMALLOC_MIN_CLASS": "2"})
+    assert {int(line.partition(":")[0]) for line in log.read_text().splitlines()} == {2}
 
 
 def test_trained_model_golden_cpp_inference_equals_reference(trained):

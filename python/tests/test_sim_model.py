@@ -135,9 +135,10 @@ def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up)
     modelfile.write(d / "m.model", m)
     tokens = write_tables(m, binary, d / "m.tokens")
     out = d / "r.sim.json"
+    # --min-class 0: the model's class 0 as it is, so that the model can do exactly what the oracle does.
     r = llamalloc("simulate", trace, "-p", "llama-model", "-p", "llama-oracle", "--model", d / "m.model",
                   "--tokens", tokens, "--repredict-every", 5, "--repredict-backoff", 0, "--thread-idle-ms", 0,
-                  "-o", out, "-q")
+                  "--min-class", 0, "-o", out, "-q")
     assert r.returncode == 0, r.stderr
     # The library that is gone: one warning line naming it; the replay goes on.
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
@@ -174,6 +175,9 @@ def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up)
     assert r.returncode == 0, r.stderr
     e = policy(out, "llama-model")["extras"]
     assert e["repredictions"] == 3 * 3 + 1 and e["model_runs"] == 4 + 10 and e["prediction_cache_misses"] == 4
+    # And with the library's LLAMALLOC_MIN_CLASS (1): the model's class-0 objects are placed in class 1.
+    assert e["allocs_class_0"] == 0 and e["allocs_class_1"] == N_TEMP + N_GONE + N_OTHER_THREAD
+    assert e["allocs_class_7"] == N_KEEP
 
 
 def test_a_model_of_another_program_still_replays_and_its_accuracy_is_counted(made_up):
@@ -288,7 +292,8 @@ def test_real_trace_tokens_come_from_its_binaries_and_are_cached(real):
     m = modelfile.read(d / "switch.model")
     for (stack, _), tokens in zip(own, reference.tokens(m, [s for s, _ in own], [z for _, z in own])):
         assert tuple(tokens) in runs, f"{stack}: {tokens} not among the replay's contexts {sorted(runs)}"
-        assert runs[tuple(tokens)] == (7 if stack[0] == "keep_record" else 0)
+        # temp_buffer's class 0 is raised to LLAMALLOC_MIN_CLASS's default, 1, as in the process.
+        assert runs[tuple(tokens)] == (7 if stack[0] == "keep_record" else 1)
     # Second time: the tables come from the cache.
     r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "switch.model", "-o", out, env=env)
     assert r.returncode == 0 and "preparing tokens of" not in r.stderr, r.stderr

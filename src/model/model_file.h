@@ -94,13 +94,18 @@ float top_two_probability(const float* logits);
 // min_confidence_percent / 100; otherwise it is replaced by `fallback` (the class the heap gives every allocation
 // without a model), so a context the model cannot tell apart keeps the no-model placement. 0: always kept;
 // 100: never (every allocation is placed as without a model).
+//
+// `shortest` (LLAMALLOC_MIN_CLASS) then raises a class shorter than it: the model's class-0 contexts share the
+// pages of class 1 rather than keep pages whose 40 ms deadline passes while a request still uses them.
 struct ConfidenceRule {
   unsigned min_confidence_percent = 0;
   unsigned fallback = 0;
+  unsigned shortest = 0;
   unsigned apply(unsigned best, const float* logits) const {
     if (min_confidence_percent == 0 || best == fallback) return best;
     return top_probability(logits, best) * 100.0f > float(min_confidence_percent) ? best : fallback;
   }
+  unsigned raise(unsigned lc) const { return lc < shortest ? shortest : lc; }
   // A distribution model's probabilities are the predicted shares of a context's objects, so a context split
   // 56% / 44% between two classes is not unsure. Its prediction is kept only if the two likeliest classes hold
   // more than min_confidence_percent of the distribution: a context the model cannot place spreads it wider.
@@ -114,7 +119,8 @@ struct ConfidenceRule {
 inline unsigned classify(const ModelFile& model, const uint32_t* tokens, size_t count, float* logits,
                          const ConfidenceRule& confidence) {
   unsigned c = infer(model, tokens, count, logits);
-  return model.is_distribution() ? confidence.apply_distribution(c, logits) : confidence.apply(c, logits);
+  return confidence.raise(model.is_distribution() ? confidence.apply_distribution(c, logits)
+                                                  : confidence.apply(c, logits));
 }
 
 // Formats into buf like snprintf for %s/%u/%llu only, without allocating (error messages on the init path).

@@ -45,6 +45,7 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
     return nullptr;
   }
   predictor->set_dwarf_unwind(o.predict_dwarf != 0);
-  predictor->set_confidence_rule(ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class)});
+  predictor->set_confidence_rule(
+      ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class), unsigned(o.min_class)});
   return predictor;
 }

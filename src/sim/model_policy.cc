@@ -25,7 +25,8 @@ ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStack
   }
   predictor_->load_mappings(mappings);
   // An unsure prediction places the object as llama-default does (the library: LLAMALLOC_DEFAULT_CLASS).
-  predictor_->set_confidence_rule(model::ConfidenceRule{options.min_confidence, unsigned(Options{}.default_class)});
+  predictor_->set_confidence_rule(
+      model::ConfidenceRule{options.min_confidence, unsigned(Options{}.default_class), options.min_class});
   if (!options.predict_log.empty()) {
     log_fd_ = ::open(options.predict_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd_ < 0) throw FormatError(options.predict_log + ": cannot write: " + std::strerror(errno));

@@ -22,8 +22,9 @@ struct ModelOptions {
   std::string tokens_path;  // empty: no token tables (every frame <unsymbolized>)
   uint32_t repredict_every = 1000;  // LLAMALLOC_REPREDICT_EVERY's default
   unsigned repredict_backoff = 10;  // LLAMALLOC_REPREDICT_BACKOFF's default
-  unsigned min_confidence = 60;     // LLAMALLOC_MIN_CONFIDENCE's default; unsure predictions become class 0,
-                                    // llama-default's (and LLAMALLOC_DEFAULT_CLASS's default) class
+  unsigned min_confidence = 60;     // LLAMALLOC_MIN_CONFIDENCE's default; unsure predictions get llama-default's
+                                    // class (LLAMALLOC_DEFAULT_CLASS's default)
+  unsigned min_class = unsigned(Options{}.min_class);  // LLAMALLOC_MIN_CLASS's default: shorter ones are raised
   std::string predict_log;          // non-empty: "class: token ids" per context the model classifies
 };
 

@@ -350,6 +350,28 @@ TEST(ConfidenceRule, ADistributionModelIsUnsureOnlyWhereTheTwoLikeliestClassesHo
   EXPECT_EQ((ConfidenceRule{0, 0}.apply_distribution(7, flat)), 7u);
 }
 
+// LLAMALLOC_MIN_CLASS: the class the allocator uses is never shorter than `shortest`, whichever rule decided it;
+// a longer class is kept as it is.
+TEST(ConfidenceRule, AClassShorterThanTheShortestIsRaisedToIt) {
+  static Image img;
+  build_model(img);
+  ModelFile m;
+  char err[256];
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  uint32_t tokens[] = {6, 60, 2, 53};
+  float logits[8];
+  unsigned own = infer(m, tokens, 4, logits);
+  EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{0, 0, 0}), own) << "0: the model's class as it is";
+  EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{0, 0, own}), own);
+  if (own < 7) EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{0, 0, own + 1}), own + 1);
+  EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{100, 0, 1}), 1u) << "the unsure rule's class 0, raised";
+  EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{100, 3, 1}), 3u) << "a longer fallback stays";
+  ConfidenceRule rule{0, 0, 1};
+  EXPECT_EQ(rule.raise(0), 1u);
+  EXPECT_EQ(rule.raise(1), 1u);
+  EXPECT_EQ(rule.raise(7), 7u);
+}
+
 TEST(ModelFile, DamagedImagesAreRefusedWithAReason) {
   static Image img;
   char err[256];

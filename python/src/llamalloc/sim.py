@@ -162,7 +162,8 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
              snapshot_ms: Iterable[float] = (), deadline_k: int = 4, thread_idle_ms: float = 500.0,
              progress: Callable[[str], None] | None = None, model: str | os.PathLike | None = None,
              tokens: str | os.PathLike | None = None, repredict_every: int = 1000, repredict_backoff: int = 10,
-             min_confidence: int = 60, warn: Callable[[str], None] | None = None, predict_log: str | os.PathLike | None = None) -> SimResult:
+             min_confidence: int = 60, warn: Callable[[str], None] | None = None, predict_log: str | os.PathLike | None = None,
+             min_class: int = 1) -> SimResult:
     """Replays `trace` through each policy; writes `out` (JSON) and its timeline CSV; returns the result.
 
     llama-model needs `model`; its token tables are `tokens` if given, else prepared for the trace's binaries (and
@@ -201,7 +202,8 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
         elif not Path(tokens).is_file():
             raise FormatError(tokens, "no such file")
         cmd += ["--model", str(model), "--repredict-every", str(int(repredict_every)),
-                "--repredict-backoff", str(int(repredict_backoff)), "--min-confidence", str(int(min_confidence))]
+                "--repredict-backoff", str(int(repredict_backoff)), "--min-confidence", str(int(min_confidence)),
+                "--min-class", str(int(min_class))]
         if tokens is not None:
             cmd += ["--tokens", str(tokens)]
         if predict_log is not None:

@@ -77,6 +77,9 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--min-confidence", type=click.IntRange(0, 100), default=60, show_default=True,
               help="llama-model: a prediction below this probability (percent) places the object as llama-default "
                    "does (LLAMALLOC_MIN_CONFIDENCE; 0: always the model's class)")
+@click.option("--min-class", type=click.IntRange(0, 7), default=1, show_default=True,
+              help="llama-model: a predicted class shorter than this is raised to it (LLAMALLOC_MIN_CLASS; 0: the "
+                   "model's class as it is)")
 @click.option("--predict-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="llama-model: write 'class: token ids' for each context the model classifies (as "
                    "LLAMALLOC_PREDICT_LOG does in the process)")
@@ -84,7 +87,7 @@ def summary_table(result: sim.SimResult) -> str:
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
             seed: int, deadline_k: int, thread_idle_ms: float, snapshot_ms: tuple[float, ...], model: Path | None,
             tokens: Path | None, repredict_every: int, repredict_backoff: int, min_confidence: int,
-            predict_log: Path | None, quiet: bool) -> None:
+            min_class: int, predict_log: Path | None, quiet: bool) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
         out = sim.default_output(trace)
@@ -101,7 +104,7 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
     try:
         result = _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k,
                            thread_idle_ms, None if quiet else progress, model, tokens, repredict_every,
-                           predict_log, repredict_backoff, min_confidence)
+                           predict_log, repredict_backoff, min_confidence, min_class)
     finally:
         if bar is not None:
             bar.close()
@@ -110,10 +113,11 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
 
 
 def _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k, thread_idle_ms,
-              progress, model, tokens, repredict_every, predict_log, repredict_backoff, min_confidence=60):
+              progress, model, tokens, repredict_every, predict_log, repredict_backoff, min_confidence=60,
+              min_class=1):
     return sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
                           seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, thread_idle_ms=thread_idle_ms,
                           progress=progress, model=model, tokens=tokens, repredict_every=repredict_every,
                           predict_log=predict_log, repredict_backoff=repredict_backoff,
-                          min_confidence=min_confidence,
+                          min_confidence=min_confidence, min_class=min_class,
                           warn=lambda line: click.echo(f"simulate: warning: {line}", err=True))
