@@ -76,7 +76,8 @@ void lstm_steps_vector(const ModelFile& model, const uint32_t* tokens, size_t co
   const float* folded = model.folded();
   const float* w_hidden = model.w_hidden();
   const uint32_t vocab = model.vocab_size();
-  alignas(64) float z[4 * kMaxHiddenDim];
+  // Sized by the model (not kMaxHiddenDim): the stack a model run touches stays resident in every thread.
+  auto* z = static_cast<float*>(__builtin_alloca_with_align(four_h * sizeof(float), 512));
   for (size_t t = 0; t < count; ++t) {
     uint32_t token = tokens[t] < vocab ? tokens[t] : kUnkToken;
     const float* x = folded + size_t(token) * four_h;
@@ -122,7 +123,8 @@ void lstm_steps_scalar(const ModelFile& model, const uint32_t* tokens, size_t co
   const float* folded = model.folded();
   const float* w_hidden = model.w_hidden();
   const uint32_t vocab = model.vocab_size();
-  alignas(64) float z[4 * kMaxHiddenDim];
+  // Sized by the model (not kMaxHiddenDim): the stack a model run touches stays resident in every thread.
+  auto* z = static_cast<float*>(__builtin_alloca_with_align(four_h * sizeof(float), 512));
   for (size_t t = 0; t < count; ++t) {
     uint32_t token = tokens[t] < vocab ? tokens[t] : kUnkToken;
     const float* x = folded + size_t(token) * four_h;
@@ -146,8 +148,10 @@ void lstm_steps(const ModelFile& model, const uint32_t* tokens, size_t count, fl
 
 unsigned infer(const ModelFile& model, const uint32_t* tokens, size_t count, float* logits_out) {
   const unsigned hidden = model.hidden_dim();
-  alignas(64) float h[kMaxHiddenDim] = {};
-  alignas(64) float c[kMaxHiddenDim] = {};
+  auto* h = static_cast<float*>(__builtin_alloca_with_align(hidden * sizeof(float), 512));
+  auto* c = static_cast<float*>(__builtin_alloca_with_align(hidden * sizeof(float), 512));
+  memset(h, 0, hidden * sizeof(float));
+  memset(c, 0, hidden * sizeof(float));
   if (count > model.max_tokens()) count = model.max_tokens();
   lstm_steps(model, tokens, count, h, c);
   const float* w = model.dense_w();

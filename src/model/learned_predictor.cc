@@ -486,8 +486,11 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   uintptr_t pcs[kMaxFrames];
   bool broken = false;
   size_t depth = capture_stack(context, stack_top, pcs, kMaxFrames, &broken);
-  uint32_t tokens[kMaxTokens];
-  size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, kMaxTokens, broken && !state->main_thread);
+  // Only the model's max_tokens are read (as training cuts them): a 16 KiB kMaxTokens array would move every
+  // callee below it, and each thread's stack would keep those pages resident for good.
+  const size_t limit = model_.max_tokens();
+  auto* tokens = static_cast<uint32_t*>(__builtin_alloca(limit * sizeof(uint32_t)));
+  size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, limit, broken && !state->main_thread);
   float logits[kNumClasses];
   unsigned lc = classify(model_, tokens, n, logits, confidence_);
   if (log_fd_ >= 0) log_run(lc, tokens, n);

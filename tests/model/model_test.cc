@@ -819,6 +819,50 @@ TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
 
 // drop_thread_cache (the sweeper, for an idle thread): the pages go, the cache reads as empty (the next
 // prediction of a context runs the model again), and the thread goes on using it.
+// Bytes of `stack` (filled with 0xA5 before the thread ran) that the thread wrote: from the lowest changed
+// byte to the top.
+size_t stack_used(const unsigned char* stack, size_t bytes) {
+  size_t i = 0;
+  while (i < bytes && stack[i] == 0xA5) ++i;
+  return bytes - i;
+}
+
+// A model run needs little stack below the allocation that asked for it (the DWARF walk, the tokens, the LSTM),
+// so that a thread with a small stack can allocate: with a token array sized for the largest model (4,096
+// tokens, 16 KiB) and LSTM buffers sized for the largest hidden state (6 KiB) it took 24-26 KiB; sized by the
+// model, 9-10 KiB (the first run of a thread also reads its stack's bounds).
+TEST(PredictionCaches, AModelRunNeedsLittleStack) {
+  LearnedPredictor& p = cache_test_predictor();
+  constexpr size_t kStack = 1 << 20;
+  uintptr_t first_address = 0x9a1000;  // contexts no other test predicts, new for each thread
+  auto used = [&](bool predict) {
+    void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(stack, MAP_FAILED);
+    memset(stack, 0xA5, kStack);
+    uint64_t runs = 0;
+    run_on_stack(stack, kStack, [&] {
+      if (!predict) return;
+      uint64_t before = p.totals().model_runs;
+      for (uintptr_t i = 0; i < 64; ++i) p.predict({first_address + 16 * i, 0, 64});
+      runs = p.totals().model_runs - before;
+    });
+    first_address += 0x10000;
+    if (predict) EXPECT_GE(runs, 32u) << "the contexts ran the model";
+    size_t bytes = stack_used(static_cast<const unsigned char*>(stack), kStack);
+    munmap(stack, kStack);
+    return bytes;
+  };
+  size_t idle = used(false);
+  for (bool dwarf : {false, true}) {
+    p.set_dwarf_unwind(dwarf);
+    size_t predicting = used(true);
+    EXPECT_LE(predicting, idle + 16 * 1024) << (dwarf ? "DWARF walk" : "frame pointers") << ": a thread that only "
+                                            << "starts writes " << idle << " bytes of its stack, with model runs "
+                                            << predicting;
+  }
+  p.set_dwarf_unwind(false);
+}
+
 TEST(PredictionCaches, ADroppedCacheIsEmptyAndNotResident) {
   LearnedPredictor& p = cache_test_predictor();
   std::thread t([&] {
