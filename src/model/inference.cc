@@ -32,6 +32,12 @@ __attribute__((always_inline)) inline float fast_exp(float x) {
 __attribute__((always_inline)) inline float sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
 __attribute__((always_inline)) inline float tanh_(float x) { return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f); }
 
+}  // namespace
+
+float exp_float(float x) { return fast_exp(x); }
+
+namespace {
+
 // Eight floats (one AVX register; two SSE registers in the generic clone), loaded and stored unaligned.
 typedef float v8f __attribute__((vector_size(32), aligned(4)));
 typedef int32_t v8i __attribute__((vector_size(32), aligned(4)));

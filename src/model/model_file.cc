@@ -295,10 +295,11 @@ unsigned ModelFile::decide(const float* logits) const {
   if (decision_kind_ == kArgmax) return best;
   // The label rule of llamalloc.model.dataset.apply_rule on exp(logit - max): float exponentials, compared in
   // double (sums of eight floats are exact enough there that their order does not matter), as decide() in
-  // Python computes them, so both give the same class.
+  // Python computes them, so both give the same class. numpy's float exp and exp_float differ by an ulp or
+  // two, which changes the class only at a tie that close.
   double score[kNumClasses], cumulative[kNumClasses], total = 0.0;
   for (unsigned k = 0; k < kNumClasses; ++k) {
-    score[k] = double(std::exp(logits[k] - logits[best]));
+    score[k] = double(exp_float(logits[k] - logits[best]));
     total += score[k];
     cumulative[k] = total;
   }

@@ -85,6 +85,10 @@ class ModelFile {
 // first index of the largest logit for a label model.
 unsigned infer(const ModelFile& model, const uint32_t* tokens, size_t count, float* logits_out);
 
+// exp(x) in float, relative error about 2e-7 (inference's polynomial): the label rules' exponentials, without
+// libm (whose expf pages a process would otherwise keep resident only for this).
+float exp_float(float x);
+
 // The softmax probability of the class `best` (the largest logit), from the logits infer() wrote.
 float top_probability(const float* logits, unsigned best);
 // The softmax probability of the two likeliest classes together.
