@@ -156,6 +156,12 @@ def test_unsure_predictions_keep_the_placement_without_a_model(trained, env, tmp
               extra_env={"LLAMALLOC_PREDICT_LOG": str(log), "LLAMALLOC_MIN_CONFIDENCE": "100",
                          "LLAMALLOC_DEFAULT_CLASS": "0", "LLAMALLOC_MIN_CLASS": "2"})
     assert {int(line.partition(":")[0]) for line in log.read_text().splitlines()} == {2}
+    # ... but never to the last class: with two classes it keeps class 0 for them.
+    log = tmp_path / "conf-two.log"
+    run_stats(tmp_path, env, "conf-two", "footprint", ROUNDS, model=model,
+              extra_env={"LLAMALLOC_PREDICT_LOG": str(log), "LLAMALLOC_MIN_CONFIDENCE": "100",
+                         "LLAMALLOC_DEFAULT_CLASS": "0", "LLAMALLOC_CLASSES": "2"})
+    assert {int(line.partition(":")[0]) for line in log.read_text().splitlines()} == {0}
 
 
 def test_trained_model_golden_cpp_inference_equals_reference(trained):

@@ -90,7 +90,8 @@ namespace llamalloc {
   X(MIN_CLASS, min_class, Uint, 1, 0, 7,                                                                       \
     "The shortest lifetime class a model's prediction is given: a shorter one is raised to it. 1: contexts the " \
     "model predicts < 10 ms share the pages of < 100 ms ones (class-0 pages pass their 40 ms deadline while a "  \
-    "request still uses them; docs/prediction.md). 0: the model's class as it is.")                              \
+    "request still uses them; docs/prediction.md). 0: the model's class as it is. At most CLASSES-2, so that "  \
+    "two classes stay in use.")                                                                               \
   X(PREDICT_DWARF, predict_dwarf, Uint, 1, 0, 1,                                                               \
     "1: a model run walks the caller's stack with the DWARF unwinder (libgcc's, from .eh_frame), as the "       \
     "profiler does, so that callers of code built without frame pointers are in the context as in the "        \
