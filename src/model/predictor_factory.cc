@@ -47,7 +47,8 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
   predictor->set_dwarf_unwind(o.predict_dwarf != 0);
   // MIN_CLASS leaves at least two classes in use: with CLASSES=2 every prediction raised to class 1 would put
   // the whole program in the last class.
-  unsigned shortest = unsigned(o.min_class) + 2 > unsigned(o.classes) ? unsigned(o.classes) - 2 : unsigned(o.min_class);
+  unsigned shortest = unsigned(o.min_class);
+  if (shortest + 2 > unsigned(o.classes)) shortest = unsigned(o.classes) - 2;
   predictor->set_confidence_rule(ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class), shortest});
   return predictor;
 }

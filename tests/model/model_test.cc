@@ -817,8 +817,6 @@ TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
   t.join();
 }
 
-// drop_thread_cache (the sweeper, for an idle thread): the pages go, the cache reads as empty (the next
-// prediction of a context runs the model again), and the thread goes on using it.
 // Bytes of `stack` (filled with 0xA5 before the thread ran) that the thread wrote: from the lowest changed
 // byte to the top.
 size_t stack_used(const unsigned char* stack, size_t bytes) {
@@ -837,7 +835,10 @@ TEST(PredictionCaches, AModelRunNeedsLittleStack) {
   uintptr_t first_address = 0x9a1000;  // contexts no other test predicts, new for each thread
   auto used = [&](bool predict) {
     void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    EXPECT_NE(stack, MAP_FAILED);
+    if (stack == MAP_FAILED) {
+      ADD_FAILURE() << "mmap of a " << kStack << "-byte stack failed";
+      return size_t(0);
+    }
     memset(stack, 0xA5, kStack);
     uint64_t runs = 0;
     run_on_stack(stack, kStack, [&] {
@@ -860,9 +861,11 @@ TEST(PredictionCaches, AModelRunNeedsLittleStack) {
                                             << "starts writes " << idle << " bytes of its stack, with model runs "
                                             << predicting;
   }
-  p.set_dwarf_unwind(false);
+  p.set_dwarf_unwind(true);  // the predictor's default, which the other tests expect
 }
 
+// drop_thread_cache (the sweeper, for an idle thread): the pages go, the cache reads as empty (the next
+// prediction of a context runs the model again), and the thread goes on using it.
 TEST(PredictionCaches, ADroppedCacheIsEmptyAndNotResident) {
   LearnedPredictor& p = cache_test_predictor();
   std::thread t([&] {

@@ -143,8 +143,9 @@ def decide(logits, rule: str | None) -> np.ndarray:
     logits = np.asarray(logits, np.float32).reshape(-1, NUM_CLASSES)
     if rule is None:
         return logits.argmax(axis=1).astype(np.int64)
-    # float32 exponentials as the allocator computes them, compared in float64: the order of the sums (numpy's
-    # and the C++ loop's differ) then changes the class only at an exact tie, so both get the same class.
+    # float32 exponentials, compared in float64, as the allocator computes them (its exponential is a polynomial
+    # within an ulp or two of numpy's, and the order of the sums differs): the class differs only at a tie that
+    # close, so both get the same class (the golden tests check it).
     scores = np.exp(logits - logits.max(axis=1, keepdims=True)).astype(np.float64)
     return np.asarray(apply_rule(scores, parse_label_rule(rule), np), np.int64)
 
