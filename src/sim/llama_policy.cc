@@ -84,6 +84,7 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
   config.num_classes = kMaxClasses;
   config.deadline_k = options_.deadline_k;
   config.shared_class_min = options_.shared_class_min;
+  config.long_class_min = options_.long_class_min;
   global_ = std::make_unique<GlobalAllocator>(*platform_, *clock_, config);
   // Long-lived classes from one heap for all threads, as in the library (LLAMALLOC_SHARED_CLASS): from the
   // trace's second thread on (HeapFor).

@@ -50,6 +50,8 @@ struct LlamaOptions {
   // Small objects of this class and longer from one heap shared by the threads, once the trace has a second
   // thread: the library's default LLAMALLOC_SHARED_CLASS (kMaxClasses: none).
   unsigned shared_class_min = unsigned(Options{}.shared_class);
+  // Objects of this class and longer on the longest class's huge pages: the library's LLAMALLOC_LONG_CLASS.
+  unsigned long_class_min = unsigned(Options{}.long_class);
   std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
 };
 

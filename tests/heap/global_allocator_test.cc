@@ -694,5 +694,35 @@ TEST_F(GlobalAllocatorTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) 
   big.check_invariants();
 }
 
+// HeapConfig::long_class_min (LLAMALLOC_LONG_CLASS): objects of the long classes share the huge pages of the
+// longest class, so a long class that holds a few objects keeps no open page of its own. Shorter classes keep
+// theirs, and off, every class has its own.
+TEST_F(GlobalAllocatorTest, LongClassesTakeTheLongestClassPages) {
+  HeapConfig config{kMaxClasses, kK, true, true, 0};
+  config.long_class_min = 4;
+  GlobalAllocator shared(platform, clock, config);
+  auto at = [](void* p) { return reinterpret_cast<uintptr_t>(p); };
+  uintptr_t c4 = at(shared.alloc_large(4, kBlockBytes, kBlockBytes));
+  uintptr_t c6 = at(shared.alloc_large(6, 2 * kBlockBytes, kBlockBytes));
+  uintptr_t c7 = at(shared.alloc_large(7, kBlockBytes, kBlockBytes));
+  uintptr_t c3 = at(shared.alloc_large(3, kBlockBytes, kBlockBytes));
+  EXPECT_EQ(page_of(c4), page_of(c7));
+  EXPECT_EQ(page_of(c6), page_of(c7));
+  EXPECT_NE(page_of(c3), page_of(c7));
+  EXPECT_EQ(shared.page_info(c4).lifetime_class, 7u);
+  EXPECT_EQ(shared.page_info(c3).lifetime_class, 3u);
+  EXPECT_EQ(shared.pages_in_use(kMaxClasses), 2u);
+  EXPECT_EQ(shared.pages_in_use(4), 0u);
+  shared.check_invariants();
+  for (uintptr_t p : {c7, c4, c6, c3}) shared.free_large(reinterpret_cast<void*>(p));
+  shared.check_invariants();
+
+  GlobalAllocator off(platform, clock, HeapConfig{kMaxClasses, kK, true, true, 0});
+  for (unsigned c : {4u, 6u, 7u, 3u}) ASSERT_NE(off.alloc_large(c, kBlockBytes, kBlockBytes), nullptr);
+  EXPECT_EQ(off.pages_in_use(kMaxClasses), 4u);
+  EXPECT_EQ(off.pages_in_use(4), 1u);
+  off.check_invariants();
+}
+
 }  // namespace
 }  // namespace llamalloc::testing

@@ -661,6 +661,7 @@ void GlobalAllocator::free_span_locked(SpanMeta* span) {
 
 void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
   if (lc >= num_classes()) lc = never_freed_class();
+  lc = page_class(lc);
   if (alignment < kBlockBytes) alignment = kBlockBytes;
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());

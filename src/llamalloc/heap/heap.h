@@ -173,6 +173,12 @@ struct HeapConfig {
   // byte); RSS does, until a pass gives them back. 0: off (papers/000 section 8: a free page goes back at once).
   // The library turns it on only while its sweeper thread runs, which is what makes the passes.
   unsigned page_cache_pages = 0;
+  // Blocks for objects of this lifetime class and longer (small-object spans and large objects) come from the
+  // huge pages of the longest class ("never freed"), not from pages of their own class: each class in use keeps
+  // an open page, and a class that holds little (redis with a model: 1.1 MiB of "< 1000 s" objects) paid a page
+  // or two for it. Their holes are recycled by shorter classes, as any long-lived page's are. kMaxClasses: off
+  // (every class on its own pages, as papers/000 has it).
+  unsigned long_class_min = kMaxClasses;
 };
 
 // A snapshot of one huge page for tests and the simulator.
@@ -229,7 +235,8 @@ class GlobalAllocator {
   }
 
   // --- large (blocks) and huge (whole huge pages) objects ---------------------------------------------
-  // bytes > kSmallMaxBytes or alignment too large for a span. nullptr when exhausted.
+  // bytes > kSmallMaxBytes or alignment too large for a span, and the spans of small objects. On the pages of
+  // page_class(lifetime_class). nullptr when exhausted.
   void* alloc_large(unsigned lifetime_class, size_t bytes, size_t alignment);
   // Aborts with one line if `p` is not a live large or huge object of this heap. Returns the bytes that were
   // asked for when it was allocated.
@@ -320,6 +327,10 @@ class GlobalAllocator {
   void set_shared_heap(LocalHeap* heap) { shared_heap_.store(heap, std::memory_order_release); }
   LocalHeap* shared_heap() const { return shared_heap_.load(std::memory_order_relaxed); }
   unsigned shared_class_min() const { return config_.shared_class_min; }
+  // The class whose huge pages an object of class lc takes its blocks from (HeapConfig::long_class_min).
+  unsigned page_class(unsigned lc) const {
+    return lc >= config_.long_class_min && lc < never_freed_class() ? never_freed_class() : lc;
+  }
   Lock& shared_lock() { return shared_lock_; }
   // The heap's clock (the process's monotonic clock; the trace's in the simulator).
   uint64_t now_ns() { return clock_.now_ns(); }
