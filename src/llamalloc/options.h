@@ -61,7 +61,7 @@ namespace llamalloc {
     "objects of one such class within 100 ms takes that class from its own spans from then on. Always above "   \
     "DEFAULT_CLASS, so it matters only with a model. 8: none shared (every class from each thread's spans).")     \
   X(LONG_CLASS, long_class, Uint, 4, 1, 8,                                                                      \
-    "Objects of this lifetime class and longer (4: predicted to live 100 s or more) take their blocks from the "  \
+    "Objects of this lifetime class and longer (4: predicted to live 10 s or more) take their blocks from the "  \
     "huge pages of the longest class (never freed) instead of pages of their own class: each class in use keeps " \
     "an open huge page, and a long-lived class holding little paid one or two for it (redis with a model). "    \
     "Their holes are recycled by shorter classes, as every long-lived page's are. Matters only with a model. 8: " \

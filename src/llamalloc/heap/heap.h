@@ -175,7 +175,7 @@ struct HeapConfig {
   unsigned page_cache_pages = 0;
   // Blocks for objects of this lifetime class and longer (small-object spans and large objects) come from the
   // huge pages of the longest class ("never freed"), not from pages of their own class: each class in use keeps
-  // an open page, and a class that holds little (redis with a model: 1.1 MiB of "< 1000 s" objects) paid a page
+  // an open page, and a class that holds little (redis with a model: 1.1 MiB of "< 100 s" objects) paid a page
   // or two for it. Their holes are recycled by shorter classes, as any long-lived page's are. kMaxClasses: off
   // (every class on its own pages, as papers/000 has it).
   unsigned long_class_min = kMaxClasses;
