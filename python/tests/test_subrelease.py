@@ -182,3 +182,13 @@ def test_a_single_threaded_program_gives_back_its_own_empty_spans(tmp_path):
     assert by_class_before[4] == 0, by_class_before
     assert all(by_class_before[c] >= 1 for c in (2, 3, 7)), by_class_before
     assert all(by_class_after[c] == 0 for c in (2, 3, 4, 7)), by_class_after
+
+
+def test_long_class_is_always_above_the_default_class(tmp_path):
+    # LLAMALLOC_LONG_CLASS at or below the class every plain malloc gets (DEFAULT_CLASS, 1) is raised above it, as
+    # SHARED_CLASS is: the plain 40 KiB buffers keep a page of class 1, and classes 2-4 use the never-freed pages.
+    program = build_linked(tmp_path, OWN_HEAP_PROG, "own")
+    (doc,) = run_json(program, LLAMALLOC_LONG_CLASS="1")
+    before, after = doc["before"]["huge_pages_by_class"], doc["after"]["huge_pages_by_class"]
+    assert after[1] >= 1 and after[7] == 0, after
+    assert before[2] == before[3] == before[4] == 0 and before[7] >= 1, before

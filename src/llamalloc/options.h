@@ -64,7 +64,8 @@ namespace llamalloc {
     "Objects of this lifetime class and longer (4: predicted to live 10 s or more) take their blocks from the "  \
     "huge pages of the longest class (never freed) instead of pages of their own class: each class in use keeps " \
     "an open huge page, and a long-lived class holding little paid one or two for it (redis with a model). "    \
-    "Their holes are recycled by shorter classes, as every long-lived page's are. Matters only with a model. 8: " \
+    "Their holes are recycled by shorter classes, as every long-lived page's are. Always above DEFAULT_CLASS, " \
+    "so it matters only with a model. 8: "                                                                        \
     "every class on its own pages (papers/000).")                                                               \
   X(STATS, stats, String, "", 0, 0,                                                                              \
     "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \

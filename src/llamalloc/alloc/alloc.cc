@@ -78,7 +78,8 @@ void init_once() {
   unsigned shared_from = unsigned(o.shared_class) > default_class ? unsigned(o.shared_class) : default_class + 1;
   HeapConfig config{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
                     o.same_class_recycling != 0, unsigned(o.small_heap_pages), shared_from, unsigned(o.subrelease)};
-  config.long_class_min = unsigned(o.long_class);
+  // Likewise above that class: without a model every allocation keeps pages of its own class.
+  config.long_class_min = unsigned(o.long_class) > default_class ? unsigned(o.long_class) : default_class + 1;
   g_global.configure(config);
   g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on: thread_heap)
   g_default_predictor.set_class(default_class);
