@@ -13,7 +13,7 @@ def _llamalloc(*args, **kw):
 def test_demo_runs_the_whole_loop(tmp_path):
     out = tmp_path / "demo"
     r = _llamalloc("demo", "-w", "frag-micro", "--scale", "small", "--allocators", "glibc,llamalloc", "--epochs", "2",
-                   "-o", str(out),
+                   "--sample-bytes", "2048", "-o", str(out),
                    timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     for name in ("frag-micro.prof", "frag-micro.model", "frag-micro.trace", "frag-micro.sim.json",
@@ -29,6 +29,8 @@ def test_demo_runs_the_whole_loop(tmp_path):
     bench = json.loads((out / "bench" / "bench.json").read_text())
     # llamalloc + model ran in the bench beside the others, and its row in the closing table is the bench's
     assert {x["allocator"] for x in bench["results"]} == {"glibc", "llamalloc", "llamalloc+model"}
+    from llamalloc import profile
+    assert profile.load(out / "frag-micro.prof").sample_bytes == 2048  # the profile was recorded as asked
     stats = json.loads((out / "frag-micro.stats.json").read_text())
     assert stats["peak_footprint_bytes"] >= stats["peak_live_bytes"] > 0
     # The closing table has the steady state (the quiet phase after the load) of every allocator and of
@@ -102,6 +104,7 @@ def test_demo_conclusion_calls_overlapping_runs_the_same():
 @pytest.mark.parametrize("args, message", [
     (["-w", "no-such-workload"], "no-such-workload"),
     (["--repeat", "0"], "--repeat"),
+    (["--sample-bytes", "0"], "--sample-bytes"),
 ])
 def test_demo_bad_arguments_are_one_line(tmp_path, args, message):
     r = _llamalloc("demo", "-o", str(tmp_path / "d"), *args)

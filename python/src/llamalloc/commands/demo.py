@@ -18,6 +18,15 @@ from .. import workloads
 from ..errors import UserError
 
 DEMO_WORKLOADS = ("image-server", "word-count", "frag-micro")
+# The profile's sampling period per workload (`record --sample-bytes`). image-server makes about 250,000
+# allocations at default scale, so every one is recorded (1), at no measurable cost to its run: rare contexts
+# (a registry's first insert per thread) and the few objects of a mostly short-lived context that outlive the load
+# (an LRU cache's last entries) are what pin huge pages after the peak, and sampling by bytes misses them. Replays
+# of seven image-server traces, quiet-phase footprint (docs/bench.md): 24 MiB on average with a model trained on
+# one run sampled every 4 KiB, 13-17 with one sampled at every allocation, 21 without a model. word-count makes
+# 70 million allocations, which sampled one by one would slow its run and lengthen the lifetimes it records.
+DEMO_SAMPLE_BYTES = {"image-server": 1}
+DEFAULT_DEMO_SAMPLE_BYTES = 4096
 ALLOCATORS = "glibc,jemalloc,tcmalloc,mimalloc,llamalloc"
 
 
@@ -204,7 +213,10 @@ def _table(rows) -> None:
               help="Runs per allocator in the comparison (median).")
 @click.option("--epochs", type=click.IntRange(min=1), default=None,
               help="Most training epochs (default: llamalloc train's).")
-def command(workload, scale, out_dir, allocators, repeat, epochs):
+@click.option("--sample-bytes", type=click.IntRange(min=1), default=None,
+              help="The profile's mean bytes between samples (record --sample-bytes; default: 1, every "
+                   "allocation, for image-server, 4096 for the others).")
+def command(workload, scale, out_dir, allocators, repeat, epochs, sample_bytes):
     """Record, train, run with the model, trace, simulate and compare, on a bundled workload.
 
     Prints the comparison against the other allocators at the end and points to the report.
@@ -226,7 +238,10 @@ def command(workload, scale, out_dir, allocators, repeat, epochs):
 
     steps = _Steps(7 + int(has_report))
     click.secho(f"llamalloc demo: {workload} at scale {scale}; files in {out}/", bold=True, err=True)
-    steps.run("record a sampled lifetime profile", ["record", "--sample-bytes", "4096", "-o", str(prof), "--", *program])
+    if sample_bytes is None:
+        sample_bytes = DEMO_SAMPLE_BYTES.get(workload, DEFAULT_DEMO_SAMPLE_BYTES)
+    steps.run("record a lifetime profile" + (" of every allocation" if sample_bytes == 1 else " (sampled)"),
+              ["record", "--sample-bytes", str(sample_bytes), "-o", str(prof), "--", *program])
     steps.run("symbolize it (function names for the model)", ["symbolize", str(prof)])
     steps.run("train the lifetime model",
               ["train", str(prof), "-o", str(model), *(["--epochs", str(epochs)] if epochs else [])])
