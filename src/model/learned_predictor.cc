@@ -548,7 +548,20 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
   } else {
     lc = state->cache.lookup(key, repredict_every_, state->counters, [&] { return run_model(context, state); },
                              repredict_backoff_);
-    if (e.key == key && e.context == 0) e.context = tag;
+    if (e.key == key) {
+      if (e.context == 0) e.context = tag;
+      // The next check comes after a random number of hits (1 to kPredictionCheckEvery), not always after
+      // kPredictionCheckEvery: a program whose call paths through one key repeat with a period that divides it
+      // had every check meet the same path. image-server's Chain::end calls Tracer::start four times per
+      // request, and the three paths after the first never ran the model (docs/prediction.md). The hits
+      // counter moves by less than kPredictionCheckEvery, so re-predictions come as often as before.
+      if (e.hits != kDeepEntryHits) {
+        uint64_t r = (state->counters.hits.load(std::memory_order_relaxed) ^ key) * 0x9E3779B97F4A7C15ull;
+        uint32_t low = uint32_t(r >> 58) & (kPredictionCheckEvery - 1);
+        uint32_t jittered = (e.hits & ~(kPredictionCheckEvery - 1)) | low;
+        if (jittered != kDeepEntryHits) e.hits = jittered;
+      }
+    }
   }
   state->busy = false;
   return lc;

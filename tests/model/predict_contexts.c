@@ -9,6 +9,9 @@
  *                      one frame that tells the records from the buffers
  *   sites ROUNDS       as footprint, but records and buffers come from two calls of malloc in one function, the
  *                      same size: only the call sites (their call-site words) tell them apart
+ *   periodic ROUNDS    ROUNDS x 2000 requests, each making four 64-byte objects from four calls of one function (as
+ *                      image-server's Chain::end calls Tracer::start four times): four call paths of one
+ *                      prediction-cache key, in turn, with a period that divides the fast path's check interval
  *   threads N          N threads allocating from several contexts at once (many threads predicting at once)
  *   serial N           N threads as in `threads`, one after another (a thread per task: each on the last one's stack)
  *   dlopen LIB N       a thread dlopens/dlcloses LIB and calls its allocating function while N threads allocate
@@ -110,6 +113,34 @@ static int footprint(int rounds, int via) {
   free(temps);
   for (size_t i = 0; i < n_kept; ++i) sum += ((unsigned char*)kept[i])[3];
   g_sink = kept;  /* kept objects are never freed */
+  printf("ok %lu\n", sum);
+  return 0;
+}
+
+/* One helper called from four places per request: the same return address into the allocator and the same
+   stack height from each, so one prediction-cache key; only the call site in four_spans tells them apart. */
+NOINLINE void* span_alloc(void) {
+  void* p = malloc(64);
+  if (p == NULL) abort();
+  memset(p, 3, 64);
+  return p;
+}
+NOINLINE void four_spans(void** out) {
+  out[0] = span_alloc();
+  out[1] = span_alloc();
+  out[2] = span_alloc();
+  out[3] = span_alloc();
+}
+static int periodic(int rounds) {
+  unsigned long sum = 0;
+  for (long r = 0; r < (long)rounds * 2000; ++r) {
+    void* spans[4];
+    four_spans(spans);
+    for (int i = 0; i < 4; ++i) {
+      sum += ((unsigned char*)spans[i])[i];
+      free(spans[i]);
+    }
+  }
   printf("ok %lu\n", sum);
   return 0;
 }
@@ -320,6 +351,7 @@ int main(int argc, char** argv) {
   if (argc >= 3 && strcmp(argv[1], "wrapped") == 0) return footprint(atoi(argv[2]), 1);
   if (argc >= 3 && strcmp(argv[1], "frameless") == 0) return footprint(atoi(argv[2]), 2);
   if (argc >= 3 && strcmp(argv[1], "sites") == 0) return footprint(atoi(argv[2]), 3);
+  if (argc >= 3 && strcmp(argv[1], "periodic") == 0) return periodic(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "threads") == 0) return threads(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "serial") == 0) return serial_threads(atoi(argv[2]));
   if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));
