@@ -85,6 +85,7 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
   config.deadline_k = options_.deadline_k;
   config.shared_class_min = options_.shared_class_min;
   config.long_class_min = options_.long_class_min;
+  config.span_recycling = options_.span_recycling;
   global_ = std::make_unique<GlobalAllocator>(*platform_, *clock_, config);
   // Long-lived classes from one heap for all threads, as in the library (LLAMALLOC_SHARED_CLASS): from the
   // trace's second thread on (HeapFor).

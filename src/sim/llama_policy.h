@@ -52,6 +52,8 @@ struct LlamaOptions {
   unsigned shared_class_min = unsigned(Options{}.shared_class);
   // Objects of this class and longer on the longest class's huge pages: the library's LLAMALLOC_LONG_CLASS.
   unsigned long_class_min = unsigned(Options{}.long_class);
+  // Shorter classes adopt longer classes' partially free spans: the library's LLAMALLOC_SPAN_RECYCLING.
+  bool span_recycling = Options{}.span_recycling != 0;
   std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
 };
 

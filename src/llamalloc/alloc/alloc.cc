@@ -80,6 +80,7 @@ void init_once() {
                     o.same_class_recycling != 0, unsigned(o.small_heap_pages), shared_from, unsigned(o.subrelease)};
   // Likewise above that class: without a model every allocation keeps pages of its own class.
   config.long_class_min = unsigned(o.long_class) > default_class ? unsigned(o.long_class) : default_class + 1;
+  config.span_recycling = o.span_recycling != 0;
   g_global.configure(config);
   g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on: thread_heap)
   g_default_predictor.set_class(default_class);

@@ -47,6 +47,9 @@ struct alignas(64) SmallSpan {
   // Blocks to hand out: a list whose links are xor-ed with `key`. The owner's frees go on top (span_push).
   alignas(64) void* free;
   uint32_t used;         // blocks handed out and not yet back on `free` (collected remote frees count)
+  // The class whose queue it goes back to when it comes back from full or is emptied: lifetime_class, unless a
+  // shorter class has adopted it (HeapConfig::span_recycling).
+  uint8_t home_class;
   SmallSpan* next;       // queue links (owner)
   SmallSpan* prev;
   // --- written by other threads -------------------------------------------------------------------------
@@ -179,6 +182,11 @@ struct HeapConfig {
   // or two for it. Their holes are recycled by shorter classes, as any long-lived page's are. kMaxClasses: off
   // (every class on its own pages, as papers/000 has it).
   unsigned long_class_min = kMaxClasses;
+  // A thread heap whose queue of a size class has no free block, for a lifetime class, takes a partially free
+  // span of that size class from a longer class of the same heap before it takes new memory: the span becomes
+  // the shorter class's, and its holes are filled by objects expected to die first (papers/000 section 6.6's
+  // recycling of a longer-lived block's free lines, at the grain of a size class). false: never.
+  bool span_recycling = true;
 };
 
 // A snapshot of one huge page for tests and the simulator.
@@ -327,6 +335,7 @@ class GlobalAllocator {
   void set_shared_heap(LocalHeap* heap) { shared_heap_.store(heap, std::memory_order_release); }
   LocalHeap* shared_heap() const { return shared_heap_.load(std::memory_order_relaxed); }
   unsigned shared_class_min() const { return config_.shared_class_min; }
+  bool span_recycling() const { return config_.span_recycling; }
   // The class whose huge pages an object of class lc takes its blocks from (HeapConfig::long_class_min).
   unsigned page_class(unsigned lc) const {
     return lc >= config_.long_class_min && lc < never_freed_class() ? never_freed_class() : lc;

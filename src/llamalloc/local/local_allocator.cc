@@ -88,7 +88,7 @@ void init_span(LocalHeap& heap, SmallSpan* s, uintptr_t start, size_t span_bytes
   s->reciprocal = uint32_t(((uint64_t{1} << 32) + bs - 1) / bs);
   s->span_bytes = uint32_t(span_bytes);
   s->size_class = uint8_t(sc);
-  s->lifetime_class = uint8_t(lc);
+  s->lifetime_class = s->home_class = uint8_t(lc);
   s->queued = s->cached = 0;
   s->next = s->prev = nullptr;
   s->xfree.store(0, std::memory_order_relaxed);
@@ -119,6 +119,30 @@ SmallSpan* new_span(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsig
   init_span(heap, s, start, bytes, lc, sc);
   set_size_span(global, start, bytes, s);
   return s;
+}
+
+// A partially free span of size class sc from a longer lifetime class of this heap, for class lc, which has
+// no span with a free block (HeapConfig::span_recycling): the longest class first, a span with at least a
+// quarter of its blocks free, not the head of its queue (the longer class's fast path is using that one). It
+// moves to lc's queue for good: its holes take objects expected to die before the ones it holds, and those
+// keep it (and its huge page) in use either way. Without this, a long-lived class's span keeps the holes its
+// dead objects leave until its own class allocates again: redis's replay with perfect lifetimes, after its
+// values are overwritten, kept the old values' holes on the long-lived pages and the new values (a shorter
+// class) on 79 pages of their own.
+SmallSpan* adopt_longer_span(LocalHeap& heap, unsigned lc, unsigned sc) {
+  for (unsigned l = kMaxClasses; l-- > lc + 1;) {
+    SmallSpan* head = heap.spans[l][sc];
+    if (head == &g_empty_span) continue;
+    unsigned looked = 0;
+    for (SmallSpan* s = head->next; s != nullptr && looked < 32; s = s->next, ++looked) {
+      if (s->capacity == s->used) continue;
+      unlink(heap, s);
+      s->lifetime_class = uint8_t(lc);
+      enqueue_front(heap, s);
+      return s;
+    }
+  }
+  return nullptr;
 }
 
 // Takes a full span off its queue and marks it so that the first remote free tells the owner. false when a
@@ -216,6 +240,7 @@ void LocalAllocator::release_span(GlobalAllocator& global, LocalHeap& heap, Smal
   // On the notify list (a remote free after it was full, since collected): the drain gives it back.
   if (s->xfree.load(std::memory_order_acquire) & kXfreeNotified) return;
   if (s->queued) unlink(heap, s);
+  s->lifetime_class = s->home_class;  // cached for the class whose huge page it is on
   size_t bytes = s->span_bytes;
   unsigned kind = span_kind(bytes), lc = s->lifetime_class;
   uint8_t& n = heap.cache_count[lc][kind];
@@ -252,7 +277,10 @@ void LocalAllocator::drain_notify(GlobalAllocator& global, LocalHeap& heap) {
       if (s->queued) unlink(heap, s);
       if (s->used == 0 || !park_abandoned(s)) give_back(global, s);
     } else {
-      if (!s->queued) enqueue_back(heap, s);
+      if (!s->queued) {
+        s->lifetime_class = s->home_class;
+        enqueue_back(heap, s);
+      }
       if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
     }
     s = next;
@@ -274,6 +302,9 @@ void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsi
   }
   // About to take new memory: first give back what frees into exited threads' spans have emptied.
   if (reclaim_pending.load(std::memory_order_relaxed) && pool_ != nullptr) reclaim_abandoned(global, *pool_);
+  if (global.span_recycling()) {
+    if (SmallSpan* s = adopt_longer_span(heap, lc, sc); s != nullptr && refill_free(s)) return span_pop(s);
+  }
   SmallSpan* s = new_span(global, heap, lc, sc);
   if (s == nullptr) return nullptr;
   enqueue_front(heap, s);
@@ -297,6 +328,7 @@ void LocalAllocator::after_owner_free(GlobalAllocator& global, LocalHeap& heap, 
     while ((x & kXfreeStateMask) == kXfreeFull &&
            !s->xfree.compare_exchange_weak(x, x & ~kXfreeFull, std::memory_order_acq_rel, std::memory_order_relaxed)) {
     }
+    s->lifetime_class = s->home_class;  // an adopted span goes back to its own class's queue
     enqueue_back(heap, s);
   }
   if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
