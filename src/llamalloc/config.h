@@ -17,6 +17,9 @@ inline constexpr size_t kHugePageBytes = size_t{1} << kHugePageShift;
 inline constexpr size_t kBlockShift = 13;
 inline constexpr size_t kBlockBytes = size_t{1} << kBlockShift;
 inline constexpr size_t kBlocksPerHugePage = kHugePageBytes / kBlockBytes;
+// Slack donation: a huge object whose last huge page would keep at least this many blocks free ends on a page
+// of blocks instead, whose free blocks serve other objects (GlobalAllocator::alloc_huge_locked).
+inline constexpr size_t kMinSlackBlocks = 16;
 
 // Thread-local allocators receive block spans of M = 2 blocks, 16 KiB aligned: one global-lock round trip
 // per 16 KiB of small objects (section 6.1).

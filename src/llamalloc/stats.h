@@ -22,6 +22,7 @@ namespace llamalloc {
   X(demotions, "huge pages moved to the next shorter lifetime class")                           \
   X(huge_pages_released, "huge pages returned to the OS")                                       \
   X(huge_pages_reused, "free huge pages taken again from the page cache instead of fresh memory") \
+  X(huge_slack_pages, "huge objects that end on a page of blocks whose other blocks serve other objects") \
   X(blocks_subreleased, "free blocks of sparse, idle huge pages returned to the OS (subrelease)")  \
   X(idle_heap_sweeps, "heaps swept by the sweeper or llamalloc_collect (empty spans given back)") \
   X(prediction_cache_hits, "predictions answered from the prediction cache")                    \

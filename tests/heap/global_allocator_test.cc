@@ -71,7 +71,8 @@ TEST_F(GlobalAllocatorTest, Figure6StepByStep) {
   for (int i = 0; i < 32; ++i) c2_p9.push_back(blocks(2, 8));
   for (int i = 0; i < 32; ++i) c2_p10.push_back(blocks(2, 8));
   uintptr_t c2_open = blocks(2, 1);  // the open page of class 2
-  uintptr_t c2_huge = reinterpret_cast<uintptr_t>(heap->alloc_large(2, 3 * kHugePageBytes / 2, kBlockBytes));
+  // (exactly two pages: an object that ends early on its last page ends on a page of blocks, tested below)
+  uintptr_t c2_huge = reinterpret_cast<uintptr_t>(heap->alloc_large(2, 2 * kHugePageBytes, kBlockBytes));
   ASSERT_NE(c2_huge, 0u);
 
   const uintptr_t p1 = page_of(c0_p1[0]), p2 = page_of(c0_p2[0]), p5 = page_of(c0_p5);
@@ -329,19 +330,62 @@ TEST_F(GlobalAllocatorTest, LargeObjectAlignment) {
 
 TEST_F(GlobalAllocatorTest, HugeObjectsUseWholeFreshHugePagesAndReleaseThemAtOnce) {
   size_t before = platform.backed_bytes;
-  void* p = heap->alloc_large(3, 5 * kHugePageBytes + 1, kBlockBytes);
+  // Ends close to its last page's end: that page is the object's (no slack worth donating).
+  size_t bytes = 6 * kHugePageBytes - (kMinSlackBlocks - 1) * kBlockBytes;
+  void* p = heap->alloc_large(3, bytes, kBlockBytes);
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(platform.backed_bytes - before, 6 * kHugePageBytes);
   EXPECT_EQ(heap->large_usable_size(p), 6 * kHugePageBytes);
-  EXPECT_EQ(heap->large_requested_size(p), 5 * kHugePageBytes + 1);
+  EXPECT_EQ(heap->large_requested_size(p), bytes);
   EXPECT_EQ(heap->pages_in_use(3), 6u);
-  EXPECT_EQ(heap->free_large(p), 5 * kHugePageBytes + 1);
+  EXPECT_EQ(heap->free_large(p), bytes);
   EXPECT_EQ(platform.backed_bytes, before);
   EXPECT_EQ(heap->pages_in_use(3), 0u);
   void* q = heap->alloc_large(3, 2 * kHugePageBytes, kBlockBytes);
   EXPECT_GT(reinterpret_cast<uintptr_t>(q), reinterpret_cast<uintptr_t>(p)) << "addresses are never reused";
   heap->free_large(q);
   heap->check_invariants();
+}
+
+// Slack donation (papers/002's huge page cache donates a large allocation's slack to the filler): a "never freed"
+// huge object that ends early in its last huge page ends on a page of blocks of its class, whose free blocks
+// serve other objects; freeing the object frees its blocks there, and the page goes when its last object does.
+TEST_F(GlobalAllocatorTest, AHugeObjectsLastPageServesOtherObjectsInItsFreeBlocks) {
+  size_t before = platform.backed_bytes;
+  void* p = heap->alloc_large(3, 2 * kHugePageBytes + 1, kBlockBytes);  // ends one block into its third page
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(platform.backed_bytes - before, 3 * kHugePageBytes);
+  EXPECT_EQ(heap->pages_in_use(3), 3u);
+  EXPECT_EQ(heap->large_usable_size(p), 2 * kHugePageBytes + kBlockBytes) << "the rest of the page is not its";
+  EXPECT_EQ(heap->large_requested_size(p), 2 * kHugePageBytes + 1);
+  uintptr_t last = reinterpret_cast<uintptr_t>(p) + 2 * kHugePageBytes;
+  PageInfo page = heap->page_info(last);
+  EXPECT_EQ(page.kind, PageKind::kBlocks);
+  EXPECT_EQ(page.state, PageState::kActive);
+  EXPECT_EQ(page.live.count(), 1u);
+  EXPECT_EQ(heap->counters().huge_slack_pages.load(), 1u);
+  heap->check_invariants();
+  // A shorter class's object takes free blocks there (a longer class's active page), not a new huge page.
+  void* q = heap->alloc_large(2, 100 * kBlockBytes, kBlockBytes);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(q) >> kHugePageShift, last >> kHugePageShift);
+  EXPECT_EQ(platform.backed_bytes - before, 3 * kHugePageBytes);
+  heap->check_invariants();
+  EXPECT_EQ(heap->free_large(p), 2 * kHugePageBytes + 1);
+  EXPECT_EQ(platform.backed_bytes - before, kHugePageBytes) << "the two whole pages go at once; q keeps the last";
+  EXPECT_EQ(heap->page_info(last).live.count(), 100u);
+  heap->check_invariants();
+  heap->free_large(q);
+  EXPECT_EQ(platform.backed_bytes, before);
+  EXPECT_EQ(heap->pages_in_use(3) + heap->pages_in_use(2), 0u);
+  heap->check_invariants();
+  // Only for "never freed" (here class 3): a shorter class's huge object goes back whole, at once.
+  void* r = heap->alloc_large(2, 2 * kHugePageBytes + 1, kBlockBytes);
+  EXPECT_EQ(heap->large_usable_size(r), 3 * kHugePageBytes);
+  EXPECT_EQ(heap->page_info(reinterpret_cast<uintptr_t>(r) + 2 * kHugePageBytes).kind, PageKind::kHugeTail);
+  EXPECT_EQ(heap->counters().huge_slack_pages.load(), 1u);
+  heap->free_large(r);
+  EXPECT_EQ(platform.backed_bytes, before);
 }
 
 TEST_F(GlobalAllocatorTest, FullRegionGetsAFreshRegion) {

@@ -104,7 +104,12 @@ struct HugePageMeta {
   HugePageMeta* recyclable_next;
   Region* region;
   uint32_t index;       // in its region
-  uint32_t huge_pages;  // kHugeHead: the object's length in huge pages
+  uint32_t huge_pages;  // kHugeHead: the object's length in whole huge pages (its head and tails)
+  // Slack donation. kHugeHead: the object's last blocks, on the page after its tails (0: it ends on its last
+  // tail). kBlocks: the first blocks of the page hold the end of the huge object on the pages before it (its head
+  // says how many); the page's other blocks serve like any page's (papers/002: the slack of a large allocation
+  // is donated to the filler).
+  uint16_t huge_tail_blocks;
   uint64_t huge_requested_bytes;
   PageState state;
   PageKind kind;
