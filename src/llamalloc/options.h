@@ -69,9 +69,9 @@ namespace llamalloc {
     "every class on its own pages (papers/000).")                                                               \
   X(SPAN_RECYCLING, span_recycling, Uint, 1, 0, 1,                                                            \
     "1: a thread whose spans of a lifetime class and size class have no free block takes a partially free span " \
-    "of that size class from a longer class of its own heap (at least a quarter free) before new memory, for "   \
-    "good: objects expected to die first fill the holes the longer-lived ones left. 0: never (a span keeps its " \
-    "class). Matters only with a model.")                                                                     \
+    "of that size class from a longer class of its own heap before new memory, until it is full or empty, then " \
+    "gives it back to that class: objects expected to die first fill the holes the longer-lived ones left. 0: "  \
+    "never (a span keeps its class). Matters only with a model.")                                             \
   X(STATS, stats, String, "", 0, 0,                                                                              \
     "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \
     "RSS, event counters). Every process that inherits it writes it at exit; %p in the path is replaced by the "  \
