@@ -188,9 +188,10 @@ struct HeapConfig {
   // (every class on its own pages, as papers/000 has it).
   unsigned long_class_min = kMaxClasses;
   // A thread heap whose queue of a size class has no free block, for a lifetime class, takes a partially free
-  // span of that size class from a longer class of the same heap before it takes new memory: the span becomes
-  // the shorter class's, and its holes are filled by objects expected to die first (papers/000 section 6.6's
-  // recycling of a longer-lived block's free lines, at the grain of a size class). false: never.
+  // span of that size class from a longer class of the same heap before it takes new memory: the span serves
+  // the shorter class until it has been full or is empty, then goes back to its own class, and its holes are
+  // filled by objects expected to die first (papers/000 section 6.6's recycling of a longer-lived block's free
+  // lines, at the grain of a size class). false: never.
   bool span_recycling = true;
 };
 

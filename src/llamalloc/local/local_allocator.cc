@@ -122,13 +122,14 @@ SmallSpan* new_span(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsig
 }
 
 // A partially free span of size class sc from a longer lifetime class of this heap, for class lc, which has
-// no span with a free block (HeapConfig::span_recycling): the longest class first, a span with at least a
-// quarter of its blocks free, not the head of its queue (the longer class's fast path is using that one). It
-// moves to lc's queue for good: its holes take objects expected to die before the ones it holds, and those
-// keep it (and its huge page) in use either way. Without this, a long-lived class's span keeps the holes its
-// dead objects leave until its own class allocates again: redis's replay with perfect lifetimes, after its
-// values are overwritten, kept the old values' holes on the long-lived pages and the new values (a shorter
-// class) on 79 pages of their own.
+// no span with a free block (HeapConfig::span_recycling): the longest class first, the first span with a free
+// block among the 32 behind the head of its queue (the longer class's fast path is using the head). It moves
+// to lc's queue: its holes take objects expected to die before the ones it holds, and those keep it (and its
+// huge page) in use either way. Its home_class stays the longer class, whose queue or span cache it goes back
+// to once it has been full or is empty (after_owner_free, drain_notify, release_span). Without this, a
+// long-lived class's span keeps the holes its dead objects leave until its own class allocates again: redis's
+// replay with perfect lifetimes, after its values are overwritten, kept the old values' holes on the
+// long-lived pages and the new values (a shorter class) on 79 pages of their own.
 SmallSpan* adopt_longer_span(LocalHeap& heap, unsigned lc, unsigned sc) {
   for (unsigned l = kMaxClasses; l-- > lc + 1;) {
     SmallSpan* head = heap.spans[l][sc];
