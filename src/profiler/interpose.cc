@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <new>
 
+#include "alloc/realloc_rule.h"
 #include "main_trampoline.h"
 #include "platform.h"
 #include "profiler.h"
@@ -46,6 +47,7 @@ using NewNothrowFn = void* (*)(size_t, const std::nothrow_t&);
 using NewAlignFn = void* (*)(size_t, std::align_val_t);
 using NewAlignNothrowFn = void* (*)(size_t, std::align_val_t, const std::nothrow_t&);
 using DeleteFn = void (*)(void*);
+using UsableSizeFn = size_t (*)(void*);
 
 struct Next {
   MallocFn malloc;
@@ -57,6 +59,7 @@ struct Next {
   MemalignFn aligned_alloc;
   MallocFn valloc;
   MallocFn pvalloc;
+  UsableSizeFn usable_size;  // may be null: an allocator underneath without malloc_usable_size
 };
 Next g_next;
 std::atomic<int> g_state{0};  // 0: not started, 1: resolving, 2: ready
@@ -113,6 +116,7 @@ void Initialise() {
     n.aligned_alloc = Resolve<MemalignFn>("aligned_alloc");
     n.valloc = Resolve<MallocFn>("valloc");
     n.pvalloc = Resolve<MallocFn>("pvalloc");
+    n.usable_size = Resolve<UsableSizeFn>("malloc_usable_size");
     g_next = n;
     g_state.store(2, std::memory_order_release);
     InitProfiler();  // after g_state: from here on, its own allocations go to the allocator underneath
@@ -158,10 +162,25 @@ void* ReallocImpl(void* old, size_t size) {
   if (old == nullptr) return Allocated(g_next.realloc(nullptr, size), size, kDefaultAlignment);
   FreeTicket ticket;
   BeginFree(old, &ticket);
+  // A profile records what llamalloc would do (alloc/realloc_rule.h): where its realloc keeps the object in its
+  // block, the process makes no new object and the allocation context stays the first one, so the profile keeps
+  // the object too, under its new address if the allocator underneath moved it. The old request's size is the
+  // sampled object's; an unsampled one's is taken as the usable size underneath (a few bytes more). A trace
+  // records both halves; the simulator applies the rule (docs/simulator.md).
+  bool in_place = false;
+  if (size != 0 && CurrentMode() == Mode::kProfile) {
+    size_t old_size = ticket.sampled ? ticket.object.size_bytes
+                      : g_next.usable_size != nullptr ? g_next.usable_size(old) : 0;
+    in_place = old_size != 0 && llamalloc::realloc_stays_in_place(old_size, size);
+  }
   void* p = g_next.realloc(old, size);
   if (p == nullptr && size != 0) {
     AbortFree(ticket);  // the old object is still there
     return nullptr;
+  }
+  if (in_place) {
+    MovedInPlace(p, ticket);
+    return p;
   }
   CommitFree(old, ticket, kEventFromRealloc);
   if (p != nullptr) OnAlloc(p, size, kDefaultAlignment, kEventFromRealloc);

@@ -718,6 +718,13 @@ void AbortFree(const FreeTicket& ticket) {
   if (CurrentMode() == Mode::kProfile && ticket.sampled) g_live.Insert(ticket.object);
 }
 
+void MovedInPlace(void* ptr, const FreeTicket& ticket) {
+  if (CurrentMode() != Mode::kProfile || !ticket.sampled) return;
+  LiveObject moved = ticket.object;
+  moved.address = reinterpret_cast<uint64_t>(ptr);
+  g_live.Insert(moved);
+}
+
 namespace {
 
 void PrintStatistics() {

@@ -33,6 +33,9 @@ struct FreeTicket {
 void BeginFree(void* ptr, FreeTicket* ticket);
 void CommitFree(void* ptr, const FreeTicket& ticket, uint32_t flags);
 void AbortFree(const FreeTicket& ticket);
+// A realloc that llamalloc would serve in place (alloc/realloc_rule.h): in a profile the object goes on, now at
+// ptr, with its allocation's time and context. Profile mode only: a trace records both halves (interpose.cc).
+void MovedInPlace(void* ptr, const FreeTicket& ticket);
 
 // The program's teardown begins: main returned or exit() was called (interpose.cc). In profile mode, frees
 // after this are not lifetimes (the object stays live: class 7 in the final profile) and allocations are no

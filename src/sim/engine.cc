@@ -5,13 +5,15 @@
 
 namespace llamalloc::sim {
 
-std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source) {
+std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source, const Policy* policy) {
   source.Rewind();
   std::vector<uint8_t> classes;
   classes.reserve(source.event_count_hint());
   struct Pending {
     uint64_t alloc_index = 0;
     uint64_t time_ns = 0;
+    uint64_t size_bytes = 0;  // as allocated
+    uint32_t alignment_bytes = 0;
   };
   FlatMap<Pending> live(source.event_count_hint() / 4 + 1024);
   Event e;
@@ -19,24 +21,34 @@ std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source) {
     Pending p;
     if (live.Erase(address, &p)) classes[p.alloc_index] = LifetimeClassOf(time_ns - p.time_ns);
   };
-  auto begin_object = [&](uint64_t address, uint64_t time_ns) {
+  auto begin_object = [&](const Event& event) {
     // Mirror the engine: an address allocated while live ends the old object first.
-    end_object(address, time_ns);
-    live.Put(address, Pending{classes.size(), time_ns});
+    end_object(event.address, event.time_ns);
+    live.Put(event.address, Pending{classes.size(), event.time_ns, event.size_bytes, event.alignment_bytes});
     classes.push_back(kNeverFreedClass);
   };
   while (source.Next(&e)) {
     switch (e.kind) {
       case EventKind::kAlloc:
-        if (e.address != 0) begin_object(e.address, e.time_ns);
+        if (e.address != 0) begin_object(e);
         break;
       case EventKind::kFree:
         end_object(e.address, e.time_ns);
         break;
-      case EventKind::kRealloc:
+      case EventKind::kRealloc: {
+        Pending* old = e.old_address != 0 ? live.Find(e.old_address) : nullptr;
+        if (old != nullptr && e.address != 0 && policy != nullptr && old->alignment_bytes <= kDefaultAlignmentBytes &&
+            policy->ReallocInPlace(old->size_bytes, e.size_bytes)) {
+          Pending moved;
+          live.Erase(e.old_address, &moved);
+          end_object(e.address, e.time_ns);
+          live.Put(e.address, moved);
+          break;
+        }
         if (e.old_address != 0) end_object(e.old_address, e.time_ns);
-        if (e.address != 0) begin_object(e.address, e.time_ns);
+        if (e.address != 0) begin_object(e);
         break;
+      }
     }
   }
   source.Rewind();
@@ -96,7 +108,12 @@ void Engine::Allocate(const Event& event, uint64_t address, uint64_t size_bytes)
     object.lifetime_class = (*lifetime_classes_)[alloc_index_];
   }
   ++alloc_index_;
-  live_.Put(address, LiveObject{size_bytes});
+  if (moved_ids_.size() != 0 && moved_ids_.Find(address) != nullptr) {
+    // The policy still has an object under this address, kept in place by a realloc that moved it in the trace.
+    object.address = next_fresh_id_++;
+    moved_ids_.Put(object.address, 1);
+  }
+  live_.Put(address, LiveObject{size_bytes, object.address, size_bytes, event.alignment_bytes});
   live_bytes_ += size_bytes;
   summary_.peak_live_bytes = std::max(summary_.peak_live_bytes, live_bytes_);
   policy_.Allocate(object);
@@ -109,7 +126,23 @@ void Engine::FreeObject(uint64_t time_ns, uint64_t address, uint32_t thread) {
     return;
   }
   live_bytes_ -= object.size_bytes;
-  policy_.Free(time_ns, address, object.size_bytes, thread);
+  if (object.policy_id != address) moved_ids_.Erase(object.policy_id);
+  policy_.Free(time_ns, object.policy_id, object.policy_size, thread);
+}
+
+void Engine::MoveInPlace(const Event& event) {
+  LiveObject object;
+  live_.Erase(event.old_address, &object);
+  if (live_.Find(event.address) != nullptr) {
+    ++summary_.reused_live_addresses;
+    FreeObject(event.time_ns, event.address, event.thread);
+  }
+  live_bytes_ = live_bytes_ - object.size_bytes + event.size_bytes;
+  summary_.peak_live_bytes = std::max(summary_.peak_live_bytes, live_bytes_);
+  object.size_bytes = event.size_bytes;
+  if (object.policy_id != event.address) moved_ids_.Put(object.policy_id, 1);
+  else moved_ids_.Erase(object.policy_id);
+  live_.Put(event.address, object);
 }
 
 void Engine::Process(const Event& event) {
@@ -137,11 +170,19 @@ void Engine::Process(const Event& event) {
         FreeObject(time_ns, event.address, event.thread);
       }
       break;
-    case EventKind::kRealloc:
+    case EventKind::kRealloc: {
       ++summary_.reallocs;
+      const LiveObject* old = event.old_address != 0 ? live_.Find(event.old_address) : nullptr;
+      if (old != nullptr && event.address != 0 && old->alignment_bytes <= kDefaultAlignmentBytes &&
+          policy_.ReallocInPlace(old->policy_size, event.size_bytes)) {
+        ++summary_.reallocs_in_place;
+        MoveInPlace(event);
+        break;
+      }
       if (event.old_address != 0) FreeObject(time_ns, event.old_address, event.thread);
       if (event.address != 0) Allocate(event, event.address, event.size_bytes);
       break;
+    }
   }
   NoteFootprint(time_ns);
 }
@@ -177,7 +218,7 @@ void Engine::Finish() {
 RunResult Replay(EventSource& source, Policy& policy, EngineOptions options) {
   auto start = std::chrono::steady_clock::now();
   std::vector<uint8_t> classes;
-  if (policy.needs_lifetime_classes()) classes = ComputeLifetimeClasses(source);
+  if (policy.needs_lifetime_classes()) classes = ComputeLifetimeClasses(source, &policy);
   source.Rewind();
   Engine engine(policy, options, source.event_count_hint() / 4);
   if (policy.needs_lifetime_classes()) engine.set_lifetime_classes(&classes);

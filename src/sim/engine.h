@@ -43,8 +43,9 @@ class VectorEventSource final : public EventSource {
 };
 
 // The true lifetime class of every allocation, in allocation order (allocs and reallocs that return
-// an object, numbered as the engine numbers them). Objects never freed get kNeverFreedClass.
-std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source);
+// an object, numbered as the engine numbers them). Objects never freed get kNeverFreedClass. With a policy,
+// its in-place reallocs (Policy::ReallocInPlace) continue an object, as the engine replays them.
+std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source, const Policy* policy = nullptr);
 
 struct TimelineSample {
   uint64_t time_ns = 0;
@@ -59,6 +60,7 @@ struct RunSummary {
   uint64_t allocs = 0;
   uint64_t frees = 0;
   uint64_t reallocs = 0;
+  uint64_t reallocs_in_place = 0;   // of those, kept where they were (Policy::ReallocInPlace)
   uint64_t unknown_frees = 0;       // free/realloc of an address that is not live: counted, skipped
   uint64_t reused_live_addresses = 0;  // alloc of an address still live: the trace missed a free
   uint64_t null_frees = 0;
@@ -100,18 +102,26 @@ class Engine {
 
  private:
   struct LiveObject {
-    uint64_t size_bytes = 0;
+    uint64_t size_bytes = 0;    // as the program last asked (live bytes)
+    uint64_t policy_id = 0;     // the address the policy knows it by: its first one, when reallocs kept it
+    uint64_t policy_size = 0;   // the size the policy allocated
+    uint32_t alignment_bytes = 0;
   };
   void SampleUpTo(uint64_t time_ns);
   void TakeSample(uint64_t time_ns);
   void Allocate(const Event& event, uint64_t address, uint64_t size_bytes);
   void FreeObject(uint64_t time_ns, uint64_t address, uint32_t thread);
+  // A realloc the policy keeps in place: the object at old_address goes on at address.
+  void MoveInPlace(const Event& event);
   void NoteFootprint(uint64_t time_ns);
 
   Policy& policy_;
   EngineOptions options_;
   const std::vector<uint8_t>* lifetime_classes_ = nullptr;
   FlatMap<LiveObject> live_;
+  // Policy ids held by live objects now at another address: a new object at such an address gets a fresh id.
+  FlatMap<uint8_t> moved_ids_{64};
+  uint64_t next_fresh_id_ = uint64_t{1} << 63;  // above every user-space address
   uint64_t live_bytes_ = 0;
   uint64_t alloc_index_ = 0;
   uint64_t next_sample_ns_ = 0;

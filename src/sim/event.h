@@ -23,6 +23,9 @@ struct Event {
   uint32_t stack_id = 0;
 };
 
+// malloc's alignment (alignof(max_align_t)); an event's alignment_bytes at or below it is the default.
+inline constexpr uint32_t kDefaultAlignmentBytes = 16;
+
 // One numbering everywhere (docs/architecture.md): class c holds lifetimes < 10 ms * 10^c for c < 6,
 // class 6 is ">= 1000 s" and class 7 "never freed".
 inline constexpr int kLifetimeClassCount = 8;

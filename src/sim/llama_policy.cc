@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "alloc/realloc_rule.h"
 #include "heap/heap.h"
 #include "local/local.h"
 #include "pal/pal.h"
@@ -207,6 +208,10 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
   void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
   placed_.Put(object.address, Placed{reinterpret_cast<uint64_t>(p), object.size_bytes, object.stack_id});
+}
+
+bool LlamaPolicy::ReallocInPlace(uint64_t old_size_bytes, uint64_t new_size_bytes) const {
+  return realloc_stays_in_place(old_size_bytes, new_size_bytes);
 }
 
 void LlamaPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t thread) {

@@ -68,6 +68,9 @@ class LlamaPolicy final : public Policy {
   // llama-model needs them too: its summary compares each prediction with the true class.
   bool needs_lifetime_classes() const override { return options_.fixed_class < 0 || options_.class_source; }
   void Allocate(const ObjectAlloc& object) override;
+  // The library's rule (alloc/realloc_rule.h): a realloc that stays in the object's size class or shrinks it by at
+  // most half keeps it where it is.
+  bool ReallocInPlace(uint64_t old_size_bytes, uint64_t new_size_bytes) const override;
   void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
   void AtExit() override;
   void AdvanceTime(uint64_t time_ns) override;

@@ -65,6 +65,7 @@ std::string SummaryJson(const SimulationOutput& output, const std::string& timel
         {"allocs", Number(s.allocs)},
         {"frees", Number(s.frees)},
         {"reallocs", Number(s.reallocs)},
+        {"reallocs_in_place", Number(s.reallocs_in_place)},
         {"unknown_frees", Number(s.unknown_frees)},
         {"reused_live_addresses", Number(s.reused_live_addresses)},
         {"null_frees", Number(s.null_frees)},

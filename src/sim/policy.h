@@ -38,6 +38,10 @@ class Policy {
   virtual bool needs_lifetime_classes() const { return false; }
 
   virtual void Allocate(const ObjectAlloc& object) = 0;
+  // Whether this allocator's realloc keeps an object of old_size_bytes (as allocated, default alignment) where
+  // it is for new_size_bytes. Then the engine neither frees nor allocates: the object goes on under its first
+  // address with its first allocation's placement (and lifetime). Default: every realloc moves.
+  virtual bool ReallocInPlace(uint64_t /*old_size_bytes*/, uint64_t /*new_size_bytes*/) const { return false; }
   // size_bytes is the size recorded at allocation (frees in traces do not carry a trustworthy size).
   virtual void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) = 0;
   // Called with the time of every event before it is applied (deadlines, periodic work).

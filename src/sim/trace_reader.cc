@@ -321,19 +321,33 @@ const void* TraceReader::EventAt(uint64_t index) const {
 void TraceReader::Rewind() {
   next_ = 0;
   chunk_ = 0;
+  std::fill(paired_.begin(), paired_.end(), false);
+}
+
+bool TraceReader::ReallocPair(uint64_t index, const prof::TraceEvent& free_half, prof::TraceEvent* alloc_half) const {
+  auto it = std::upper_bound(chunks_.begin(), chunks_.end(), index,
+                             [](uint64_t i, const Chunk& c) { return i < c.first_index; });
+  const Chunk& c = *std::prev(it);
+  if (index + 1 >= c.first_index + c.count) return false;
+  std::memcpy(alloc_half, data_ + c.offset + (index + 1 - c.first_index) * sizeof(prof::TraceEvent), sizeof(*alloc_half));
+  return alloc_half->kind == (prof::kAlloc | prof::kEventFromRealloc) && alloc_half->thread_id == free_half.thread_id;
 }
 
 bool TraceReader::Next(Event* event) {
-  if (next_ >= event_count_) return false;
+  uint64_t index;
+  do {
+    if (next_ >= event_count_) return false;
+    index = order_.empty() ? next_ : order_[next_];
+    ++next_;
+  } while (!paired_.empty() && paired_[index]);
   const void* raw;
   if (!order_.empty()) {
-    raw = EventAt(order_[next_]);
+    raw = EventAt(index);
   } else {
-    while (next_ >= chunks_[chunk_].first_index + chunks_[chunk_].count) ++chunk_;
+    while (index >= chunks_[chunk_].first_index + chunks_[chunk_].count) ++chunk_;
     const Chunk& c = chunks_[chunk_];
-    raw = data_ + c.offset + (next_ - c.first_index) * sizeof(prof::TraceEvent);
+    raw = data_ + c.offset + (index - c.first_index) * sizeof(prof::TraceEvent);
   }
-  ++next_;
   prof::TraceEvent e;
   std::memcpy(&e, raw, sizeof(e));
   *event = Event{};
@@ -344,6 +358,19 @@ bool TraceReader::Next(Event* event) {
   event->alignment_bytes = e.alignment_bytes;
   event->thread = e.thread_id;
   event->stack_id = e.stack_id;
+  // The two halves of one realloc (the profiler writes them one after the other) are one kRealloc event, at the
+  // free half's time, so that a policy can keep the object in place (Policy::ReallocInPlace).
+  prof::TraceEvent a;
+  if (e.kind == (prof::kFree | prof::kEventFromRealloc) && ReallocPair(index, e, &a)) {
+    if (paired_.empty()) paired_.assign(event_count_, false);
+    paired_[index + 1] = true;
+    event->kind = EventKind::kRealloc;
+    event->old_address = e.address;
+    event->address = a.address;
+    event->size_bytes = a.size_bytes;
+    event->alignment_bytes = a.alignment_bytes;
+    event->stack_id = a.stack_id;
+  }
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "profiler/trace_format.h"
 #include "sim/engine.h"
 #include "sim/trace_stacks.h"
 
@@ -48,6 +49,9 @@ class TraceReader final : public EventSource, public TraceStacks {
   [[noreturn]] void Fail(uint64_t offset, const std::string& problem) const;
   const void* EventAt(uint64_t index) const;
   void SortByTime();
+  // The realloc whose free half is the event at index: its allocation half, the same thread's next event in the
+  // same record. False when it is not there (realloc(p, 0), or a buffer flushed between the two halves).
+  bool ReallocPair(uint64_t index, const prof::TraceEvent& free_half, prof::TraceEvent* alloc_half) const;
 
   std::string path_;
   const unsigned char* data_ = nullptr;
@@ -69,6 +73,7 @@ class TraceReader final : public EventSource, public TraceStacks {
   uint64_t event_count_ = 0;
   uint64_t next_ = 0;
   size_t chunk_ = 0;
+  std::vector<bool> paired_;  // allocation halves already replayed with their free half as one kRealloc
 };
 
 }  // namespace llamalloc::sim

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "alloc/alloc.h"
+#include "alloc/realloc_rule.h"
 #include "options.h"
 
 namespace llamalloc {
@@ -361,6 +362,28 @@ TEST(HeapTest, ReallocGrowsAndShrinksKeepingContents) {
     EXPECT_GE(heap_usable_size(p), n);
   }
   EXPECT_EQ(heap_realloc(p, 0), nullptr);
+}
+
+// The profiler and the simulator decide from the sizes alone whether realloc keeps an object where it is
+// (alloc/realloc_rule.h); the heap must do exactly that, or profiles and replays describe other objects.
+TEST(HeapTest, ReallocStaysInPlaceExactlyWhenTheSharedRuleSaysSo) {
+  size_t sizes[] = {1,     16,    17,    40,    100,   128,   129,    500,    1000,   1024,   3000,
+                    4096,  6000,  7000,  7168,  9000,  16384, 20000,  32768,  32769,  50000,  100000,
+                    262144, 1000000, kHugePageBytes, kHugePageBytes + 1, 3 * kHugePageBytes, 4 * kHugePageBytes};
+  int in_place = 0, moved = 0;
+  for (size_t old_size : sizes) {
+    for (size_t new_size : sizes) {
+      void* p = heap_malloc(old_size);
+      ASSERT_NE(p, nullptr);
+      void* q = heap_realloc(p, new_size);
+      ASSERT_NE(q, nullptr);
+      EXPECT_EQ(q == p, realloc_stays_in_place(old_size, new_size)) << old_size << " -> " << new_size;
+      (q == p ? in_place : moved)++;
+      heap_free(q);
+    }
+  }
+  EXPECT_GT(in_place, 50);
+  EXPECT_GT(moved, 50);
 }
 
 TEST(HeapTest, AlignedEntryPoints) {

@@ -56,6 +56,9 @@ struct Record120 {
 // site_never         malloc(5000)              7      5000  never      7
 // site_aligned       aligned_alloc(256, 512)   5      512   ~0         0
 // site_inlined       (inlined_helper) malloc   3      64    ~0         0
+// site_resized       malloc(7000)              6      7000  ~0         0  (until resize_moved moves it)
+// resize_in_place    realloc to 6000           -      -     -          -  (llamalloc keeps it: no new object)
+// resize_moved       realloc to 20000          6      20000 ~0         0
 extern "C" NOINLINE void site_short() {
   for (int i = 0; i < 200; ++i) {
     g_sink = malloc(40);
@@ -109,6 +112,18 @@ extern "C" NOINLINE void site_inlined() {
   }
 }
 
+extern "C" NOINLINE void site_resized(void** held, int n) {
+  for (int i = 0; i < n; ++i) held[i] = malloc(7000);
+}
+
+extern "C" NOINLINE void resize_in_place(void** held, int n) {
+  for (int i = 0; i < n; ++i) held[i] = realloc(held[i], 6000);
+}
+
+extern "C" NOINLINE void resize_moved(void** held, int n) {
+  for (int i = 0; i < n; ++i) held[i] = realloc(held[i], 20000);
+}
+
 extern "C" NOINLINE void site_scale(int n) {
   for (int i = 0; i < n; ++i) {
     g_sink = malloc(256);
@@ -132,6 +147,11 @@ static int RunSites() {
   site_never();
   site_aligned();
   site_inlined();
+  void* resized[6];
+  site_resized(resized, 6);
+  resize_in_place(resized, 6);
+  resize_moved(resized, 6);
+  for (void* p : resized) free(p);
   printf("lifetime site_tens %llu %llu\n", static_cast<unsigned long long>(g_tens_bounds.min_ns),
          static_cast<unsigned long long>(g_tens_bounds.max_ns));
   printf("lifetime site_medium %llu %llu\n", static_cast<unsigned long long>(g_medium_bounds.min_ns),

@@ -82,6 +82,58 @@ TEST(Engine, OracleClassesComeFromTheObjectsOwnFreeTimes) {
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(policy.allocs[i].lifetime_class, classes[i]);
 }
 
+// Keeps a realloc in place when the new size fits in the old one, as a heap with size classes would.
+class InPlacePolicy final : public Policy {
+ public:
+  std::string name() const override { return "in-place"; }
+  bool needs_lifetime_classes() const override { return true; }
+  bool ReallocInPlace(uint64_t old_size_bytes, uint64_t new_size_bytes) const override {
+    return new_size_bytes <= old_size_bytes;
+  }
+  void Allocate(const ObjectAlloc& o) override { allocs.push_back(o); }
+  void Free(uint64_t, uint64_t address, uint64_t size_bytes, uint32_t) override { frees.push_back({address, size_bytes}); }
+  uint64_t footprint_bytes() const override { return 0; }
+  std::vector<ObjectAlloc> allocs;
+  std::vector<std::pair<uint64_t, uint64_t>> frees;
+};
+
+TEST(Engine, AReallocThePolicyKeepsInPlaceContinuesTheObjectUnderItsFirstAddress) {
+  VectorEventSource source({
+      Alloc(0, 0x1000, 100),
+      Realloc(1 * kMs, 0x1000, 0x2000, 80),   // the traced allocator moved it; the policy keeps it
+      Alloc(2 * kMs, 0x1000, 50),             // the traced allocator reuses the first address
+      Realloc(3 * kMs, 0x2000, 0x3000, 90),   // still within the 100 bytes first allocated
+      Realloc(4 * kMs, 0x3000, 0x4000, 200),  // grows: moves
+      Free(5 * kMs, 0x1000),
+      Free(2000 * kMs, 0x4000),
+  });
+  InPlacePolicy policy;
+  RunResult r = Replay(source, policy, EngineOptions{});
+  EXPECT_EQ(r.summary.reallocs, 3u);
+  EXPECT_EQ(r.summary.reallocs_in_place, 2u);
+  EXPECT_EQ(r.summary.unknown_frees, 0u);
+  EXPECT_EQ(r.summary.reused_live_addresses, 0u);
+  ASSERT_EQ(policy.allocs.size(), 3u);
+  EXPECT_EQ(policy.allocs[0].address, 0x1000u);
+  // The policy still holds the first object under 0x1000: the new object there gets another id.
+  EXPECT_NE(policy.allocs[1].address, 0x1000u);
+  EXPECT_EQ(policy.allocs[2].address, 0x4000u);
+  EXPECT_EQ(policy.allocs[2].size_bytes, 200u);
+  ASSERT_EQ(policy.frees.size(), 3u);
+  // The grow frees the object the policy placed first, with the size it placed.
+  EXPECT_EQ(policy.frees[0], std::make_pair(uint64_t{0x1000}, uint64_t{100}));
+  EXPECT_EQ(policy.frees[1], std::make_pair(policy.allocs[1].address, uint64_t{50}));
+  EXPECT_EQ(policy.frees[2], std::make_pair(uint64_t{0x4000}, uint64_t{200}));
+  EXPECT_EQ(r.summary.peak_live_bytes, 250u);  // 200 + 50 after the grow
+  EXPECT_EQ(r.summary.final_live_bytes, 0u);
+  // The oracle's lifetimes follow the same objects: the first lives 4 ms (class 0) until the grow moves it.
+  std::vector<uint8_t> classes = ComputeLifetimeClasses(source, &policy);
+  EXPECT_EQ(classes, (std::vector<uint8_t>{0, 0, 3}));
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(policy.allocs[i].lifetime_class, classes[i]);
+  // Without a policy that keeps reallocs in place, every realloc is a new object.
+  EXPECT_EQ(ComputeLifetimeClasses(source).size(), 5u);
+}
+
 TEST(Engine, LifetimeClassBoundaries) {
   EXPECT_EQ(LifetimeClassOf(0), 0);
   EXPECT_EQ(LifetimeClassOf(9'999'999), 0);

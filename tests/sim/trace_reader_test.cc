@@ -48,18 +48,52 @@ TEST(TraceReader, ReadsEventsAcrossRecordsRelativeToTheTraceStart) {
   std::vector<Event> events;
   Event e;
   while (reader.Next(&e)) events.push_back(e);
-  ASSERT_EQ(events.size(), 5u);
+  ASSERT_EQ(events.size(), 4u);
   EXPECT_EQ(events[0].time_ns, 10u);
   EXPECT_EQ(events[0].kind, EventKind::kAlloc);
   EXPECT_EQ(events[0].size_bytes, 100u);
   EXPECT_EQ(events[0].thread, 7u);
   EXPECT_EQ(events[2].kind, EventKind::kFree);
-  EXPECT_EQ(events[3].kind, EventKind::kFree);  // the two halves of a realloc
-  EXPECT_EQ(events[4].kind, EventKind::kAlloc);
-  EXPECT_EQ(events[4].address, 0x3000u);
+  // The two halves of a realloc are one event.
+  EXPECT_EQ(events[3].kind, EventKind::kRealloc);
+  EXPECT_EQ(events[3].time_ns, 40u);
+  EXPECT_EQ(events[3].old_address, 0x2000u);
+  EXPECT_EQ(events[3].address, 0x3000u);
+  EXPECT_EQ(events[3].size_bytes, 80u);
+  EXPECT_EQ(events[3].stack_id, 1u);
   reader.Rewind();
-  ASSERT_TRUE(reader.Next(&e));
-  EXPECT_EQ(e.address, 0x1000u);
+  events.clear();
+  while (reader.Next(&e)) events.push_back(e);
+  ASSERT_EQ(events.size(), 4u);  // a second pass pairs them again
+  EXPECT_EQ(events[0].address, 0x1000u);
+  EXPECT_EQ(events[3].kind, EventKind::kRealloc);
+  std::remove(path.c_str());
+}
+
+TEST(TraceReader, OnlyTheAllocationRightAfterAReallocsFreeInTheSameThreadIsItsOtherHalf) {
+  auto realloc_free = [](uint64_t t, uint64_t address, uint32_t thread) {
+    return prof::TraceEvent{kStart + t, address, 0, prof::kNoStack, thread, 0, prof::kFree | prof::kEventFromRealloc};
+  };
+  auto realloc_alloc = [](uint64_t t, uint64_t address, uint32_t thread) {
+    return prof::TraceEvent{kStart + t, address, 64, 1, thread, 16, prof::kAlloc | prof::kEventFromRealloc};
+  };
+  TraceBytes t(kStart);
+  t.Stack(1, {0x401000});
+  t.Events({AllocEvent(kStart + 1, 0x1000, 10), AllocEvent(kStart + 2, 0x2000, 10), AllocEvent(kStart + 3, 0x3000, 10),
+            realloc_free(10, 0x1000, 7),  // realloc(p, 0): no allocation half
+            AllocEvent(kStart + 11, 0x5000, 10),
+            realloc_free(20, 0x2000, 7)});  // its other half was flushed in the next record
+  t.Events({realloc_alloc(21, 0x6000, 7),
+            realloc_free(30, 0x3000, 7), realloc_alloc(31, 0x7000, 8)});  // another thread's event
+  t.End();
+  std::string path = t.Write(TempPath("halves.trace"));
+  TraceReader reader(path);
+  std::vector<EventKind> kinds;
+  Event e;
+  while (reader.Next(&e)) kinds.push_back(e.kind);
+  EXPECT_EQ(kinds, (std::vector<EventKind>{EventKind::kAlloc, EventKind::kAlloc, EventKind::kAlloc, EventKind::kFree,
+                                           EventKind::kAlloc, EventKind::kFree, EventKind::kAlloc, EventKind::kFree,
+                                           EventKind::kAlloc}));
   std::remove(path.c_str());
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <new>
 
+#include "alloc/realloc_rule.h"
 #include "options.h"
 #include "stats.h"
 
@@ -595,13 +596,12 @@ void* heap_realloc(void* p, size_t size) {
     LocalAllocator::check_live(s, p, "realloc of");
     if (own) owner_exit(h);
     usable = LocalAllocator::usable_size(s);
-    // In place while the object stays in its size class or shrinks by at most half.
-    if (size <= usable && (size > usable / 2 || classify(size, kMinAlignBytes) == s->size_class)) return p;
+    if (realloc_keeps_small(usable, s->size_class, size)) return p;  // alloc/realloc_rule.h
   } else {
     if (!g_global.owns(p)) fatal_pointer("realloc of", p, "pointer not allocated by llamalloc");
     usable = g_global.large_usable_size(p);
     if (usable == 0) fatal_pointer("realloc of", p, "pointer not the start of a live object");
-    if (size <= usable && size > kSmallMaxBytes && size >= usable / 2) return p;
+    if (realloc_keeps_large(usable, size)) return p;
   }
   void* q = heap_malloc(size);
   if (q == nullptr) return nullptr;  // the old object stays valid (C semantics)
