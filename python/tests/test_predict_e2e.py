@@ -164,6 +164,41 @@ def test_unsure_predictions_keep_the_placement_without_a_model(trained, env, tmp
     assert {int(line.partition(":")[0]) for line in log.read_text().splitlines()} == {0}
 
 
+def token_key(tokens) -> int:
+    """The key of one context's token ids in the model file's train.token_contexts."""
+    return int(modelfile.token_context_keys(np.array([list(tokens) + [0]]), np.array([len(tokens)]))[0])
+
+
+def test_contexts_the_model_was_not_trained_on_start_long_lived(trained, env, tmp_path):
+    """The model file lists the token ids of every training context (train.token_contexts), with the keys the
+    allocator computes: the program's own contexts are among them in the process. A context that is not (here the
+    thread functions of another mode of the program) gets "never freed" for its first allocations, and the
+    statistics count those misses; LLAMALLOC_UNSEEN_TRIAL=0 turns the rule off."""
+    _, prof, model = trained
+    m = modelfile.read(model)
+    assert m.train_token_contexts is not None and len(m.train_token_contexts) > 0
+    known = {int(k) for k in m.train_token_contexts}
+    stacks, sizes = profile_contexts(prof)
+    assert {token_key(t) for t in reference.tokens(m, stacks, sizes)} == known
+    log = tmp_path / "seen.log"
+    stats, _ = run_stats(tmp_path, env, "seen", "footprint", ROUNDS, model=model,
+                         extra_env={"LLAMALLOC_PREDICT_LOG": str(log)})
+    runs = predict_log(log)
+    own = [(s, z) for s, z in zip(stacks, sizes) if fn(s)[0] in ("keep_record", "temp_buffer", "footprint")]
+    for tokens in reference.tokens(m, [s for s, _ in own], [z for _, z in own]):
+        assert tuple(tokens) in runs and token_key(tokens) in known
+    unseen = [t for t in runs if token_key(t) not in known]
+    assert (stats["counters"]["prediction_unseen_contexts"] > 0) == bool(unseen), unseen
+    log = tmp_path / "unseen.log"
+    stats, _ = run_stats(tmp_path, env, "unseen", "threads", "2", model=model,
+                         extra_env={"LLAMALLOC_PREDICT_LOG": str(log)})
+    unseen = [t for t in predict_log(log) if token_key(t) not in known]
+    assert unseen and stats["counters"]["prediction_unseen_contexts"] >= 1
+    stats, _ = run_stats(tmp_path, env, "unseen-off", "threads", "2", model=model,
+                         extra_env={"LLAMALLOC_UNSEEN_TRIAL": "0"})
+    assert stats["counters"]["prediction_unseen_contexts"] == 0
+
+
 def test_trained_model_golden_cpp_inference_equals_reference(trained):
     """The allocator's inference of the trained model gives the reference classes and logits (within 1e-4) on
     every context of the profile."""

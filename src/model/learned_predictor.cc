@@ -494,6 +494,7 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   float logits[kNumClasses];
   unsigned lc = classify(model_, tokens, n, logits, confidence_);
   if (log_fd_ >= 0) log_run(lc, tokens, n);
+  if (unseen_trial_ != 0 && repredict_every_ > unseen_trial_ && !model_.knows_context(tokens, n)) lc |= kUnseenContext;
   CacheCounters::bump(state->counters.model_runs);
   CacheCounters::bump(state->counters.prediction_ns, now_ns() - t0);
   return lc;
@@ -540,14 +541,14 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
   if (e.key == key && e.hits == kDeepEntryHits) {
     if (deep != 0 && deep != key) {
       lc = state->cache.lookup(deep, repredict_every_, state->counters, [&] { return run_model(context, state); },
-                               repredict_backoff_);
+                               repredict_backoff_, unseen_trial_);
     } else {
       CacheCounters::bump(state->counters.hits);
       lc = e.lifetime_class;
     }
   } else {
     lc = state->cache.lookup(key, repredict_every_, state->counters, [&] { return run_model(context, state); },
-                             repredict_backoff_);
+                             repredict_backoff_, unseen_trial_);
     if (e.key == key) {
       if (e.context == 0) e.context = tag;
       // The next check comes after a random number of hits (1 to kPredictionCheckEvery), not always after
@@ -621,6 +622,7 @@ PredictionTotals LearnedPredictor::totals() const {
     t.repredictions += c.repredictions.load(std::memory_order_relaxed);
     t.repredictions_changed += c.repredictions_changed.load(std::memory_order_relaxed);
     t.shared_keys += c.shared_keys.load(std::memory_order_relaxed);
+    t.unseen += c.unseen.load(std::memory_order_relaxed);
   }
   return t;
 }
@@ -641,6 +643,7 @@ void LearnedPredictor::report(Counters& counters) {
   counters.prediction_ns.store(t.prediction_ns, std::memory_order_relaxed);
   counters.repredictions_changed.store(t.repredictions_changed, std::memory_order_relaxed);
   counters.prediction_keys_shared.store(t.shared_keys, std::memory_order_relaxed);
+  counters.prediction_unseen_contexts.store(t.unseen, std::memory_order_relaxed);
 }
 
 }  // namespace llamalloc::model

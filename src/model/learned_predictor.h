@@ -79,7 +79,7 @@ struct alignas(4096) ThreadState {
 
 struct PredictionTotals {
   uint64_t hits = 0, misses = 0, model_runs = 0, prediction_ns = 0, repredictions = 0, repredictions_changed = 0,
-           shared_keys = 0;
+           shared_keys = 0, unseen = 0;
 };
 
 class LearnedPredictor final : public Predictor {
@@ -133,6 +133,9 @@ class LearnedPredictor final : public Predictor {
   void set_log_fd(int fd);
   // Predictions below this confidence become `fallback` (LLAMALLOC_MIN_CONFIDENCE, model_file.h).
   void set_confidence_rule(ConfidenceRule rule) { confidence_ = rule; }
+  // LLAMALLOC_UNSEEN_TRIAL (prediction_cache.h, kUnseenContext); 0: off. Off as well without re-predictions or
+  // without the model file's list of training contexts.
+  void set_unseen_trial(uint32_t hits) { unseen_trial_ = hits; }
   const ModelFile& model() const { return model_; }
   const TokenTables& tables() const { return tables_; }
   ModuleMap& modules() { return modules_; }
@@ -147,6 +150,7 @@ class LearnedPredictor final : public Predictor {
   ModuleMap modules_;
   uint32_t repredict_every_ = kDefaultRepredictEvery;
   unsigned repredict_backoff_ = 0;
+  uint32_t unseen_trial_ = 0;
   int log_fd_ = -1;
   bool dwarf_ = true;
   int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any

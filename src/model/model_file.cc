@@ -216,6 +216,8 @@ bool ModelFile::validate(char* error, size_t cap) {
              *strings = nullptr;
   uint64_t strings_bytes = 0;
   bool seen_decision = false;
+  token_contexts_ = nullptr;
+  token_context_count_ = 0;
   decision_kind_ = kArgmax;
   decision_parameter_ = decision_tie_ = 0;
   const uint64_t v = vocab_size_, four_h = 4ull * hidden_dim_;
@@ -248,6 +250,18 @@ bool ModelFile::validate(char* error, size_t cap) {
       decision_kind_ = kind;
       decision_parameter_ = parameter;
       decision_tie_ = tie;
+      continue;
+    }
+    if (strcmp(name, "train.token_contexts") == 0) {
+      if (token_contexts_ != nullptr) return format_message(error, cap, "corrupt: section %s twice", name), false;
+      if (dtype != kU64 || ndim != 1 || uint64_t(shape[0]) * 8 != size)
+        return format_message(error, cap, "section train.token_contexts has the wrong type or shape"), false;
+      const auto* keys = reinterpret_cast<const uint64_t*>(h + offset);
+      for (uint64_t i = 1; i < shape[0]; ++i)
+        if (keys[i] <= keys[i - 1])
+          return format_message(error, cap, "corrupt: section train.token_contexts is not sorted"), false;
+      token_contexts_ = keys;
+      token_context_count_ = shape[0];
       continue;
     }
     for (Want& w : want) {
@@ -286,6 +300,18 @@ bool ModelFile::validate(char* error, size_t cap) {
       if (!std::isfinite(arrays[a][i])) return format_message(error, cap, "corrupt: a weight is not finite"), false;
   vocab_crc_ = crc32(crc32(0, offsets, (v + 1) * 4), strings, strings_bytes);
   return true;
+}
+
+bool ModelFile::knows_context(const uint32_t* tokens, size_t count) const {
+  if (token_contexts_ == nullptr) return true;
+  uint64_t key = token_context_key(tokens, count);
+  size_t lo = 0, hi = token_context_count_;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (token_contexts_[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < token_context_count_ && token_contexts_[lo] == key;
 }
 
 unsigned ModelFile::decide(const float* logits) const {

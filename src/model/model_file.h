@@ -27,6 +27,14 @@ uint32_t crc32(uint32_t crc, const void* data, size_t size_bytes);
 inline unsigned size_class(size_t size_bytes) { return request_size_class(size_bytes); }
 static_assert(kRequestSizeClasses == kNumSizeClasses, "the heap's fast path keys its cache on the same classes");
 
+// The key of a context's token ids in section `train.token_contexts`: 64-bit FNV-1a, one u32 id a step
+// (llamalloc.model.modelfile.token_context_keys).
+inline uint64_t token_context_key(const uint32_t* tokens, size_t count) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < count; ++i) h = (h ^ tokens[i]) * 1099511628211ull;
+  return h;
+}
+
 class ModelFile {
  public:
   ModelFile() = default;
@@ -66,6 +74,12 @@ class ModelFile {
   // The class for logits[kNumClasses] (what infer() returns).
   unsigned decide(const float* logits) const;
 
+  // Whether the file lists the contexts it was trained on (section `train.token_contexts`; files written before
+  // 27 Nov 2026 do not), and whether these token ids are one of them (always true without the list).
+  bool has_token_contexts() const { return token_contexts_ != nullptr; }
+  uint64_t token_context_count() const { return token_context_count_; }
+  bool knows_context(const uint32_t* tokens, size_t count) const;
+
  private:
   bool validate(char* error, size_t error_capacity);
 
@@ -78,6 +92,8 @@ class ModelFile {
   const float* w_hidden_ = nullptr;
   const float* dense_w_ = nullptr;
   const float* dense_b_ = nullptr;
+  const uint64_t* token_contexts_ = nullptr;  // sorted
+  uint64_t token_context_count_ = 0;
 };
 
 // Logits of one token sequence (tokens[0..count), count <= max_tokens; an id >= vocab_size is read as <unk>).

@@ -23,11 +23,21 @@ struct CacheCounters {
   std::atomic<uint64_t> repredictions_changed{0};
   std::atomic<uint64_t> repredictions{0};
   std::atomic<uint64_t> shared_keys{0};  // entries found to be shared by call paths (keyed deeper since)
+  std::atomic<uint64_t> unseen{0};       // misses whose context the model was not trained on (kUnseenContext)
 
   static void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
     c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
 };
+
+// Or-ed into run_model()'s class: the context is not one the model was trained on (ModelFile::knows_context).
+// Such a context gets kUnseenClass, the longest, until its entry has had about `unseen_trial` hits; the model's
+// class then replaces it, as it is (not the longer of the two). A rare context the profile never saw (made a
+// few times at start-up or once per phase, never freed) then sits among long-lived objects instead of pinning
+// a page of short-lived ones, and a frequent one gets the model's class after a few dozen allocations
+// (docs/prediction.md, "Contexts the model never saw").
+inline constexpr unsigned kUnseenContext = 0x100;
+inline constexpr unsigned kUnseenClass = 7;  // "never freed"
 
 // The cache key (the heap's fast path computes the same one: predictor/predictor.h).
 inline uint64_t cache_key(uintptr_t return_address, uintptr_t stack_address, unsigned size_class) {
@@ -58,7 +68,7 @@ class PredictionCache {
   // max_backoff (0: every repredict_every hits, the paper's rule); one that changes it starts over.
   template <typename RunModel>
   unsigned lookup(uint64_t key, uint32_t repredict_every, CacheCounters& counters, RunModel&& run_model,
-                  unsigned max_backoff = 0) {
+                  unsigned max_backoff = 0, uint32_t unseen_trial = 0) {
     Entry* set = &entries_[set_of(key)];
     Entry* found = set[0].key == key ? &set[0] : set[1].key == key ? &set[1] : nullptr;
     if (__builtin_expect(found != nullptr, 1)) {
@@ -69,7 +79,13 @@ class PredictionCache {
       e.hits = 0;
       CacheCounters::bump(counters.repredictions);
       unsigned fresh = run_model();
-      if (fresh > e.lifetime_class) {
+      if (fresh & kUnseenContext) {
+        // An unseen context proved frequent: the model's class from now on.
+        fresh &= ~kUnseenContext;
+        if (fresh != e.lifetime_class) CacheCounters::bump(counters.repredictions_changed);
+        e.lifetime_class = uint8_t(fresh);
+        e.backoff = 0;
+      } else if (fresh > e.lifetime_class) {
         e.lifetime_class = uint8_t(fresh);
         e.backoff = 0;
         CacheCounters::bump(counters.repredictions_changed);
@@ -80,12 +96,19 @@ class PredictionCache {
     }
     CacheCounters::bump(counters.misses);
     unsigned fresh = run_model();
+    uint32_t hits = 0;
+    if (fresh & kUnseenContext) {
+      fresh = kUnseenClass;
+      // Re-predicted after unseen_trial more hits instead of repredict_every.
+      if (repredict_every > unseen_trial) hits = repredict_every - unseen_trial;
+      CacheCounters::bump(counters.unseen);
+    }
     // The newcomer takes the first entry (the recent context is the likely next one); the one it displaces
     // takes the second, evicting whatever was there.
     set[1] = set[0];
     Entry& e = set[0];
     e.key = key;
-    e.hits = 0;
+    e.hits = hits;
     e.lifetime_class = uint8_t(fresh);
     e.backoff = 0;
     e.context = 0;

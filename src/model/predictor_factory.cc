@@ -50,5 +50,6 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
   unsigned shortest = unsigned(o.min_class);
   if (shortest + 2 > unsigned(o.classes)) shortest = unsigned(o.classes) - 2;
   predictor->set_confidence_rule(ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class), shortest});
+  predictor->set_unseen_trial(uint32_t(o.unseen_trial));
   return predictor;
 }

@@ -216,9 +216,14 @@ unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32
     if (m != memo_.end()) return unsigned(m->second);
     ++inferences_;
     unsigned lc = classify(frames, depth, size_bytes);
-    memo_.emplace(memo_key, uint8_t(lc));
+    if (unseen_trial_ != 0 && repredict_every_ > unseen_trial_) {
+      uint32_t ids[kMaxTokens];
+      size_t n = tokens(frames, depth, size_bytes, ids, kMaxTokens);
+      if (!predictor_->model().knows_context(ids, n)) lc |= kUnseenContext;
+    }
+    memo_.emplace(memo_key, uint16_t(lc));
     return lc;
-  }, repredict_backoff_);
+  }, repredict_backoff_, unseen_trial_);
 }
 
 TracePredictionTotals TracePredictor::totals() const {
@@ -228,6 +233,7 @@ TracePredictionTotals TracePredictor::totals() const {
   t.model_runs = counters_.model_runs.load(std::memory_order_relaxed);
   t.repredictions = counters_.repredictions.load(std::memory_order_relaxed);
   t.repredictions_changed = counters_.repredictions_changed.load(std::memory_order_relaxed);
+  t.unseen = counters_.unseen.load(std::memory_order_relaxed);
   t.model_inferences = inferences_;
   t.threads = threads_;
   return t;

@@ -26,6 +26,7 @@ struct TraceMapping {
 
 struct TracePredictionTotals {
   uint64_t hits = 0, misses = 0, model_runs = 0, repredictions = 0, repredictions_changed = 0;
+  uint64_t unseen = 0;  // misses whose context the model was not trained on
   // Distinct (stack, size class) contexts whose tokens went through the LSTM: the replay computes each once
   // (the model is deterministic), model_runs counts what the process would have run.
   uint64_t model_inferences = 0;
@@ -77,6 +78,9 @@ class TracePredictor {
   void set_log_fd(int fd) { log_fd_ = fd; }
   // As the process's LLAMALLOC_MIN_CONFIDENCE and LLAMALLOC_DEFAULT_CLASS (model_file.h).
   void set_confidence_rule(ConfidenceRule rule) { confidence_ = rule; }
+  // As the process's LLAMALLOC_UNSEEN_TRIAL (prediction_cache.h, kUnseenContext); 0: off.
+  void set_unseen_trial(uint32_t hits) { unseen_trial_ = hits; }
+  uint32_t unseen_trial() const { return unseen_trial_; }
 
   TracePredictionTotals totals() const;
   uint32_t repredict_every() const { return repredict_every_; }
@@ -97,6 +101,7 @@ class TracePredictor {
   uint32_t repredict_every_ = kDefaultRepredictEvery;
   ConfidenceRule confidence_;
   unsigned repredict_backoff_ = 0;
+  uint32_t unseen_trial_ = 0;
   CacheCounters counters_;
   uint64_t inferences_ = 0, threads_ = 0;
   int log_fd_ = -1;
@@ -105,7 +110,7 @@ class TracePredictor {
   std::unordered_map<uint32_t, std::unique_ptr<Cache>> caches_;
   uint32_t last_thread_ = 0;  // a thread allocates in runs: its cache is found without the map
   Cache* last_cache_ = nullptr;
-  std::unordered_map<uint64_t, uint8_t> memo_;                    // stack hash ^ size class -> model class
+  std::unordered_map<uint64_t, uint16_t> memo_;  // stack hash ^ size class -> model class | kUnseenContext
   std::vector<Placed> placed_;                                    // sorted by start
   std::vector<std::string> problems_;                             // "path (reason)"
   std::vector<uint64_t> problem_frames_;

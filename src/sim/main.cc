@@ -1,7 +1,7 @@
 // llamalloc-sim: replays a trace through placement policies (called by `llamalloc simulate`).
 //   llamalloc-sim TRACE --policy P [--policy P ...] --out FILE.json [--timeline FILE.csv]
 //                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--deadline-k K] [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
-//                 [--model MODEL [--tokens FILE] [--repredict-every N] [--repredict-backoff N] [--min-confidence PCT] [--min-class N] [--predict-log FILE]]   (llama-model)
+//                 [--model MODEL [--tokens FILE] [--repredict-every N] [--repredict-backoff N] [--min-confidence PCT] [--min-class N] [--unseen-trial N] [--predict-log FILE]]   (llama-model)
 //   llamalloc-sim TRACE --list-mappings    the trace's executable mappings: "path<TAB>build id (hex)" per line
 // Exit status: 0 done, 2 bad input (the trace, an option), 1 anything else. Errors are one line.
 #include <cstdio>
@@ -96,6 +96,10 @@ int main(int argc, char** argv) {
         uint64_t n = ParseNumber(a, value());
         if (n > 7) throw UsageError("--min-class must be in 0..7");
         settings.model.min_class = static_cast<unsigned>(n);
+      } else if (a == "--unseen-trial") {
+        uint64_t n = ParseNumber(a, value());
+        if (n > 1000000) throw UsageError("--unseen-trial must be in 0..1000000");
+        settings.model.unseen_trial = static_cast<uint32_t>(n);
       } else if (a == "--predict-log") {
         settings.model.predict_log = value();
       } else if (a == "--list-mappings") {

@@ -27,6 +27,7 @@ ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStack
   // An unsure prediction places the object as llama-default does (the library: LLAMALLOC_DEFAULT_CLASS).
   predictor_->set_confidence_rule(
       model::ConfidenceRule{options.min_confidence, unsigned(Options{}.default_class), options.min_class});
+  predictor_->set_unseen_trial(options.unseen_trial);
   if (!options.predict_log.empty()) {
     log_fd_ = ::open(options.predict_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd_ < 0) throw FormatError(options.predict_log + ": cannot write: " + std::strerror(errno));
@@ -83,6 +84,8 @@ std::vector<std::pair<std::string, double>> ModelClassSource::SummaryExtras() co
       {"repredictions_changed", double(t.repredictions_changed)},
       {"repredict_every", double(predictor_->repredict_every())},
       {"repredict_backoff", double(predictor_->repredict_backoff())},
+      {"unseen_trial", double(predictor_->unseen_trial())},
+      {"unseen_contexts", double(t.unseen)},
       {"model_inferences", double(t.model_inferences)},
       {"prediction_caches", double(t.threads)},
       {"allocs_without_stack", double(without_stack_)},

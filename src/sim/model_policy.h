@@ -25,6 +25,7 @@ struct ModelOptions {
   unsigned min_confidence = 60;     // LLAMALLOC_MIN_CONFIDENCE's default; unsure predictions get llama-default's
                                     // class (LLAMALLOC_DEFAULT_CLASS's default)
   unsigned min_class = unsigned(Options{}.min_class);  // LLAMALLOC_MIN_CLASS's default: shorter ones are raised
+  uint32_t unseen_trial = uint32_t(Options{}.unseen_trial);  // LLAMALLOC_UNSEEN_TRIAL's default
   std::string predict_log;          // non-empty: "class: token ids" per context the model classifies
 };
 

@@ -174,6 +174,34 @@ TEST(PredictionCache, AReconfirmedClassDoublesTheEntrysPeriodAndAChangedOneStart
   EXPECT_EQ(cache.find(key)->backoff, 1u);
 }
 
+TEST(PredictionCache, AnUnseenContextIsLongLivedUntilItProvesFrequentThenGetsTheModelsClass) {
+  PredictionCache<4> cache;
+  CacheCounters counters;
+  FakeModel model{1 | kUnseenContext};  // the model says "< 100 ms" for a context it was not trained on
+  uint64_t key = cache_key(0x401000, 0x7ffc0000, 5);
+  const uint32_t every = 1000, trial = 64;
+  auto lookup = [&] { return cache.lookup(key, every, counters, [&] { return model(); }, 10, trial); };
+  EXPECT_EQ(lookup(), kUnseenClass);  // miss: the longest class
+  EXPECT_EQ(counters.unseen.load(), 1u);
+  int hits = 0;
+  while (model.runs == 1) {
+    unsigned lc = lookup();
+    ++hits;
+    if (model.runs == 1) ASSERT_EQ(lc, kUnseenClass);
+    else EXPECT_EQ(lc, 1u);  // proved frequent: the model's own class, although shorter
+  }
+  EXPECT_EQ(hits, int(trial));
+  EXPECT_EQ(counters.repredictions_changed.load(), 1u);
+  // From then on an ordinary entry: its class, re-predicted every `every` hits.
+  for (uint32_t i = 0; i < every - 1; ++i) ASSERT_EQ(lookup(), 1u);
+  EXPECT_EQ(model.runs, 2);
+  // A context the model was trained on keeps the model's class from its first allocation.
+  uint64_t seen = cache_key(0x402000, 0x7ffc0000, 5);
+  FakeModel trained{1};
+  EXPECT_EQ(cache.lookup(seen, every, counters, [&] { return trained(); }, 10, trial), 1u);
+  EXPECT_EQ(counters.unseen.load(), 1u);
+}
+
 TEST(PredictionCache, ZeroMeansNeverPredictAgain) {
   PredictionCache<4> cache;
   CacheCounters counters;
@@ -194,7 +222,8 @@ struct Image {
 void put32(unsigned char* p, uint32_t v) { memcpy(p, &v, 4); }
 void put64(unsigned char* p, uint64_t v) { memcpy(p, &v, 8); }
 
-void build_model(Image& img, uint32_t hidden = 4) {
+// With token_contexts: also a section train.token_contexts of those keys, in the order given.
+void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_contexts = nullptr, uint32_t contexts = 0) {
   memset(img.bytes, 0, sizeof img.bytes);
   const uint32_t V = 54, E = 4, H = hidden;
   struct Sec {
@@ -205,8 +234,9 @@ void build_model(Image& img, uint32_t hidden = 4) {
   // vocabulary strings: "<pad>\0..." simplified to one byte + NUL per token (the C++ reader checks structure)
   Sec secs[] = {{"vocab.offsets", 3, 1, V + 1, 0, 4ull * (V + 1)}, {"vocab.strings", 2, 1, 2 * V, 0, 2ull * V},
                 {"lstm.folded", 1, 2, V, 4 * H, 4ull * V * 4 * H},   {"lstm.w_hidden", 1, 2, H, 4 * H, 4ull * H * 4 * H},
-                {"dense.w", 1, 2, H, 8, 4ull * H * 8},              {"dense.b", 1, 1, 8, 0, 32}};
-  const uint32_t n = 6;
+                {"dense.w", 1, 2, H, 8, 4ull * H * 8},              {"dense.b", 1, 1, 8, 0, 32},
+                {"train.token_contexts", 4, 1, contexts, 0, 8ull * contexts}};
+  const uint32_t n = token_contexts != nullptr ? 7 : 6;
   uint64_t off = 128 + 64 * n;
   off = (off + 63) / 64 * 64;
   unsigned char* h = img.bytes;
@@ -242,7 +272,8 @@ void build_model(Image& img, uint32_t hidden = 4) {
       for (uint32_t i = 0; i <= V; ++i) put32(data + 4 * i, 2 * i);
     if (s == 1)
       for (uint32_t i = 0; i < V; ++i) data[2 * i] = 'a';
-    if (s >= 2) {
+    if (s == 6) memcpy(data, token_contexts, 8ull * contexts);
+    if (s >= 2 && s < 6) {
       float* f = reinterpret_cast<float*>(data);
       for (uint64_t i = 0; i < secs[s].bytes / 4; ++i) f[i] = float((i * 37 % 101) - 50) / 50.0f;
     }
@@ -267,6 +298,38 @@ TEST(ModelFile, AValidImageOpensAndInfers) {
   unsigned lc = infer(m, tokens, 5, logits);
   EXPECT_LT(lc, 8u);
   for (float l : logits) EXPECT_TRUE(std::isfinite(l));
+}
+
+// Section train.token_contexts: the keys (FNV-1a over the token ids, as llamalloc.model.modelfile computes them)
+// of the contexts the model was trained on.
+TEST(ModelFile, KnowsTheContextsItWasTrainedOn) {
+  const uint32_t a[] = {4 + 6, 60, 2, 53}, b[] = {4 + 9, 61}, c[] = {4 + 9, 62};
+  // llamalloc.model.modelfile.token_context_keys gives the same keys (FNV-1a's offset basis for no token).
+  EXPECT_EQ(token_context_key(b, 2), 0x083c8707b4f3c2bfull);
+  EXPECT_EQ(token_context_key(b, 0), 0xcbf29ce484222325ull);
+  uint64_t keys[] = {token_context_key(a, 4), token_context_key(b, 2)};
+  if (keys[0] > keys[1]) std::swap(keys[0], keys[1]);
+  static Image img;
+  build_model(img, 4, keys, 2);
+  ModelFile m;
+  char err[256];
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  EXPECT_TRUE(m.has_token_contexts());
+  EXPECT_EQ(m.token_context_count(), 2u);
+  EXPECT_TRUE(m.knows_context(a, 4));
+  EXPECT_TRUE(m.knows_context(b, 2));
+  EXPECT_FALSE(m.knows_context(c, 2));
+  EXPECT_FALSE(m.knows_context(a, 3));  // a prefix is another context
+  // Unsorted keys: refused with a reason.
+  std::swap(keys[0], keys[1]);
+  build_model(img, 4, keys, 2);
+  EXPECT_FALSE(m.open_image(img.bytes, img.size, err, sizeof err));
+  EXPECT_NE(std::string(err).find("train.token_contexts is not sorted"), std::string::npos) << err;
+  // A file without the list (written before it existed) knows every context: the rule is off.
+  build_model(img);
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  EXPECT_FALSE(m.has_token_contexts());
+  EXPECT_TRUE(m.knows_context(c, 2));
 }
 
 // Resident KiB of the mapping that contains `address` (/proc/self/smaps), -1 if none.

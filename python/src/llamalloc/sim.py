@@ -163,7 +163,7 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
              progress: Callable[[str], None] | None = None, model: str | os.PathLike | None = None,
              tokens: str | os.PathLike | None = None, repredict_every: int = 1000, repredict_backoff: int = 10,
              min_confidence: int = 60, warn: Callable[[str], None] | None = None, predict_log: str | os.PathLike | None = None,
-             min_class: int = 1) -> SimResult:
+             min_class: int = 1, unseen_trial: int = 64) -> SimResult:
     """Replays `trace` through each policy; writes `out` (JSON) and its timeline CSV; returns the result.
 
     llama-model needs `model`; its token tables are `tokens` if given, else prepared for the trace's binaries (and
@@ -203,7 +203,7 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
             raise FormatError(tokens, "no such file")
         cmd += ["--model", str(model), "--repredict-every", str(int(repredict_every)),
                 "--repredict-backoff", str(int(repredict_backoff)), "--min-confidence", str(int(min_confidence)),
-                "--min-class", str(int(min_class))]
+                "--min-class", str(int(min_class)), "--unseen-trial", str(int(unseen_trial))]
         if tokens is not None:
             cmd += ["--tokens", str(tokens)]
         if predict_log is not None:

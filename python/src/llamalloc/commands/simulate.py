@@ -80,6 +80,9 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--min-class", type=click.IntRange(0, 7), default=1, show_default=True,
               help="llama-model: a predicted class shorter than this is raised to it (LLAMALLOC_MIN_CLASS; 0: the "
                    "model's class as it is)")
+@click.option("--unseen-trial", type=click.IntRange(0, 1000000), default=64, show_default=True,
+              help="llama-model: a context the model was not trained on gets the longest class until its cache entry "
+                   "has had about this many hits (LLAMALLOC_UNSEEN_TRIAL; 0: the model's class at once)")
 @click.option("--predict-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="llama-model: write 'class: token ids' for each context the model classifies (as "
                    "LLAMALLOC_PREDICT_LOG does in the process)")
@@ -87,7 +90,7 @@ def summary_table(result: sim.SimResult) -> str:
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
             seed: int, deadline_k: int, thread_idle_ms: float, snapshot_ms: tuple[float, ...], model: Path | None,
             tokens: Path | None, repredict_every: int, repredict_backoff: int, min_confidence: int,
-            min_class: int, predict_log: Path | None, quiet: bool) -> None:
+            min_class: int, unseen_trial: int, predict_log: Path | None, quiet: bool) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
         out = sim.default_output(trace)
@@ -104,7 +107,7 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
     try:
         result = _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k,
                            thread_idle_ms, None if quiet else progress, model, tokens, repredict_every,
-                           predict_log, repredict_backoff, min_confidence, min_class)
+                           predict_log, repredict_backoff, min_confidence, min_class, unseen_trial)
     finally:
         if bar is not None:
             bar.close()
@@ -114,10 +117,10 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
 
 def _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k, thread_idle_ms,
               progress, model, tokens, repredict_every, predict_log, repredict_backoff, min_confidence=60,
-              min_class=1):
+              min_class=1, unseen_trial=64):
     return sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
                           seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, thread_idle_ms=thread_idle_ms,
                           progress=progress, model=model, tokens=tokens, repredict_every=repredict_every,
                           predict_log=predict_log, repredict_backoff=repredict_backoff,
-                          min_confidence=min_confidence, min_class=min_class,
+                          min_confidence=min_confidence, min_class=min_class, unseen_trial=unseen_trial,
                           warn=lambda line: click.echo(f"simulate: warning: {line}", err=True))

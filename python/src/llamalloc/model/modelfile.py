@@ -107,6 +107,10 @@ class ModelFile:
     train_context_class: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     train_sites: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     train_site_class: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    #: Sorted token_context_key() of every training context's token ids, as the allocator forms them (optional
+    #: section `train.token_contexts`): the allocator places a context that is not among them on long-lived
+    #: pages until it proves frequent (docs/prediction.md). None: a model written without it.
+    train_token_contexts: np.ndarray | None = None
     metadata: dict = field(default_factory=dict)
     #: None: a label model (the class is the largest logit). A label rule ("mode", "p95", "share20"): a
     #: distribution model, whose class is that rule applied to the softmax (section `decision`).
@@ -149,7 +153,27 @@ def _sections(m: ModelFile) -> list[tuple[str, np.ndarray]]:
         ("train.sites", np.ascontiguousarray(m.train_sites, "<u8")),
         ("train.site_class", np.ascontiguousarray(m.train_site_class, np.uint8)),
         ("metadata.json", u8(json.dumps(m.metadata, sort_keys=True).encode("utf-8"))),
-    ] + ([("decision", decision_to_array(m.decision))] if m.decision is not None else [])
+    ] + ([("decision", decision_to_array(m.decision))] if m.decision is not None else []) \
+      + ([("train.token_contexts", np.ascontiguousarray(m.train_token_contexts, "<u8"))]
+         if m.train_token_contexts is not None else [])
+
+
+FNV_OFFSET = np.uint64(14695981039346656037)
+FNV_PRIME = np.uint64(1099511628211)
+
+
+def token_context_keys(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The key of each row's token ids ids[i, :lengths[i]]: 64-bit FNV-1a over the ids, one u32 id a step
+    (h = (h ^ id) * 1099511628211 from 14695981039346656037), as the allocator computes it
+    (src/model/model_file.h, token_context_key)."""
+    ids = np.asarray(ids, dtype=np.uint64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    h = np.full(len(lengths), FNV_OFFSET, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(ids.shape[1] if ids.ndim == 2 else 0):
+            live = j < lengths
+            h[live] = (h[live] ^ ids[live, j]) * FNV_PRIME
+    return h
 
 
 def _align(n: int) -> int:
@@ -283,6 +307,10 @@ def from_bytes(data: bytes, path="<model>") -> ModelFile:
     if len(arrays["train.contexts"]) != len(arrays["train.context_class"]) or \
             len(arrays["train.sites"]) != len(arrays["train.site_class"]):
         raise bad("corrupt training tables")
+    token_contexts = arrays.get("train.token_contexts")
+    if token_contexts is not None and (token_contexts.dtype != DTYPES[4] or token_contexts.ndim != 1 or
+                                       np.any(token_contexts[1:] <= token_contexts[:-1])):
+        raise bad("corrupt section 'train.token_contexts': not a sorted list of distinct u64 keys")
     decision = None
     if "decision" in arrays:
         decision = decision_from_array(arrays["decision"]) if arrays["decision"].dtype == DTYPES[3] else None
@@ -294,4 +322,5 @@ def from_bytes(data: bytes, path="<model>") -> ModelFile:
         dense_w=arrays["dense.w"], dense_b=arrays["dense.b"], max_tokens=max_tokens, default_class=default_cls,
         program=program, train_stacks=arrays["train.stacks"], train_contexts=arrays["train.contexts"],
         train_context_class=arrays["train.context_class"], train_sites=arrays["train.sites"],
-        train_site_class=arrays["train.site_class"], metadata=metadata, decision=decision)
+        train_site_class=arrays["train.site_class"], train_token_contexts=token_contexts, metadata=metadata,
+        decision=decision)

@@ -95,7 +95,7 @@ def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int =
         dense_b=params["dense_b"], max_tokens=max_tokens, default_class=exact.default_class,
         program="\n".join(train.programs), train_stacks=baselines.stack_keys(train), train_contexts=exact.keys,
         train_context_class=exact.classes, train_sites=site.keys, train_site_class=site.classes, metadata=meta,
-        decision=config.decision)
+        decision=config.decision, train_token_contexts=np.unique(modelfile.token_context_keys(ids, lengths)))
     return Trained(model, vocab, result, exact, site)
 
 
