@@ -180,6 +180,40 @@ def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up)
     assert e["allocs_class_7"] == N_KEEP
 
 
+def test_a_context_the_model_was_not_trained_on_starts_never_freed_then_gets_the_models_class(made_up):
+    """A model file that lists its training contexts (train.token_contexts): the replay, like the process, gives
+    a context outside the list "never freed" until its cache entry has had --unseen-trial hits, then the model's
+    class. Here the gone library's context (<unsymbolized>) is left out of the list."""
+    d, binary, trace = made_up
+    m = switch_model({"keep_record": 7}, 0, ["keep_record", "temp_buffer", "main"])
+    modelfile.write(d / "m.model", m)
+    tokens = write_tables(m, binary, d / "m.tokens")
+    log = d / "contexts.log"
+    out = d / "u.sim.json"
+    common = ["-p", "llama-model", "--tokens", tokens, "--repredict-every", 1000, "--repredict-backoff", 0,
+              "--min-class", 0, "-o", out, "-q"]
+    r = llamalloc("simulate", trace, "--model", d / "m.model", "--predict-log", log, *common)
+    assert r.returncode == 0, r.stderr
+    contexts = [[int(t) for t in line.partition(":")[2].split()] for line in log.read_text().splitlines()]
+    trained = [c for c in contexts if 3 not in c]  # token 3: <unsymbolized>
+    assert len(contexts) == 3 and len(trained) == 2
+    m.train_token_contexts = np.unique(modelfile.token_context_keys(
+        np.array([c + [0] * (8 - len(c)) for c in trained]), np.array([len(c) for c in trained])))
+    modelfile.write(d / "listed.model", m)
+    trial = 8
+    r = llamalloc("simulate", trace, "--model", d / "listed.model", "--unseen-trial", trial, *common)
+    assert r.returncode == 0, r.stderr
+    e = policy(out, "llama-model")["extras"]
+    assert e["unseen_contexts"] == 1 and e["unseen_trial"] == trial
+    # The first allocation (the miss) and the next trial - 1 hits in "never freed"; the trial-th hit re-predicts.
+    assert e["allocs_class_7"] == N_KEEP + trial
+    assert e["allocs_class_0"] == N_TEMP + (N_GONE - trial) + N_OTHER_THREAD
+    r = llamalloc("simulate", trace, "--model", d / "listed.model", "--unseen-trial", 0, *common)
+    assert r.returncode == 0, r.stderr
+    e = policy(out, "llama-model")["extras"]
+    assert e["unseen_contexts"] == 0 and e["allocs_class_7"] == N_KEEP
+
+
 def test_a_model_of_another_program_still_replays_and_its_accuracy_is_counted(made_up):
     d, binary, trace = made_up
     # Another program's words: nothing of the trace is in its vocabulary, every context gets its default class 1.
