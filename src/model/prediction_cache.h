@@ -80,11 +80,16 @@ class PredictionCache {
       CacheCounters::bump(counters.repredictions);
       unsigned fresh = run_model();
       if (fresh & kUnseenContext) {
-        // An unseen context proved frequent: the model's class from now on.
+        // An unseen context proved frequent: the model's class from now on, re-predicted with the same back-off
+        // as any other entry (a class that stays doubles the period).
         fresh &= ~kUnseenContext;
-        if (fresh != e.lifetime_class) CacheCounters::bump(counters.repredictions_changed);
-        e.lifetime_class = uint8_t(fresh);
-        e.backoff = 0;
+        if (fresh != e.lifetime_class) {
+          e.lifetime_class = uint8_t(fresh);
+          e.backoff = 0;
+          CacheCounters::bump(counters.repredictions_changed);
+        } else if (e.backoff < max_backoff) {
+          e.backoff++;
+        }
       } else if (fresh > e.lifetime_class) {
         e.lifetime_class = uint8_t(fresh);
         e.backoff = 0;
