@@ -180,11 +180,12 @@ size_t TracePredictor::tokens(const uint64_t* frames, uint32_t depth, uint64_t s
   return predictor_->tokens_of(pcs, n, size_t(size_bytes), out, max, false);
 }
 
-unsigned TracePredictor::classify(const uint64_t* frames, uint32_t depth, uint64_t size_bytes) {
+unsigned TracePredictor::classify(const uint64_t* frames, uint32_t depth, uint64_t size_bytes, bool* known) {
   uint32_t ids[kMaxTokens];
   size_t n = tokens(frames, depth, size_bytes, ids, kMaxTokens);
   float logits[kNumClasses];
   unsigned lc = model::classify(predictor_->model(), ids, n, logits, confidence_);
+  if (known != nullptr) *known = predictor_->model().knows_context(ids, n);
   if (log_fd_ >= 0) {
     std::string line = std::to_string(lc) + ":";
     for (size_t i = 0; i < n; ++i) line += " " + std::to_string(ids[i]);
@@ -215,12 +216,10 @@ unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32
     auto m = memo_.find(memo_key);
     if (m != memo_.end()) return unsigned(m->second);
     ++inferences_;
-    unsigned lc = classify(frames, depth, size_bytes);
-    if (unseen_trial_ != 0 && repredict_every_ > unseen_trial_) {
-      uint32_t ids[kMaxTokens];
-      size_t n = tokens(frames, depth, size_bytes, ids, kMaxTokens);
-      if (!predictor_->model().knows_context(ids, n)) lc |= kUnseenContext;
-    }
+    bool known = true;
+    bool rule = unseen_trial_ != 0 && repredict_every_ > unseen_trial_;
+    unsigned lc = classify(frames, depth, size_bytes, rule ? &known : nullptr);
+    if (!known) lc |= kUnseenContext;
     memo_.emplace(memo_key, uint16_t(lc));
     return lc;
   }, repredict_backoff_, unseen_trial_);

@@ -70,8 +70,9 @@ class TracePredictor {
 
   // The token ids of one trace stack and size, as training encodes them (tests).
   size_t tokens(const uint64_t* frames, uint32_t depth, uint64_t size_bytes, uint32_t* out, size_t max);
-  // The model's class for a stack and size, without the cache (tests).
-  unsigned classify(const uint64_t* frames, uint32_t depth, uint64_t size_bytes);
+  // The model's class for a stack and size, without the cache (tests); with `known`, also whether the model file
+  // lists the context among those it was trained on (ModelFile::knows_context).
+  unsigned classify(const uint64_t* frames, uint32_t depth, uint64_t size_bytes, bool* known = nullptr);
 
   // Appends "class: token ids" for each context the model classifies (each distinct stack and size class once),
   // as LLAMALLOC_PREDICT_LOG does in the process; -1: off.
