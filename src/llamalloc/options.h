@@ -72,6 +72,10 @@ namespace llamalloc {
     "of that size class from a longer class of its own heap before new memory, until it is full or empty, then " \
     "gives it back to that class: objects expected to die first fill the holes the longer-lived ones left. 0: "  \
     "never (a span keeps its class). Matters only with a model.")                                             \
+  X(DENSE_FIRST, dense_first, Uint, 1, 0, 1,                                                                  \
+    "1: a span or large object placed on a huge page already in use takes the free blocks of the fullest such " \
+    "page of its class that has room, as TCMalloc's huge page filler does, so that emptier pages drain and go "  \
+    "back whole. 0: the page that got a free block last.")                                                       \
   X(STATS, stats, String, "", 0, 0,                                                                              \
     "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \
     "RSS, event counters). Every process that inherits it writes it at exit; %p in the path is replaced by the "  \

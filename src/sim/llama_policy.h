@@ -54,6 +54,8 @@ struct LlamaOptions {
   unsigned long_class_min = unsigned(Options{}.long_class);
   // Shorter classes adopt longer classes' partially free spans: the library's LLAMALLOC_SPAN_RECYCLING.
   bool span_recycling = Options{}.span_recycling != 0;
+  // Recycled blocks from the fullest page first: the library's LLAMALLOC_DENSE_FIRST.
+  bool dense_first = Options{}.dense_first != 0;
   std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
 };
 

@@ -270,6 +270,60 @@ TEST_F(GlobalAllocatorTest, SameClassRecyclingFillsAnActivePageBeforeAFreshOneAn
   for (uintptr_t x : {a1, b1, c}) free(x);
 }
 
+// HeapConfig::dense_first (LLAMALLOC_DENSE_FIRST): blocks recycled on pages already in use come from the
+// fullest page with room, so that an emptier page drains and goes back whole (papers/002's filler); without it,
+// from the page that got a free block last.
+TEST(DenseFirst, RecycledBlocksComeFromTheFullestPageSoTheEmptierOneDrains) {
+  for (bool dense : {true, false}) {
+    SCOPED_TRACE(dense ? "dense_first" : "last freed first");
+    FakePlatform platform;
+    FakeClock clock;
+    HeapConfig config{4, kK};
+    config.dense_first = dense;
+    GlobalAllocator heap(platform, clock, config);
+    auto alloc = [&](unsigned lc, size_t n) {
+      void* p = heap.alloc_large(lc, n * kBlockBytes, kBlockBytes);
+      EXPECT_NE(p, nullptr);
+      heap.check_invariants();
+      return reinterpret_cast<uintptr_t>(p);
+    };
+    auto page = [](uintptr_t a) { return a & ~(kHugePageBytes - 1); };
+    // Two full class-2 pages: A and B.
+    std::vector<uintptr_t> a, b;
+    for (int i = 0; i < 32; ++i) a.push_back(alloc(2, 8));
+    for (int i = 0; i < 32; ++i) b.push_back(alloc(2, 8));
+    ASSERT_NE(page(a[0]), page(b[0]));
+    ASSERT_EQ(heap.page_info(a[0]).state, PageState::kActive);
+    // B loses two objects (240 of 256 blocks live), then A loses 28 (32 live): A got a free block last.
+    for (int i = 0; i < 2; ++i) heap.free_large(reinterpret_cast<void*>(b[i]));
+    for (int i = 0; i < 28; ++i) heap.free_large(reinterpret_cast<void*>(a[i]));
+    heap.check_invariants();
+    const size_t pages = heap.pages_in_use(kMaxClasses);
+    // Shorter-lived objects recycle class 2's free blocks (section 6.3): the first one goes to B if dense_first.
+    uintptr_t first = alloc(1, 8);
+    EXPECT_EQ(page(first), page(dense ? b[0] : a[0]));
+    EXPECT_EQ(heap.pages_in_use(kMaxClasses), pages) << "no fresh huge page";
+    if (dense) {
+      // B fills before A is touched again, and A, left alone, goes back whole when its last objects do.
+      uintptr_t second = alloc(1, 8);
+      EXPECT_EQ(page(second), page(b[0]));
+      EXPECT_EQ(heap.page_info(b[0]).live.count(), 256u);
+      for (int i = 28; i < 32; ++i) heap.free_large(reinterpret_cast<void*>(a[i]));
+      heap.check_invariants();
+      EXPECT_EQ(heap.pages_in_use(kMaxClasses), pages - 1) << "A drained and was released";
+      EXPECT_EQ(heap.page_info(a[0]).state, PageState::kUnused);
+      heap.free_large(reinterpret_cast<void*>(second));
+    } else {
+      for (int i = 28; i < 32; ++i) heap.free_large(reinterpret_cast<void*>(a[i]));
+      EXPECT_EQ(heap.pages_in_use(kMaxClasses), pages) << "A is kept by the recycled object";
+    }
+    heap.free_large(reinterpret_cast<void*>(first));
+    for (int i = 2; i < 32; ++i) heap.free_large(reinterpret_cast<void*>(b[i]));
+    heap.check_invariants();
+    EXPECT_EQ(heap.pages_in_use(kMaxClasses), 0u);
+  }
+}
+
 TEST_F(GlobalAllocatorTest, DeadlineWithoutResidualBlocksDemotes) {
   // Recycling a partially free span clears residual bits (section 6.3), which can leave none.
   uintptr_t big = blocks(1, 254);

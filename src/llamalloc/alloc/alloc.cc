@@ -82,6 +82,7 @@ void init_once() {
   // Likewise above that class: without a model every allocation keeps pages of its own class.
   config.long_class_min = unsigned(o.long_class) > default_class ? unsigned(o.long_class) : default_class + 1;
   config.span_recycling = o.span_recycling != 0;
+  config.dense_first = o.dense_first != 0;
   g_global.configure(config);
   g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on: thread_heap)
   g_default_predictor.set_class(default_class);

@@ -41,20 +41,22 @@ void GlobalAllocator::active_remove(HugePageMeta* p) {
 }
 
 void GlobalAllocator::recyclable_push(HugePageMeta* p) {
-  if (p->in_recyclable) return;
-  unsigned c = p->lifetime_class;
+  unsigned b = recycle_bucket(p);
+  if (p->in_recyclable == 1 + b) return;
+  recyclable_remove(p);
+  HugePageMeta*& head = recyclable_head_[p->lifetime_class][b];
   p->recyclable_prev = nullptr;
-  p->recyclable_next = recyclable_head_[c];
-  if (recyclable_head_[c]) recyclable_head_[c]->recyclable_prev = p;
-  recyclable_head_[c] = p;
-  p->in_recyclable = 1;
+  p->recyclable_next = head;
+  if (head) head->recyclable_prev = p;
+  head = p;
+  p->in_recyclable = uint8_t(1 + b);
 }
 
 void GlobalAllocator::recyclable_remove(HugePageMeta* p) {
   if (!p->in_recyclable) return;
-  unsigned c = p->lifetime_class;
+  HugePageMeta*& head = recyclable_head_[p->lifetime_class][p->in_recyclable - 1];
   if (p->recyclable_prev) p->recyclable_prev->recyclable_next = p->recyclable_next;
-  else recyclable_head_[c] = p->recyclable_next;
+  else head = p->recyclable_next;
   if (p->recyclable_next) p->recyclable_next->recyclable_prev = p->recyclable_prev;
   p->recyclable_prev = p->recyclable_next = nullptr;
   p->in_recyclable = 0;
@@ -493,15 +495,19 @@ void GlobalAllocator::mark_allocated(HugePageMeta* p, size_t first, size_t count
     if (p->live.all()) activate(p);
   } else if (p->live.all()) {
     recyclable_remove(p);
+  } else {
+    recyclable_push(p);  // fuller now: perhaps another list
   }
 }
 
 HugePageMeta* GlobalAllocator::recycle_blocks(unsigned c, size_t count, size_t align_blocks, size_t* first) {
-  for (HugePageMeta* p = recyclable_head_[c]; p != nullptr; p = p->recyclable_next)
-    if (take_blocks(p, count, align_blocks, first)) {
-      counters_.blocks_recycled.fetch_add(count, std::memory_order_relaxed);
-      return p;
-    }
+  // The fullest pages first (HeapConfig::dense_first): a block taken there lets an emptier page drain.
+  for (unsigned b = kRecycleBuckets; b-- > 0;)
+    for (HugePageMeta* p = recyclable_head_[c][b]; p != nullptr; p = p->recyclable_next)
+      if (take_blocks(p, count, align_blocks, first)) {
+        counters_.blocks_recycled.fetch_add(count, std::memory_order_relaxed);
+        return p;
+      }
   return nullptr;
 }
 
@@ -977,9 +983,11 @@ void GlobalAllocator::check_invariants_locked() {
       LLAMALLOC_CHECK(p->deadline_ns >= last_deadline, "invariant: active list not in deadline order");
       last_deadline = p->deadline_ns;
     }
-    for (HugePageMeta* p = recyclable_head_[c]; p; p = p->recyclable_next)
-      LLAMALLOC_CHECK(p->in_recyclable && p->lifetime_class == c && p->state == PageState::kActive,
-                      "invariant: recyclable list entry");
+    for (unsigned b = 0; b < kRecycleBuckets; ++b)
+      for (HugePageMeta* p = recyclable_head_[c][b]; p; p = p->recyclable_next)
+        LLAMALLOC_CHECK(p->in_recyclable == 1 + b && recycle_bucket(p) == b && p->lifetime_class == c &&
+                            p->state == PageState::kActive,
+                        "invariant: recyclable list entry");
     for (unsigned b = 0; b < kPartialBuckets; ++b)
       for (SpanMeta* s = partial_head_[c][b]; s; s = s->partial_next)
         LLAMALLOC_CHECK(s->in_partial_list == 1 + b && !s->owned && s->page->lifetime_class == c,

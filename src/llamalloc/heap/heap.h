@@ -100,7 +100,7 @@ struct HugePageMeta {
   uint64_t deadline_ns;
   HugePageMeta* active_prev;  // per class, in deadline order
   HugePageMeta* active_next;
-  HugePageMeta* recyclable_prev;  // per class: active pages with at least one free block
+  HugePageMeta* recyclable_prev;  // per class and fullness: active pages with at least one free block
   HugePageMeta* recyclable_next;
   Region* region;
   uint32_t index;       // in its region
@@ -115,7 +115,7 @@ struct HugePageMeta {
   PageKind kind;
   uint8_t lifetime_class;
   uint8_t deadline_passed;  // its deadline expired once
-  uint8_t in_recyclable;
+  uint8_t in_recyclable;   // 0: on no recyclable list; else 1 + its fullness bucket (recycle_bucket)
   uint8_t open_idle;        // open, found empty by release_empty_open_pages, and no block taken since
   uint8_t no_huge_page;     // has subreleased blocks: kept from being collapsed into a huge page again
   uint8_t recycled;         // kHugeHead: its pages came from the page cache, not zeroed by the kernel
@@ -193,6 +193,11 @@ struct HeapConfig {
   // filled by objects expected to die first (papers/000 section 6.6's recycling of a longer-lived block's free
   // lines, at the grain of a size class). false: never.
   bool span_recycling = true;
+  // Free blocks of active pages (recycling: a span or large object placed on a page that is already in use)
+  // come from the fullest page of a class that has room, as TCMalloc's huge page filler allocates from its
+  // fullest huge pages (papers/002): the emptier pages are left to drain and go back whole. false: the page
+  // that got a free block last, first.
+  bool dense_first = true;
 };
 
 // A snapshot of one huge page for tests and the simulator.
@@ -242,6 +247,7 @@ class GlobalAllocator {
   // the list of its new emptiness, so that the emptiest spans are found first.
   void span_partially_freed(SpanMeta* span);
   static constexpr unsigned kPartialBuckets = 4;
+  static constexpr unsigned kRecycleBuckets = 8;
   static constexpr unsigned partial_bucket(int32_t live_lines) {
     unsigned free_lines = live_lines >= int32_t(kLinesPerSpan) ? 0 : unsigned(int32_t(kLinesPerSpan) - live_lines);
     unsigned b = free_lines * kPartialBuckets / kLinesPerSpan;
@@ -389,7 +395,11 @@ class GlobalAllocator {
 
   void active_push(HugePageMeta* p);
   void active_remove(HugePageMeta* p);
+  // Puts p on the recyclable list of its class and fullness, or moves it there from another.
   void recyclable_push(HugePageMeta* p);
+  unsigned recycle_bucket(const HugePageMeta* p) const {
+    return config_.dense_first ? unsigned(p->live.count() * kRecycleBuckets / (kBlocksPerHugePage + 1)) : 0;
+  }
   void recyclable_remove(HugePageMeta* p);
   void partial_push(SpanMeta* s, unsigned lc);
   void partial_remove(SpanMeta* s, unsigned lc);
@@ -426,7 +436,9 @@ class GlobalAllocator {
   HugePageMeta* open_[kMaxClasses] = {};
   HugePageMeta* active_head_[kMaxClasses] = {};
   HugePageMeta* active_tail_[kMaxClasses] = {};
-  HugePageMeta* recyclable_head_[kMaxClasses] = {};
+  // Active pages with free blocks, by class and by fullness (kRecycleBuckets lists of 32 live blocks each; with
+  // dense_first off, all in list 0), newest first: recycle_blocks takes the fullest page that fits.
+  HugePageMeta* recyclable_head_[kMaxClasses][kRecycleBuckets] = {};
   // Partially free spans by class and by emptiness (kPartialBuckets lists of 32 free lines each), oldest first:
   // the emptiest are recycled first (see pop_partial_span).
   SpanMeta* partial_head_[kMaxClasses][kPartialBuckets] = {};
