@@ -121,3 +121,46 @@ def test_load_refuses_other_files(tmp_path):
     bad.write_text(json.dumps({"format": "llamalloc-sim", "version": 99}))
     with pytest.raises(sim.FormatError, match="version 99"):
         sim.load(bad)
+
+
+def test_heap_options_place_the_llama_policies_as_the_library_would(tmp_path, capsys):
+    # A "never freed" object of 64 KiB, then one freed after 20 s ("< 100 s", class 4). With the library's
+    # defaults class 4 takes blocks of the never-freed class's page (LLAMALLOC_LONG_CLASS=4): one huge page. With
+    # LONG_CLASS=8 it has a class of its own but, in a small heap, borrows the never-freed page's free blocks
+    # (LLAMALLOC_SMALL_HEAP_PAGES): still one. With both off, two.
+    K64 = 64 << 10
+    trace = write_trace(tmp_path / "long.trace", [alloc(0, BASE, K64), alloc(1, BASE + M2, K64),
+                                                  free(20001, BASE + M2)])
+    peaks = {}
+    for name, options in {"defaults": [], "long8": ["LONG_CLASS=8"],
+                          "long8-nosmall": ["LLAMALLOC_LONG_CLASS=8", "SMALL_HEAP_PAGES=0"]}.items():
+        out = tmp_path / f"{name}.json"
+        args = ["simulate", str(trace), "-p", "llama-oracle", "-o", str(out), "-q"]
+        for o in options:
+            args += ["--heap-option", o]
+        rc, stdout, err = run(args, capsys)
+        assert rc == 0, err
+        assert ("placed as the library does under" in stdout) == bool(options)
+        result = json.loads(out.read_text())
+        heap_options = result["policies"][0]["heap_options"]
+        assert heap_options["LONG_CLASS"] == (8 if options else 4)
+        assert heap_options["SMALL_HEAP_PAGES"] == (0 if len(options) == 2 else 8)
+        peaks[name] = sim.load(out).policies["llama-oracle"].summary["peak_footprint_bytes"]
+    assert peaks == {"defaults": M2, "long8": M2, "long8-nosmall": 2 * M2}
+
+
+@pytest.mark.parametrize("option, message", [
+    ("LONG_CLASS=9", "--heap-option LONG_CLASS=9: not an integer in [1, 8]"),
+    ("DENSE_FIRST=yes", "--heap-option DENSE_FIRST=yes: not an integer in [0, 1]"),
+    ("MODEL=x.model", "--heap-option MODEL: not a heap placement option (one of DEFAULT_CLASS, DEADLINE_K,"),
+    ("LONG_CLASS", "--heap-option wants NAME=VALUE, got 'LONG_CLASS'"),
+])
+def test_a_bad_heap_option_is_a_one_line_error_before_the_replay(tmp_path, capsys, option, message):
+    trace = write_trace(tmp_path / "g.trace", [alloc(0, BASE, 8)])
+    out = tmp_path / "x.json"
+    rc, _, err = run(["simulate", str(trace), "-p", "llama-default", "-o", str(out), "--heap-option", option, "-q"],
+                     capsys)
+    assert rc == 2
+    lines = [l for l in err.splitlines() if l]
+    assert len(lines) == 1 and lines[0].startswith("llamalloc: error: " + message), err
+    assert not out.exists()

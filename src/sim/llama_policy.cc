@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "alloc/heap_config.h"
 #include "alloc/realloc_rule.h"
 #include "heap/heap.h"
 #include "local/local.h"
@@ -75,18 +76,32 @@ class TraceClock final : public Clock {
   uint64_t now_ns_ = 0;
 };
 
+uint64_t* IntegerOption(Options& options, const std::string& name, uint64_t* lo, uint64_t* hi) {
+#define LLAMALLOC_FIELD_Uint(NAME, field, min, max) \
+  if (name == #NAME) {                              \
+    *lo = (min);                                    \
+    *hi = (max);                                    \
+    return &options.field;                          \
+  }
+#define LLAMALLOC_FIELD_String(NAME, field, min, max)
+#define LLAMALLOC_FIELD_Signal(NAME, field, min, max)
+#define LLAMALLOC_FIELD(NAME, field, kind, def, min, max, help) LLAMALLOC_FIELD_##kind(NAME, field, min, max)
+  LLAMALLOC_OPTIONS(LLAMALLOC_FIELD)
+#undef LLAMALLOC_FIELD
+#undef LLAMALLOC_FIELD_Uint
+#undef LLAMALLOC_FIELD_String
+#undef LLAMALLOC_FIELD_Signal
+  return nullptr;
+}
+
 LlamaPolicy::LlamaPolicy(LlamaOptions options)
     : options_(std::move(options)),
       platform_(std::make_unique<SimPlatform>()),
       clock_(std::make_unique<TraceClock>()),
       heaps_(64),
       placed_(1 << 16) {
-  HeapConfig config;
+  HeapConfig config = heap_config_of(options_.heap_options);
   config.num_classes = kMaxClasses;
-  config.deadline_k = options_.deadline_k;
-  config.shared_class_min = options_.shared_class_min;
-  config.long_class_min = options_.long_class_min;
-  config.span_recycling = options_.span_recycling;
   global_ = std::make_unique<GlobalAllocator>(*platform_, *clock_, config);
   // Long-lived classes from one heap for all threads, as in the library (LLAMALLOC_SHARED_CLASS): from the
   // trace's second thread on (HeapFor).
@@ -106,7 +121,7 @@ LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
     index = static_cast<uint32_t>(threads_.size());
     threads_.push_back(ThreadState{std::make_unique<LocalHeap>(), 0, false});
     heaps_.Put(key, index);
-    if (threads_.size() == 2 && options_.shared_class_min < kMaxClasses) global_->set_shared_heap(shared_heap_.get());
+    if (threads_.size() == 2 && global_->shared_class_min() < kMaxClasses) global_->set_shared_heap(shared_heap_.get());
   }
   ThreadState& t = threads_[index];
   t.last_event_ns = now_ns_;
@@ -296,7 +311,7 @@ void LlamaPolicy::TakeSnapshot(uint64_t time_ns) {
 std::vector<std::pair<std::string, double>> LlamaPolicy::summary_extras() const {
   Counters& c = global_->counters();
   std::vector<std::pair<std::string, double>> e = {
-      {"deadline_k", double(options_.deadline_k)},
+      {"deadline_k", double(options_.heap_options.deadline_k)},
       {"block_spans_handed_out", double(c.block_spans_handed_out.load())},
       {"blocks_recycled", double(c.blocks_recycled.load())},
       {"lines_recycled", double(c.lines_recycled.load())},
@@ -329,6 +344,15 @@ std::vector<std::pair<std::string, std::string>> LlamaPolicy::summary_json() con
   for (size_t i = 0; i < snapshots_.size(); ++i) list += (i ? ",\n        " : "\n        ") + snapshots_[i];
   list += "\n      ]";
   std::vector<std::pair<std::string, std::string>> json = {{"snapshots", list}};
+  // The library options the heap was configured from (alloc/heap_config.h): what the replay stands for.
+  Options o = options_.heap_options;
+  std::string heap_options = "{";
+  for (const char* name : kHeapOptionNames) {
+    uint64_t lo, hi;
+    heap_options += std::string(heap_options.size() > 1 ? ", " : "") + "\"" + name + "\": " +
+                    std::to_string(*IntegerOption(o, name, &lo, &hi));
+  }
+  json.push_back({"heap_options", heap_options + "}"});
   if (options_.class_source) {
     for (auto& kv : options_.class_source->SummaryJson()) json.push_back(std::move(kv));
   }

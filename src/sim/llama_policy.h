@@ -36,10 +36,25 @@ class ClassSource {
   virtual std::vector<std::pair<std::string, std::string>> SummaryJson() const { return {}; }
 };
 
+// The library's options that decide where the heap places objects: the replay takes them (`simulate --heap-option
+// NAME=VALUE`) as the library takes LLAMALLOC_<NAME>. The others are not the heap's placement (the model's have
+// flags of their own), or the replay has no use for them.
+inline constexpr const char* kHeapOptionNames[] = {"DEFAULT_CLASS",        "DEADLINE_K",       "EARLY_LINE_RECYCLING",
+                                                   "SAME_CLASS_RECYCLING", "SMALL_HEAP_PAGES", "SHARED_CLASS",
+                                                   "LONG_CLASS",           "SPAN_RECYCLING",   "DENSE_FIRST"};
+
+// The field of an integer option of the table, by name (without LLAMALLOC_); null for any other name. lo and hi
+// get its bounds.
+uint64_t* IntegerOption(Options& options, const std::string& name, uint64_t* lo, uint64_t* hi);
+
 struct LlamaOptions {
-  unsigned deadline_k = 4;                 // papers/000 6.4's K
+  // The library's options (LLAMALLOC_*), at their defaults unless `simulate --heap-option` or `--deadline-k` set
+  // them: the heap's configuration is built from them as the library builds its own (alloc/heap_config.h), so
+  // the replay places as the library would under them. The replay keeps all eight classes (CLASSES is not
+  // read) and has no page cache (no sweeper thread).
+  Options heap_options;
   // -1: llama-oracle (each object's true class). 0..7: llama-default, every object in this class, which is
-  // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS, default 0).
+  // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS).
   int fixed_class = -1;
   // Set: llama-model, each object in the class this source gives (fixed_class is then ignored).
   std::shared_ptr<ClassSource> class_source;
@@ -47,15 +62,6 @@ struct LlamaOptions {
   // does for an idle thread (it also sweeps working threads every LLAMALLOC_SWEEP_MS, which this does not) and as a
   // thread that exits does (a trace has no thread-exit events). 0 keeps every thread's spans to the end.
   uint64_t thread_idle_ns = 500'000'000;
-  // Small objects of this class and longer from one heap shared by the threads, once the trace has a second
-  // thread: the library's default LLAMALLOC_SHARED_CLASS (kMaxClasses: none).
-  unsigned shared_class_min = unsigned(Options{}.shared_class);
-  // Objects of this class and longer on the longest class's huge pages: the library's LLAMALLOC_LONG_CLASS.
-  unsigned long_class_min = unsigned(Options{}.long_class);
-  // Shorter classes adopt longer classes' partially free spans: the library's LLAMALLOC_SPAN_RECYCLING.
-  bool span_recycling = Options{}.span_recycling != 0;
-  // Recycled blocks from the fullest page first: the library's LLAMALLOC_DENSE_FIRST.
-  bool dense_first = Options{}.dense_first != 0;
   std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
 };
 

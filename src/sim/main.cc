@@ -1,6 +1,6 @@
 // llamalloc-sim: replays a trace through placement policies (called by `llamalloc simulate`).
 //   llamalloc-sim TRACE --policy P [--policy P ...] --out FILE.json [--timeline FILE.csv]
-//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--deadline-k K] [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
+//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--deadline-k K] [--heap-option NAME=VALUE ...] [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
 //                 [--model MODEL [--tokens FILE] [--repredict-every N] [--repredict-backoff N] [--min-confidence PCT] [--min-class N] [--unseen-trial N] [--predict-log FILE]]   (llama-model)
 //   llamalloc-sim TRACE --list-mappings    the trace's executable mappings: "path<TAB>build id (hex)" per line
 // Exit status: 0 done, 2 bad input (the trace, an option), 1 anything else. Errors are one line.
@@ -15,6 +15,8 @@
 #include "sim/output.h"
 #include "sim/policies.h"
 #include "sim/trace_reader.h"
+#include "options.h"
+#include "sim/llama_policy.h"
 
 namespace {
 
@@ -35,6 +37,31 @@ double ParseMs(const std::string& flag, const std::string& text) {
   double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(v >= 0)) throw UsageError(flag + " wants milliseconds >= 0, got '" + text + "'");
   return v;
+}
+
+// --heap-option NAME=VALUE (NAME with or without LLAMALLOC_), checked against the options table's bounds.
+void SetHeapOption(llamalloc::Options& options, const std::string& assignment) {
+  using llamalloc::sim::kHeapOptionNames;
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos) throw UsageError("--heap-option wants NAME=VALUE, got '" + assignment + "'");
+  std::string name = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  if (name.rfind("LLAMALLOC_", 0) == 0) name = name.substr(10);
+  bool placement = false;
+  std::string names;
+  for (const char* n : kHeapOptionNames) {
+    placement = placement || name == n;
+    names += names.empty() ? n : std::string(", ") + n;
+  }
+  uint64_t lo = 0, hi = 0;
+  uint64_t* field = placement ? llamalloc::sim::IntegerOption(options, name, &lo, &hi) : nullptr;
+  if (field == nullptr) throw UsageError("--heap-option " + name + ": not a heap placement option (one of " + names + ")");
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < lo || v > hi)
+    throw UsageError("--heap-option " + name + "=" + text + ": not an integer in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
+  *field = v;
 }
 
 }  // namespace
@@ -69,7 +96,9 @@ int main(int argc, char** argv) {
       } else if (a == "--deadline-k") {
         uint64_t k = ParseNumber(a, value());
         if (k < 1 || k > 1000) throw UsageError("--deadline-k must be in 1..1000");
-        settings.deadline_k = static_cast<unsigned>(k);
+        settings.heap_options.deadline_k = k;
+      } else if (a == "--heap-option") {
+        SetHeapOption(settings.heap_options, value());
       } else if (a == "--thread-idle-ms") {
         settings.thread_idle_ns = static_cast<uint64_t>(ParseMs(a, value()) * 1e6);
       } else if (a == "--seed") {

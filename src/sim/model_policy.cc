@@ -26,7 +26,7 @@ ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStack
   predictor_->load_mappings(mappings);
   // An unsure prediction places the object as llama-default does (the library: LLAMALLOC_DEFAULT_CLASS).
   predictor_->set_confidence_rule(
-      model::ConfidenceRule{options.min_confidence, unsigned(Options{}.default_class), options.min_class});
+      model::ConfidenceRule{options.min_confidence, options.default_class, options.min_class});
   predictor_->set_unseen_trial(options.unseen_trial);
   if (!options.predict_log.empty()) {
     log_fd_ = ::open(options.predict_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

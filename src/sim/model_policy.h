@@ -22,8 +22,8 @@ struct ModelOptions {
   std::string tokens_path;  // empty: no token tables (every frame <unsymbolized>)
   uint32_t repredict_every = 1000;  // LLAMALLOC_REPREDICT_EVERY's default
   unsigned repredict_backoff = 10;  // LLAMALLOC_REPREDICT_BACKOFF's default
-  unsigned min_confidence = 60;     // LLAMALLOC_MIN_CONFIDENCE's default; unsure predictions get llama-default's
-                                    // class (LLAMALLOC_DEFAULT_CLASS's default)
+  unsigned min_confidence = 60;     // LLAMALLOC_MIN_CONFIDENCE's default; unsure predictions get default_class
+  unsigned default_class = unsigned(Options{}.default_class);  // llama-default's (LLAMALLOC_DEFAULT_CLASS)
   unsigned min_class = unsigned(Options{}.min_class);  // LLAMALLOC_MIN_CLASS's default: shorter ones are raised
   uint32_t unseen_trial = uint32_t(Options{}.unseen_trial);  // LLAMALLOC_UNSEEN_TRIAL's default
   std::string predict_log;          // non-empty: "class: token ids" per context the model classifies

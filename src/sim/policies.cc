@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "alloc/heap_config.h"
 #include "options.h"
 #include "sim/llama_policy.h"
 #include "sim/mesh_policy.h"
@@ -42,9 +43,9 @@ std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings
   if (name == "llama-oracle" || name == "llama-default") {
     LlamaOptions o;
     // llama-default: the library without a model, every object in LLAMALLOC_DEFAULT_CLASS's default.
-    o.fixed_class = name == "llama-default" ? int(Options{}.default_class) : -1;
+    o.fixed_class = name == "llama-default" ? int(default_class_of(settings.heap_options)) : -1;
     o.snapshot_times_ns = settings.snapshot_times_ns;
-    o.deadline_k = settings.deadline_k;
+    o.heap_options = settings.heap_options;
     o.thread_idle_ns = settings.thread_idle_ns;
     return std::make_unique<LlamaPolicy>(o);
   }
@@ -53,10 +54,12 @@ std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings
     if (settings.stacks == nullptr) throw std::invalid_argument("llama-model needs the trace's stacks");
     LlamaOptions o;
     o.snapshot_times_ns = settings.snapshot_times_ns;
-    o.deadline_k = settings.deadline_k;
+    o.heap_options = settings.heap_options;
     o.thread_idle_ns = settings.thread_idle_ns;
+    ModelOptions model = settings.model;
+    model.default_class = default_class_of(settings.heap_options);
     std::string warning;
-    auto policy = MakeModelPolicy(o, settings.model, *settings.stacks, &warning);
+    auto policy = MakeModelPolicy(o, model, *settings.stacks, &warning);
     if (!warning.empty() && settings.warn) settings.warn(warning);
     return policy;
   }

@@ -15,8 +15,8 @@ namespace llamalloc::sim {
 struct PolicySettings {
   uint64_t seed = 1;
   uint64_t mesh_period_ns = 100'000'000;
-  unsigned deadline_k = 4;
-  uint64_t thread_idle_ns = 500'000'000;  // llama policies: see LlamaOptions  // llama policies: deadline = now + K x class duration (LLAMALLOC_DEADLINE_K)
+  Options heap_options;                   // llama policies: the library's options (see LlamaOptions)
+  uint64_t thread_idle_ns = 500'000'000;  // llama policies: see LlamaOptions
   std::vector<uint64_t> snapshot_times_ns;  // heap snapshots (llama policies)
   ModelOptions model;                        // llama-model: the model, its token tables, re-prediction
   const TraceStacks* stacks = nullptr;       // llama-model: the trace's stacks and mappings

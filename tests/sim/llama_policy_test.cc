@@ -49,8 +49,12 @@ TEST(LlamaPolicy, ObjectsOfDifferentTrueClassesLiveOnDifferentHugePages) {
   EXPECT_EQ(last.extra[3], 0);
   // The requested snapshot (3 ms: 4 huge pages) and the final one.
   auto json = policy.summary_json();
-  ASSERT_EQ(json.size(), 1u);
+  ASSERT_EQ(json.size(), 2u);
   EXPECT_EQ(json[0].first, "snapshots");
+  // The library options the heap was built from: the defaults here.
+  EXPECT_EQ(json[1].first, "heap_options");
+  EXPECT_NE(json[1].second.find("\"LONG_CLASS\": " + std::to_string(Options{}.long_class)), std::string::npos)
+      << json[1].second;
   const std::string& s = json[0].second;
   EXPECT_NE(s.find("\"time_ns\": 3000000"), std::string::npos) << s;
   EXPECT_NE(s.find("\"kind\": \"huge-head\""), std::string::npos) << s;
@@ -92,6 +96,54 @@ TEST(LlamaPolicy, SnapshotsListTheContextsOfEachPagesLiveObjects) {
   EXPECT_NE(s.find("\"objects\": 4, \"object_bytes\": 312, \"stacks\": [[9, 1, 200], [2, 1, 48], [4, 1, 48]]"),
             std::string::npos)
       << s;
+}
+
+// Each object's class is its stack id: the class a model would give its context.
+class StackIsClass final : public ClassSource {
+ public:
+  unsigned ClassOf(const ObjectAlloc& object) override { return object.stack_id; }
+};
+
+// The library's options reach the replay's heap (LlamaOptions::heap_options, `simulate --heap-option`): here
+// DENSE_FIRST, replayed on the heap test's case (global_allocator_test.cc, DenseFirst): two full class-2 pages A
+// and B; B loses 2 objects, then A loses 28; a class-1 object recycles class 2's free blocks, then A's last 4
+// objects go. With DENSE_FIRST=1 the object lands on B, the fuller page, and A goes back whole; with 0 it lands
+// on A, which got a free block last, and keeps it.
+TEST(LlamaPolicy, TheLibrarysPlacementOptionsConfigureTheReplaysHeap) {
+  for (uint64_t dense : {1, 0}) {
+    SCOPED_TRACE("DENSE_FIRST=" + std::to_string(dense));
+    constexpr uint64_t k64K = 64 << 10;  // a large object of 8 blocks: 32 fill a huge page
+    auto object = [](uint64_t t, uint64_t address, uint32_t lifetime_class) {
+      Event e = Alloc(t, address, k64K);
+      e.stack_id = lifetime_class;
+      return e;
+    };
+    std::vector<Event> events;
+    for (uint64_t i = 0; i < 64; ++i) events.push_back(object(0, 0x100000 + i * k64K, 2));  // A: 0-31, B: 32-63
+    for (uint64_t i = 32; i < 34; ++i) events.push_back(Free(1 * kMs, 0x100000 + i * k64K));
+    for (uint64_t i = 0; i < 28; ++i) events.push_back(Free(2 * kMs, 0x100000 + i * k64K));
+    events.push_back(object(3 * kMs, 0x9000000, 1));
+    for (uint64_t i = 28; i < 32; ++i) events.push_back(Free(4 * kMs, 0x100000 + i * k64K));
+    VectorEventSource source(std::move(events));
+    LlamaOptions options;
+    options.class_source = std::make_shared<StackIsClass>();
+    options.heap_options.dense_first = dense;
+    LlamaPolicy policy(options);
+    Engine engine(policy, EngineOptions{1 * kMs});
+    Event e;
+    std::vector<uint64_t> footprints;
+    while (source.Next(&e)) {
+      engine.Process(e);
+      footprints.push_back(policy.footprint_bytes());
+    }
+    engine.Finish();
+    ASSERT_EQ(footprints.size(), 64u + 2 + 28 + 1 + 4);
+    EXPECT_EQ(footprints[64 + 2 + 28], 2 * k2M) << "the class-1 object recycles a free block: no fresh page";
+    EXPECT_EQ(footprints.back(), (dense ? 1 : 2) * k2M);
+    auto json = policy.summary_json();
+    ASSERT_EQ(json.size(), 2u);
+    EXPECT_NE(json[1].second.find("\"DENSE_FIRST\": " + std::to_string(dense)), std::string::npos) << json[1].second;
+  }
 }
 
 TEST(LlamaPolicy, DefaultPolicyPutsEverythingInItsFixedClass) {

@@ -163,11 +163,13 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
              progress: Callable[[str], None] | None = None, model: str | os.PathLike | None = None,
              tokens: str | os.PathLike | None = None, repredict_every: int = 1000, repredict_backoff: int = 10,
              min_confidence: int = 60, warn: Callable[[str], None] | None = None, predict_log: str | os.PathLike | None = None,
-             min_class: int = 1, unseen_trial: int = 64) -> SimResult:
+             min_class: int = 1, unseen_trial: int = 64, heap_options: Iterable[str] = ()) -> SimResult:
     """Replays `trace` through each policy; writes `out` (JSON) and its timeline CSV; returns the result.
 
     llama-model needs `model`; its token tables are `tokens` if given, else prepared for the trace's binaries (and
-    cached). Warnings (binaries whose frames cannot be tokenised) go to `warn`, even when `progress` is None."""
+    cached). Warnings (binaries whose frames cannot be tokenised) go to `warn`, even when `progress` is None.
+    `heap_options` ("NAME=VALUE", the library's LLAMALLOC_NAME) configure the llama policies' heap as the library's
+    would be; llamalloc-sim checks each (a placement option, within its bounds) before it replays anything."""
     trace = Path(trace)
     if not trace.exists():
         raise UserError(f"{trace}: no such trace file")
@@ -210,6 +212,8 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
             cmd += ["--predict-log", str(predict_log)]
     for p in policies:
         cmd += ["--policy", p]
+    for o in heap_options:
+        cmd += ["--heap-option", str(o)]
     for t in snapshot_ms:
         cmd += ["--snapshot-ms", repr(float(t))]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <new>
 
+#include "alloc/heap_config.h"
 #include "alloc/realloc_rule.h"
 #include "options.h"
 #include "stats.h"
@@ -73,16 +74,9 @@ void init_once() {
   LocalAllocator::set_slow_free_hook(maybe_pass_inline);
   init_options();
   const Options& o = options();
-  unsigned default_class = unsigned(o.default_class);
-  if (default_class >= unsigned(o.classes)) default_class = unsigned(o.classes) - 1;
-  // Never the class every allocation gets without a model: that would put the whole program under one lock.
-  unsigned shared_from = unsigned(o.shared_class) > default_class ? unsigned(o.shared_class) : default_class + 1;
-  HeapConfig config{unsigned(o.classes), unsigned(o.deadline_k), o.early_line_recycling != 0,
-                    o.same_class_recycling != 0, unsigned(o.small_heap_pages), shared_from, unsigned(o.subrelease)};
-  // Likewise above that class: without a model every allocation keeps pages of its own class.
-  config.long_class_min = unsigned(o.long_class) > default_class ? unsigned(o.long_class) : default_class + 1;
-  config.span_recycling = o.span_recycling != 0;
-  config.dense_first = o.dense_first != 0;
+  unsigned default_class = default_class_of(o);
+  HeapConfig config = heap_config_of(o);
+  unsigned shared_from = config.shared_class_min;
   g_global.configure(config);
   g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on: thread_heap)
   g_default_predictor.set_class(default_class);

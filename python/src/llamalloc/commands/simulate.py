@@ -58,6 +58,11 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--seed", type=int, default=1, show_default=True, help="randomness of the mesh policies")
 @click.option("--deadline-k", type=click.IntRange(1, 1000), default=4, show_default=True,
               help="llama policies: a huge page's deadline is K x its class duration (as LLAMALLOC_DEADLINE_K)")
+@click.option("--heap-option", "heap_options", multiple=True, metavar="NAME=VALUE",
+              help="llama policies: place as the library does under LLAMALLOC_NAME=VALUE; one of the heap's "
+                   "placement options (DEFAULT_CLASS, EARLY_LINE_RECYCLING, SAME_CLASS_RECYCLING, SMALL_HEAP_PAGES, "
+                   "SHARED_CLASS, LONG_CLASS, SPAN_RECYCLING, DENSE_FIRST, DEADLINE_K; docs/options.md); repeat for "
+                   "several. The others stay at the library's defaults")
 @click.option("--thread-idle-ms", type=click.FloatRange(min=0), default=500.0, show_default=True,
               help="llama policies: a traced thread with no event for this long gives its empty spans back, as "
                    "the library's sweeper does for an idle thread (and as a thread that exits does; traces carry "
@@ -88,7 +93,7 @@ def summary_table(result: sim.SimResult) -> str:
                    "LLAMALLOC_PREDICT_LOG does in the process)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
-            seed: int, deadline_k: int, thread_idle_ms: float, snapshot_ms: tuple[float, ...], model: Path | None,
+            seed: int, deadline_k: int, heap_options: tuple[str, ...], thread_idle_ms: float, snapshot_ms: tuple[float, ...], model: Path | None,
             tokens: Path | None, repredict_every: int, repredict_backoff: int, min_confidence: int,
             min_class: int, unseen_trial: int, predict_log: Path | None, quiet: bool) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
@@ -107,20 +112,24 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
     try:
         result = _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k,
                            thread_idle_ms, None if quiet else progress, model, tokens, repredict_every,
-                           predict_log, repredict_backoff, min_confidence, min_class, unseen_trial)
+                           predict_log, repredict_backoff, min_confidence, min_class, unseen_trial, heap_options)
     finally:
         if bar is not None:
             bar.close()
     click.echo(summary_table(result))
+    if heap_options:
+        click.echo("llama policies placed as the library does under "
+                   + " ".join(o if o.startswith("LLAMALLOC_") else "LLAMALLOC_" + o for o in heap_options))
     click.echo(f"wrote {out} (timeline: {out.with_name(out.stem + '.timeline.csv')})")
 
 
 def _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k, thread_idle_ms,
               progress, model, tokens, repredict_every, predict_log, repredict_backoff, min_confidence=60,
-              min_class=1, unseen_trial=64):
+              min_class=1, unseen_trial=64, heap_options=()):
     return sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
                           seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, thread_idle_ms=thread_idle_ms,
                           progress=progress, model=model, tokens=tokens, repredict_every=repredict_every,
                           predict_log=predict_log, repredict_backoff=repredict_backoff,
                           min_confidence=min_confidence, min_class=min_class, unseen_trial=unseen_trial,
+                          heap_options=heap_options,
                           warn=lambda line: click.echo(f"simulate: warning: {line}", err=True))
