@@ -114,12 +114,14 @@ def sh(*args: str, log: Path | None = None) -> str:
     return out.stdout
 
 
-def record(name: str, scale: str, out: Path, sample_bytes: int, over: str = "llamalloc") -> None:
-    """Profiles the workload's measured process (for redis: the server) as `llamalloc record` would, over
-    llamalloc (`record --preload libllamalloc.so`) or glibc. Over llamalloc the profile knows which reallocs
-    stay in their block, exactly as the heap that will run the model does (docs/profiler.md): redis's profile
-    then has 178 of its 188 contexts in the process with its model, against 167 of 185 recorded over glibc
-    (docs/bench.md, 2026-11-27 eighth session)."""
+def record(name: str, scale: str, out: Path, sample_bytes: int, over: str = "glibc") -> None:
+    """Profiles the workload's measured process (for redis: the server) as `llamalloc record` would, over glibc
+    or over llamalloc (`record --preload libllamalloc.so`). Over llamalloc the profile knows which reallocs stay
+    in their block, exactly as the heap that will run the model does (docs/profiler.md): redis's profile then
+    has 178 of its 188 contexts in the process with its model, against 167 of 185 recorded over glibc. glibc
+    stays the default: one of two word-count models trained on profiles recorded over llamalloc kept 40 MiB in
+    the steady state, against 24-26 for the other and for every glibc-recorded one so far (docs/bench.md,
+    2026-11-27 eighth session)."""
     if out.exists():
         return
     w = workloads.get(name)
@@ -164,9 +166,9 @@ def main() -> None:
     ap.add_argument("--target", default=None, choices=["label", "distribution"],
                     help="what `llamalloc train` fits (default: train's)")
     ap.add_argument("--sample-bytes", type=int, default=4096)
-    ap.add_argument("--record-over", choices=["llamalloc", "glibc"], default="llamalloc",
-                    help="the allocator under the profiler while recording (default: llamalloc, whose reallocs the "
-                         "profile then knows exactly)")
+    ap.add_argument("--record-over", choices=["glibc", "llamalloc"], default="glibc",
+                    help="the allocator under the profiler while recording (default: glibc; llamalloc: the profile "
+                         "knows exactly which reallocs stay in their block)")
     ap.add_argument("--quiet-seconds", type=float, default=None,
                     help="the workloads' quiet phase, where the steady state is measured (default: theirs)")
     a = ap.parse_args()
