@@ -226,3 +226,30 @@ def test_table3_reduction_is_computed_on_the_steady_state():
     text = t3.format_steady([row], {"w": "50% / 40%"}, "small", 3)
     assert "| w | 50% / 40% | 120.0 | 60.0 | 40.0 | 30.0 | 20.0 | 90% | 75% | 50% | 36.0 | 26.0 |" in text
     assert t3.reduction(30, 20, 20) is None  # B at live: undefined, not a division by zero
+
+
+@pytest.mark.parametrize("over", ["glibc", "llamalloc"])
+def test_table3_records_over_the_allocator_it_is_asked_for(tmp_path, monkeypatch, over):
+    # The profiled process gets the profiler, then libllamalloc.so with --record-over llamalloc; a model or other
+    # llamalloc setting of the caller's environment does not reach it (it would change what is recorded).
+    t3 = _table3()
+    seen = {}
+
+    class Program:
+        def executable(self):
+            return "/bin/ls"
+
+        def run(self, scale, env, work):
+            seen.update(env)
+            subprocess.run(["/bin/ls", "-l", "/usr/lib"], env=env, stdout=subprocess.DEVNULL, check=True)
+            return {}
+
+    monkeypatch.setattr(t3.workloads, "get", lambda name: Program())
+    monkeypatch.setenv("LLAMALLOC_MODEL", str(tmp_path / "some.model"))
+    out = tmp_path / "ls.prof"
+    t3.record("ls", "small", out, 4096, over)
+    preloaded = [Path(p).name for p in seen["LD_PRELOAD"].split(":")]
+    assert preloaded == (["libllamalloc_prof.so", "libllamalloc.so"] if over == "llamalloc"
+                         else ["libllamalloc_prof.so"])
+    assert "LLAMALLOC_MODEL" not in seen and seen["LLAMALLOC_PROF_MODE"] == "profile"
+    assert out.stat().st_size > 0
