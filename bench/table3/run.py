@@ -126,12 +126,11 @@ def record(name: str, scale: str, out: Path, sample_bytes: int, over: str = "gli
         return
     w = workloads.get(name)
     raw_dir = Path(tempfile.mkdtemp(prefix=f"table3-{name}-"))
-    env = dict(os.environ)
     preload = [str(paths.native_library("libllamalloc_prof.so"))]
     if over == "llamalloc":
         preload.append(str(paths.native_library("libllamalloc.so")))
-    env = {k: v for k, v in env.items() if not k.startswith("LLAMALLOC_") or k.startswith("LLAMALLOC_PROF_")
-           or k in ("LLAMALLOC_BUILD_DIR", "LLAMALLOC_LIBDIR", "LLAMALLOC_CACHE_DIR", "LLAMALLOC_JAX_CACHE")}
+    # The caller's own llamalloc settings (a model, statistics) would change what is recorded over llamalloc.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMALLOC_") or k.startswith("LLAMALLOC_PROF_")}
     env.update({"LD_PRELOAD": ":".join(preload), "LLAMALLOC_PROF_MODE": "profile",
                 "LLAMALLOC_PROF_OUTPUT": str(raw_dir / "raw.%p"), "LLAMALLOC_PROF_SAMPLE_BYTES": str(sample_bytes)})
     print(f"table3: profiling {name} ({scale}, over {over})", file=sys.stderr, flush=True)
