@@ -47,6 +47,11 @@ namespace llamalloc {
     "pages in use; a huge object that no cached run fits first gives back as many cached pages as it takes; "    \
     "llamalloc_collect() gives back all. Only while the sweeper thread runs (single-threaded programs: off). 0: " \
     "off, a freed huge object's pages go back to the OS at once (papers/000 section 8).")                        \
+  X(HUGE_PAGES, huge_pages, Uint, 1, 0, 1,                                                                      \
+    "Whether the heap asks the kernel for transparent huge pages (MADV_HUGEPAGE on its address space). 1: each "  \
+    "2 MiB page of the heap is one TLB entry, and the first touch anywhere in a page backs all of it. 0: 4 KiB "  \
+    "pages (MADV_NOHUGEPAGE), backed as touched: for a program that sizes buffers for the worst case and "        \
+    "touches little of them, resident memory follows what it touches (docs/heap.md, \"Sparse touches\").")     \
   X(SWEEP_MS, sweep_ms, Uint, 250, 0, 60000,                                                                       \
     "Period of the sweeper thread, in milliseconds. Each period it takes back, from every thread heap that has "  \
     "been used since (and is not inside the allocator at that moment), its empty spans and the frees other "     \

@@ -71,6 +71,8 @@ GaugeSnapshot read_gauges(GlobalAllocator& heap, bool in_signal, int64_t unflush
   out.peak_footprint_bytes = g.peak_footprint_bytes;
   out.subreleased_bytes = g.subreleased_bytes;
   out.page_cache_bytes = g.page_cache_bytes;
+  out.reserved_bytes = g.reserved_bytes;
+  out.metadata_bytes = g.metadata_bytes;
   memcpy(out.huge_pages_by_class, g.huge_pages_by_class, sizeof(out.huge_pages_by_class));
   if (locked) heap.lock().unlock();
   int64_t live = g.live_bytes.load(std::memory_order_relaxed) + unflushed_live;
@@ -95,6 +97,8 @@ size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool
   o.field("peak_footprint_bytes", g.peak_footprint_bytes);
   o.field("subreleased_bytes", g.subreleased_bytes);
   o.field("page_cache_bytes", g.page_cache_bytes);
+  o.field("reserved_bytes", g.reserved_bytes);
+  o.field("metadata_bytes", g.metadata_bytes);
   o.put("  \"huge_pages_by_class\": [");
   for (unsigned c = 0; c < heap.num_classes(); ++c) {
     if (c) o.put(", ");

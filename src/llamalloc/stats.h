@@ -51,6 +51,8 @@ struct Gauges {
   uint64_t huge_pages_by_class[kMaxClasses] = {};
   uint64_t subreleased_bytes = 0;  // global lock: free blocks of pages in use given back to the OS (subrelease)
   uint64_t page_cache_bytes = 0;   // global lock: free huge pages kept backed for reuse (the page cache)
+  uint64_t reserved_bytes = 0;     // global lock: address space reserved for huge pages (backed or not)
+  uint64_t metadata_bytes = 0;     // global lock: page metadata made usable (read-write; backed as touched)
 };
 
 inline constexpr int64_t kLiveFlushBytes = 256 * 1024;
@@ -68,6 +70,7 @@ class GlobalAllocator;
 // without it), with `unflushed_live` added to the live bytes (clamped at zero).
 struct GaugeSnapshot {
   uint64_t live_bytes, peak_live_bytes, footprint_bytes, peak_footprint_bytes, subreleased_bytes, page_cache_bytes;
+  uint64_t reserved_bytes, metadata_bytes;
   uint64_t huge_pages_by_class[kMaxClasses];
 };
 GaugeSnapshot read_gauges(GlobalAllocator& heap, bool in_signal = false, int64_t unflushed_live = 0);

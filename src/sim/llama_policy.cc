@@ -22,7 +22,8 @@ namespace llamalloc::sim {
 // what the OS would have been asked to back and to take back.
 class SimPlatform final : public Platform {
  public:
-  void* reserve(size_t bytes, size_t alignment) override {
+  void* reserve(size_t bytes, size_t min_bytes, size_t alignment, size_t* got) override {
+    (void)min_bytes;
     size_t span = bytes + alignment;
     void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return nullptr;
@@ -31,18 +32,34 @@ class SimPlatform final : public Platform {
     if (aligned > start) ::munmap(p, aligned - start);
     uintptr_t end = start + span;
     if (end > aligned + bytes) ::munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
+    *got = bytes;
     return reinterpret_cast<void*>(aligned);
   }
+  bool extend(void* address, size_t bytes) override {
+    void* p = ::mmap(address, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == address) return true;
+    if (p != MAP_FAILED) ::munmap(p, bytes);
+    return false;
+  }
+  // Counted in whole huge pages: a huge object's last page, backed only as far as the object reaches, is one
+  // page of the footprint as it is one of the heap's pages in use.
   bool back(void* address, size_t bytes) override {
-    backed_bytes_ += bytes;
     uintptr_t a = reinterpret_cast<uintptr_t>(address);
-    for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes) backed_pages_.Put(p, 1);
+    for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes)
+      if (backed_pages_.Find(p) == nullptr) {
+        backed_pages_.Put(p, 1);
+        backed_bytes_ += kHugePageBytes;
+      }
     return true;
   }
   void release(void* address, size_t bytes) override {
-    backed_bytes_ -= bytes;
     uintptr_t a = reinterpret_cast<uintptr_t>(address);
-    for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes) backed_pages_.Erase(p);
+    for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes)
+      if (backed_pages_.Find(p) != nullptr) {
+        backed_pages_.Erase(p);
+        backed_bytes_ -= kHugePageBytes;
+      }
     ::madvise(address, bytes, MADV_DONTNEED);  // drop the headers written there
   }
   // The replay measures footprint (huge pages in use), which subrelease does not change; the headers of the
@@ -51,6 +68,12 @@ class SimPlatform final : public Platform {
   void* map_metadata(size_t bytes) override {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? nullptr : p;
+  }
+  void* reserve_metadata(size_t bytes) override { return map_metadata(bytes); }
+  bool commit_metadata(void* address, size_t bytes) override {
+    (void)address;
+    (void)bytes;
+    return true;
   }
   void release_metadata(void* address, size_t bytes) override { ::madvise(address, bytes, MADV_DONTNEED); }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "heap/heap.h"
@@ -12,30 +13,66 @@ namespace llamalloc::testing {
 
 class FakePlatform final : public Platform {
  public:
-  void* reserve(size_t bytes, size_t alignment) override {
+  // Address space: regions of `bytes` (at least min_bytes, at most what address_space_budget leaves).
+  void* reserve(size_t bytes, size_t min_bytes, size_t alignment, size_t* got) override {
     if (reservations_left == 0) return nullptr;
+    if (bytes > address_space_budget - reserved_bytes) bytes = address_space_budget - reserved_bytes;
+    if (bytes < min_bytes) return nullptr;
     --reservations_left;
     next_ = (next_ + alignment - 1) / alignment * alignment;
     uintptr_t a = next_;
-    next_ += bytes;
+    next_ += alignment;  // the rest of the aligned slot stays free (a reservation may grow into it)
     reserved_bytes += bytes;
+    reservation_ends[a + bytes] = a;
+    *got = bytes;
     return reinterpret_cast<void*>(a);
   }
+  bool extend(void* address, size_t bytes) override {
+    uintptr_t a = reinterpret_cast<uintptr_t>(address);
+    auto it = reservation_ends.find(a);
+    if (it == reservation_ends.end() || bytes > address_space_budget - reserved_bytes || a + bytes > blocked_from)
+      return false;
+    uintptr_t start = it->second;
+    reservation_ends.erase(it);
+    reservation_ends[a + bytes] = start;
+    reserved_bytes += bytes;
+    ++extensions;
+    return true;
+  }
+  size_t address_space_left() override {
+    return address_space_budget == ~size_t{0} ? ~size_t{0} : address_space_budget - reserved_bytes;
+  }
+  // Backed bytes are counted per huge page (a huge object's last page may be backed in part).
   bool back(void* address, size_t bytes) override {
     if (backed_bytes + bytes > back_budget_bytes) return false;
     backed_bytes += bytes;
     for (size_t off = 0; off < bytes; off += kHugePageBytes) {
       uintptr_t page = reinterpret_cast<uintptr_t>(address) + off;
-      if (ever_backed.count(page)) reused_address = true;  // the heap must never reuse an address
+      size_t n = bytes - off < kHugePageBytes ? bytes - off : kHugePageBytes;
+      if (backed.count(page)) {
+        if (backed[page] + n > kHugePageBytes) backed_twice = true;  // backed again without a release in between
+        backed[page] += n;
+        continue;
+      }
+      if (ever_backed.count(page)) reused_address = true;
+      backed[page] = n;
       ever_backed.insert(page);
     }
     return true;
   }
   void release(void* address, size_t bytes) override {
-    backed_bytes -= bytes;
-    released_bytes += bytes;
-    for (size_t off = 0; off < bytes; off += kHugePageBytes)
-      released.insert(reinterpret_cast<uintptr_t>(address) + off);
+    for (size_t off = 0; off < bytes; off += kHugePageBytes) {
+      uintptr_t page = reinterpret_cast<uintptr_t>(address) + off;
+      auto it = backed.find(page);
+      if (it == backed.end()) {
+        released_unbacked = true;
+        continue;
+      }
+      backed_bytes -= it->second;
+      released_bytes += it->second;
+      backed.erase(it);
+      released.insert(page);
+    }
   }
   void subrelease(void* address, size_t bytes) override {
     subreleased_bytes += bytes;
@@ -47,6 +84,8 @@ class FakePlatform final : public Platform {
     else no_huge_page.insert(reinterpret_cast<uintptr_t>(address));
   }
   void* map_metadata(size_t bytes) override { return real_.map_metadata(bytes); }
+  void* reserve_metadata(size_t bytes) override { return real_.reserve_metadata(bytes); }
+  bool commit_metadata(void* address, size_t bytes) override { return real_.commit_metadata(address, bytes); }
   void release_metadata(void* address, size_t bytes) override { memset(address, 0, bytes); }
 
   size_t reservations_left = 1000;
@@ -54,9 +93,16 @@ class FakePlatform final : public Platform {
   size_t backed_bytes = 0;
   size_t released_bytes = 0;
   size_t reserved_bytes = 0;
+  size_t address_space_budget = ~size_t{0};  // finite: an RLIMIT_AS (reserve and extend stay within it)
+  uintptr_t blocked_from = ~uintptr_t{0};    // another mapping from here on: extend stops below it
+  size_t extensions = 0;
+  std::map<uintptr_t, uintptr_t> reservation_ends;  // end -> start of each reservation
   size_t subreleased_bytes = 0;  // every subrelease call, summed
   std::set<std::pair<uintptr_t, size_t>> subreleased_ranges;
-  bool reused_address = false;
+  bool reused_address = false;      // an address backed, released and backed again
+  bool backed_twice = false;        // backed while already backed: a bug
+  bool released_unbacked = false;   // released while not backed: a bug
+  std::map<uintptr_t, size_t> backed;  // huge page -> bytes of it backed
   std::set<uintptr_t> ever_backed, released;
   std::set<uintptr_t> no_huge_page;  // huge pages kept from being collapsed again (allow_huge_page(false))
   bool bad_huge_page_advice = false;

@@ -78,13 +78,12 @@ TEST_F(GlobalAllocatorTest, Figure6StepByStep) {
   const uintptr_t p1 = page_of(c0_p1[0]), p2 = page_of(c0_p2[0]), p5 = page_of(c0_p5);
   const uintptr_t p6 = page_of(c1_p6[0]), p7 = page_of(c1_p7[0]), p8 = page_of(c1_p8);
   const uintptr_t p9 = page_of(c2_p9[0]), p10 = page_of(c2_p10[0]), p_open2 = page_of(c2_open);
-  // Bump allocation: consecutive huge pages inside one region per class, regions distinct.
+  // Fresh pages come lowest address first, one region for every class: consecutive pages in the order opened.
   EXPECT_EQ(p2, p1 + kHugePageBytes);
   EXPECT_EQ(p5, p2 + kHugePageBytes);
   EXPECT_EQ(p7, p6 + kHugePageBytes);
   EXPECT_EQ(p10, p9 + kHugePageBytes);
-  EXPECT_NE(p1 >> kRegionShift, p6 >> kRegionShift);
-  EXPECT_NE(p6 >> kRegionShift, p9 >> kRegionShift);
+  EXPECT_EQ(p1 >> kRegionShift, p9 >> kRegionShift);
   for (uintptr_t p : {p1, p2, p6, p7, p9, p10}) {
     PageInfo i = info(p);
     EXPECT_EQ(i.state, PageState::kActive);
@@ -179,7 +178,7 @@ TEST_F(GlobalAllocatorTest, Figure6StepByStep) {
   EXPECT_EQ(i9.deadline_ns, clock.now + kK * 100 * kMs);
   EXPECT_GE(heap->counters().demotions.load(), 1u);
   EXPECT_GE(heap->counters().promotions.load(), 1u);
-  EXPECT_FALSE(platform.reused_address);
+  EXPECT_FALSE(platform.backed_twice);
 }
 
 TEST_F(GlobalAllocatorTest, PromotionChainEndsAtTheLongestFiniteClass) {
@@ -384,19 +383,25 @@ TEST_F(GlobalAllocatorTest, LargeObjectAlignment) {
 
 TEST_F(GlobalAllocatorTest, HugeObjectsUseWholeFreshHugePagesAndReleaseThemAtOnce) {
   size_t before = platform.backed_bytes;
-  // Ends close to its last page's end: that page is the object's (no slack worth donating).
-  size_t bytes = 6 * kHugePageBytes - (kMinSlackBlocks - 1) * kBlockBytes;
+  // Ends close to its last page's end: that page is the object's (no slack worth donating). Only its bytes,
+  // rounded to 4 KiB, are backed: the rest of the last page stays reserved.
+  size_t bytes = 6 * kHugePageBytes - (kMinSlackBlocks - 1) * kBlockBytes - 5000;
+  size_t usable = (bytes + 4095) / 4096 * 4096;
   void* p = heap->alloc_large(3, bytes, kBlockBytes);
   ASSERT_NE(p, nullptr);
-  EXPECT_EQ(platform.backed_bytes - before, 6 * kHugePageBytes);
-  EXPECT_EQ(heap->large_usable_size(p), 6 * kHugePageBytes);
+  EXPECT_EQ(platform.backed_bytes - before, usable);
+  EXPECT_EQ(heap->large_usable_size(p), usable);
   EXPECT_EQ(heap->large_requested_size(p), bytes);
   EXPECT_EQ(heap->pages_in_use(3), 6u);
   EXPECT_EQ(heap->free_large(p), bytes);
   EXPECT_EQ(platform.backed_bytes, before);
   EXPECT_EQ(heap->pages_in_use(3), 0u);
+  EXPECT_EQ(platform.released.count(reinterpret_cast<uintptr_t>(p) + 5 * kHugePageBytes), 1u) << "given back whole";
+  // Its address range is free again and the next object takes it (lowest address first): the address space,
+  // the page tables and the mappings stay as large as what is in use.
   void* q = heap->alloc_large(3, 2 * kHugePageBytes, kBlockBytes);
-  EXPECT_GT(reinterpret_cast<uintptr_t>(q), reinterpret_cast<uintptr_t>(p)) << "addresses are never reused";
+  EXPECT_EQ(q, p) << "a freed range is reused";
+  EXPECT_FALSE(platform.backed_twice);
   heap->free_large(q);
   heap->check_invariants();
 }
@@ -435,7 +440,7 @@ TEST_F(GlobalAllocatorTest, AHugeObjectsLastPageServesOtherObjectsInItsFreeBlock
   heap->check_invariants();
   // Only for "never freed" (here class 3): a shorter class's huge object goes back whole, at once.
   void* r = heap->alloc_large(2, 2 * kHugePageBytes + 1, kBlockBytes);
-  EXPECT_EQ(heap->large_usable_size(r), 3 * kHugePageBytes);
+  EXPECT_EQ(heap->large_usable_size(r), 2 * kHugePageBytes + 4096);
   EXPECT_EQ(heap->page_info(reinterpret_cast<uintptr_t>(r) + 2 * kHugePageBytes).kind, PageKind::kHugeTail);
   EXPECT_EQ(heap->counters().huge_slack_pages.load(), 1u);
   heap->free_large(r);
@@ -487,6 +492,98 @@ TEST_F(GlobalAllocatorTest, AddressSpaceExhaustion) {
   errno = 0;
   EXPECT_EQ(heap->alloc_large(1, kBlockBytes, kBlockBytes), nullptr);
   EXPECT_EQ(errno, ENOMEM);
+  heap->check_invariants();
+}
+
+// Under an address-space limit the heap reserves its region in steps, not 16 GiB at once, uses all that the limit
+// allows, and after everything is freed gets all of it again: freed pages go back to the OS and are reused.
+TEST_F(GlobalAllocatorTest, UnderAnAddressSpaceLimitTheRegionGrowsInStepsAndFreedPagesAreReused) {
+  platform.address_space_budget = 100 * kHugePageBytes;
+  std::vector<void*> got;
+  for (;;) {
+    errno = 0;
+    void* p = heap->alloc_large(0, kHugePageBytes, kBlockBytes);  // one whole page each
+    if (p == nullptr) {
+      EXPECT_EQ(errno, ENOMEM);
+      break;
+    }
+    got.push_back(p);
+    ASSERT_LT(got.size(), 200u);
+  }
+  // The region's metadata is sized from what the limit leaves; the pages are reserved as they are needed.
+  EXPECT_GE(got.size(), 95u) << "the limit, less the metadata's share";
+  EXPECT_LE(platform.reserved_bytes, platform.address_space_budget);
+  EXPECT_GE(platform.extensions, 2u) << "grown in steps";
+  EXPECT_EQ(heap->gauges().reserved_bytes, platform.reserved_bytes);
+  heap->check_invariants();
+  size_t first_round = got.size();
+  for (void* p : got) heap->free_large(p);
+  EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back";
+  heap->check_invariants();
+  size_t reserved = platform.reserved_bytes;
+  got.clear();
+  for (void* p; (p = heap->alloc_large(0, kHugePageBytes, kBlockBytes)) != nullptr;) got.push_back(p);
+  EXPECT_EQ(got.size(), first_round) << "all of it again";
+  EXPECT_EQ(platform.reserved_bytes, reserved) << "on the same addresses";
+  EXPECT_TRUE(platform.reused_address);
+  EXPECT_FALSE(platform.backed_twice);
+  EXPECT_FALSE(platform.released_unbacked);
+  for (void* p : got) heap->free_large(p);
+  heap->check_invariants();
+}
+
+// A reservation that cannot grow in place (another mapping above it) is continued by a new region.
+TEST_F(GlobalAllocatorTest, ARegionThatCannotGrowIsContinuedByANewOne) {
+  platform.address_space_budget = 1000 * kHugePageBytes;
+  void* a = heap->alloc_large(0, kHugePageBytes, kBlockBytes);
+  ASSERT_NE(a, nullptr);
+  uintptr_t region = reinterpret_cast<uintptr_t>(a) & ~(kRegionBytes - 1);
+  platform.blocked_from = region + 64 * kHugePageBytes;
+  std::vector<void*> got{a};
+  for (int i = 0; i < 100; ++i) {
+    void* p = heap->alloc_large(0, kHugePageBytes, kBlockBytes);
+    ASSERT_NE(p, nullptr) << i;
+    uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    EXPECT_TRUE(at - region < 64 * kHugePageBytes || (at >> kRegionShift) != (region >> kRegionShift))
+        << "never over the other mapping";
+    got.push_back(p);
+  }
+  EXPECT_NE(reinterpret_cast<uintptr_t>(got.back()) >> kRegionShift, region >> kRegionShift);
+  heap->check_invariants();
+  for (void* p : got) heap->free_large(p);
+  heap->check_invariants();
+}
+
+// Addresses in a region's slot beyond what the heap reserved may belong to another mapping: no lookup takes them
+// for the heap's.
+TEST_F(GlobalAllocatorTest, AnAddressBeyondTheReservationIsNotTheHeaps) {
+  platform.address_space_budget = 1000 * kHugePageBytes;
+  void* a = heap->alloc_large(0, kHugePageBytes, kBlockBytes);
+  ASSERT_NE(a, nullptr);
+  uintptr_t beyond = (reinterpret_cast<uintptr_t>(a) & ~(kRegionBytes - 1)) + kRegionBytes / 2;
+  EXPECT_TRUE(heap->owns(a));
+  EXPECT_FALSE(heap->owns(reinterpret_cast<void*>(beyond)));
+  EXPECT_EQ(heap->page_meta_of(beyond), nullptr);
+  EXPECT_EQ(heap->large_usable_size(reinterpret_cast<void*>(beyond)), 0u);
+  heap->free_large(a);
+}
+
+// Huge objects allocated and freed in a loop reuse one address range: the address space the heap reserves (and
+// with it the kernel's page tables) stays what one object needs.
+TEST_F(GlobalAllocatorTest, HugeAllocFreePairsKeepTheAddressSpaceBounded) {
+  size_t reserved = 0;
+  uintptr_t first = 0;
+  for (int i = 0; i < 20000; ++i) {
+    size_t bytes = (2 + i % 7) * kHugePageBytes + (i % 3) * kBlockBytes;
+    void* p = heap->alloc_large(1, bytes, kBlockBytes);
+    ASSERT_NE(p, nullptr) << i;
+    if (i == 0) first = reinterpret_cast<uintptr_t>(p);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p), first) << i;
+    heap->free_large(p);
+    if (i == 0) reserved = heap->gauges().reserved_bytes;
+  }
+  EXPECT_EQ(heap->gauges().reserved_bytes, reserved);
+  EXPECT_EQ(platform.backed_bytes, 0u);
   heap->check_invariants();
 }
 
@@ -658,11 +755,14 @@ TEST_F(GlobalAllocatorTest, AnOpenPageThatStaysEmptyIsGivenBackAtTheSweepAfterTh
   EXPECT_EQ(heap->pages_in_use(0), 0u);
   EXPECT_EQ(info(a).state, PageState::kUnused);
   EXPECT_EQ(heap->pages_in_use(1), 1u) << "an open page with a block in use stays";
-  // The class opens a fresh page when it needs one again; collect (now) gives an empty one back at once.
+  // The class opens a page when it needs one again (the same address, given back and free); collect (now) gives an
+  // empty one back at once.
+  size_t released = heap->counters().huge_pages_released.load();
   uintptr_t c = blocks(0, 1);
-  EXPECT_NE(page_of(c), page_of(a));
+  EXPECT_EQ(info(c).state, PageState::kOpen);
   free(c);
   EXPECT_EQ(heap->release_empty_open_pages(true), 1u);
+  EXPECT_EQ(heap->counters().huge_pages_released.load(), released + 1);
   EXPECT_EQ(heap->pages_in_use(0), 0u);
   free(keep);
   EXPECT_EQ(heap->release_empty_open_pages(true), 1u);

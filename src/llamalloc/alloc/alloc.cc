@@ -78,6 +78,7 @@ void init_once() {
   HeapConfig config = heap_config_of(o);
   unsigned shared_from = config.shared_class_min;
   g_global.configure(config);
+  g_platform.set_huge_pages(o.huge_pages != 0);
   g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on: thread_heap)
   g_default_predictor.set_class(default_class);
   if (o.model != nullptr && *o.model) {

@@ -23,13 +23,14 @@ constexpr bool realloc_keeps_large(size_t usable, size_t new_size) {
 }
 
 // The usable size the heap gives a request of this many bytes at the default alignment: its size class's block,
-// whole 8 KiB blocks up to a huge page, whole huge pages above. (A never-freed huge object whose slack was
-// donated ends on blocks instead of a whole last page: there the heap's usable size is smaller, so a realloc
-// that grows into that last page moves it where this rule says it stays.)
+// whole 8 KiB blocks up to a huge page, whole 4 KiB pages above (a huge object maps its bytes, not its last huge
+// page's slack). (A never-freed huge object whose slack was donated ends on whole 8 KiB blocks instead: there the
+// heap's usable size is up to 4 KiB larger, so a realloc that grows into that last block stays where this rule
+// says it moves.)
 constexpr size_t usable_bytes_of_request(size_t request) {
   if (request <= kSmallMaxBytes) return size_class_bytes(size_class_of(request));
   if (request <= kHugePageBytes) return (request + kBlockBytes - 1) & ~(kBlockBytes - 1);
-  return (request + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  return (request + kSmallPageBytes - 1) & ~(kSmallPageBytes - 1);
 }
 
 // Whether realloc(p, new_size) of an object allocated with old_request bytes (default alignment) returns p.

@@ -1,5 +1,6 @@
 #include <errno.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "heap/heap.h"
@@ -8,7 +9,76 @@ namespace llamalloc {
 
 namespace {
 constexpr uint64_t kNoDeadline = ~uint64_t{0};
+// The part of a HugePageMeta that a page of a huge object uses (all but the per-block and per-span arrays).
+constexpr size_t kHugeHeaderBytes = offsetof(HugePageMeta, large_requested_bytes);
+static_assert(kHugeHeaderBytes <= kSmallPageBytes, "one small page of metadata per huge page of a huge object");
+
+// A region grows its reservation (under an address-space limit) by at least this many pages at a time, so that
+// a growing heap makes one mapping call per 64 MiB rather than one per page.
+constexpr size_t kGrowPages = 32;
+// Page metadata is made usable this many pages at a time (832 KiB): a metadata mprotect per 32 MiB of heap.
+constexpr size_t kCommitPages = 16;
+
+// The region's page bitmap (Region::used).
+bool test_bit(const uint64_t* w, size_t i) { return (w[i >> 6] >> (i & 63)) & 1; }
+void set_bits(uint64_t* w, size_t first, size_t count, bool value) {
+  for (size_t i = first; i < first + count;) {
+    size_t n = 64 - (i & 63);
+    if (n > first + count - i) n = first + count - i;
+    uint64_t mask = (n == 64 ? ~uint64_t{0} : ((uint64_t{1} << n) - 1)) << (i & 63);
+    if (value) w[i >> 6] |= mask;
+    else w[i >> 6] &= ~mask;
+    i += n;
+  }
 }
+// The first index in [from, end) whose bit is `value`, or end.
+size_t next_bit(const uint64_t* w, size_t from, size_t end, bool value) {
+  while (from < end) {
+    uint64_t word = (value ? w[from >> 6] : ~w[from >> 6]) >> (from & 63);
+    if (word != 0) {
+      size_t at = from + size_t(__builtin_ctzll(word));
+      return at < end ? at : end;
+    }
+    from = (from | 63) + 1;
+  }
+  return end;
+}
+// The first run of `count` clear bits in [from, end) that starts at a multiple of `align`, or end.
+size_t find_clear_run(const uint64_t* w, size_t from, size_t end, size_t count, size_t align) {
+  for (size_t at = from;;) {
+    at = next_bit(w, at, end, false);
+    at = (at + align - 1) / align * align;
+    if (at >= end || end - at < count) return end;
+    size_t taken = next_bit(w, at, at + count, true);
+    if (taken == at + count) return at;
+    at = taken + 1;
+  }
+}
+size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+// Writes "llamalloc: <a><n1><b><n2><c>" with the numbers in MiB, without allocating.
+void note_mib(const char* a, uint64_t bytes, const char* b, uint64_t bytes2, const char* c) {
+  char line[320];
+  size_t len = 0;
+  auto put = [&](const char* t) {
+    while (*t && len + 1 < sizeof(line)) line[len++] = *t++;
+  };
+  auto num = [&](uint64_t v) {
+    char digits[24];
+    int n = 0;
+    do digits[n++] = char('0' + v % 10); while ((v /= 10) != 0);
+    while (n > 0 && len + 1 < sizeof(line)) line[len++] = digits[--n];
+  };
+  put("llamalloc: ");
+  put(a);
+  num(bytes >> 20);
+  put(b);
+  num(bytes2 >> 20);
+  put(c);
+  line[len] = 0;
+  write_stderr(line);
+}
+}  // namespace
 
 
 uint64_t GlobalAllocator::class_duration_ns(unsigned lc) const {
@@ -89,23 +159,133 @@ void GlobalAllocator::partial_remove(SpanMeta* s, unsigned c) {
 // ---------------------------------------------------------------------------------------------------------
 // Regions and huge pages.
 
-Region* GlobalAllocator::new_region(unsigned lc) {
-  if (region_count_ == kMaxRegions) return nullptr;
-  void* base = platform_.reserve(kRegionBytes, kRegionBytes);
+Region* GlobalAllocator::new_region(size_t pages) {
+  if (region_count_ == kMaxRegions || pages > kHugePagesPerRegion) return nullptr;
+  // Without an address-space limit the region is reserved whole (one mapping, never grown). Under RLIMIT_AS its
+  // metadata is reserved for what the limit leaves, and its pages in steps of kGrowPages as the heap grows, so
+  // that the program's own mappings (thread stacks, files, libraries) still fit.
+  size_t left = platform_.address_space_left();
+  bool limited = left != ~size_t{0};
+  size_t capacity = kHugePagesPerRegion;
+  if (limited) {
+    size_t fit = left / (kHugePageBytes + kPageMetaStride);
+    capacity = fit < pages ? pages : fit < kHugePagesPerRegion ? fit : kHugePagesPerRegion;
+  }
+  size_t want = limited ? (pages > kGrowPages ? pages : kGrowPages) : kHugePagesPerRegion;
+  if (want > capacity) want = capacity;
+  size_t planned = capacity;
+  // Metadata: the page bitmap, then a HugePageMeta stride per page; fewer pages while the mapping is refused.
+  char* meta = nullptr;
+  size_t header = 0;
+  for (;;) {
+    header = round_up(round_up(capacity, 64) / 8, kSmallPageBytes);
+    meta = static_cast<char*>(platform_.reserve_metadata(header + capacity * kPageMetaStride));
+    if (meta != nullptr || capacity == pages) break;
+    capacity = capacity / 2 > pages ? capacity / 2 : pages;
+    if (want > capacity) want = capacity;
+  }
+  if (meta == nullptr || !platform_.commit_metadata(meta, header)) return nullptr;
+  size_t got = 0;
+  void* base = platform_.reserve(want * kHugePageBytes, pages * kHugePageBytes, kRegionBytes, &got);
   if (base == nullptr) return nullptr;
   uintptr_t b = reinterpret_cast<uintptr_t>(base);
-  if ((b >> kRegionShift) >= kRegionSlots || (b & (kRegionBytes - 1)) != 0) return nullptr;
-  void* meta = platform_.map_metadata(kHugePagesPerRegion * kPageMetaStride);
-  if (meta == nullptr) return nullptr;
+  if ((b >> kRegionShift) >= kRegionSlots || (b & (kRegionBytes - 1)) != 0 || region_table_[b >> kRegionShift].load()) return nullptr;
+  if (!reported_reduced_reservation_ && (got < want * kHugePageBytes || capacity < planned)) {
+    // One line per process, when the kernel refused what the heap planned (a limit it does not see, or an address
+    // space too crowded): the heap runs on what it got. A known RLIMIT_AS is no surprise and says nothing.
+    reported_reduced_reservation_ = true;
+    note_mib("the kernel refused ", (limited ? planned : kHugePagesPerRegion) * kHugePageBytes,
+             " MiB of address space for the heap: it reserved ", got,
+             " MiB and grows in steps (RLIMIT_AS, RLIMIT_DATA or the commit limit may refuse more)\n");
+  }
   Region* r = &regions_[region_count_++];
   r->base = b;
-  r->metadata = static_cast<char*>(meta);
-  r->next_fresh = 0;
-  r->lifetime_class = uint8_t(lc);
-  metadata_table_[b >> kRegionShift].store(r->metadata, std::memory_order_release);
+  r->used = reinterpret_cast<uint64_t*>(meta);
+  r->metadata = meta + header;
+  r->capacity = uint32_t(capacity);
+  r->reserved = uint32_t(got / kHugePageBytes);
+  r->committed = 0;
+  r->free_pages = r->reserved;
+  r->search_from = 0;
+  gauges_.reserved_bytes += got;
+  gauges_.metadata_bytes += header;
+  slots_[b >> kRegionShift].metadata.store(r->metadata, std::memory_order_relaxed);
   region_table_[b >> kRegionShift].store(r, std::memory_order_release);
-  current_region_[lc] = r;
   return r;
+}
+
+bool GlobalAllocator::grow_region(Region* r, size_t pages) {
+  size_t room = r->capacity - r->reserved;
+  if (room == 0) return false;
+  size_t need = pages < room ? pages : room;
+  size_t step = need > kGrowPages ? need : kGrowPages;
+  if (step > room) step = room;
+  for (;;) {
+    if (platform_.extend(reinterpret_cast<void*>(r->page_address(r->reserved)), step * kHugePageBytes)) {
+      r->reserved += uint32_t(step);
+      r->free_pages += uint32_t(step);
+      gauges_.reserved_bytes += step * kHugePageBytes;
+      return true;
+    }
+    if (step == need) return false;
+    step = step / 2 > need ? step / 2 : need;
+  }
+}
+
+bool GlobalAllocator::commit_metadata(Region* r, size_t end) {
+  if (end <= r->committed) return true;
+  size_t to = round_up(end, kCommitPages);
+  if (to > r->reserved) to = r->reserved;
+  if (!platform_.commit_metadata(r->metadata + r->committed * kPageMetaStride, (to - r->committed) * kPageMetaStride))
+    return false;
+  gauges_.metadata_bytes += (to - r->committed) * kPageMetaStride;
+  r->committed = uint32_t(to);
+  // Published after the metadata is usable: a lookup that sees the bound reads zeroed metadata or better.
+  slots_[r->base >> kRegionShift].bound.store(uint64_t(to) * kHugePageBytes, std::memory_order_release);
+  return true;
+}
+
+bool GlobalAllocator::take_pages(size_t pages, size_t align_pages, Region** out, size_t* index, size_t back_bytes) {
+  Region* r = nullptr;
+  size_t at = 0;
+  // Lowest address first, in every region; then the regions that may still grow, newest first; then a new one.
+  for (size_t i = 0; i < region_count_ && r == nullptr; ++i) {
+    Region* c = &regions_[i];
+    if (c->free_pages < pages) continue;
+    at = find_clear_run(c->used, c->search_from, c->reserved, pages, align_pages);
+    if (at != c->reserved) r = c;
+  }
+  for (size_t i = region_count_; i-- > 0 && r == nullptr;) {
+    Region* c = &regions_[i];
+    // (By the run and its alignment's slack: free pages at the region's end may make part of it.)
+    if (!grow_region(c, pages + align_pages - 1)) continue;
+    at = find_clear_run(c->used, c->search_from, c->reserved, pages, align_pages);
+    if (at != c->reserved) r = c;
+  }
+  if (r == nullptr) {
+    Region* c = new_region(pages + align_pages - 1 > kHugePagesPerRegion ? pages : pages + align_pages - 1);
+    if (c == nullptr) return false;
+    at = find_clear_run(c->used, 0, c->reserved, pages, align_pages);
+    if (at == c->reserved) return false;
+    r = c;
+  }
+  if (!commit_metadata(r, at + pages)) return false;
+  if (!platform_.back(reinterpret_cast<void*>(r->page_address(at)), back_bytes != 0 ? back_bytes : pages * kHugePageBytes))
+    return false;
+  set_bits(r->used, at, pages, true);
+  r->free_pages -= uint32_t(pages);
+  if (at == r->search_from) r->search_from = uint32_t(at + pages);
+  *out = r;
+  *index = at;
+  return true;
+}
+
+void GlobalAllocator::give_back_pages(Region* r, size_t index, size_t pages) {
+  counters_.huge_pages_released.fetch_add(pages, std::memory_order_relaxed);
+  platform_.release(reinterpret_cast<void*>(r->page_address(index)), pages * kHugePageBytes);
+  set_bits(r->used, index, pages, false);
+  r->free_pages += uint32_t(pages);
+  if (index < r->search_from) r->search_from = uint32_t(index);
 }
 
 void GlobalAllocator::account_page(HugePageMeta* p, int64_t pages) {
@@ -114,17 +294,11 @@ void GlobalAllocator::account_page(HugePageMeta* p, int64_t pages) {
   if (gauges_.footprint_bytes > gauges_.peak_footprint_bytes) gauges_.peak_footprint_bytes = gauges_.footprint_bytes;
 }
 
-// Bump allocates the next never-used huge page of the class's region (section 6.1), a new region when full.
+// A cached page, else the lowest free page of the address space (take_pages).
 HugePageMeta* GlobalAllocator::open_new_page(unsigned lc) {
   Region* r = nullptr;
   size_t index = 0;
-  if (!take_cached(1, 1, &r, &index)) {
-    r = current_region_[lc];
-    if (r == nullptr || r->next_fresh == kHugePagesPerRegion) r = new_region(lc);
-    if (r == nullptr) return nullptr;
-    index = r->next_fresh++;
-    if (!platform_.back(reinterpret_cast<void*>(r->page_address(index)), kHugePageBytes)) return nullptr;
-  }
+  if (!take_cached(1, 1, &r, &index) && !take_pages(1, 1, &r, &index)) return nullptr;
   HugePageMeta* p = r->page(index);
   p->region = r;
   p->index = uint32_t(index);
@@ -179,11 +353,11 @@ void GlobalAllocator::release_page(HugePageMeta* p) {
   for (SpanMeta& s : p->spans) partial_remove(&s, p->lifetime_class);
   unrelease(p, 0, kBlocksPerHugePage);
   account_page(p, -1);
-  counters_.huge_pages_released.fetch_add(1, std::memory_order_relaxed);
-  uintptr_t address = page_address(p);
-  platform_.release(reinterpret_cast<void*>(address), kHugePageBytes);
+  Region* r = p->region;
+  size_t index = p->index;
   // Its metadata reads as zero again: state kUnused, so a stale pointer into it is reported, not trusted.
   platform_.release_metadata(p, kPageMetaStride);
+  give_back_pages(r, index, 1);
 }
 
 void GlobalAllocator::set_page_cache_pages(unsigned pages) {
@@ -195,8 +369,7 @@ void GlobalAllocator::set_page_cache_pages(unsigned pages) {
 void GlobalAllocator::cache_or_release(Region* r, size_t index, size_t pages) {
   size_t cached = gauges_.page_cache_bytes / kHugePageBytes;
   if (config_.page_cache_pages == 0 || pages > config_.page_cache_pages) {
-    counters_.huge_pages_released.fetch_add(pages, std::memory_order_relaxed);
-    platform_.release(reinterpret_cast<void*>(r->page_address(index)), pages * kHugePageBytes);
+    give_back_pages(r, index, pages);
     return;
   }
   // Room: the oldest runs go back first.
@@ -222,8 +395,7 @@ void GlobalAllocator::release_cached_run(unsigned i) {
   memmove(&cached_[i], &cached_[i + 1], sizeof(CachedRun) * (cached_runs_ - i - 1));
   --cached_runs_;
   gauges_.page_cache_bytes -= run.pages * kHugePageBytes;
-  counters_.huge_pages_released.fetch_add(run.pages, std::memory_order_relaxed);
-  platform_.release(reinterpret_cast<void*>(run.region->page_address(run.index)), run.pages * kHugePageBytes);
+  give_back_pages(run.region, run.index, run.pages);
 }
 
 bool GlobalAllocator::take_cached(size_t pages, size_t align_pages, Region** r, size_t* index) {
@@ -278,11 +450,10 @@ size_t GlobalAllocator::release_cached_pages(uint64_t pages) {
     CachedRun& oldest = cached_[0];
     if (oldest.pages > excess) {
       // Part of the oldest run: its first pages.
-      platform_.release(reinterpret_cast<void*>(oldest.region->page_address(oldest.index)), excess * kHugePageBytes);
+      give_back_pages(oldest.region, oldest.index, excess);
       oldest.index += uint32_t(excess);
       oldest.pages -= uint32_t(excess);
       gauges_.page_cache_bytes -= excess * kHugePageBytes;
-      counters_.huge_pages_released.fetch_add(excess, std::memory_order_relaxed);
       return released + excess;
     }
     released += oldest.pages;
@@ -738,6 +909,7 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
   Region* r = nullptr;
   size_t index = 0;
   uintptr_t address = 0;
+  bool tail_unbacked = false;
   bool recycled = take_cached(pages, align_pages, &r, &index);
   if (recycled) {
     address = r->page_address(index);
@@ -746,22 +918,14 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
     // what the heap would hold without it (image-server: peak RSS 440 MiB with a cache of runs too short for
     // its images, 245 without).
     release_cached_pages(pages);
-    r = current_region_[lc];
-    auto first_fit = [&](Region* region) {
-      return (size_t(region->next_fresh) + align_pages - 1) / align_pages * align_pages;
-    };
-    if (r == nullptr || first_fit(r) + pages > kHugePagesPerRegion) r = new_region(lc);
-    if (r == nullptr || first_fit(r) + pages > kHugePagesPerRegion) {
+    // A huge object that ends on its own last page maps its bytes, not that page's slack.
+    size_t usable = round_up(bytes, kSmallPageBytes);
+    tail_unbacked = !donate && usable < pages * kHugePageBytes;
+    if (!take_pages(pages, align_pages, &r, &index, tail_unbacked ? usable : 0)) {
       errno = ENOMEM;
       return nullptr;
     }
-    index = first_fit(r);
-    r->next_fresh = uint32_t(index + pages);
     address = r->page_address(index);
-    if (!platform_.back(reinterpret_cast<void*>(address), pages * kHugePageBytes)) {
-      errno = ENOMEM;
-      return nullptr;
-    }
   }
   size_t whole = donate ? pages - 1 : pages;
   for (size_t i = 0; i < whole; ++i) {
@@ -777,6 +941,7 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
   }
   HugePageMeta* head = r->page(index);
   head->recycled = recycled;
+  head->tail_unbacked = tail_unbacked;
   head->huge_pages = uint32_t(whole);
   head->huge_tail_blocks = uint16_t(donate ? tail_blocks : 0);
   head->huge_requested_bytes = bytes;
@@ -805,9 +970,18 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
 void GlobalAllocator::free_huge_locked(HugePageMeta* head) {
   Region* r = head->region;
   size_t pages = head->huge_pages, index = head->index, tail_blocks = head->huge_tail_blocks;
+  // The page cache holds whole backed pages: the slack of an object's last page is backed first, or the pages go
+  // back (the memory limits refuse it).
+  bool whole = !head->tail_unbacked ||
+               (config_.page_cache_pages != 0 && pages <= config_.page_cache_pages &&
+                platform_.back(reinterpret_cast<void*>(r->page_address(index + pages - 1)), kHugePageBytes));
   account_page(head, -int64_t(pages));
-  for (size_t i = 0; i < pages; ++i) platform_.release_metadata(r->page(index + i), kPageMetaStride);
-  cache_or_release(r, index, pages);
+  // Its pages' metadata reads as zero again (state kUnused). Only their headers were written: cleared in place,
+  // not dropped page by page (a 1 GiB object has 512 pages, and a madvise each cost more than the object's own
+  // mapping calls).
+  for (size_t i = 0; i < pages; ++i) memset(static_cast<void*>(r->page(index + i)), 0, kHugeHeaderBytes);
+  if (whole) cache_or_release(r, index, pages);
+  else give_back_pages(r, index, pages);
   if (tail_blocks != 0) {
     // Its end on the donated page: those blocks are free like any object's (the page goes when it empties).
     HugePageMeta* p = r->page(index + pages);
@@ -836,7 +1010,7 @@ size_t GlobalAllocator::free_large(void* ptr) {
     uintptr_t offset = a - page_address(page);
     size_t block = offset >> kBlockShift;
     if ((offset & (kBlockBytes - 1)) != 0) fatal_pointer("free of", ptr, "pointer not the start of an object");
-    if (!page->live.test(block)) fatal_pointer("free of", ptr, "double free (its block is free)");
+    if (!page->live.test(block)) fatal_pointer("free of", ptr, "double free, or a pointer never allocated (its block is free)");
     if (page->spans[block / kBlocksPerSpan].small.load(std::memory_order_relaxed) || !page->large_start.test(block))
       fatal_pointer("free of", ptr, "pointer not the start of an object");
     size_t last = page->large_end.next_set(block);
@@ -860,7 +1034,9 @@ size_t GlobalAllocator::large_usable_size(const void* ptr) {
   HugePageMeta* page = page_of(a);
   if (page == nullptr || page->state == PageState::kUnused) return 0;
   if (page->kind == PageKind::kHugeHead)
-    return a == page_address(page) ? size_t(page->huge_pages) * kHugePageBytes + page->huge_tail_blocks * kBlockBytes : 0;
+    return a != page_address(page) ? 0
+           : page->huge_tail_blocks != 0 ? size_t(page->huge_pages) * kHugePageBytes + page->huge_tail_blocks * kBlockBytes
+                                         : round_up(page->huge_requested_bytes, kSmallPageBytes);
   if (page->kind != PageKind::kBlocks) return 0;
   uintptr_t offset = a - page_address(page);
   size_t block = offset >> kBlockShift;
@@ -953,14 +1129,27 @@ void GlobalAllocator::check_invariants() {
 
 void GlobalAllocator::check_invariants_locked() {
   size_t pages_by_class[kMaxClasses] = {};
-  size_t total = 0, released_blocks = 0;
+  size_t total = 0, released_blocks = 0, all_used_pages = 0;
   for (size_t i = 0; i < region_count_; ++i) {
     Region* r = &regions_[i];
     LLAMALLOC_CHECK(region_of(r->base) == r, "invariant: region table does not map a region's base to it");
-    LLAMALLOC_CHECK(metadata_table_[r->base >> kRegionShift].load(std::memory_order_relaxed) == r->metadata,
-                    "invariant: metadata table does not map a region's base to its metadata");
-    for (size_t j = 0; j < r->next_fresh; ++j) {
+    LLAMALLOC_CHECK(slots_[r->base >> kRegionShift].metadata.load(std::memory_order_relaxed) == r->metadata &&
+                        slots_[r->base >> kRegionShift].bound.load(std::memory_order_relaxed) ==
+                            uint64_t(r->committed) * kHugePageBytes,
+                    "invariant: slot table does not map a region's base to its metadata and bound");
+    LLAMALLOC_CHECK(r->committed <= r->reserved && r->reserved <= r->capacity && r->capacity <= kHugePagesPerRegion,
+                    "invariant: region's committed <= reserved <= capacity");
+    size_t used_pages = 0;
+    for (size_t j = 0; j < r->reserved; ++j) {
+      bool used = test_bit(r->used, j);
+      used_pages += used;
+      LLAMALLOC_CHECK(used || j >= r->search_from, "invariant: a free page below the region's search start");
+      if (j >= r->committed) {
+        LLAMALLOC_CHECK(!used, "invariant: a used page without usable metadata");
+        continue;
+      }
       HugePageMeta* p = r->page(j);
+      LLAMALLOC_CHECK(used || p->state == PageState::kUnused, "invariant: a page in use is not marked used");
       if (p->state == PageState::kUnused) continue;
       LLAMALLOC_CHECK(p->check(num_classes()), "invariant: huge page metadata inconsistent");
       LLAMALLOC_CHECK(p->region == r && p->index == j, "invariant: huge page back-pointers wrong");
@@ -974,7 +1163,20 @@ void GlobalAllocator::check_invariants_locked() {
         LLAMALLOC_CHECK(bool(p->in_recyclable) == !p->live.all(), "invariant: recyclable list membership");
       }
     }
+    LLAMALLOC_CHECK(used_pages + r->free_pages == r->reserved, "invariant: region's free pages miscounted");
+    all_used_pages += used_pages;
   }
+  // Every used page that is not in use is in the page cache.
+  size_t cached_pages = 0;
+  for (unsigned i = 0; i < cached_runs_; ++i) {
+    cached_pages += cached_[i].pages;
+    for (size_t j = 0; j < cached_[i].pages; ++j)
+      LLAMALLOC_CHECK(test_bit(cached_[i].region->used, cached_[i].index + j) &&
+                          cached_[i].region->page(cached_[i].index + j)->state == PageState::kUnused,
+                      "invariant: a cached page is not a used page out of use");
+  }
+  LLAMALLOC_CHECK(cached_pages * kHugePageBytes == gauges_.page_cache_bytes, "invariant: page cache miscounted");
+  LLAMALLOC_CHECK(all_used_pages == total + cached_pages, "invariant: a used page neither in use nor cached");
   for (unsigned c = 0; c < kMaxClasses; ++c) {
     LLAMALLOC_CHECK(pages_by_class[c] == gauges_.huge_pages_by_class[c], "invariant: pages by class miscounted");
     uint64_t last_deadline = 0;

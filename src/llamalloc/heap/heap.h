@@ -119,6 +119,9 @@ struct HugePageMeta {
   uint8_t open_idle;        // open, found empty by release_empty_open_pages, and no block taken since
   uint8_t no_huge_page;     // has subreleased blocks: kept from being collapsed into a huge page again
   uint8_t recycled;         // kHugeHead: its pages came from the page cache, not zeroed by the kernel
+  // kHugeHead: only the object's bytes (rounded to 4 KiB) are usable memory, not its last page's slack, which
+  // stays reserved and charges nothing (a 5 MiB object maps 5 MiB, as glibc's mmap would, not 6).
+  uint8_t tail_unbacked;
   uint32_t large_requested_bytes[kBlocksPerHugePage];  // by first block
   SpanMeta spans[kSpansPerHugePage];
 
@@ -129,11 +132,21 @@ inline constexpr size_t kPageMetaStride =
     (sizeof(HugePageMeta) + kSmallPageBytes - 1) / kSmallPageBytes * kSmallPageBytes;
 static_assert(kPageMetaStride % kSmallPageBytes == 0, "metadata of a released page is dropped page by page");
 
+// The heap's address space: regions of up to kRegionBytes, each at a kRegionBytes-aligned address so that the
+// region of an address is one shift into a table. Without an address-space limit a region is reserved whole at
+// once; under RLIMIT_AS, or when the kernel refuses, it is reserved in steps as the heap grows (docs/heap.md,
+// "Address space"). Pages of every lifetime class share the regions (a page's class is in its metadata); free
+// pages, never used or given back, are reused lowest address first, so that the address range, the page tables
+// and the mappings the heap holds track what it uses.
 struct Region {
-  uintptr_t base;  // kRegionBytes aligned
-  char* metadata;  // kHugePagesPerRegion strides
-  uint32_t next_fresh;  // huge pages below have been used once: their addresses are never handed out again
-  uint8_t lifetime_class;
+  uintptr_t base;      // kRegionBytes aligned
+  char* metadata;      // page i's HugePageMeta at metadata + i * kPageMetaStride
+  uint64_t* used;      // a bit per page: open, active, part of a huge object, or in the page cache
+  uint32_t capacity;   // pages whose metadata address space is reserved: the most the region grows to
+  uint32_t reserved;   // pages of address space reserved from base
+  uint32_t committed;  // pages whose metadata is usable: every lookup is bounded by it
+  uint32_t free_pages; // pages of [0, reserved) not used
+  uint32_t search_from;  // no page below it is free
 
   HugePageMeta* page(size_t i) const { return reinterpret_cast<HugePageMeta*>(metadata + i * kPageMetaStride); }
   uintptr_t page_address(size_t i) const { return base + (i << kHugePageShift); }
@@ -273,13 +286,17 @@ class GlobalAllocator {
     return region_table_[slot].load(std::memory_order_acquire);
   }
   // The metadata of the huge page of `address`, or null if not ours: one load of the region's metadata by its
-  // address slot (regions are kRegionBytes aligned), none through its Region.
+  // address slot (regions are kRegionBytes aligned), none through its Region. The bound (the region's pages with
+  // usable metadata) keeps an address of another mapping in the unreserved part of a slot from being taken for
+  // one of the heap's; it shares the entry's cache line, and an unused slot's bound is 0.
   LLAMALLOC_FAST HugePageMeta* page_meta_of(uintptr_t address) const {
     size_t slot = address >> kRegionShift;
     if (LLAMALLOC_UNLIKELY(slot >= kRegionSlots)) return nullptr;
-    char* meta = metadata_table_[slot].load(std::memory_order_acquire);
-    if (LLAMALLOC_UNLIKELY(meta == nullptr)) return nullptr;
-    return reinterpret_cast<HugePageMeta*>(meta + ((address & (kRegionBytes - 1)) >> kHugePageShift) * kPageMetaStride);
+    const Slot& s = slots_[slot];
+    uintptr_t offset = address & (kRegionBytes - 1);
+    if (LLAMALLOC_UNLIKELY(offset >= s.bound.load(std::memory_order_acquire))) return nullptr;
+    return reinterpret_cast<HugePageMeta*>(s.metadata.load(std::memory_order_relaxed) +
+                                           (offset >> kHugePageShift) * kPageMetaStride);
   }
   static size_t span_index_of(uintptr_t address) { return (address >> kBlockSpanShift) & (kSpansPerHugePage - 1); }
   LLAMALLOC_FAST SpanMeta* span_of(uintptr_t address) const {
@@ -292,11 +309,8 @@ class GlobalAllocator {
     HugePageMeta* page = page_meta_of(address);
     return page != nullptr ? &page->size_spans[span_index_of(address)] : nullptr;
   }
-  LLAMALLOC_FAST HugePageMeta* page_of(uintptr_t address) const {
-    Region* r = region_of(address);
-    return r ? r->page((address - r->base) >> kHugePageShift) : nullptr;
-  }
-  bool owns(const void* p) const { return region_of(reinterpret_cast<uintptr_t>(p)) != nullptr; }
+  LLAMALLOC_FAST HugePageMeta* page_of(uintptr_t address) const { return page_meta_of(address); }
+  bool owns(const void* p) const { return page_meta_of(reinterpret_cast<uintptr_t>(p)) != nullptr; }
   // Whether the huge object p (more than a huge page; its owner asks) is on pages from the page cache, which
   // still hold old data: calloc() zeroes those, and relies on the kernel's zeroed pages otherwise.
   bool huge_object_recycled(const void* p) const {
@@ -357,7 +371,16 @@ class GlobalAllocator {
   uint64_t now_ns() { return clock_.now_ns(); }
 
  private:
-  Region* new_region(unsigned lc);
+  // Address space: `pages` contiguous free pages, aligned to align_pages, made usable (backed, their metadata
+  // committed): from the regions' free pages, lowest address first, then by growing a region's reservation, then
+  // from a new region. false when the address space, RLIMIT_DATA or the commit limit refuses.
+  // back_bytes: how much of the run, from its start, is made usable (all of it by default).
+  bool take_pages(size_t pages, size_t align_pages, Region** r, size_t* index, size_t back_bytes = 0);
+  // Gives [index, index + pages) of r back to the OS (Platform::release) and to the free pages for reuse.
+  void give_back_pages(Region* r, size_t index, size_t pages);
+  Region* new_region(size_t pages);
+  bool grow_region(Region* r, size_t pages);
+  bool commit_metadata(Region* r, size_t end);
   HugePageMeta* open_new_page(unsigned lc);
   HugePageMeta* ensure_open_page(unsigned lc);
   void activate(HugePageMeta* page);
@@ -443,11 +466,16 @@ class GlobalAllocator {
   // the emptiest are recycled first (see pop_partial_span).
   SpanMeta* partial_head_[kMaxClasses][kPartialBuckets] = {};
   SpanMeta* partial_tail_[kMaxClasses][kPartialBuckets] = {};
-  Region* current_region_[kMaxClasses] = {};
   size_t region_count_ = 0;
   Region regions_[kMaxRegions] = {};
   std::atomic<Region*> region_table_[kRegionSlots] = {};
-  std::atomic<char*> metadata_table_[kRegionSlots] = {};  // Region::metadata by the same slot (span_of)
+  // By the same slot: the region's metadata and the bytes of its address range that page_meta_of may look up.
+  struct alignas(16) Slot {
+    std::atomic<char*> metadata{nullptr};
+    std::atomic<uint64_t> bound{0};
+  };
+  Slot slots_[kRegionSlots] = {};
+  bool reported_reduced_reservation_ = false;
   // Blocks in use at each of the last kDemandPasses subrelease passes (a ring), and the pass count.
   uint32_t demand_[kDemandPasses] = {};
   uint32_t demand_passes_ = 0;

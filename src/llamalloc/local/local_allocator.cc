@@ -389,7 +389,7 @@ void LocalAllocator::free_suspicious(GlobalAllocator& global, LocalHeap* heap, S
   if (s->owner == heap) {
     owner_enter(heap);  // before its lists are read: a sweeper may be taking remote frees into them
     if (sweep_requested(heap)) wait_for_sweep(*heap);
-    if (on_free_list(s, p)) bad_free(p, "double free");
+    if (on_free_list(s, p)) bad_free(p, "double free, or a pointer never allocated (its block is free)");
     span_push(s, p);
     if (--s->used == 0 || !s->queued) return owner_free_slow(global, *heap, s);
     return owner_exit(heap);
@@ -397,11 +397,11 @@ void LocalAllocator::free_suspicious(GlobalAllocator& global, LocalHeap* heap, S
   if (s->owner == global.shared_heap()) {
     {
       LockGuard g(global.shared_lock());  // (its lists change only under it)
-      if (on_free_list(s, p)) bad_free(p, "double free");
+      if (on_free_list(s, p)) bad_free(p, "double free, or a pointer never allocated (its block is free)");
     }
     return shared_free(global, s, p);
   }
-  if (on_free_list(s, p)) bad_free(p, "double free");
+  if (on_free_list(s, p)) bad_free(p, "double free, or a pointer never allocated (its block is free)");
   remote_free(global, s, p);
 }
 

@@ -10,14 +10,23 @@ namespace llamalloc {
 
 class Platform {
  public:
-  // Address space only: `bytes` aligned to `alignment`, not yet usable, charging no memory. The heap never
-  // dereferences data addresses itself, so a fake platform may hand out addresses that map nothing.
-  // nullptr when the address space is exhausted.
-  virtual void* reserve(size_t bytes, size_t alignment) = 0;
-  // Makes [address, address + bytes) of a reservation usable memory, as huge pages. false when refused.
+  // Address space only, not yet usable and charging no memory: at most `bytes` at an `alignment`-aligned
+  // address, and as much of it as the process's limits allow but at least `min_bytes` (a multiple of
+  // kHugePageBytes); *got says how much. The heap never dereferences data addresses itself, so a fake platform may
+  // hand out addresses that map nothing. nullptr when not even min_bytes can be had.
+  virtual void* reserve(size_t bytes, size_t min_bytes, size_t alignment, size_t* got) = 0;
+  // Extends a reservation in place: reserves exactly [address, address + bytes) if nothing else is mapped there
+  // and the limits allow it. false otherwise (the reservation then ends where it did).
+  virtual bool extend(void* address, size_t bytes) = 0;
+  // How much address space the heap may still reserve: the room under RLIMIT_AS, or SIZE_MAX without a limit
+  // (the heap then reserves whole regions at once).
+  virtual size_t address_space_left() { return ~size_t{0}; }
+  // Makes [address, address + bytes) of a reservation usable memory, as huge pages. false when refused (the
+  // commit charge or RLIMIT_DATA would be exceeded).
   virtual bool back(void* address, size_t bytes) = 0;
-  // Gives the memory of [address, address + bytes) back to the OS at once. The heap never uses these
-  // addresses again (papers/000 section 8), so nothing needs to be usable afterwards.
+  // Gives [address, address + bytes) back to the OS at once: its memory, its commit charge, its page tables and
+  // its count against RLIMIT_DATA. It stays reserved, and back() makes it usable again (the heap reuses the
+  // address range).
   virtual void release(void* address, size_t bytes) = 0;
   // Gives the memory of [address, address + bytes), free blocks of a huge page that stays in use, back to the OS
   // (subrelease): the kernel splits the huge page, and the range reads as zero, on 4 KiB pages, when touched again.
@@ -25,8 +34,7 @@ class Platform {
   // Whether the kernel may (again) back the huge page at `address` with one 2 MiB page: false once some of its
   // blocks are subreleased, true when they are all in use again. Linux's khugepaged otherwise collapses a
   // subreleased page back into a whole huge page as soon as one of its small pages is present (the default
-  // khugepaged/max_ptes_none is 511), zero-filling the rest: measured on image-server, RSS in the quiet phase
-  // went from 10 back to 17 MiB within seconds. A fake platform need not do anything.
+  // khugepaged/max_ptes_none is 511), zero-filling the rest. A fake platform need not do anything.
   virtual void allow_huge_page(void* address, size_t bytes, bool allow) {
     (void)address;
     (void)bytes;
@@ -34,6 +42,10 @@ class Platform {
   }
   // Zeroed, usable memory for the heap's own metadata (small pages, backed on first touch); nullptr if refused.
   virtual void* map_metadata(size_t bytes) = 0;
+  // Address space for metadata that is made usable later, in parts (commit_metadata); nullptr if refused.
+  virtual void* reserve_metadata(size_t bytes) = 0;
+  // Makes [address, address + bytes) of a metadata reservation usable, reading as zero. false when refused.
+  virtual bool commit_metadata(void* address, size_t bytes) = 0;
   // Drops the memory behind whole small pages of metadata; they read as zero afterwards.
   virtual void release_metadata(void* address, size_t bytes) = 0;
 
@@ -54,13 +66,24 @@ class Clock {
 class LinuxPlatform final : public Platform {
  public:
   constexpr LinuxPlatform() = default;
-  void* reserve(size_t bytes, size_t alignment) override;
+  void* reserve(size_t bytes, size_t min_bytes, size_t alignment, size_t* got) override;
+  bool extend(void* address, size_t bytes) override;
+  size_t address_space_left() override;
   bool back(void* address, size_t bytes) override;
   void release(void* address, size_t bytes) override;
   void subrelease(void* address, size_t bytes) override;
   void allow_huge_page(void* address, size_t bytes, bool allow) override;
   void* map_metadata(size_t bytes) override;
+  void* reserve_metadata(size_t bytes) override;
+  bool commit_metadata(void* address, size_t bytes) override;
   void release_metadata(void* address, size_t bytes) override;
+  // Whether the heap advises its memory as transparent huge pages (LLAMALLOC_HUGE_PAGES; set before the first
+  // allocation).
+  void set_huge_pages(bool on) { huge_pages_ = on; }
+
+ private:
+  void advise_huge(void* address, size_t bytes);
+  bool huge_pages_ = true;
 };
 
 // CLOCK_MONOTONIC(_COARSE) through the vDSO: no system call, no allocation, unaffected by wall-clock changes.

@@ -2,45 +2,122 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cstring>
 
+#include "config.h"
 #include "pal/pal.h"
 
 namespace llamalloc {
 
-void* LinuxPlatform::reserve(size_t bytes, size_t alignment) {
-  // PROT_NONE: address space only, so an unbacked huge page faults instead of silently growing the heap.
-  // MAP_NORESERVE: 16 GiB per lifetime class must not count against overcommit until backed.
-  size_t over = bytes + alignment;
-  void* raw = mmap(nullptr, over, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  uintptr_t aligned = (start + alignment - 1) & ~(uintptr_t{alignment} - 1);
-  // Trim the slack on both sides so that the region is exactly aligned (munmap of the unused ends).
-  if (aligned > start) munmap(raw, aligned - start);
-  uintptr_t end = start + over;
-  if (end > aligned + bytes) munmap(reinterpret_cast<void*>(aligned + bytes), end - (aligned + bytes));
-  // MADV_HUGEPAGE on the whole reservation: this machine's THP mode is "madvise", so without it the kernel backs
-  // the heap with 4 KiB pages. The flag survives the later mprotect of each huge page.
-  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);
-  return reinterpret_cast<void*>(aligned);
+namespace {
+
+constexpr int kReserveFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
+// Address space at exactly `address`, or false: MAP_FIXED_NOREPLACE never replaces a mapping (on kernels older than
+// 4.17 the flag is ignored and the address is only a hint, so the result is checked).
+bool reserve_exactly(uintptr_t address, size_t bytes) {
+  void* p = mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE, kReserveFlags | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  if (reinterpret_cast<uintptr_t>(p) == address) return true;
+  munmap(p, bytes);
+  return false;
+}
+
+// `bytes` of PROT_NONE address space at an `alignment`-aligned address, or nullptr.
+void* reserve_aligned(size_t bytes, size_t alignment) {
+  // PROT_NONE: address space only (no commit charge, nothing against RLIMIT_DATA), so an unbacked huge page
+  // faults instead of silently growing the heap. Over-map by the alignment and trim both ends: one try when the
+  // address space is not limited.
+  void* raw = mmap(nullptr, bytes + alignment, PROT_NONE, kReserveFlags, -1, 0);
+  if (raw != MAP_FAILED) {
+    uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    uintptr_t aligned = (start + alignment - 1) & ~(uintptr_t{alignment} - 1);
+    if (aligned > start) munmap(raw, aligned - start);
+    uintptr_t end = start + bytes + alignment;
+    if (end > aligned + bytes) munmap(reinterpret_cast<void*>(aligned + bytes), end - (aligned + bytes));
+    return reinterpret_cast<void*>(aligned);
+  }
+  // Under RLIMIT_AS the over-mapping itself is refused: learn where the kernel places a mapping of this size,
+  // then try the aligned addresses at and below it (the kernel fills the address space top down, so the room
+  // above a reservation there stays free longest for it to grow into).
+  void* probe = mmap(nullptr, bytes, PROT_NONE, kReserveFlags, -1, 0);
+  if (probe == MAP_FAILED) return nullptr;
+  uintptr_t at = reinterpret_cast<uintptr_t>(probe);
+  if ((at & (alignment - 1)) == 0) return probe;
+  munmap(probe, bytes);
+  at &= ~(uintptr_t{alignment} - 1);
+  for (int tries = 0; tries < 64 && at >= alignment; ++tries, at -= alignment)
+    if (reserve_exactly(at, bytes)) return reinterpret_cast<void*>(at);
+  return nullptr;
+}
+
+}  // namespace
+
+void LinuxPlatform::advise_huge(void* address, size_t bytes) {
+  // This machine's THP mode is "madvise": without MADV_HUGEPAGE the kernel backs the heap with 4 KiB pages. The
+  // flag belongs to the mapping and survives the later mprotect of each huge page; LLAMALLOC_HUGE_PAGES=0 asks
+  // for 4 KiB pages even where the THP mode is "always".
+  madvise(address, bytes, huge_pages_ ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+}
+
+void* LinuxPlatform::reserve(size_t bytes, size_t min_bytes, size_t alignment, size_t* got) {
+  // Halving down to min_bytes: what RLIMIT_AS or a crowded address space leaves.
+  for (size_t want = bytes;;) {
+    if (void* p = reserve_aligned(want, alignment)) {
+      advise_huge(p, want);
+      *got = want;
+      return p;
+    }
+    if (want <= min_bytes) return nullptr;
+    want = (want / 2) & ~(kHugePageBytes - 1);
+    if (want < min_bytes) want = min_bytes;
+  }
+}
+
+bool LinuxPlatform::extend(void* address, size_t bytes) {
+  if (!reserve_exactly(reinterpret_cast<uintptr_t>(address), bytes)) return false;
+  advise_huge(address, bytes);
+  return true;
+}
+
+size_t LinuxPlatform::address_space_left() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return ~size_t{0};
+  // The process's size now: the first field of /proc/self/statm, in pages.
+  size_t size = 0;
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[128];
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) size = size * 10 + size_t(buf[i] - '0');
+    size *= size_t(sysconf(_SC_PAGESIZE));
+  }
+  return limit.rlim_cur > size ? size_t(limit.rlim_cur - size) : 0;
 }
 
 bool LinuxPlatform::back(void* address, size_t bytes) {
   // Read-write from now on; the kernel backs it on first touch, with one huge page per aligned 2 MiB since the
-  // VMA carries VM_HUGEPAGE. Adjacent backed pages merge into one VMA (same protection and flags).
-  if (mprotect(address, bytes, PROT_READ | PROT_WRITE) != 0) return false;
-  return true;
+  // mapping carries VM_HUGEPAGE. Adjacent backed pages merge into one VMA (same protection and flags). Refused
+  // (ENOMEM) beyond RLIMIT_DATA, or beyond the commit limit under strict overcommit.
+  return mprotect(address, bytes, PROT_READ | PROT_WRITE) == 0;
 }
 
 void LinuxPlatform::release(void* address, size_t bytes) {
-  // MADV_DONTNEED, not MADV_FREE: the paper returns a free huge page to the OS at once, and RSS must drop now.
-  // The range stays read-write (no mprotect back to PROT_NONE) so that released pages never split the VMA;
-  // the heap never touches these addresses again.
-  madvise(address, bytes, MADV_DONTNEED);
+  // A fresh PROT_NONE mapping over the range, not MADV_DONTNEED alone: the memory, its page tables, its commit
+  // charge and its count against RLIMIT_DATA all go, so that what the heap maps read-write tracks what it uses
+  // and memory freed after an ENOMEM can be had again; the range stays reserved for the heap to reuse.
+  void* p = mmap(address, bytes, PROT_NONE, kReserveFlags | MAP_FIXED, -1, 0);
+  if (p == MAP_FAILED) {
+    // (Refused only when the new mapping would exceed vm.max_map_count: the memory still goes.)
+    madvise(address, bytes, MADV_DONTNEED);
+    return;
+  }
+  advise_huge(address, bytes);
 }
 
 void LinuxPlatform::subrelease(void* address, size_t bytes) {
@@ -51,6 +128,7 @@ void LinuxPlatform::subrelease(void* address, size_t bytes) {
 
 void LinuxPlatform::allow_huge_page(void* address, size_t bytes, bool allow) {
   // Splits the VMA around the page while it is off (adjacent pages with the same flag merge again).
+  if (!huge_pages_) return;
   madvise(address, bytes, allow ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
 
@@ -58,6 +136,16 @@ void* LinuxPlatform::map_metadata(size_t bytes) {
   // Zero-filled, lazily backed 4 KiB pages; MAP_NORESERVE because most of a region's metadata is never touched.
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
+}
+
+void* LinuxPlatform::reserve_metadata(size_t bytes) {
+  // PROT_NONE until committed: metadata charges memory, RLIMIT_DATA and the commit limit only for the pages in use.
+  void* p = mmap(nullptr, bytes, PROT_NONE, kReserveFlags, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+bool LinuxPlatform::commit_metadata(void* address, size_t bytes) {
+  return mprotect(address, bytes, PROT_READ | PROT_WRITE) == 0;
 }
 
 void LinuxPlatform::release_metadata(void* address, size_t bytes) {
