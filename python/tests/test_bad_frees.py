@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
     free(a); free(b); free(a);  /* a -> b -> a on the span's list */
     for (int i = 0; i < 20000; ++i) note(malloc(100));
     (void)keep;
+  } else if (!strcmp(mode, "never-allocated")) {
+    /* A pointer to a block of a live span that was never handed out: never reported as a plain double free. */
+    char* a = malloc(100); void* keep = malloc(100);
+    free(a + 3 * 112);
+    (void)keep;
   } else if (!strcmp(mode, "write-after-free")) {
     void* a = malloc(100); void* keep = malloc(100);
     free(a);
@@ -93,11 +98,14 @@ def run(program, mode):
 
 
 @pytest.mark.parametrize("mode,message", [
-    ("in-a-row", r"llamalloc: free of 0x[0-9a-f]+: double free$"),
-    ("later", r"llamalloc: free of 0x[0-9a-f]+: double free$"),
+    ("in-a-row", r"llamalloc: free of 0x[0-9a-f]+: double free, or a pointer never allocated \(its block is free\)$"),
+    ("later", r"llamalloc: free of 0x[0-9a-f]+: double free, or a pointer never allocated \(its block is free\)$"),
+    ("never-allocated", r"llamalloc: free of 0x[0-9a-f]+: double free, or a pointer never allocated \(its block is "
+                        r"free\)$"),
     ("write-after-free", r"llamalloc: malloc: freed block 0x[0-9a-f]+: its link was overwritten: written after it "
                          r"was freed, or freed twice$"),
-    ("empties-span", r"llamalloc: free of 0x[0-9a-f]+: double free$"),
+    ("empties-span", r"llamalloc: free of 0x[0-9a-f]+: double free, or a pointer never allocated \(its block is "
+                     r"free\)$"),
 ])
 def test_bad_free_is_reported_in_one_line_before_memory_is_handed_out_twice(program, mode, message):
     r = run(program, mode)

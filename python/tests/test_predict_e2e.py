@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from float32_bounds import assert_logits_agree, logit_error_bound
 from llamalloc import paths, profile
 from llamalloc.model import modelfile, reference
 from predict_support import cpp_infer, random_model
@@ -200,7 +201,7 @@ def test_contexts_the_model_was_not_trained_on_start_long_lived(trained, env, tm
 
 
 def test_trained_model_golden_cpp_inference_equals_reference(trained):
-    """The allocator's inference of the trained model gives the reference classes and logits (within 1e-4) on
+    """The allocator's inference of the trained model gives the reference classes and logits (within the float32 bound of float32_bounds.py) on
     every context of the profile."""
     _, prof, model = trained
     samples = profile.samples_table([prof])
@@ -209,7 +210,7 @@ def test_trained_model_golden_cpp_inference_equals_reference(trained):
     token_ids = reference.tokens(m, stacks, sizes)
     want_classes, want_logits = reference.predict(model, stacks, sizes)
     got_classes, got_logits = cpp_infer(model, token_ids)
-    np.testing.assert_allclose(got_logits, want_logits, atol=1e-4, rtol=0)
+    assert_logits_agree(got_logits, want_logits, logit_error_bound(m, token_ids))
     assert (got_classes == want_classes).all()
     assert len(set(got_classes.tolist())) > 1
 
