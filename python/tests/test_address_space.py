@@ -113,6 +113,18 @@ int main(int argc, char** argv) {
     printf("{\"vmdata_kib\": [%ld, %ld, %ld]}\n", d0, d1, d2);
     return 0;
   }
+  if (argc == 2 && !strcmp(argv[1], "sparse")) {
+    /* 4096 blocks of 64 KiB, one byte written in each: resident and huge-page KiB. */
+    for (int i = 0; i < 4096; ++i) ((char*)mallocp(65536))[0] = 1;
+    char buf[4096];
+    int fd = open("/proc/self/smaps_rollup", O_RDONLY);
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    buf[n < 0 ? 0 : n] = 0;
+    printf("{\"rss_kib\": %ld, \"anon_huge_kib\": %ld}\n", atol(strstr(buf, "\nRss:") + 5),
+           atol(strstr(buf, "AnonHugePages:") + 14));
+    return 0;
+  }
   return 2;
 }
 """
@@ -127,11 +139,13 @@ def program(tmp_path_factory) -> Path:
     return exe
 
 
-def run(argv, allocator: str, *, limit_as: int | None = None, limit_data: int | None = None, timeout=300):
+def run(argv, allocator: str, *, limit_as: int | None = None, limit_data: int | None = None, timeout=300,
+        options: dict[str, str] | None = None):
     """Runs argv under glibc or llamalloc (LD_PRELOAD), with the given RLIMIT_AS / RLIMIT_DATA in bytes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMALLOC_") and k != "LD_PRELOAD"}
     if allocator == "llamalloc":
         env["LD_PRELOAD"] = str(native_library("libllamalloc.so"))
+        env.update(options or {})
 
     def limits():
         if limit_as is not None:
@@ -216,3 +230,17 @@ def test_freed_memory_leaves_vmdata_as_strict_overcommit_charges_it(program):
     start, full, freed = json.loads(r.stdout)["vmdata_kib"]
     assert full - start >= 512 * 1024, r.stdout
     assert freed - start <= 32 * 1024, r.stdout
+
+
+def test_sparse_touches_cost_whole_huge_pages_unless_huge_pages_are_off(program):
+    # A heap of huge pages backs 2 MiB at the first touch of a page: 4096 blocks of 64 KiB with one byte written
+    # each take about 256 MiB. LLAMALLOC_HUGE_PAGES=0 backs 4 KiB pages as touched, as glibc's heap does.
+    glibc = json.loads(run([program, "sparse"], "glibc").stdout)
+    off = json.loads(run([program, "sparse"], "llamalloc", options={"LLAMALLOC_HUGE_PAGES": "0"}).stdout)
+    on = json.loads(run([program, "sparse"], "llamalloc").stdout)
+    assert off["anon_huge_kib"] == 0, off
+    assert off["rss_kib"] <= 2 * glibc["rss_kib"], (off, glibc)
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.exists() and "[never]" not in thp.read_text():
+        assert on["anon_huge_kib"] >= 128 * 1024, on
+        assert on["rss_kib"] >= 5 * off["rss_kib"], (on, off)
