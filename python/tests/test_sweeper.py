@@ -139,3 +139,36 @@ def test_a_forked_child_sweeps_its_own_idle_threads(program):
     assert child["stats"]["counters"]["idle_heap_sweeps"] > parent["stats"]["counters"]["idle_heap_sweeps"]
     assert child_off["stats"]["footprint_bytes"] >= 16 << 20, child_off["stats"]
     assert child["stats"]["footprint_bytes"] <= child_off["stats"]["footprint_bytes"] // 2, child["stats"]
+
+
+PTHREAD_EXIT = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static void* worker(void* arg) {
+  (void)arg;
+  for (int i = 0; i < 100000; ++i) free(malloc(16 + i % 4000));
+  usleep(600 * 1000);  /* past two sweeper periods: the sweeper runs */
+  puts("worker done");
+  fflush(stdout);
+  return NULL;
+}
+
+int main(void) {
+  pthread_t t;
+  free(malloc(10));
+  pthread_create(&t, NULL, worker, NULL);
+  pthread_exit(NULL);  /* the process ends when its last thread does */
+}
+"""
+
+
+def test_the_sweeper_does_not_keep_a_process_alive_after_its_last_thread(tmp_path):
+    # The main thread calls pthread_exit and the worker returns: glibc ends the process then, as without the
+    # library. The sweeper thread (which blocks every signal) ended it never, and SIGTERM could not either.
+    import subprocess
+    exe = build_linked(tmp_path, PTHREAD_EXIT)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0 and r.stdout == "worker done\n", (r.returncode, r.stdout, r.stderr)

@@ -1,5 +1,6 @@
 #include "sim/llama_policy.h"
 
+#include <errno.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -35,15 +36,16 @@ class SimPlatform final : public Platform {
     *got = bytes;
     return reinterpret_cast<void*>(aligned);
   }
-  bool extend(void* address, size_t bytes) override {
+  int extend(void* address, size_t bytes) override {
     void* p = ::mmap(address, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    if (p == address) return true;
+    if (p == address) return 0;
     if (p != MAP_FAILED) ::munmap(p, bytes);
-    return false;
+    return p == MAP_FAILED && errno == ENOMEM ? ENOMEM : EEXIST;
   }
   // Counted in whole huge pages: a huge object's last page, backed only as far as the object reaches, is one
   // page of the footprint as it is one of the heap's pages in use.
+  void unreserve(void* address, size_t bytes) override { ::munmap(address, bytes); }
   bool back(void* address, size_t bytes) override {
     uintptr_t a = reinterpret_cast<uintptr_t>(address);
     for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes)

@@ -27,17 +27,44 @@ class FakePlatform final : public Platform {
     *got = bytes;
     return reinterpret_cast<void*>(a);
   }
-  bool extend(void* address, size_t bytes) override {
+  int extend(void* address, size_t bytes) override {
     uintptr_t a = reinterpret_cast<uintptr_t>(address);
+    if (bytes > address_space_budget - reserved_bytes) return ENOMEM;
+    // Inside a reservation: a range given back (holes, by 4 KiB page) is taken again whole, unless another mapping
+    // took it.
+    if (holes.count(a) || holes.count(a - 4096)) {
+      for (uintptr_t p = a; p < a + bytes; p += 4096)
+        if (!holes.count(p) || taken.count(p)) return EEXIST;
+      for (uintptr_t p = a; p < a + bytes; p += 4096) holes.erase(p);
+      reserved_bytes += bytes;
+      return 0;
+    }
     auto it = reservation_ends.find(a);
-    if (it == reservation_ends.end() || bytes > address_space_budget - reserved_bytes || a + bytes > blocked_from)
-      return false;
+    if (it == reservation_ends.end() || a + bytes > blocked_from) return EEXIST;
     uintptr_t start = it->second;
     reservation_ends.erase(it);
     reservation_ends[a + bytes] = start;
     reserved_bytes += bytes;
     ++extensions;
-    return true;
+    return 0;
+  }
+  void unreserve(void* address, size_t bytes) override {
+    uintptr_t a = reinterpret_cast<uintptr_t>(address);
+    for (uintptr_t p = a; p < a + bytes; p += 4096)
+      if (!holes.insert(p).second) unreserved_twice = true;
+    reserved_bytes -= bytes;
+    // Its memory goes with it.
+    for (uintptr_t page = a & ~(kHugePageBytes - 1); page < a + bytes; page += kHugePageBytes) {
+      auto it = backed.find(page);
+      if (it == backed.end()) continue;
+      size_t from = a > page ? a - page : 0, to = a + bytes - page < kHugePageBytes ? a + bytes - page : kHugePageBytes;
+      // (Backed bytes of a page are a prefix of it; the heap unreserves suffixes or whole pages.)
+      size_t gone = from < it->second ? (to < it->second ? to : it->second) - from : 0;
+      if (from < it->second && to < it->second) backed_twice = true;  // a hole inside backed memory: a bug here
+      it->second -= gone;
+      backed_bytes -= gone;
+      if (it->second == 0) backed.erase(it);
+    }
   }
   size_t address_space_left() override {
     return address_space_budget == ~size_t{0} ? ~size_t{0} : address_space_budget - reserved_bytes;
@@ -45,18 +72,21 @@ class FakePlatform final : public Platform {
   // Backed bytes are counted per huge page (a huge object's last page may be backed in part).
   bool back(void* address, size_t bytes) override {
     if (backed_bytes + bytes > back_budget_bytes) return false;
-    backed_bytes += bytes;
-    for (size_t off = 0; off < bytes; off += kHugePageBytes) {
-      uintptr_t page = reinterpret_cast<uintptr_t>(address) + off;
-      size_t n = bytes - off < kHugePageBytes ? bytes - off : kHugePageBytes;
-      if (backed.count(page)) {
-        if (backed[page] + n > kHugePageBytes) backed_twice = true;  // backed again without a release in between
-        backed[page] += n;
-        continue;
+    uintptr_t a = reinterpret_cast<uintptr_t>(address);
+    for (uintptr_t page = a & ~(kHugePageBytes - 1); page < a + bytes; page += kHugePageBytes) {
+      size_t from = a > page ? a - page : 0;
+      size_t to = a + bytes - page < kHugePageBytes ? a + bytes - page : kHugePageBytes;
+      auto it = backed.find(page);
+      if (it == backed.end()) {
+        if (ever_backed.count(page)) reused_address = true;
+        ever_backed.insert(page);
+        if (from != 0) backed_twice = true;  // (backed bytes of a page are a prefix of it)
+        backed[page] = to;
+      } else {
+        if (from != it->second) backed_twice = true;  // backed again without a release in between
+        it->second = to;
       }
-      if (ever_backed.count(page)) reused_address = true;
-      backed[page] = n;
-      ever_backed.insert(page);
+      backed_bytes += to - from;
     }
     return true;
   }
@@ -96,6 +126,9 @@ class FakePlatform final : public Platform {
   size_t address_space_budget = ~size_t{0};  // finite: an RLIMIT_AS (reserve and extend stay within it)
   uintptr_t blocked_from = ~uintptr_t{0};    // another mapping from here on: extend stops below it
   size_t extensions = 0;
+  std::set<uintptr_t> holes;  // 4 KiB pages given back inside reservations (unreserve)
+  std::set<uintptr_t> taken;  // of those, pages another mapping took: extend() refuses them
+  bool unreserved_twice = false;
   std::map<uintptr_t, uintptr_t> reservation_ends;  // end -> start of each reservation
   size_t subreleased_bytes = 0;  // every subrelease call, summed
   std::set<std::pair<uintptr_t, size_t>> subreleased_ranges;

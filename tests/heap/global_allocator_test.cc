@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -517,14 +518,20 @@ TEST_F(GlobalAllocatorTest, UnderAnAddressSpaceLimitTheRegionGrowsInStepsAndFree
   EXPECT_EQ(heap->gauges().reserved_bytes, platform.reserved_bytes);
   heap->check_invariants();
   size_t first_round = got.size();
+  size_t full = platform.reserved_bytes;
+  std::vector<void*> first = got;
   for (void* p : got) heap->free_large(p);
   EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back";
+  EXPECT_EQ(platform.reserved_bytes, 0u) << "and its address space, under the limit";
+  EXPECT_EQ(heap->gauges().reserved_bytes, 0u);
   heap->check_invariants();
-  size_t reserved = platform.reserved_bytes;
   got.clear();
   for (void* p; (p = heap->alloc_large(0, kHugePageBytes, kBlockBytes)) != nullptr;) got.push_back(p);
   EXPECT_EQ(got.size(), first_round) << "all of it again";
-  EXPECT_EQ(platform.reserved_bytes, reserved) << "on the same addresses";
+  EXPECT_EQ(platform.reserved_bytes, full);
+  std::sort(first.begin(), first.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, first) << "on the same addresses";
   EXPECT_TRUE(platform.reused_address);
   EXPECT_FALSE(platform.backed_twice);
   EXPECT_FALSE(platform.released_unbacked);
@@ -584,6 +591,43 @@ TEST_F(GlobalAllocatorTest, HugeAllocFreePairsKeepTheAddressSpaceBounded) {
   }
   EXPECT_EQ(heap->gauges().reserved_bytes, reserved);
   EXPECT_EQ(platform.backed_bytes, 0u);
+  heap->check_invariants();
+}
+
+// Under RLIMIT_AS the heap gives back address space with the memory: a huge object holds the address space of its
+// bytes, not of its last page's slack, and freed pages are unreserved and reserved again when reused. A page that
+// another mapping took meanwhile is never mapped over; the rest is reused.
+TEST_F(GlobalAllocatorTest, UnderAnAddressSpaceLimitFreedAddressSpaceGoesBackAndAHugeObjectHoldsOnlyItsBytes) {
+  platform.address_space_budget = 1000 * kHugePageBytes;
+  size_t bytes = 2 * kHugePageBytes + kHugePageBytes / 2;  // 5 MiB: half of its third page is slack
+  void* p = heap->alloc_large(1, bytes, kBlockBytes);
+  ASSERT_NE(p, nullptr);
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  EXPECT_TRUE(platform.holes.count(a + bytes) && platform.holes.count(a + 3 * kHugePageBytes - 4096)) << "its slack";
+  EXPECT_EQ(platform.holes.size(), kHugePageBytes / 2 / 4096);
+  EXPECT_EQ(heap->gauges().reserved_bytes, platform.reserved_bytes);
+  size_t reserved = platform.reserved_bytes;
+  heap->free_large(p);
+  EXPECT_EQ(platform.reserved_bytes, reserved - bytes) << "its address space went with it";
+  EXPECT_EQ(platform.backed_bytes, 0u);
+  heap->check_invariants();
+  void* q = heap->alloc_large(1, 3 * kHugePageBytes, kBlockBytes);
+  EXPECT_EQ(q, p) << "reserved again and reused whole";
+  EXPECT_TRUE(platform.holes.empty());
+  heap->free_large(q);
+  heap->check_invariants();
+  // Another mapping takes part of the third page while the range is free.
+  platform.taken.insert(a + 2 * kHugePageBytes + kHugePageBytes / 2);
+  q = heap->alloc_large(1, 3 * kHugePageBytes, kBlockBytes);
+  ASSERT_NE(q, nullptr);
+  EXPECT_GE(reinterpret_cast<uintptr_t>(q), a + 3 * kHugePageBytes) << "not over the other mapping";
+  heap->check_invariants();
+  void* b = heap->alloc_large(1, 2 * kHugePageBytes, kBlockBytes);
+  EXPECT_EQ(b, p) << "the first two pages are reused";
+  heap->free_large(q);
+  heap->free_large(b);
+  EXPECT_FALSE(platform.unreserved_twice);
+  EXPECT_FALSE(platform.backed_twice);
   heap->check_invariants();
 }
 

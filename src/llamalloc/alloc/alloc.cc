@@ -190,6 +190,10 @@ void* sweeper_main(void*) {
     timespec left = period;
     while (nanosleep(&left, &left) != 0 && errno == EINTR) {
     }
+    // The process ends when its last thread does (glibc calls exit(0) then): a program whose main thread called
+    // pthread_exit and whose other threads are gone must not be kept alive by this one, which blocks every signal
+    // and so could not even be stopped by SIGTERM. Returning ends this thread the same way.
+    if (last_thread_running()) return nullptr;
     sweep_idle_heaps();
     sweep_shared_heap(false);
     // And what other threads' frees have emptied in the heaps of exited threads.

@@ -166,6 +166,7 @@ Region* GlobalAllocator::new_region(size_t pages) {
   // that the program's own mappings (thread stacks, files, libraries) still fit.
   size_t left = platform_.address_space_left();
   bool limited = left != ~size_t{0};
+  if (limited) limited_ = true;
   size_t capacity = kHugePagesPerRegion;
   if (limited) {
     size_t fit = left / (kHugePageBytes + kPageMetaStride);
@@ -174,11 +175,11 @@ Region* GlobalAllocator::new_region(size_t pages) {
   size_t want = limited ? (pages > kGrowPages ? pages : kGrowPages) : kHugePagesPerRegion;
   if (want > capacity) want = capacity;
   size_t planned = capacity;
-  // Metadata: the page bitmap, then a HugePageMeta stride per page; fewer pages while the mapping is refused.
+  // Metadata: the two page bitmaps, then a HugePageMeta stride per page; fewer pages while the mapping is refused.
   char* meta = nullptr;
   size_t header = 0;
   for (;;) {
-    header = round_up(round_up(capacity, 64) / 8, kSmallPageBytes);
+    header = round_up(2 * round_up(capacity, 64) / 8, kSmallPageBytes);
     meta = static_cast<char*>(platform_.reserve_metadata(header + capacity * kPageMetaStride));
     if (meta != nullptr || capacity == pages) break;
     capacity = capacity / 2 > pages ? capacity / 2 : pages;
@@ -201,6 +202,7 @@ Region* GlobalAllocator::new_region(size_t pages) {
   Region* r = &regions_[region_count_++];
   r->base = b;
   r->used = reinterpret_cast<uint64_t*>(meta);
+  r->unreserved = r->used + round_up(capacity, 64) / 64;
   r->metadata = meta + header;
   r->capacity = uint32_t(capacity);
   r->reserved = uint32_t(got / kHugePageBytes);
@@ -221,7 +223,7 @@ bool GlobalAllocator::grow_region(Region* r, size_t pages) {
   size_t step = need > kGrowPages ? need : kGrowPages;
   if (step > room) step = room;
   for (;;) {
-    if (platform_.extend(reinterpret_cast<void*>(r->page_address(r->reserved)), step * kHugePageBytes)) {
+    if (platform_.extend(reinterpret_cast<void*>(r->page_address(r->reserved)), step * kHugePageBytes) == 0) {
       r->reserved += uint32_t(step);
       r->free_pages += uint32_t(step);
       gauges_.reserved_bytes += step * kHugePageBytes;
@@ -246,43 +248,92 @@ bool GlobalAllocator::commit_metadata(Region* r, size_t end) {
 }
 
 bool GlobalAllocator::take_pages(size_t pages, size_t align_pages, Region** out, size_t* index, size_t back_bytes) {
-  Region* r = nullptr;
-  size_t at = 0;
-  // Lowest address first, in every region; then the regions that may still grow, newest first; then a new one.
-  for (size_t i = 0; i < region_count_ && r == nullptr; ++i) {
-    Region* c = &regions_[i];
-    if (c->free_pages < pages) continue;
-    at = find_clear_run(c->used, c->search_from, c->reserved, pages, align_pages);
-    if (at != c->reserved) r = c;
+  for (;;) {
+    Region* r = nullptr;
+    size_t at = 0;
+    // Lowest address first, in every region; then the regions that may still grow, newest first; then a new one.
+    for (size_t i = 0; i < region_count_ && r == nullptr; ++i) {
+      Region* c = &regions_[i];
+      if (c->free_pages < pages) continue;
+      at = find_clear_run(c->used, c->search_from, c->reserved, pages, align_pages);
+      if (at != c->reserved) r = c;
+    }
+    for (size_t i = region_count_; i-- > 0 && r == nullptr;) {
+      Region* c = &regions_[i];
+      // (By the run and its alignment's slack: free pages at the region's end may make part of it.)
+      if (!grow_region(c, pages + align_pages - 1)) continue;
+      at = find_clear_run(c->used, c->search_from, c->reserved, pages, align_pages);
+      if (at != c->reserved) r = c;
+    }
+    if (r == nullptr) {
+      Region* c = new_region(pages + align_pages - 1 > kHugePagesPerRegion ? pages : pages + align_pages - 1);
+      if (c == nullptr) return false;
+      at = find_clear_run(c->used, 0, c->reserved, pages, align_pages);
+      if (at == c->reserved) return false;
+      r = c;
+    }
+    int error = reserve_again(r, at, pages);
+    if (error == EEXIST) continue;  // pages of the run are another mapping's now: they are out, look again
+    if (error != 0) return false;
+    if (!commit_metadata(r, at + pages)) return false;
+    if (!platform_.back(reinterpret_cast<void*>(r->page_address(at)), back_bytes != 0 ? back_bytes : pages * kHugePageBytes))
+      return false;
+    set_bits(r->used, at, pages, true);
+    r->free_pages -= uint32_t(pages);
+    if (at == r->search_from) r->search_from = uint32_t(at + pages);
+    *out = r;
+    *index = at;
+    return true;
   }
-  for (size_t i = region_count_; i-- > 0 && r == nullptr;) {
-    Region* c = &regions_[i];
-    // (By the run and its alignment's slack: free pages at the region's end may make part of it.)
-    if (!grow_region(c, pages + align_pages - 1)) continue;
-    at = find_clear_run(c->used, c->search_from, c->reserved, pages, align_pages);
-    if (at != c->reserved) r = c;
-  }
-  if (r == nullptr) {
-    Region* c = new_region(pages + align_pages - 1 > kHugePagesPerRegion ? pages : pages + align_pages - 1);
-    if (c == nullptr) return false;
-    at = find_clear_run(c->used, 0, c->reserved, pages, align_pages);
-    if (at == c->reserved) return false;
-    r = c;
-  }
-  if (!commit_metadata(r, at + pages)) return false;
-  if (!platform_.back(reinterpret_cast<void*>(r->page_address(at)), back_bytes != 0 ? back_bytes : pages * kHugePageBytes))
-    return false;
-  set_bits(r->used, at, pages, true);
-  r->free_pages -= uint32_t(pages);
-  if (at == r->search_from) r->search_from = uint32_t(at + pages);
-  *out = r;
-  *index = at;
-  return true;
 }
 
-void GlobalAllocator::give_back_pages(Region* r, size_t index, size_t pages) {
+int GlobalAllocator::reserve_again(Region* r, size_t at, size_t pages) {
+  int result = 0;
+  for (size_t i = next_bit(r->unreserved, at, at + pages, true); i < at + pages;) {
+    size_t end = next_bit(r->unreserved, i, at + pages, false);
+    int error = platform_.extend(reinterpret_cast<void*>(r->page_address(i)), (end - i) * kHugePageBytes);
+    if (error == 0) {
+      set_bits(r->unreserved, i, end - i, false);
+      gauges_.reserved_bytes += (end - i) * kHugePageBytes;
+    } else if (error == EEXIST) {
+      // Page by page: the pages that another mapping took are lost to the heap (marked used for good, never
+      // mapped over); the others are reserved again.
+      for (size_t j = i; j < end; ++j) {
+        int page_error = platform_.extend(reinterpret_cast<void*>(r->page_address(j)), kHugePageBytes);
+        if (page_error == 0) {
+          set_bits(r->unreserved, j, 1, false);
+          gauges_.reserved_bytes += kHugePageBytes;
+        } else if (page_error == EEXIST) {
+          set_bits(r->used, j, 1, true);
+          --r->free_pages;
+          ++lost_pages_;
+          result = EEXIST;
+        } else {
+          return page_error;
+        }
+      }
+    } else {
+      return error;
+    }
+    i = next_bit(r->unreserved, end, at + pages, true);
+  }
+  return result;
+}
+
+void GlobalAllocator::give_back_pages(Region* r, size_t index, size_t pages, size_t mapped_bytes) {
   counters_.huge_pages_released.fetch_add(pages, std::memory_order_relaxed);
-  platform_.release(reinterpret_cast<void*>(r->page_address(index)), pages * kHugePageBytes);
+  void* address = reinterpret_cast<void*>(r->page_address(index));
+  if (limited_) {
+    // Under RLIMIT_AS the address space goes back too, for the program's own mappings (thread stacks, files);
+    // the heap reserves it again when it needs the pages (reserve_again). Only what is mapped: a huge object's
+    // slack was given back when it was allocated, and another mapping may be there now.
+    size_t bytes = mapped_bytes != 0 ? mapped_bytes : pages * kHugePageBytes;
+    platform_.unreserve(address, bytes);
+    gauges_.reserved_bytes -= bytes;
+    set_bits(r->unreserved, index, pages, true);
+  } else {
+    platform_.release(address, pages * kHugePageBytes);
+  }
   set_bits(r->used, index, pages, false);
   r->free_pages += uint32_t(pages);
   if (index < r->search_from) r->search_from = uint32_t(index);
@@ -926,6 +977,12 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
       return nullptr;
     }
     address = r->page_address(index);
+    if (tail_unbacked && limited_) {
+      // Under RLIMIT_AS the slack's address space counts too: given back while the object lives (and with the
+      // object's when it is freed; give_back_pages).
+      platform_.unreserve(reinterpret_cast<void*>(address + usable), pages * kHugePageBytes - usable);
+      gauges_.reserved_bytes -= pages * kHugePageBytes - usable;
+    }
   }
   size_t whole = donate ? pages - 1 : pages;
   for (size_t i = 0; i < whole; ++i) {
@@ -942,6 +999,7 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
   HugePageMeta* head = r->page(index);
   head->recycled = recycled;
   head->tail_unbacked = tail_unbacked;
+  head->tail_unreserved = tail_unbacked && limited_;
   head->huge_pages = uint32_t(whole);
   head->huge_tail_blocks = uint16_t(donate ? tail_blocks : 0);
   head->huge_requested_bytes = bytes;
@@ -970,18 +1028,20 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
 void GlobalAllocator::free_huge_locked(HugePageMeta* head) {
   Region* r = head->region;
   size_t pages = head->huge_pages, index = head->index, tail_blocks = head->huge_tail_blocks;
+  size_t usable = round_up(head->huge_requested_bytes, kSmallPageBytes), end = pages * kHugePageBytes;
   // The page cache holds whole backed pages: the slack of an object's last page is backed first, or the pages go
-  // back (the memory limits refuse it).
+  // back (the memory limits refuse it). Not when its slack was not even reserved (under RLIMIT_AS).
   bool whole = !head->tail_unbacked ||
-               (config_.page_cache_pages != 0 && pages <= config_.page_cache_pages &&
-                platform_.back(reinterpret_cast<void*>(r->page_address(index + pages - 1)), kHugePageBytes));
+               (!head->tail_unreserved && config_.page_cache_pages != 0 && pages <= config_.page_cache_pages &&
+                platform_.back(reinterpret_cast<void*>(r->page_address(index) + usable), end - usable));
+  size_t mapped = head->tail_unreserved ? usable : 0;
   account_page(head, -int64_t(pages));
   // Its pages' metadata reads as zero again (state kUnused). Only their headers were written: cleared in place,
   // not dropped page by page (a 1 GiB object has 512 pages, and a madvise each cost more than the object's own
   // mapping calls).
   for (size_t i = 0; i < pages; ++i) memset(static_cast<void*>(r->page(index + i)), 0, kHugeHeaderBytes);
   if (whole) cache_or_release(r, index, pages);
-  else give_back_pages(r, index, pages);
+  else give_back_pages(r, index, pages, mapped);
   if (tail_blocks != 0) {
     // Its end on the donated page: those blocks are free like any object's (the page goes when it empties).
     HugePageMeta* p = r->page(index + pages);
@@ -1129,7 +1189,7 @@ void GlobalAllocator::check_invariants() {
 
 void GlobalAllocator::check_invariants_locked() {
   size_t pages_by_class[kMaxClasses] = {};
-  size_t total = 0, released_blocks = 0, all_used_pages = 0;
+  size_t total = 0, released_blocks = 0, all_used_pages = 0, unreserved_used = 0;
   for (size_t i = 0; i < region_count_; ++i) {
     Region* r = &regions_[i];
     LLAMALLOC_CHECK(region_of(r->base) == r, "invariant: region table does not map a region's base to it");
@@ -1150,6 +1210,10 @@ void GlobalAllocator::check_invariants_locked() {
       }
       HugePageMeta* p = r->page(j);
       LLAMALLOC_CHECK(used || p->state == PageState::kUnused, "invariant: a page in use is not marked used");
+      if (test_bit(r->unreserved, j)) {
+        LLAMALLOC_CHECK(p->state == PageState::kUnused, "invariant: a page in use whose address space was given back");
+        unreserved_used += used;
+      }
       if (p->state == PageState::kUnused) continue;
       LLAMALLOC_CHECK(p->check(num_classes()), "invariant: huge page metadata inconsistent");
       LLAMALLOC_CHECK(p->region == r && p->index == j, "invariant: huge page back-pointers wrong");
@@ -1176,7 +1240,9 @@ void GlobalAllocator::check_invariants_locked() {
                       "invariant: a cached page is not a used page out of use");
   }
   LLAMALLOC_CHECK(cached_pages * kHugePageBytes == gauges_.page_cache_bytes, "invariant: page cache miscounted");
-  LLAMALLOC_CHECK(all_used_pages == total + cached_pages, "invariant: a used page neither in use nor cached");
+  LLAMALLOC_CHECK(all_used_pages == total + cached_pages + lost_pages_,
+                  "invariant: a used page neither in use, nor cached, nor lost");
+  LLAMALLOC_CHECK(unreserved_used == lost_pages_, "invariant: lost pages miscounted");
   for (unsigned c = 0; c < kMaxClasses; ++c) {
     LLAMALLOC_CHECK(pages_by_class[c] == gauges_.huge_pages_by_class[c], "invariant: pages by class miscounted");
     uint64_t last_deadline = 0;

@@ -122,6 +122,9 @@ struct HugePageMeta {
   // kHugeHead: only the object's bytes (rounded to 4 KiB) are usable memory, not its last page's slack, which
   // stays reserved and charges nothing (a 5 MiB object maps 5 MiB, as glibc's mmap would, not 6).
   uint8_t tail_unbacked;
+  // kHugeHead, under an address-space limit: that slack is not even reserved (a 5 MiB object holds 5 MiB of
+  // the limit, not 6); it is reserved again when the object is freed.
+  uint8_t tail_unreserved;
   uint32_t large_requested_bytes[kBlocksPerHugePage];  // by first block
   SpanMeta spans[kSpansPerHugePage];
 
@@ -142,6 +145,7 @@ struct Region {
   uintptr_t base;      // kRegionBytes aligned
   char* metadata;      // page i's HugePageMeta at metadata + i * kPageMetaStride
   uint64_t* used;      // a bit per page: open, active, part of a huge object, or in the page cache
+  uint64_t* unreserved;  // a bit per page: its address space given back (under RLIMIT_AS), to reserve again
   uint32_t capacity;   // pages whose metadata address space is reserved: the most the region grows to
   uint32_t reserved;   // pages of address space reserved from base
   uint32_t committed;  // pages whose metadata is usable: every lookup is bounded by it
@@ -376,8 +380,12 @@ class GlobalAllocator {
   // from a new region. false when the address space, RLIMIT_DATA or the commit limit refuses.
   // back_bytes: how much of the run, from its start, is made usable (all of it by default).
   bool take_pages(size_t pages, size_t align_pages, Region** r, size_t* index, size_t back_bytes = 0);
-  // Gives [index, index + pages) of r back to the OS (Platform::release) and to the free pages for reuse.
-  void give_back_pages(Region* r, size_t index, size_t pages);
+  // Gives [index, index + pages) of r back to the OS (Platform::release; under an address-space limit
+  // Platform::unreserve, of the first mapped_bytes if not 0) and to the free pages for reuse.
+  void give_back_pages(Region* r, size_t index, size_t pages, size_t mapped_bytes = 0);
+  // Reserves again the pages of [at, at + pages) whose address space was given back: 0, EEXIST when another
+  // mapping took some of them (those are lost: marked used for good), ENOMEM when the limit refuses.
+  int reserve_again(Region* r, size_t at, size_t pages);
   Region* new_region(size_t pages);
   bool grow_region(Region* r, size_t pages);
   bool commit_metadata(Region* r, size_t end);
@@ -476,6 +484,10 @@ class GlobalAllocator {
   };
   Slot slots_[kRegionSlots] = {};
   bool reported_reduced_reservation_ = false;
+  bool limited_ = false;  // the address space is limited (RLIMIT_AS): regions grow in steps
+  // Pages whose address space was given back (under RLIMIT_AS) and then taken by another mapping: marked used for
+  // good, never mapped over.
+  size_t lost_pages_ = 0;
   // Blocks in use at each of the last kDemandPasses subrelease passes (a ring), and the pass count.
   uint32_t demand_[kDemandPasses] = {};
   uint32_t demand_passes_ = 0;

@@ -15,9 +15,13 @@ class Platform {
   // kHugePageBytes); *got says how much. The heap never dereferences data addresses itself, so a fake platform may
   // hand out addresses that map nothing. nullptr when not even min_bytes can be had.
   virtual void* reserve(size_t bytes, size_t min_bytes, size_t alignment, size_t* got) = 0;
-  // Extends a reservation in place: reserves exactly [address, address + bytes) if nothing else is mapped there
-  // and the limits allow it. false otherwise (the reservation then ends where it did).
-  virtual bool extend(void* address, size_t bytes) = 0;
+  // Reserves exactly [address, address + bytes), next to or inside the heap's reservations (growing one, or taking
+  // back a range given back with unreserve). 0, or EEXIST when another mapping is there, or ENOMEM when the limits
+  // refuse.
+  virtual int extend(void* address, size_t bytes) = 0;
+  // Gives [address, address + bytes) of a reservation back to the OS's address space (another mapping may take
+  // it; extend() may reserve it again).
+  virtual void unreserve(void* address, size_t bytes) = 0;
   // How much address space the heap may still reserve: the room under RLIMIT_AS, or SIZE_MAX without a limit
   // (the heap then reserves whole regions at once).
   virtual size_t address_space_left() { return ~size_t{0}; }
@@ -67,7 +71,8 @@ class LinuxPlatform final : public Platform {
  public:
   constexpr LinuxPlatform() = default;
   void* reserve(size_t bytes, size_t min_bytes, size_t alignment, size_t* got) override;
-  bool extend(void* address, size_t bytes) override;
+  int extend(void* address, size_t bytes) override;
+  void unreserve(void* address, size_t bytes) override;
   size_t address_space_left() override;
   bool back(void* address, size_t bytes) override;
   void release(void* address, size_t bytes) override;
@@ -92,6 +97,11 @@ class MonotonicClock final : public Clock {
   constexpr MonotonicClock() = default;
   uint64_t now_ns() override;
 };
+
+// Whether the calling thread is the last one of this process that still runs: the main thread has exited (with
+// pthread_exit; the process stays while any thread does) and no other is left. Reads /proc/self/stat without
+// allocating; false if unreadable.
+bool last_thread_running();
 
 // Reads Rss and AnonHugePages of this process from /proc/self/smaps_rollup without allocating. false if unreadable.
 bool read_resident(uint64_t* rss_bytes, uint64_t* anon_huge_pages_bytes);

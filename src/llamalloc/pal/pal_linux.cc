@@ -17,14 +17,15 @@ namespace {
 
 constexpr int kReserveFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
-// Address space at exactly `address`, or false: MAP_FIXED_NOREPLACE never replaces a mapping (on kernels older than
-// 4.17 the flag is ignored and the address is only a hint, so the result is checked).
-bool reserve_exactly(uintptr_t address, size_t bytes) {
+// Address space at exactly `address`: 0, or EEXIST (another mapping there), or ENOMEM (a limit).
+// MAP_FIXED_NOREPLACE never replaces a mapping (on kernels older than 4.17 the flag is ignored and the address
+// is only a hint, so the result is checked).
+int reserve_exactly(uintptr_t address, size_t bytes) {
   void* p = mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE, kReserveFlags | MAP_FIXED_NOREPLACE, -1, 0);
-  if (p == MAP_FAILED) return false;
-  if (reinterpret_cast<uintptr_t>(p) == address) return true;
+  if (p == MAP_FAILED) return errno == EEXIST ? EEXIST : ENOMEM;
+  if (reinterpret_cast<uintptr_t>(p) == address) return 0;
   munmap(p, bytes);
-  return false;
+  return EEXIST;
 }
 
 // `bytes` of PROT_NONE address space at an `alignment`-aligned address, or nullptr.
@@ -51,7 +52,7 @@ void* reserve_aligned(size_t bytes, size_t alignment) {
   munmap(probe, bytes);
   at &= ~(uintptr_t{alignment} - 1);
   for (int tries = 0; tries < 64 && at >= alignment; ++tries, at -= alignment)
-    if (reserve_exactly(at, bytes)) return reinterpret_cast<void*>(at);
+    if (reserve_exactly(at, bytes) == 0) return reinterpret_cast<void*>(at);
   return nullptr;
 }
 
@@ -78,11 +79,13 @@ void* LinuxPlatform::reserve(size_t bytes, size_t min_bytes, size_t alignment, s
   }
 }
 
-bool LinuxPlatform::extend(void* address, size_t bytes) {
-  if (!reserve_exactly(reinterpret_cast<uintptr_t>(address), bytes)) return false;
-  advise_huge(address, bytes);
-  return true;
+int LinuxPlatform::extend(void* address, size_t bytes) {
+  int error = reserve_exactly(reinterpret_cast<uintptr_t>(address), bytes);
+  if (error == 0) advise_huge(address, bytes);
+  return error;
 }
+
+void LinuxPlatform::unreserve(void* address, size_t bytes) { munmap(address, bytes); }
 
 size_t LinuxPlatform::address_space_left() {
   rlimit limit;
@@ -172,6 +175,30 @@ uint64_t field_kib(const char* text, const char* name) {
   return v * 1024;
 }
 }  // namespace
+
+bool last_thread_running() {
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  // "pid (comm) state ppid ...": the state is the main thread's (Z once it has exited while others run), the
+  // 20th field the threads of the process, that exited main thread included.
+  const char* at = strrchr(buf, ')');
+  if (at == nullptr || at[1] != ' ') return false;
+  char state = at[2];
+  at += 2;
+  for (int field = 3; field < 20 && *at; ++field) {
+    at = strchr(at, ' ');
+    if (at == nullptr) return false;
+    ++at;
+  }
+  unsigned threads = 0;
+  while (*at >= '0' && *at <= '9') threads = threads * 10 + unsigned(*at++ - '0');
+  return state == 'Z' && threads <= 2;
+}
 
 bool read_resident(uint64_t* rss_bytes, uint64_t* anon_huge_pages_bytes) {
   int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
