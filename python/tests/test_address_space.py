@@ -204,7 +204,7 @@ def test_fill_free_refill_gets_back_what_glibc_gets_back(program, size, limits, 
     assert llama["first"] >= share * glibc["first"], got
     assert llama["second"] >= share * glibc["second"], got
     # Everything freed can be had again (the first ENOMEM is not permanent).
-    assert llama["second"] >= 0.98 * llama["first"], got
+    assert llama["second"] >= 0.95 * llama["first"], got
     # What was freed left the writable mappings.
     assert llama["vmdata_freed_kib"] - llama["vmdata_start_kib"] < 0.1 * (llama["vmdata_full_kib"] - llama["vmdata_start_kib"]), got
 

@@ -21,17 +21,12 @@ inline constexpr size_t kBlocksPerHugePage = kHugePageBytes / kBlockBytes;
 // of blocks instead, whose free blocks serve other objects (GlobalAllocator::alloc_huge_locked).
 inline constexpr size_t kMinSlackBlocks = 16;
 
-// Thread-local allocators receive block spans of M = 2 blocks, 16 KiB aligned: one global-lock round trip
-// per 16 KiB of small objects (section 6.1).
+// Size-class spans are whole 16 KiB units of M = 2 blocks (the paper's block span, section 6.1), 16 KiB aligned:
+// free() finds an object's span by its unit in one table per huge page (HugePageMeta::size_spans).
 inline constexpr size_t kBlockSpanShift = 14;
 inline constexpr size_t kBlockSpanBytes = size_t{1} << kBlockSpanShift;
 inline constexpr size_t kBlocksPerSpan = kBlockSpanBytes / kBlockBytes;
 inline constexpr size_t kSpansPerHugePage = kHugePageBytes / kBlockSpanBytes;
-
-// Lines are the unit of recycling inside a span: 128 B, two cache lines, as in Immix and the paper (6.6).
-inline constexpr size_t kLineShift = 7;
-inline constexpr size_t kLineBytes = size_t{1} << kLineShift;
-inline constexpr size_t kLinesPerSpan = kBlockSpanBytes / kLineBytes;
 
 // Every object is aligned to 16 bytes because glibc guarantees alignof(max_align_t) == 16 and SSE code
 // depends on it. Small objects (up to 32 KiB) come from size-class spans (local/size_class.h).
@@ -41,8 +36,9 @@ inline constexpr size_t kMinAlignBytes = 16;
 inline constexpr unsigned kMaxClasses = 8;
 inline constexpr uint64_t kShortestClassNs = 10'000'000;  // 10 ms
 
-// One virtual region per lifetime class; 16 GiB as in the paper (section 6.1). Regions are aligned to their
-// size so that the region of an address is one shift into a table covering the 47-bit user address space.
+// Regions of address space of up to 16 GiB, as in the paper (section 6.1), shared by every lifetime class. They
+// are aligned to their size so that the region of an address is one shift into a table covering the 47-bit user
+// address space.
 inline constexpr size_t kRegionShift = 34;
 inline constexpr size_t kRegionBytes = size_t{1} << kRegionShift;
 inline constexpr size_t kHugePagesPerRegion = kRegionBytes / kHugePageBytes;
@@ -55,7 +51,6 @@ inline constexpr size_t kSmallPageBytes = 4096;
 
 static_assert(kBlocksPerHugePage == 256, "bitmaps are four 64-bit words");
 static_assert(kBlocksPerSpan == 2, "the paper's M = 2");
-static_assert(kLinesPerSpan == 128, "line counts are one byte each, 128 per span");
 static_assert(kSpansPerHugePage == 128);
 static_assert(kRegionBytes % kHugePageBytes == 0);
 static_assert(kMaxClasses <= 8);

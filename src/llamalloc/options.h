@@ -23,9 +23,6 @@ namespace llamalloc {
   X(DEADLINE_K, deadline_k, Uint, 4, 1, 1000,                                                                    \
     "K in deadline = now + K x class duration, given to a huge page when it becomes active or changes class "    \
     "(papers/000 section 6.4 tried 2 and 4).")                                                                   \
-  X(EARLY_LINE_RECYCLING, early_line_recycling, Uint, 1, 0, 1,                                                  \
-    "1: the partially free spans of an active huge page are recycled for shorter classes at once, like its free " \
-    "blocks. 0: only after the page's deadline (papers/000 section 6.6).")                                       \
   X(SAME_CLASS_RECYCLING, same_class_recycling, Uint, 1, 0, 1,                                                  \
     "1: when a class's open huge page is full, the class's own active pages (free blocks, partially free spans) " \
     "are used before a fresh huge page, renewing that page's deadline. 0: never (papers/000 section 6.3).")      \

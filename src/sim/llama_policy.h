@@ -39,9 +39,9 @@ class ClassSource {
 // The library's options that decide where the heap places objects: the replay takes them (`simulate --heap-option
 // NAME=VALUE`) as the library takes LLAMALLOC_<NAME>. The others are not the heap's placement (the model's have
 // flags of their own), or the replay has no use for them.
-inline constexpr const char* kHeapOptionNames[] = {"DEFAULT_CLASS",        "DEADLINE_K",       "EARLY_LINE_RECYCLING",
-                                                   "SAME_CLASS_RECYCLING", "SMALL_HEAP_PAGES", "SHARED_CLASS",
-                                                   "LONG_CLASS",           "SPAN_RECYCLING",   "DENSE_FIRST"};
+inline constexpr const char* kHeapOptionNames[] = {"DEFAULT_CLASS", "DEADLINE_K",     "SAME_CLASS_RECYCLING",
+                                                   "SMALL_HEAP_PAGES", "SHARED_CLASS", "LONG_CLASS",
+                                                   "SPAN_RECYCLING", "DENSE_FIRST"};
 
 // The field of an integer option of the table, by name (without LLAMALLOC_); null for any other name. lo and hi
 // get its bounds.

@@ -130,24 +130,13 @@ TEST_F(GlobalAllocatorTest, Figure6StepByStep) {
   EXPECT_TRUE(info(p7).live.test(block_of(large0)));
   EXPECT_FALSE(info(p7).residual.test(block_of(large0))) << "recycled blocks are not residual";
   EXPECT_EQ(info(p7).lifetime_class, 1u) << "the page keeps its class";
-  // A block span for class 0 prefers the longest class: page 9 or 10 (class 2), never an open page.
-  SpanGrant span0;
-  ASSERT_TRUE(heap->acquire_span(0, false, &span0));
-  EXPECT_EQ(info(span0.address).lifetime_class, 2u);
-  EXPECT_TRUE(page_of(span0.address) == p9 || page_of(span0.address) == p10);
-  EXPECT_FALSE(span0.residual);
-  EXPECT_FALSE(info(span0.address).residual.test(block_of(span0.address)));
-  EXPECT_NE(page_of(span0.address), p_open2) << "open pages are not recycled";
-  // A class 1 span also goes to class 2, a class 2 span to its own open page, residual.
-  SpanGrant span2;
-  ASSERT_TRUE(heap->acquire_span(2, false, &span2));
-  EXPECT_EQ(page_of(span2.address), p_open2);
-  EXPECT_TRUE(span2.residual);
-  EXPECT_TRUE(info(span2.address).residual.test(block_of(span2.address)));
-  heap->close_span(span0.span);  // no objects: the span is free again
-  heap->close_span(span2.span);
-  heap->check_invariants();
-  EXPECT_FALSE(info(span0.address).live.test(block_of(span0.address)));
+  // The 16 KiB of a size-class span are taken as such a large object (local/ asks alloc_large): class 1 prefers
+  // class 2's active pages (9 or 10), never an open page.
+  uintptr_t span1 = reinterpret_cast<uintptr_t>(heap->alloc_large(1, kBlockSpanBytes, kBlockSpanBytes));
+  EXPECT_TRUE(page_of(span1) == p9 || page_of(span1) == p10);
+  EXPECT_NE(page_of(span1), p_open2) << "open pages are not recycled";
+  EXPECT_FALSE(info(span1).residual.test(block_of(span1)));
+  free(span1);
 
   // ---- (d) page 1's deadline expires with live residual blocks: promoted to 100 ms, residual stays.
   Bitmap256 residual_before = info(p1).residual;
@@ -207,7 +196,7 @@ TEST_F(GlobalAllocatorTest, PromotionChainEndsAtTheLongestFiniteClass) {
 }
 
 TEST_F(GlobalAllocatorTest, DemotionChainEndsAtTheShortestClass) {
-  heap->configure(HeapConfig{4, kK, false, false});  // the paper's rules: no same-class recycling
+  heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .same_class_recycling = false});  // the paper's rules: no same-class recycling
   // A class 2 page with residual blocks R and free blocks that shorter classes recycle.
   uintptr_t residual = blocks(2, 128);
   uintptr_t filler = blocks(2, 128);
@@ -258,7 +247,7 @@ TEST_F(GlobalAllocatorTest, SameClassRecyclingFillsAnActivePageBeforeAFreshOneAn
   EXPECT_EQ(info(a).deadline_ns, clock.now + kK * heap->class_duration_ns(1));
   EXPECT_GT(info(a).deadline_ns, old_deadline);
   // With the paper's rules (same_class_recycling off) the same request takes a fresh page.
-  GlobalAllocator paper(platform, clock, HeapConfig{4, kK, true, false});
+  GlobalAllocator paper(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .same_class_recycling = false});
   void* p1 = paper.alloc_large(1, 128 * kBlockBytes, kBlockBytes);
   void* p2 = paper.alloc_large(1, 128 * kBlockBytes, kBlockBytes);
   void* q1 = paper.alloc_large(1, 256 * kBlockBytes, kBlockBytes);
@@ -322,36 +311,6 @@ TEST(DenseFirst, RecycledBlocksComeFromTheFullestPageSoTheEmptierOneDrains) {
     heap.check_invariants();
     EXPECT_EQ(heap.pages_in_use(kMaxClasses), 0u);
   }
-}
-
-TEST_F(GlobalAllocatorTest, DeadlineWithoutResidualBlocksDemotes) {
-  // Recycling a partially free span clears residual bits (section 6.3), which can leave none.
-  uintptr_t big = blocks(1, 254);
-  SpanGrant g;
-  ASSERT_TRUE(heap->acquire_span(1, false, &g));
-  ASSERT_EQ(page_of(g.address), page_of(big));
-  uintptr_t p = page_of(big);
-  ASSERT_EQ(info(p).state, PageState::kActive);
-  // The span keeps one live line when its owner closes it.
-  g.span->line_objects[5].store(1);
-  g.span->live_lines.fetch_add(1);
-  heap->close_span(g.span);
-  free(big);
-  EXPECT_EQ(info(p).lifetime_class, 1u);
-  advance(kK * 100 * kMs);  // deadline: the closed partially free span is queued for recycling
-  EXPECT_EQ(info(p).lifetime_class, 2u) << "residual span still live: promoted";
-  SpanGrant again;
-  ASSERT_TRUE(heap->acquire_span(0, false, &again));
-  EXPECT_EQ(again.span, g.span) << "partially free spans are recycled after their page's deadline";
-  EXPECT_TRUE(again.partially_free);
-  EXPECT_EQ(info(p).lifetime_class, 1u) << "recycled span made non-residual: no residual block left, demoted";
-  EXPECT_GE(heap->counters().demotions.load(), 1u);
-  // Give the line back: the span and then the page are free.
-  again.span->line_objects[5].store(0);
-  again.span->live_lines.fetch_sub(1);
-  heap->close_span(again.span);
-  heap->check_invariants();
-  EXPECT_EQ(info(p).state, PageState::kUnused);
 }
 
 TEST_F(GlobalAllocatorTest, OpenPageBecomesActiveWhenARequestNoLongerFits) {
@@ -473,9 +432,8 @@ TEST_F(GlobalAllocatorTest, MemoryExhaustionGivesEnomemAndKeepsTheHeapConsistent
     ASSERT_LT(got.size(), 100u);
   }
   EXPECT_EQ(got.size(), 8u);
-  SpanGrant g;
   errno = 0;
-  EXPECT_FALSE(heap->acquire_span(0, false, &g));
+  EXPECT_EQ(heap->alloc_large(0, kBlockSpanBytes, kBlockSpanBytes), nullptr) << "nor a size-class span";
   EXPECT_EQ(errno, ENOMEM);
   errno = 0;
   EXPECT_EQ(heap->alloc_large(0, 10 * kHugePageBytes, kBlockBytes), nullptr);
@@ -651,7 +609,7 @@ TEST_F(GlobalAllocatorDeathTest, BadLargeFreesAbortWithOneLine) {
 // Shorter classes take blocks of a longer class's open page (non-residual: they are expected to die first)
 // while fewer than small_heap_pages huge pages are in use; a longer class never lands on a shorter one's page.
 TEST_F(GlobalAllocatorTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes) {
-  heap->configure(HeapConfig{4, kK, true, true, 8});
+  heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 8});
   uintptr_t c3 = blocks(3, 1);
   uintptr_t c0 = blocks(0, 2), c1 = blocks(1, 1), c2 = blocks(2, 3);
   EXPECT_EQ(heap->pages_in_use(kMaxClasses), 1u) << "one huge page for four classes";
@@ -669,7 +627,7 @@ TEST_F(GlobalAllocatorTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes
   uintptr_t again = blocks(3, 1);
   EXPECT_EQ(page_of(again), page_of(c3));
   // A longer class is never placed on a shorter class's page.
-  GlobalAllocator fresh(platform, clock, HeapConfig{4, kK, true, true, 8});
+  GlobalAllocator fresh(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 8});
   void* short_first = fresh.alloc_large(0, kBlockBytes, kBlockBytes);
   void* long_next = fresh.alloc_large(2, kBlockBytes, kBlockBytes);
   EXPECT_NE(reinterpret_cast<uintptr_t>(short_first) >> kHugePageShift,
@@ -782,7 +740,7 @@ TEST_F(GlobalAllocatorTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
 }
 
 TEST_F(GlobalAllocatorTest, AnOpenPageThatStaysEmptyIsGivenBackAtTheSweepAfterTheOneThatFoundItEmpty) {
-  heap->configure(HeapConfig{4, kK, true, true, 0});  // (no lending between classes: one page each)
+  heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});  // (no lending between classes: one page each)
   uintptr_t a = blocks(0, 4);
   uintptr_t keep = blocks(1, 1);
   free(a);
@@ -818,7 +776,7 @@ TEST_F(GlobalAllocatorTest, AnOpenPageThatStaysEmptyIsGivenBackAtTheSweepAfterTh
 // back to the OS, but only as far as the heap's blocks exceed the most it used over the last kDemandPasses
 // passes; the page and its objects stay, and blocks taken again are backed again.
 TEST_F(GlobalAllocatorTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyondRecentDemand) {
-  heap->configure(HeapConfig{4, kK, true, true, 0});  // (no lending between classes: one page each)
+  heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});  // (no lending between classes: one page each)
   std::vector<uintptr_t> objects;
   for (int i = 0; i < 25; ++i) objects.push_back(blocks(1, 8));  // 200 of the page's 256 blocks
   uintptr_t page = page_of(objects[0]);
@@ -865,7 +823,7 @@ TEST_F(GlobalAllocatorTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyond
 // blocks are taken every period still counts as idle, and its other free blocks go back (the taken ones stay);
 // a page being filled (more than kIdleTakenBlocks a period) keeps its huge page whole.
 TEST_F(GlobalAllocatorTest, SubreleaseKeepsOnlyTheBlocksTakenAgainEachPeriod) {
-  heap->configure(HeapConfig{4, kK, true, true, 0});
+  heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
   uintptr_t keep = blocks(1, 8);
   uintptr_t page = page_of(keep);
   for (unsigned pass = 0; pass < GlobalAllocator::kDemandPasses + 2; ++pass) {
@@ -887,7 +845,7 @@ TEST_F(GlobalAllocatorTest, SubreleaseKeepsOnlyTheBlocksTakenAgainEachPeriod) {
   EXPECT_FALSE(platform.bad_huge_page_advice);
   free(rest);
   // Filling: more than kIdleTakenBlocks taken in a period, nothing of the page goes back in it.
-  GlobalAllocator filling(platform, clock, HeapConfig{4, kK, true, true, 0});
+  GlobalAllocator filling(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
   uint64_t before = platform.subreleased_bytes;
   for (unsigned pass = 0; pass < GlobalAllocator::kDemandPasses + 2; ++pass) {
     ASSERT_NE(filling.alloc_large(1, (GlobalAllocator::kIdleTakenBlocks + 1) * kBlockBytes, kBlockBytes), nullptr);
@@ -923,12 +881,12 @@ TEST_F(GlobalAllocatorTest, SubreleaseSkipsDensePagesAndCanBeTurnedOff) {
 
 TEST_F(GlobalAllocatorTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) {
   // Off: the paper's placement, one open page per class.
-  GlobalAllocator off(platform, clock, HeapConfig{4, kK, true, true, 0});
+  GlobalAllocator off(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
   for (unsigned c : {3u, 0u, 1u, 2u}) ASSERT_NE(off.alloc_large(c, kBlockBytes, kBlockBytes), nullptr);
   EXPECT_EQ(off.pages_in_use(kMaxClasses), 4u);
   off.check_invariants();
   // At the threshold: once that many huge pages are in use, every class opens its own.
-  GlobalAllocator big(platform, clock, HeapConfig{4, kK, true, true, 1});
+  GlobalAllocator big(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 1});
   ASSERT_NE(big.alloc_large(3, kBlockBytes, kBlockBytes), nullptr);
   ASSERT_NE(big.alloc_large(0, kBlockBytes, kBlockBytes), nullptr);
   EXPECT_EQ(big.pages_in_use(kMaxClasses), 2u);
@@ -959,7 +917,7 @@ TEST_F(GlobalAllocatorTest, LongClassesTakeTheLongestClassPages) {
   for (uintptr_t p : {c7, c4, c6, c3}) shared.free_large(reinterpret_cast<void*>(p));
   shared.check_invariants();
 
-  GlobalAllocator off(platform, clock, HeapConfig{kMaxClasses, kK, true, true, 0});
+  GlobalAllocator off(platform, clock, HeapConfig{.num_classes = kMaxClasses, .deadline_k = kK, .small_heap_pages = 0});
   for (unsigned c : {4u, 6u, 7u, 3u}) ASSERT_NE(off.alloc_large(c, kBlockBytes, kBlockBytes), nullptr);
   EXPECT_EQ(off.pages_in_use(kMaxClasses), 4u);
   EXPECT_EQ(off.pages_in_use(4), 1u);

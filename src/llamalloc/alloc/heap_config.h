@@ -19,7 +19,6 @@ inline HeapConfig heap_config_of(const Options& o) {
   HeapConfig config;
   config.num_classes = unsigned(o.classes);
   config.deadline_k = unsigned(o.deadline_k);
-  config.early_line_recycling = o.early_line_recycling != 0;
   config.same_class_recycling = o.same_class_recycling != 0;
   config.small_heap_pages = unsigned(o.small_heap_pages);
   // Never the class every allocation gets without a model: that would put the whole program under one lock.

@@ -132,30 +132,6 @@ void GlobalAllocator::recyclable_remove(HugePageMeta* p) {
   p->in_recyclable = 0;
 }
 
-void GlobalAllocator::partial_push(SpanMeta* s, unsigned c) {
-  if (s->in_partial_list) return;
-  unsigned b = partial_bucket(s->live_lines.load(std::memory_order_relaxed));
-  // At the tail: a span just used up and given back (a few short runs left) is not the next one handed out.
-  SpanMeta*& tail = partial_tail_[c][b];
-  s->partial_next = nullptr;
-  s->partial_prev = tail;
-  if (tail) tail->partial_next = s;
-  else partial_head_[c][b] = s;
-  tail = s;
-  s->in_partial_list = uint8_t(1 + b);
-}
-
-void GlobalAllocator::partial_remove(SpanMeta* s, unsigned c) {
-  if (!s->in_partial_list) return;
-  unsigned b = s->in_partial_list - 1u;
-  if (s->partial_prev) s->partial_prev->partial_next = s->partial_next;
-  else partial_head_[c][b] = s->partial_next;
-  if (s->partial_next) s->partial_next->partial_prev = s->partial_prev;
-  else partial_tail_[c][b] = s->partial_prev;
-  s->partial_prev = s->partial_next = nullptr;
-  s->in_partial_list = 0;
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Regions and huge pages.
 
@@ -388,11 +364,7 @@ void GlobalAllocator::activate(HugePageMeta* p) {
   p->deadline_ns = d == kNoDeadline ? kNoDeadline : clock_.now_ns() + config_.deadline_k * d;
   active_push(p);
   if (!p->live.all()) recyclable_push(p);
-  if (p->live.none()) {
-    release_page(p);
-    return;
-  }
-  if (lines_recyclable(p)) queue_partial_spans(p);
+  if (p->live.none()) release_page(p);
 }
 
 void GlobalAllocator::release_page(HugePageMeta* p) {
@@ -401,7 +373,6 @@ void GlobalAllocator::release_page(HugePageMeta* p) {
     recyclable_remove(p);
   }
   if (open_[p->lifetime_class] == p) open_[p->lifetime_class] = nullptr;
-  for (SpanMeta& s : p->spans) partial_remove(&s, p->lifetime_class);
   unrelease(p, 0, kBlocksPerHugePage);
   account_page(p, -1);
   Region* r = p->region;
@@ -518,13 +489,6 @@ void GlobalAllocator::change_class(HugePageMeta* p, unsigned new_class) {
   active_remove(p);
   bool was_recyclable = p->in_recyclable;
   recyclable_remove(p);
-  SpanMeta* moved[kSpansPerHugePage];
-  size_t n_moved = 0;
-  for (SpanMeta& s : p->spans)
-    if (s.in_partial_list) {
-      partial_remove(&s, old_class);
-      moved[n_moved++] = &s;
-    }
   gauges_.huge_pages_by_class[old_class] -= 1;
   gauges_.huge_pages_by_class[new_class] += 1;
   p->lifetime_class = uint8_t(new_class);
@@ -532,7 +496,6 @@ void GlobalAllocator::change_class(HugePageMeta* p, unsigned new_class) {
   p->deadline_ns = d == kNoDeadline ? kNoDeadline : clock_.now_ns() + config_.deadline_k * d;
   active_push(p);
   if (was_recyclable) recyclable_push(p);
-  for (size_t i = 0; i < n_moved; ++i) partial_push(moved[i], new_class);
 }
 
 // Deadline expired with live residual blocks: they were under-predicted by (at least) one class (Figure 6d).
@@ -553,14 +516,6 @@ void GlobalAllocator::demote(HugePageMeta* p) {
   change_class(p, c > 0 ? c - 1 : 0);
 }
 
-void GlobalAllocator::queue_partial_spans(HugePageMeta* p) {
-  for (SpanMeta& s : p->spans) {
-    if (!s.small.load(std::memory_order_relaxed) || s.owned) continue;
-    int32_t live = s.live_lines.load(std::memory_order_acquire);
-    if (live > 0 && live < int32_t(kLinesPerSpan)) partial_push(&s, p->lifetime_class);
-  }
-}
-
 void GlobalAllocator::expire_deadlines(uint64_t now) {
   if (LLAMALLOC_LIKELY(now < earliest_deadline_ns_)) return;
   for (unsigned c = 0; c < num_classes(); ++c) {
@@ -570,7 +525,6 @@ void GlobalAllocator::expire_deadlines(uint64_t now) {
       p->deadline_passed = 1;
       if ((p->live & p->residual).none()) demote(p);
       else promote(p);
-      queue_partial_spans(p);
     }
   }
   earliest_deadline_ns_ = ~uint64_t{0};
@@ -740,148 +694,6 @@ void GlobalAllocator::renew_deadline(HugePageMeta* p) {
   active_remove(p);
   p->deadline_ns = clock_.now_ns() + config_.deadline_k * d;
   active_push(p);
-}
-
-SpanMeta* GlobalAllocator::pop_partial_span(unsigned lowest_class, unsigned highest_class) {
-  // The emptiest spans first, and among those the longest class first (its spans' remaining objects are the
-  // least likely to be freed soon). Emptiness comes first: a span refilled until its runs were too short is
-  // queued again at once, and with one list it came straight back, again and again, while spans that were
-  // mostly free waited below it (redis: 40,000 queued spans 80% free, the heap at 4x its live bytes).
-  for (unsigned b = kPartialBuckets; b-- > 0;)
-  for (unsigned c = highest_class + 1; c-- > lowest_class;) {
-    while (SpanMeta* s = partial_head_[c][b]) {
-      partial_remove(s, c);
-      int32_t live = s->live_lines.load(std::memory_order_acquire);
-      // Zero: the last line was just freed and that thread is waiting for the lock to free the span.
-      while (live > 0 && !s->live_lines.compare_exchange_weak(live, live + 1, std::memory_order_acq_rel)) {
-      }
-      if (live > 0) return s;
-    }
-  }
-  return nullptr;
-}
-
-bool GlobalAllocator::acquire_span(unsigned lc, bool fresh_only, SpanGrant* grant) {
-  if (lc >= num_classes()) lc = never_freed_class();
-  LockGuard g(lock_);
-  expire_deadlines(clock_.now_ns());
-  HugePageMeta* page = nullptr;
-  size_t first = 0;
-  bool residual = false, same_class = false;
-  // (1) A partially free span of a longer class (non-residual).
-  SpanMeta* span = fresh_only || lc + 1 >= num_classes() ? nullptr : pop_partial_span(lc + 1, num_classes() - 1);
-  // (2) Free blocks of longer-lived active pages, longest class first (the paper's preference for small objects).
-  if (span == nullptr)
-    for (unsigned c = num_classes(); c-- > lc + 1 && page == nullptr;)
-      page = recycle_blocks(c, kBlocksPerSpan, kBlocksPerSpan, &first);
-  if (span == nullptr && page == nullptr) {
-    // (3) The open page of the class (residual).
-    page = open_[lc];
-    if (page != nullptr && !take_blocks(page, kBlocksPerSpan, kBlocksPerSpan, &first)) {
-      activate(page);
-      page = nullptr;
-    }
-    // (4) Instead of a fresh huge page: a partially free span or free blocks of an active page of the same
-    // class (residual; the page's deadline moves to now + K x class).
-    if (page == nullptr && config_.same_class_recycling) {
-      if (!fresh_only) span = pop_partial_span(lc, lc);
-      if (span == nullptr) page = recycle_blocks(lc, kBlocksPerSpan, kBlocksPerSpan, &first);
-      same_class = span != nullptr || page != nullptr;
-      if (same_class) renew_deadline(span != nullptr ? span->page : page);
-    }
-    // (5) Small heaps: the open page of a longer class (non-residual, as (2)).
-    bool borrowed = false;
-    if (span == nullptr && page == nullptr) {
-      page = borrow_longer_open_page(lc, kBlocksPerSpan, kBlocksPerSpan, &first);
-      borrowed = page != nullptr;
-    }
-    // (6) A fresh huge page.
-    if (span == nullptr && page == nullptr) {
-      page = open_new_page(lc);
-      if (page != nullptr && !take_blocks(page, kBlocksPerSpan, kBlocksPerSpan, &first)) page = nullptr;
-      if (page == nullptr) {
-        errno = ENOMEM;
-        debug_check();
-        return false;
-      }
-    }
-    residual = !borrowed;
-  }
-  if (span != nullptr) {
-    page = span->page;
-    first = span_index(span) * kBlocksPerSpan;
-    // Section 6.3: a span recycled for a shorter class is open and non-residual; for its own class, residual.
-    if (same_class) page->residual.set_range(first, kBlocksPerSpan);
-    else page->residual.clear_range(first, kBlocksPerSpan);
-    grant->partially_free = true;
-  } else {
-    span = &page->spans[first / kBlocksPerSpan];
-    span->live_lines.store(1, std::memory_order_relaxed);  // the owner's reference
-    span->page = page;
-    span->owned = 1;  // before mark_allocated: activating the page queues its partially free spans, not this one
-    span->small.store(1, std::memory_order_release);
-    mark_allocated(page, first, kBlocksPerSpan, residual);
-    grant->partially_free = false;
-  }
-  span->owned = 1;
-  span->lifetime_class = uint8_t(lc);
-  grant->span = span;
-  grant->address = page_address(page) + first * kBlockBytes;
-  grant->residual = residual;
-  counters_.block_spans_handed_out.fetch_add(1, std::memory_order_relaxed);
-  if (grant->partially_free && page->state == PageState::kActive && page->residual.none() && !page->live.none())
-    demote(page);
-  debug_check();
-  return true;
-}
-
-void GlobalAllocator::close_span(SpanMeta* span) {
-  LockGuard g(lock_);
-  span->owned = 0;
-  int32_t before = span->live_lines.fetch_sub(1, std::memory_order_acq_rel);
-  if (before == 1) {
-    free_span_locked(span);
-  } else {
-    HugePageMeta* page = span->page;
-    if (lines_recyclable(page) && before - 1 < int32_t(kLinesPerSpan))
-      partial_push(span, page->lifetime_class);
-  }
-  expire_deadlines(clock_.now_ns());
-  debug_check();
-}
-
-void GlobalAllocator::free_span(SpanMeta* span) {
-  LockGuard g(lock_);
-  free_span_locked(span);
-  expire_deadlines(clock_.now_ns());
-  debug_check();
-}
-
-void GlobalAllocator::span_partially_freed(SpanMeta* span) {
-  LockGuard g(lock_);
-  // Between the caller's decrement and this lock other threads may have freed the span's other lines, given
-  // the span and even its page back (the metadata then reads as zero: no page, not small).
-  HugePageMeta* page = span->page;
-  int32_t live = span->live_lines.load(std::memory_order_acquire);
-  if (page != nullptr && !span->owned && span->small.load(std::memory_order_relaxed) && lines_recyclable(page) &&
-      live > 0 && live < int32_t(kLinesPerSpan)) {
-    if (span->in_partial_list && span->in_partial_list - 1u != partial_bucket(live))
-      partial_remove(span, page->lifetime_class);
-    partial_push(span, page->lifetime_class);
-  }
-  expire_deadlines(clock_.now_ns());
-  debug_check();
-}
-
-void GlobalAllocator::free_span_locked(SpanMeta* span) {
-  HugePageMeta* page = span->page;
-  partial_remove(span, page->lifetime_class);
-  span->small.store(0, std::memory_order_release);
-  span->owned = 0;
-  size_t first = span_index(span) * kBlocksPerSpan;
-  page->live.clear_range(first, kBlocksPerSpan);
-  page->residual.clear_range(first, kBlocksPerSpan);
-  after_blocks_freed(page);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1071,8 +883,7 @@ size_t GlobalAllocator::free_large(void* ptr) {
     size_t block = offset >> kBlockShift;
     if ((offset & (kBlockBytes - 1)) != 0) fatal_pointer("free of", ptr, "pointer not the start of an object");
     if (!page->live.test(block)) fatal_pointer("free of", ptr, "double free, or a pointer never allocated (its block is free)");
-    if (page->spans[block / kBlocksPerSpan].small.load(std::memory_order_relaxed) || !page->large_start.test(block))
-      fatal_pointer("free of", ptr, "pointer not the start of an object");
+    if (!page->large_start.test(block)) fatal_pointer("free of", ptr, "pointer not the start of an object");
     size_t last = page->large_end.next_set(block);
     size_t count = last - block + 1;
     page->large_start.clear(block);
@@ -1136,15 +947,6 @@ size_t GlobalAllocator::pages_in_use(unsigned lc) {
   return lc < kMaxClasses ? gauges_.huge_pages_by_class[lc] : gauges_.footprint_bytes / kHugePageBytes;
 }
 
-bool SpanMeta::check() const {
-  int32_t live = live_lines.load(std::memory_order_relaxed);
-  if (!small.load(std::memory_order_relaxed)) return live == 0 && !owned && !in_partial_list;
-  if (live < 0 || live > int32_t(kLinesPerSpan) + 1) return false;
-  if (owned && live < 1) return false;
-  if (in_partial_list && owned) return false;
-  return true;
-}
-
 bool HugePageMeta::check(unsigned num_classes) const {
   if (state == PageState::kUnused) return false;
   if (lifetime_class >= num_classes) return false;
@@ -1152,21 +954,14 @@ bool HugePageMeta::check(unsigned num_classes) const {
   if (!(residual & ~live).none()) return false;               // residual blocks are live
   if (!(large_start & ~live).none()) return false;
   if (!(released & live).none()) return false;                // only free blocks are subreleased
-  // An open page holds its class's objects (residual) and, in a small heap, spans and objects of shorter classes
-  // lent from it (HeapConfig::small_heap_pages): live non-residual blocks are allowed in every state.
-  for (size_t s = 0; s < kSpansPerHugePage; ++s) {
-    bool small_span = spans[s].small.load(std::memory_order_relaxed);
-    if (small_span && !(live.test(2 * s) && live.test(2 * s + 1))) return false;
-    if (small_span && (large_start.test(2 * s) || large_start.test(2 * s + 1))) return false;
-    if (!spans[s].check()) return false;
-  }
-  // Every live block belongs to a small span, to a large object that starts and ends on this page, or to the
-  // end of the huge object before it (slack donation).
+  // An open page holds its class's objects (residual) and, in a small heap, objects of shorter classes lent from
+  // it (HeapConfig::small_heap_pages): live non-residual blocks are allowed in every state.
+  // Every live block belongs to a large object (size-class spans are handed out as such) that starts and ends on
+  // this page, or to the end of the huge object before it (slack donation).
   size_t open_object_end = 256;
   for (size_t b = 0; b < kBlocksPerHugePage; ++b) {
-    bool in_span = spans[b / 2].small.load(std::memory_order_relaxed);
     if (b < huge_tail_blocks) {
-      if (!live.test(b) || in_span || large_start.test(b)) return false;
+      if (!live.test(b) || large_start.test(b)) return false;
       continue;
     }
     if (large_start.test(b)) {
@@ -1175,8 +970,7 @@ bool HugePageMeta::check(unsigned num_classes) const {
       if (open_object_end == 256) return false;
     }
     bool in_object = open_object_end != 256;
-    if (live.test(b) != (in_span || in_object)) return false;
-    if (in_span && in_object) return false;
+    if (live.test(b) != in_object) return false;
     if (in_object && b == open_object_end) open_object_end = 256;
   }
   return open_object_end == 256;
@@ -1256,10 +1050,6 @@ void GlobalAllocator::check_invariants_locked() {
         LLAMALLOC_CHECK(p->in_recyclable == 1 + b && recycle_bucket(p) == b && p->lifetime_class == c &&
                             p->state == PageState::kActive,
                         "invariant: recyclable list entry");
-    for (unsigned b = 0; b < kPartialBuckets; ++b)
-      for (SpanMeta* s = partial_head_[c][b]; s; s = s->partial_next)
-        LLAMALLOC_CHECK(s->in_partial_list == 1 + b && !s->owned && s->page->lifetime_class == c,
-                        "invariant: partial span list entry");
     if (open_[c]) LLAMALLOC_CHECK(open_[c]->state == PageState::kOpen, "invariant: open page not open");
   }
   LLAMALLOC_CHECK(total * kHugePageBytes == gauges_.footprint_bytes, "invariant: footprint miscounted");

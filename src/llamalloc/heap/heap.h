@@ -64,26 +64,9 @@ inline constexpr uintptr_t kXfreeFull = 1;
 inline constexpr uintptr_t kXfreeNotified = 2;
 inline constexpr uintptr_t kXfreeStateMask = 3;
 
-// One 16 KiB block span. Line counts are the objects overlapping each line (section 6.6). live_lines counts the
-// lines with objects, plus one while a thread-local allocator owns the span, so that it reaches zero exactly
-// once, in the thread that must give the span back.
+// One 16 KiB block span: when it is the first 16 KiB of a size-class span, that span's metadata (local/ owns it).
 struct SpanMeta {
-  alignas(8) std::atomic<uint8_t> line_objects[kLinesPerSpan];  // settled 8 at a time (close_run)
-  std::atomic<int32_t> live_lines;
-  std::atomic<uint8_t> small;  // 1 while the span holds small objects: read by free() without the lock
-  uint8_t owned;               // a thread-local allocator bump allocates in it (global lock)
-  uint8_t in_partial_list;     // closed, partially free, on a page past its deadline: 1 + its bucket (global lock)
-  uint8_t lifetime_class;      // the class its current or last owner allocated
-  SpanMeta* partial_prev;
-  SpanMeta* partial_next;
-  struct HugePageMeta* page;   // set when the span is handed out
-  // The owning thread's cursor (a local/ SpanCursor) while owned, else null: lets the owner free objects of
-  // its current run without atomics. Written only by the owner; others read it and see a foreign cursor.
-  std::atomic<void*> owner_cursor;
-  // When this is the first 16 KiB of a size-class span: its metadata.
   SmallSpan small_span;
-
-  bool check() const;  // invariant checker: counts within bounds, owner reference consistent
 };
 
 struct HugePageMeta {
@@ -156,21 +139,11 @@ struct Region {
   uintptr_t page_address(size_t i) const { return base + (i << kHugePageShift); }
 };
 
-struct SpanGrant {
-  SpanMeta* span = nullptr;
-  uintptr_t address = 0;
-  bool partially_free = false;  // recycled with live lines in it
-  bool residual = false;        // taken from the open page of its class
-};
-
 struct HeapConfig {
   unsigned num_classes = kMaxClasses;  // the last one is "never freed"
   unsigned deadline_k = 4;             // deadline = now + K x class duration
-  // Partially free spans of an active page are recycled (for shorter classes) at once, like its free blocks;
-  // false: only after the page's deadline, as papers/000 section 6.6 has it.
-  bool early_line_recycling = true;
-  // When the open page of a class is full, the class's own active pages (their partially free spans and free
-  // blocks) are used before a fresh huge page; false: never, as papers/000 section 6.3 has it.
+  // When the open page of a class is full, the class's own active pages (their free blocks) are used before a
+  // fresh huge page; false: never, as papers/000 section 6.3 has it.
   bool same_class_recycling = true;
   // Small heaps: while fewer than this many huge pages are in use, a class whose open page is full (or that has
   // none) takes blocks from the open page of a longer class before it opens a fresh huge page. The objects are
@@ -251,25 +224,7 @@ class GlobalAllocator {
   // The class duration that deadlines are computed from: 10 ms x 10^c; "never freed" has none (UINT64_MAX).
   uint64_t class_duration_ns(unsigned lifetime_class) const;
 
-  // --- for thread-local allocators -------------------------------------------------------------------
-  // A block span for objects of `lifetime_class`, owned by the caller (live_lines includes its reference).
-  // fresh_only: completely free spans only (overflow spans). false when memory is exhausted.
-  bool acquire_span(unsigned lifetime_class, bool fresh_only, SpanGrant* grant);
-  // The owner is done with the span: drops its reference; frees or queues it for recycling.
-  void close_span(SpanMeta* span);
-  // Called by the thread whose decrement brought live_lines to zero.
-  void free_span(SpanMeta* span);
-  // Called when a closed span gets its first free line, and when its free lines reach a multiple of
-  // kLinesPerSpan / kPartialBuckets: queued for recycling if its page allows (lines_recyclable), or moved to
-  // the list of its new emptiness, so that the emptiest spans are found first.
-  void span_partially_freed(SpanMeta* span);
-  static constexpr unsigned kPartialBuckets = 4;
   static constexpr unsigned kRecycleBuckets = 8;
-  static constexpr unsigned partial_bucket(int32_t live_lines) {
-    unsigned free_lines = live_lines >= int32_t(kLinesPerSpan) ? 0 : unsigned(int32_t(kLinesPerSpan) - live_lines);
-    unsigned b = free_lines * kPartialBuckets / kLinesPerSpan;
-    return b < kPartialBuckets ? b : kPartialBuckets - 1;
-  }
 
   // --- large (blocks) and huge (whole huge pages) objects ---------------------------------------------
   // bytes > kSmallMaxBytes or alignment too large for a span, and the spans of small objects. On the pages of
@@ -411,12 +366,10 @@ class GlobalAllocator {
   void promote(HugePageMeta* page);
   void demote(HugePageMeta* page);
   void expire_deadlines(uint64_t now);
-  void free_span_locked(SpanMeta* span);
   void* alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment);
   void free_huge_locked(HugePageMeta* head);
   bool take_blocks(HugePageMeta* page, size_t count, size_t align_blocks, size_t* first);
   void mark_allocated(HugePageMeta* page, size_t first, size_t count, bool residual);
-  SpanMeta* pop_partial_span(unsigned lowest_class, unsigned highest_class);
   // Free blocks on an active page of class c (first fit); the page or null.
   HugePageMeta* recycle_blocks(unsigned c, size_t count, size_t align_blocks, size_t* first);
   // Small heaps (HeapConfig::small_heap_pages): blocks of the open page of the nearest longer class than lc.
@@ -432,20 +385,11 @@ class GlobalAllocator {
     return config_.dense_first ? unsigned(p->live.count() * kRecycleBuckets / (kBlocksPerHugePage + 1)) : 0;
   }
   void recyclable_remove(HugePageMeta* p);
-  void partial_push(SpanMeta* s, unsigned lc);
-  void partial_remove(SpanMeta* s, unsigned lc);
-  void queue_partial_spans(HugePageMeta* page);
-  // Whether the partially free spans of `page` may be recycled now (section 6.6 and early_line_recycling).
-  bool lines_recyclable(const HugePageMeta* page) const {
-    return page->state == PageState::kActive && (config_.early_line_recycling || page->deadline_passed);
-  }
   void debug_check() {
     if (LLAMALLOC_DEBUG_CHECKS) check_invariants_locked();
   }
   void check_invariants_locked();
 
-  static HugePageMeta* page_of_span(SpanMeta* span) { return span->page; }
-  static size_t span_index(SpanMeta* span) { return span - page_of_span(span)->spans; }
   uintptr_t page_address(const HugePageMeta* p) const { return p->region->page_address(p->index); }
   void account_page(HugePageMeta* p, int64_t pages);
   // Blocks of p that are backed again (taken), or dropped with it: off the subreleased gauge.
@@ -470,10 +414,6 @@ class GlobalAllocator {
   // Active pages with free blocks, by class and by fullness (kRecycleBuckets lists of 32 live blocks each; with
   // dense_first off, all in list 0), newest first: recycle_blocks takes the fullest page that fits.
   HugePageMeta* recyclable_head_[kMaxClasses][kRecycleBuckets] = {};
-  // Partially free spans by class and by emptiness (kPartialBuckets lists of 32 free lines each), oldest first:
-  // the emptiest are recycled first (see pop_partial_span).
-  SpanMeta* partial_head_[kMaxClasses][kPartialBuckets] = {};
-  SpanMeta* partial_tail_[kMaxClasses][kPartialBuckets] = {};
   size_t region_count_ = 0;
   Region regions_[kMaxRegions] = {};
   std::atomic<Region*> region_table_[kRegionSlots] = {};

@@ -108,7 +108,7 @@ class Predictor {
   ~Predictor() = default;
 };
 
-// Without a model: every allocation gets one configured class (LLAMALLOC_DEFAULT_CLASS, default 0, < 10 ms).
+// Without a model: every allocation gets one configured class (LLAMALLOC_DEFAULT_CLASS, default 1, < 100 ms).
 // With class 0 the heap starts from the assumption that objects die young; huge pages whose objects outlive
 // their deadline are promoted class by class (section 6.4), so long-lived data finds its class by itself, while
 // the short-lived majority of a server's allocations is freed with its huge pages.

@@ -60,7 +60,7 @@ def summary_table(result: sim.SimResult) -> str:
               help="llama policies: a huge page's deadline is K x its class duration (as LLAMALLOC_DEADLINE_K)")
 @click.option("--heap-option", "heap_options", multiple=True, metavar="NAME=VALUE",
               help="llama policies: place as the library does under LLAMALLOC_NAME=VALUE; one of the heap's "
-                   "placement options (DEFAULT_CLASS, EARLY_LINE_RECYCLING, SAME_CLASS_RECYCLING, SMALL_HEAP_PAGES, "
+                   "placement options (DEFAULT_CLASS, SAME_CLASS_RECYCLING, SMALL_HEAP_PAGES, "
                    "SHARED_CLASS, LONG_CLASS, SPAN_RECYCLING, DENSE_FIRST, DEADLINE_K; docs/options.md); repeat for "
                    "several. The others stay at the library's defaults")
 @click.option("--thread-idle-ms", type=click.FloatRange(min=0), default=500.0, show_default=True,
