@@ -13,10 +13,8 @@ namespace llamalloc {
 // Event counters (name, meaning). Prediction counters are filled by the learned predictor; the default
 // predictor never runs a model, so they stay zero.
 #define LLAMALLOC_COUNTERS(X)                                                                   \
-  X(block_spans_handed_out, "block spans given to thread-local allocators")                     \
+  X(block_spans_handed_out, "size-class spans taken by thread heaps from the global allocator")   \
   X(blocks_recycled, "free blocks of active longer-lived huge pages reused for a shorter class") \
-  X(lines_recycled, "free lines reused in partially free block spans")                          \
-  X(overflow_allocations, "small objects placed in an overflow span")                           \
   X(deadlines_expired, "huge page deadlines that expired")                                      \
   X(promotions, "huge pages moved to the next longer lifetime class")                           \
   X(demotions, "huge pages moved to the next shorter lifetime class")                           \

@@ -339,8 +339,6 @@ std::vector<std::pair<std::string, double>> LlamaPolicy::summary_extras() const 
       {"deadline_k", double(options_.heap_options.deadline_k)},
       {"block_spans_handed_out", double(c.block_spans_handed_out.load())},
       {"blocks_recycled", double(c.blocks_recycled.load())},
-      {"lines_recycled", double(c.lines_recycled.load())},
-      {"overflow_allocations", double(c.overflow_allocations.load())},
       {"deadlines_expired", double(c.deadlines_expired.load())},
       {"promotions", double(c.promotions.load())},
       {"demotions", double(c.demotions.load())},

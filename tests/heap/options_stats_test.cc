@@ -131,8 +131,7 @@ void expect_complete_and_sane(const Json& j) {
   EXPECT_EQ(pages * kHugePageBytes, footprint);
   EXPECT_GT(j.fields.at("rss_bytes").number, 0);
   const Json& counters = j.fields.at("counters");
-  for (const char* c : {"block_spans_handed_out", "blocks_recycled", "lines_recycled", "overflow_allocations",
-                        "deadlines_expired", "promotions", "demotions", "huge_pages_released", "huge_slack_pages",
+  for (const char* c : {"block_spans_handed_out", "blocks_recycled", "deadlines_expired", "promotions", "demotions", "huge_pages_released", "huge_slack_pages",
                         "prediction_cache_hits", "prediction_cache_misses", "model_runs", "repredictions_changed",
                         "prediction_keys_shared", "prediction_unseen_contexts", "prediction_caches_dropped"})
     EXPECT_TRUE(counters.fields.count(c)) << "missing counter " << c;
