@@ -23,6 +23,7 @@ from typing import Callable
 
 from . import paths, workloads as _workloads
 from .errors import UserError
+from . import files
 
 JSON_VERSION = 1
 SYSTEM_LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
@@ -463,9 +464,7 @@ def _steady_cells(s: dict) -> list[str]:
 def write_json(result: BenchResult, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result.to_json(), indent=1))
-    os.replace(tmp, path)
+    files.write_text(path, json.dumps(result.to_json(), indent=1))
 
 
 def plot_rss(result: BenchResult, out_dir: Path) -> list[Path]:
@@ -493,9 +492,8 @@ def plot_rss(result: BenchResult, out_dir: Path) -> list[Path]:
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         path = out_dir / f"rss-{w}.png"
-        tmp = out_dir / f".rss-{w}.tmp.png"
-        fig.savefig(tmp, dpi=110)
+        with files.replacing(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
         plt.close(fig)
-        os.replace(tmp, path)
         written.append(path)
     return written

@@ -23,6 +23,7 @@ from typing import Callable
 
 from . import bench
 from .errors import UserError
+from . import files
 
 DEFAULT_ALLOCATORS = "glibc,jemalloc,tcmalloc,mimalloc,llamalloc"
 JSON_FORMAT = "llamalloc-compare"
@@ -211,7 +212,7 @@ def verdict(runs: list[CompareRun]) -> str:
 def write_json(runs: list[CompareRun], cmd: list[str], client: str | None, path: Path) -> None:
     doc = {"format": JSON_FORMAT, "version": 1, "command": cmd, "client": client,
            "runs": [dict(asdict(r), **r.figures()) for r in runs]}
-    path.write_text(json.dumps(doc, indent=1))
+    files.write_text(path, json.dumps(doc, indent=1))
 
 
 def plot(runs: list[CompareRun], path: Path, title: str) -> Path:

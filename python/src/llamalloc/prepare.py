@@ -37,6 +37,7 @@ from . import symbolize
 from .errors import FormatError, UserError
 from .model import modelfile
 from .model.tokenizer import SEP, UNSYMBOLIZED, Vocabulary
+from . import files
 
 MAGIC = b"LLATOKEN"
 VERSION = 1
@@ -247,18 +248,6 @@ def _cache_dir() -> Path:
     return Path(base) / "tokens"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def prepare(model_path, binaries: list[str], output, log=lambda msg: None) -> int:
     """Writes the token tables of `binaries` for the model at `model_path` into `output`; returns their count.
     Per-binary tables are cached (LLAMALLOC_CACHE_DIR, default ~/.cache/llamalloc/tokens) by model vocabulary,
@@ -278,7 +267,7 @@ def prepare(model_path, binaries: list[str], output, log=lambda msg: None) -> in
             tables.append(_cached_table(real, vocab, crc, line))
             bar.advance()
     tables.append(BinaryTable(THREAD_ROOT_PATH, 0, 0, "", [], [], [(0, 1, _frame_tokens(vocab, THREAD_ROOT), False)]))
-    _write_atomic(Path(output), encode_tables(tables, crc, len(vocab)))
+    files.write_bytes(output, encode_tables(tables, crc, len(vocab)))
     return len(tables) - 1
 
 
@@ -303,7 +292,7 @@ def _cached_table(path: str, vocab: Vocabulary, crc: int, log) -> BinaryTable:
     table = build_binary_table(path, vocab)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(cache, pickle.dumps(table))
+        files.write_bytes(cache, pickle.dumps(table))
     except (OSError, UserError):
         pass  # no cache: only slower next time
     return table

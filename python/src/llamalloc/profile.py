@@ -15,9 +15,10 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from .errors import FormatError, UserError
+from .errors import FormatError
 from .proto import profile_pb2
 from . import trace as _raw
+from . import files
 
 VERSION = 1
 MARKER = "llamalloc-profile"
@@ -241,17 +242,7 @@ def from_raw(raw_path) -> profile_pb2.Profile:
 
 def write(message: profile_pb2.Profile, out_path) -> None:
     """Writes the message gzipped, through a temporary file renamed into place."""
-    out = Path(out_path)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(gzip.compress(message.SerializeToString(), mtime=0))
-        os.replace(tmp, out)
-    except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    files.write_bytes(out_path, gzip.compress(message.SerializeToString(), mtime=0))
 
 
 # ---- reading -------------------------------------------------------------------------------------------------

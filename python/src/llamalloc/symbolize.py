@@ -15,11 +15,11 @@ import shutil
 import struct
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import profile as _profile
 from . import trace as _trace
 from .errors import FormatError, UserError
+from . import files
 
 Frames = list[tuple[str, str, int]]  # (function, file, line), innermost first
 
@@ -177,17 +177,8 @@ def symbolize_trace(path, out, warn) -> int:
     table += b"\0" * (-len(table) % 8)
     parts.append(_trace.RECORD.pack(_trace.REC_SYMBOLS, len(table)) + table)
     parts.append(end)
-    out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
-        body = b"".join(parts)
-        tmp.write_bytes(_trace.compress_bytes(body) if compressed else body)
-        os.replace(tmp, out)
-    except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    body = b"".join(parts)
+    files.write_bytes(out, _trace.compress_bytes(body) if compressed else body)
     return len(symbols)
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import FormatError, UserError
+from .errors import FormatError
+from . import files
 
 TRACE_MAGIC = b"LLTRACE\0"
 RAW_PROFILE_MAGIC = b"LLPRAW\0\0"
@@ -304,14 +305,6 @@ def write_parquet(trace_path, out_path) -> int:
     import pyarrow.parquet as pq
     t = load(trace_path)
     table = t.to_table()
-    out = Path(out_path)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
+    with files.replacing(out_path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, out)
-    except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return table.num_rows

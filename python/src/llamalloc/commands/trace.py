@@ -15,6 +15,7 @@ from .. import trace as _trace
 from ..errors import FormatError, UserError
 from ..launch import check_command
 from .record import run_preloaded
+from .. import files
 
 #: With --duration: seconds between SIGTERM and SIGKILL for a program that does not stop.
 KILL_AFTER_S = 10.0
@@ -29,18 +30,11 @@ def _finish(raw: Path, out: Path, compress: bool = True) -> None:
             return
         except OSError:
             pass
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
+    with files.replacing(out) as tmp:
         if compress:
             _trace.compress_file(raw, tmp)
         else:
             shutil.copyfile(raw, tmp)
-        os.replace(tmp, out)
-    except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 @click.command("trace", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

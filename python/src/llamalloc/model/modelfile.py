@@ -5,9 +5,7 @@ allocating. This module is the one Python reader and writer; it depends on numpy
 from __future__ import annotations
 
 import json
-import os
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +15,7 @@ import numpy as np
 from ..errors import FormatError
 from .classes import CLASS_UPPER_BOUNDS_NS, NUM_CLASSES, NUM_SIZE_CLASSES
 from .tokenizer import FIRST_SIZE_TOKEN, FIRST_WORD_TOKEN, PAD, SEP, SPECIAL_TOKENS, UNK, UNSYMBOLIZED
+from .. import files
 
 MAGIC = b"LLAMODEL"
 VERSION = 1
@@ -206,22 +205,7 @@ def to_bytes(m: ModelFile) -> bytes:
 
 def write(path, m: ModelFile) -> None:
     """Writes atomically: a temporary file in the same folder, renamed into place."""
-    path = Path(path)
-    data = to_bytes(m)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    files.write_bytes(path, to_bytes(m), durable=True)
 
 
 def read(path) -> ModelFile:

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import sim
 from ..errors import FormatError, UserError
+from .. import files
 
 MIB = 2**20
 MAX_HEAP_MAPS = 4
@@ -103,18 +104,6 @@ def _pick_snapshots(snapshots: list, n: int) -> list:
         return snapshots
     idx = np.unique(np.linspace(0, len(snapshots) - 1, n).round().astype(int))
     return [snapshots[i] for i in idx]
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is for reading
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: Iterable[Path] = (),
@@ -223,7 +212,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
             os.replace(png, out_dir / png.name)
             pngs.append(out_dir / png.name)
         html_path = out_dir / "index.html"
-        _write_atomically(html_path, page.encode())
+        files.write_bytes(html_path, page.encode())
     finally:
         for leftover in staging.glob("*"):
             leftover.unlink()
