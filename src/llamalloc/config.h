@@ -32,9 +32,30 @@ inline constexpr size_t kSpansPerHugePage = kHugePageBytes / kBlockSpanBytes;
 // depends on it. Small objects (up to 32 KiB) come from size-class spans (local/size_class.h).
 inline constexpr size_t kMinAlignBytes = 16;
 
-// Lifetime classes: at most 8 (docs/architecture.md): 0 = < 10 ms, x10 each, the last one = never freed.
+// Lifetime classes, one numbering for the heap, the profiler, the simulator and the model (docs/architecture.md):
+// class c < 10 ms x 10^c for c below kLongestLifetimeClass, which holds every longer lifetime (>= 1000 s); the last,
+// kNeverFreedClass, is not a lifetime but objects never freed. A heap configured with fewer classes
+// (LLAMALLOC_CLASSES) keeps the same bounds for its first ones and makes its last one "never freed".
 inline constexpr unsigned kMaxClasses = 8;
+inline constexpr unsigned kNeverFreedClass = kMaxClasses - 1;
+inline constexpr unsigned kLongestLifetimeClass = kMaxClasses - 2;
 inline constexpr uint64_t kShortestClassNs = 10'000'000;  // 10 ms
+
+// The upper bound of class c's lifetimes (c < kLongestLifetimeClass), and the lower bound of the next.
+constexpr uint64_t lifetime_class_bound_ns(unsigned c) {
+  uint64_t bound = kShortestClassNs;
+  for (unsigned i = 0; i < c; ++i) bound *= 10;
+  return bound;
+}
+
+// The class of an object that lived lifetime_ns.
+constexpr unsigned lifetime_class_of(uint64_t lifetime_ns) {
+  for (unsigned c = 0; c < kLongestLifetimeClass; ++c)
+    if (lifetime_ns < lifetime_class_bound_ns(c)) return c;
+  return kLongestLifetimeClass;
+}
+static_assert(lifetime_class_of(9'999'999) == 0 && lifetime_class_of(10'000'000) == 1);
+static_assert(lifetime_class_of(999'999'999'999) == 5 && lifetime_class_of(1'000'000'000'000) == 6);
 
 // Regions of address space of up to 16 GiB, as in the paper (section 6.1), shared by every lifetime class. They
 // are aligned to their size so that the region of an address is one shift into a table covering the 47-bit user

@@ -10,6 +10,8 @@
 #include <cstdarg>
 #include <cstring>
 
+#include "config.h"
+
 namespace llamalloc::model {
 
 namespace {
@@ -194,9 +196,7 @@ bool ModelFile::validate(char* error, size_t cap) {
     return format_message(error, cap, "class or token layout differs from this llamalloc's"), false;
   for (int k = 0; k < 6; ++k) {
     uint64_t bound = load<uint64_t>(h + 80 + 8 * k);
-    uint64_t expected = 10000000ull;
-    for (int j = 0; j < k; ++j) expected *= 10;
-    if (bound != expected) return format_message(error, cap, "class bounds differ from this llamalloc's"), false;
+    if (bound != lifetime_class_bound_ns(unsigned(k))) return format_message(error, cap, "class bounds differ from this llamalloc's"), false;
   }
   if (vocab_size_ < kFirstSizeToken + kNumSizeClasses || hidden_dim_ == 0 || hidden_dim_ > kMaxHiddenDim ||
       embedding_dim == 0 || max_tokens_ == 0 || max_tokens_ > kMaxTokens || default_class_ >= kNumClasses)

@@ -5,11 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "config.h"
 #include "predictor/predictor.h"
 
 namespace llamalloc::model {
 
-inline constexpr unsigned kNumClasses = 8;
+inline constexpr unsigned kNumClasses = kMaxClasses;
 inline constexpr unsigned kNumSizeClasses = 48;
 inline constexpr uint32_t kPadToken = 0, kUnkToken = 1, kSeparatorToken = 2, kUnsymbolizedToken = 3;
 inline constexpr uint32_t kFirstSizeToken = 4;

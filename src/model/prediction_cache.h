@@ -37,7 +37,7 @@ struct CacheCounters {
 // a page of short-lived ones, and a frequent one gets the model's class after a few dozen allocations
 // (docs/prediction.md, "Contexts the model never saw").
 inline constexpr unsigned kUnseenContext = 0x100;
-inline constexpr unsigned kUnseenClass = 7;  // "never freed"
+inline constexpr unsigned kUnseenClass = kNeverFreedClass;
 
 // The cache key (the heap's fast path computes the same one: predictor/predictor.h).
 inline uint64_t cache_key(uintptr_t return_address, uintptr_t stack_address, unsigned size_class) {

@@ -5,18 +5,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "config.h"
 #include "trace_format.h"
 
 namespace llamalloc::prof {
 
-// docs/architecture.md: class k < 10^(k-2) s for k = 0..5, 6 for >= 1000 s; 7 (never freed) is not a lifetime.
-inline int LifetimeClass(uint64_t lifetime_ns) {
-  uint64_t bound_ns = 10'000'000;  // 10 ms
-  for (int k = 0; k < 6; ++k, bound_ns *= 10) {
-    if (lifetime_ns < bound_ns) return k;
-  }
-  return 6;
-}
+// The lifetime class of a sampled object: llamalloc::lifetime_class_of (config.h), the heap's numbering.
+inline int LifetimeClass(uint64_t lifetime_ns) { return int(lifetime_class_of(lifetime_ns)); }
 
 // Size classes group requests of similar size into one profile sample: multiples of 16 bytes up to 1 KiB, then
 // four classes per power of two. The class is named by its upper bound, which is what `request_size` holds.

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "llamalloc/config.h"
+
 namespace llamalloc::sim {
 
 enum class EventKind : uint8_t {
@@ -26,24 +28,7 @@ struct Event {
 // malloc's alignment (alignof(max_align_t)); an event's alignment_bytes at or below it is the default.
 inline constexpr uint32_t kDefaultAlignmentBytes = 16;
 
-// One numbering everywhere (docs/architecture.md): class c holds lifetimes < 10 ms * 10^c for c < 6,
-// class 6 is ">= 1000 s" and class 7 "never freed".
-inline constexpr int kLifetimeClassCount = 8;
-inline constexpr uint8_t kNeverFreedClass = 7;
-
-inline uint8_t LifetimeClassOf(uint64_t lifetime_ns) {
-  uint64_t bound_ns = 10'000'000;  // 10 ms
-  for (uint8_t c = 0; c < 6; ++c, bound_ns *= 10) {
-    if (lifetime_ns < bound_ns) return c;
-  }
-  return 6;
-}
-
-// The lifetime class window of class c in nanoseconds (its upper bound; class 6 and 7 have none).
-inline uint64_t LifetimeClassBoundNs(uint8_t lifetime_class) {
-  uint64_t bound_ns = 10'000'000;
-  for (uint8_t c = 0; c < lifetime_class && c < 6; ++c) bound_ns *= 10;
-  return bound_ns;
-}
+// The heap's numbering of lifetime classes (llamalloc/config.h): kNeverFreedClass for objects never freed.
+inline uint8_t LifetimeClassOf(uint64_t lifetime_ns) { return uint8_t(lifetime_class_of(lifetime_ns)); }
 
 }  // namespace llamalloc::sim

@@ -82,10 +82,7 @@ void note_mib(const char* a, uint64_t bytes, const char* b, uint64_t bytes2, con
 
 
 uint64_t GlobalAllocator::class_duration_ns(unsigned lc) const {
-  if (lc >= never_freed_class()) return kNoDeadline;
-  uint64_t d = kShortestClassNs;
-  for (unsigned i = 0; i < lc; ++i) d *= 10;
-  return d;
+  return lc >= never_freed_class() ? kNoDeadline : lifetime_class_bound_ns(lc);
 }
 
 // ---------------------------------------------------------------------------------------------------------
