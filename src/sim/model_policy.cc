@@ -54,9 +54,9 @@ unsigned ModelClassSource::ClassOf(const ObjectAlloc& object) {
   }
   if (info->frames == nullptr) ++without_stack_;
   unsigned lc = predictor_->predict(object.thread, info->frames, info->depth, object.size_bytes, info->height);
-  if (lc > 7) lc = 7;
+  if (lc > kNeverFreedClass) lc = kNeverFreedClass;
   ++predicted_;
-  if (object.lifetime_class < 8) ++confusion_[object.lifetime_class][lc];
+  if (object.lifetime_class < kMaxClasses) ++confusion_[object.lifetime_class][lc];
   return lc;
 }
 
