@@ -605,7 +605,7 @@ TEST_F(GlobalAllocatorDeathTest, BadLargeFreesAbortWithOneLine) {
   EXPECT_DEATH(heap->free_large(h), "free huge page");
 }
 
-// Small heaps (issue 12): a program with a few MiB live must not pay an open huge page per lifetime class.
+// Small heaps: a program with a few MiB live must not pay an open huge page per lifetime class.
 // Shorter classes take blocks of a longer class's open page (non-residual: they are expected to die first)
 // while fewer than small_heap_pages huge pages are in use; a longer class never lands on a shorter one's page.
 TEST_F(GlobalAllocatorTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes) {
