@@ -72,6 +72,7 @@ class SimPlatform final : public Platform {
     return p == MAP_FAILED ? nullptr : p;
   }
   void* reserve_metadata(size_t bytes) override { return map_metadata(bytes); }
+  void unmap_metadata(void* address, size_t bytes) override { ::munmap(address, bytes); }
   bool commit_metadata(void* address, size_t bytes) override {
     (void)address;
     (void)bytes;

@@ -114,7 +114,14 @@ class FakePlatform final : public Platform {
     else no_huge_page.insert(reinterpret_cast<uintptr_t>(address));
   }
   void* map_metadata(size_t bytes) override { return real_.map_metadata(bytes); }
-  void* reserve_metadata(size_t bytes) override { return real_.reserve_metadata(bytes); }
+  void* reserve_metadata(size_t bytes) override {
+    ++metadata_reservations;
+    return real_.reserve_metadata(bytes);
+  }
+  void unmap_metadata(void* address, size_t bytes) override {
+    --metadata_reservations;
+    real_.unmap_metadata(address, bytes);
+  }
   bool commit_metadata(void* address, size_t bytes) override { return real_.commit_metadata(address, bytes); }
   void release_metadata(void* address, size_t bytes) override { memset(address, 0, bytes); }
 
@@ -126,6 +133,7 @@ class FakePlatform final : public Platform {
   size_t address_space_budget = ~size_t{0};  // finite: an RLIMIT_AS (reserve and extend stay within it)
   uintptr_t blocked_from = ~uintptr_t{0};    // another mapping from here on: extend stops below it
   size_t extensions = 0;
+  size_t metadata_reservations = 0;  // reserved and not given back
   std::set<uintptr_t> holes;  // 4 KiB pages given back inside reservations (unreserve)
   std::set<uintptr_t> taken;  // of those, pages another mapping took: extend() refuses them
   bool unreserved_twice = false;

@@ -158,12 +158,24 @@ Region* GlobalAllocator::new_region(size_t pages) {
     capacity = capacity / 2 > pages ? capacity / 2 : pages;
     if (want > capacity) want = capacity;
   }
-  if (meta == nullptr || !platform_.commit_metadata(meta, header)) return nullptr;
+  if (meta == nullptr) return nullptr;
+  size_t meta_bytes = header + capacity * kPageMetaStride;
+  // A region that cannot be made gives back what it took, so that each failed request (a program retrying after
+  // ENOMEM) does not leave address space behind.
   size_t got = 0;
-  void* base = platform_.reserve(want * kHugePageBytes, pages * kHugePageBytes, kRegionBytes, &got);
-  if (base == nullptr) return nullptr;
+  void* base = platform_.commit_metadata(meta, header)
+                   ? platform_.reserve(want * kHugePageBytes, pages * kHugePageBytes, kRegionBytes, &got)
+                   : nullptr;
   uintptr_t b = reinterpret_cast<uintptr_t>(base);
-  if ((b >> kRegionShift) >= kRegionSlots || (b & (kRegionBytes - 1)) != 0 || region_table_[b >> kRegionShift].load()) return nullptr;
+  if (base != nullptr &&
+      ((b >> kRegionShift) >= kRegionSlots || (b & (kRegionBytes - 1)) != 0 || region_table_[b >> kRegionShift].load())) {
+    platform_.unreserve(base, got);
+    base = nullptr;
+  }
+  if (base == nullptr) {
+    platform_.unmap_metadata(meta, meta_bytes);
+    return nullptr;
+  }
   if (!reported_reduced_reservation_ && (got < want * kHugePageBytes || capacity < planned)) {
     // One line per process, when the kernel refused what the heap planned (a limit it does not see, or an address
     // space too crowded): the heap runs on what it got. A known RLIMIT_AS is no surprise and says nothing.

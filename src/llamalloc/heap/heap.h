@@ -1,4 +1,4 @@
-// The global allocator (papers/000 sections 6.1-6.5 and 8): huge pages in lifetime-class regions, their
+// The global allocator (papers/000 sections 6.1-6.5 and 8): huge pages of lifetime classes in shared regions, their
 // blocks, deadlines, promotion and demotion, block and span recycling, large and huge objects. It owns the one
 // global lock. It takes a Platform and a Clock, never touches the memory it hands out (only its metadata),
 // and is therefore the same code in the process, in tests on fake pages, and in the trace simulator.
@@ -143,7 +143,7 @@ struct HeapConfig {
   unsigned num_classes = kMaxClasses;  // the last one is "never freed"
   unsigned deadline_k = 4;             // deadline = now + K x class duration
   // When the open page of a class is full, the class's own active pages (their free blocks) are used before a
-  // fresh huge page; false: never, as papers/000 section 6.3 has it.
+  // fresh huge page; false: never, as the LLAMA paper (section 6.3) has it.
   bool same_class_recycling = true;
   // Small heaps: while fewer than this many huge pages are in use, a class whose open page is full (or that has
   // none) takes blocks from the open page of a longer class before it opens a fresh huge page. The objects are

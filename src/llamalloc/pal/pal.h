@@ -48,6 +48,8 @@ class Platform {
   virtual void* map_metadata(size_t bytes) = 0;
   // Address space for metadata that is made usable later, in parts (commit_metadata); nullptr if refused.
   virtual void* reserve_metadata(size_t bytes) = 0;
+  // Gives back a whole metadata reservation (one that its region could not use).
+  virtual void unmap_metadata(void* address, size_t bytes) = 0;
   // Makes [address, address + bytes) of a metadata reservation usable, reading as zero. false when refused.
   virtual bool commit_metadata(void* address, size_t bytes) = 0;
   // Drops the memory behind whole small pages of metadata; they read as zero afterwards.
@@ -80,6 +82,7 @@ class LinuxPlatform final : public Platform {
   void allow_huge_page(void* address, size_t bytes, bool allow) override;
   void* map_metadata(size_t bytes) override;
   void* reserve_metadata(size_t bytes) override;
+  void unmap_metadata(void* address, size_t bytes) override;
   bool commit_metadata(void* address, size_t bytes) override;
   void release_metadata(void* address, size_t bytes) override;
   // Whether the heap advises its memory as transparent huge pages (LLAMALLOC_HUGE_PAGES; set before the first

@@ -85,7 +85,11 @@ int LinuxPlatform::extend(void* address, size_t bytes) {
   return error;
 }
 
-void LinuxPlatform::unreserve(void* address, size_t bytes) { munmap(address, bytes); }
+void LinuxPlatform::unreserve(void* address, size_t bytes) {
+  // (Refused only when splitting the mapping would exceed vm.max_map_count: the memory still goes, and the heap
+  // finds the range taken when it wants it again, as if another mapping were there.)
+  if (munmap(address, bytes) != 0) madvise(address, bytes, MADV_DONTNEED);
+}
 
 size_t LinuxPlatform::address_space_left() {
   rlimit limit;
@@ -146,6 +150,8 @@ void* LinuxPlatform::reserve_metadata(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_NONE, kReserveFlags, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
+
+void LinuxPlatform::unmap_metadata(void* address, size_t bytes) { munmap(address, bytes); }
 
 bool LinuxPlatform::commit_metadata(void* address, size_t bytes) {
   return mprotect(address, bytes, PROT_READ | PROT_WRITE) == 0;
