@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Internal waste of large objects: bytes asked / bytes used, for sizes from 8 KiB to 2 MiB, under glibc,
-jemalloc, mimalloc and llamalloc (issue 14; redis's memefficiency test needs >= 0.82 for 16 KiB values).
+jemalloc, mimalloc and llamalloc (redis's memefficiency test needs >= 0.82 for 16 KiB values; docs/testing.md).
 
 For each allocator and size, a small C program (compiled here with cc) allocates COUNT objects of that size
 (COUNT = max(16, 64 MiB / size)), writes every byte asked for, and reports

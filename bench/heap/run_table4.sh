@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# papers/000 Table 4 side by side: the same benchmark binary under glibc, jemalloc, mimalloc and llamalloc
+# The LLAMA paper's Table 4 (docs/references.md) side by side: the same benchmark binary under glibc, jemalloc, mimalloc and llamalloc
 # (LD_PRELOAD), interleaved for several repetitions; prints the median ns per alloc+free pair and the ratios of
 # llamalloc to mimalloc and jemalloc. CPU time is the primary figure (a shared machine deschedules threads, which
 # inflates wall time); wall time medians are printed too.

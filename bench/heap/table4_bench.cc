@@ -1,9 +1,10 @@
-// papers/000 Table 4 as ns per alloc+free pair, for whatever malloc the process has: glibc when run plainly,
-// or jemalloc / mimalloc / llamalloc under LD_PRELOAD (bench/heap/run_table4.sh runs all side by side).
+// The LLAMA paper's Table 4 (docs/references.md) as ns per alloc+free pair, for whatever malloc the process
+// has: glibc when run plainly, or jemalloc / mimalloc / llamalloc under LD_PRELOAD (bench/heap/run_table4.sh runs
+// all side by side).
 //   fast path:   a small object (64 B), allocated and freed by one thread (the thread-local path)
 //   global path: a large object (16 KiB >= 8 KiB), which llamalloc places in blocks under its global lock
 // Each row runs with 1 and 2 threads (and one per core where there are more). A second pair of rows keeps 64
-// objects live, so that a free is not always of the object just allocated. 1 KiB and 4 KiB pairs (issue 11),
+// objects live, so that a free is not always of the object just allocated. 1 KiB and 4 KiB pairs,
 // and objects freed by another thread.
 #include <benchmark/benchmark.h>
 

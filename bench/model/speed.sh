@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training speed of the lifetime model (docs/model.md, "Measurements"): one epoch of 50,000 weighted examples
+# Training speed of the lifetime model (docs/results/2026-11-21-model-accuracy.md): one epoch of 50,000 weighted examples
 # of the synthetic server (12,500 contexts), hidden 64, from a fresh process. The first run compiles the
 # training and prediction steps (XLA) with an empty compilation cache; the second finds them in the cache
 # (LLAMALLOC_CACHE_DIR/jax), as every later `llamalloc train` on the machine does. Each prints one JSON row.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Overhead of the profiler (`llamalloc record` at the default rate) and of the tracer (`llamalloc trace`) on
-the bundled workloads, as throughput ratios to an unprofiled run in the same session (issue 4).
+the bundled workloads, as throughput ratios to an unprofiled run in the same invocation (docs/profiler.md, "Overhead").
 
     python3 bench/profiler/overhead.py [--workloads image-server,redis] [--scale small] [--reps 5]
                                        [--sample-bytes 524288] [--json OUT]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling checks for the many-core machine (issue 11), from a bundle made by bench/scaling/bundle.sh, under a time
+# Scaling checks for a many-core machine, from a bundle made by bench/scaling/bundle.sh, under a time
 # budget, most important first; every phase's output goes to OUT as it is made (OUT/scaling.tar.gz is refreshed
 # after each phase, so a run cut short still returns what it finished):
 #   1. the machine (cores, kernel, transparent huge pages);
@@ -13,7 +13,7 @@
 #   usage: bench/scaling/run.sh BUNDLE OUT [THREADS (default: nproc)] [BUDGET_SECONDS (default 570)]
 # Environment: SCALING_TABLE4=0 skips step 2, SCALING_TESTS=0 step 4; SCALING_MT and SCALING_ST name the programs
 # of steps 3 and 5 (space-separated run.py test names; empty: none), e.g. SCALING_MT= SCALING_ST="espresso barnes"
-# to spend a short lease on the programs a previous one did not reach.
+# to spend a short run on the programs a previous one did not reach.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -ge 2 ] || { echo "usage: bench/scaling/run.sh BUNDLE OUT [THREADS] [BUDGET_SECONDS]" >&2; exit 2; }

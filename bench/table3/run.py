@@ -1,4 +1,5 @@
-"""papers/000 Table 3 on this project's workloads (issues 6 and 12): for each workload, profile it, train its
+"""The LLAMA paper's Table 3 ("Learning-based Memory Allocation for C++ Server Workloads", Maas et al.,
+ASPLOS 2020; docs/references.md) on this project's workloads: for each workload, profile it, train its
 model, then run it under jemalloc, tcmalloc, llamalloc and llamalloc with the model (`llamalloc bench --model`)
 and print accuracy, steady-state memory, live bytes, fragmentation reduction and the prediction cache's hit
 ratio. The main table is the steady state, as the paper's "final steady-state memory" is; the peak and at-exit
@@ -14,19 +15,19 @@ output exists is not redone, so an interrupted run continues. Measured quantitie
 - steady state (the main table): every workload ends its load with a quiet phase in which its long-lived state
   stays live (docs/workloads.md); M = the mean RSS of the measured process over that phase, the one measure of
   memory every allocator shares (jemalloc's and tcmalloc's 2 MiB-page footprint is not visible to us); live =
-  llamalloc+model's own mean live bytes over the phase (the bytes the program asked for and has not freed,
-  DESIGN.md; the same program under every allocator). Reduction of A over B = 1 - (M_A - live) / (M_B - live).
+  llamalloc+model's own mean live bytes over the phase (the bytes the program asked for and has not freed;
+  the same program under every allocator). Reduction of A over B = 1 - (M_A - live) / (M_B - live).
   RSS also holds what is not heap (code, stacks, the allocator's metadata), the same few MiB under every
   allocator, which enters M_A - live and M_B - live alike and pulls the reduction towards 0. llamalloc's own
   steady-state footprint (huge pages in use) is printed beside it;
 - footprint, at the peak and at exit: llamalloc's own (huge pages in use, its statistics file); for jemalloc and
   tcmalloc, whose pages we cannot see, RSS (peak and final, sampled by bench): resident bytes, not 2 MiB pages,
-  so the comparison is only rough (the trace-based lower bound of DESIGN.md is `llamalloc simulate --policy
+  so the comparison is only rough (the trace-based lower bound is `llamalloc simulate --policy
   pages-2m` on a trace taken under them);
 - peak and at exit: footprint as above for llamalloc, RSS for jemalloc and tcmalloc; live: peak and final live
   bytes from llamalloc+model's statistics file; the workloads free nearly everything before they exit, so the
   at-exit table says little;
-- fragmentation reduction of A over B: 1 - (footprint_A - live) / (footprint_B - live) (DESIGN.md);
+- fragmentation reduction of A over B: 1 - (footprint_A - live) / (footprint_B - live);
 - cache hit ratio: prediction cache hits / (hits + misses) under llamalloc+model.
 """
 from __future__ import annotations
@@ -120,8 +121,8 @@ def record(name: str, scale: str, out: Path, sample_bytes: int, over: str = "gli
     in their block, exactly as the heap that will run the model does (docs/profiler.md): redis's profile then
     has 178 of its 188 contexts in the process with its model, against 167 of 185 recorded over glibc. glibc
     stays the default: one of two word-count models trained on profiles recorded over llamalloc kept 40 MiB in
-    the steady state, against 24-26 for the other and for every glibc-recorded one so far (docs/bench.md,
-    2026-11-27 eighth session)."""
+    the steady state, against 24-26 for the other and for every glibc-recorded one
+    (docs/results/2026-11-27-placement-options-replay.md)."""
     if out.exists():
         return
     w = workloads.get(name)
