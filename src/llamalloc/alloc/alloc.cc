@@ -50,7 +50,8 @@ void* malloc_slow_entered(LocalHeap* h, size_t size, size_t alignment, unsigned 
     if (LLAMALLOC_UNLIKELY(sweep_requested(h))) LocalAllocator::wait_for_sweep(*h);
     h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(lc);
     // The first prediction of a thread with a cached predictor hands its cache to the fast path.
-    if (g_every_allocation && h->prediction_cache.entries == nullptr) g_predictor_ptr->thread_cache(&h->prediction_cache);
+    if (g_every_allocation && h->prediction_cache.entries == nullptr)
+      g_predictor_ptr->thread_cache(&h->prediction_cache);
   } else {
     lc = clamp_class(lc);
   }

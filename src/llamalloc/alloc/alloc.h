@@ -4,8 +4,9 @@
 // Allocation code overview
 //
 // malloc and free have an inline fast path each (heap_malloc, heap_free below): it takes no lock, makes no call
-// in the common case, and ends every other case in one call to an out-of-line slow path. The thread heap is the
-// calling thread's own (tl_heap); the page heap (g_global) is shared and has one lock. The shape:
+// in the common case, and ends every other case in one call to an out-of-line slow path. The thread heap
+// (LocalHeap, worked on by LocalAllocator) is the calling thread's own (tl_heap); the page heap (GlobalAllocator,
+// g_global) is the process's, and has one lock. The shape:
 //
 //   malloc(size)                                        override/malloc.cc; operator new: heap_new, alloc/new.cc
 //   - heap_malloc(size)                                 FAST, here
@@ -37,11 +38,14 @@
 //     - LocalAllocator::free_block(...)                 FAST, local/local.h: the block index and double-free
 //                                                       checks, then by who frees:
 //       - the owner: span_push. Done, unless the span emptied or was off its queue:
-//         - owner_free_slow()                           slow, local/local_allocator.cc: requeue the span or give
-//                                                       it back (GlobalAllocator::free_large), maybe_pass_inline
+//         - owner_free_slow()                           slow, local/local_allocator.cc: requeue the span, or
+//                                                       cache it and give the oldest cached one back
+//                                                       (GlobalAllocator::free_large); then maybe_pass_inline
 //       - the owner while a sweep is requested: owner_free_after_sweep()     slow, local/local_allocator.cc
 //       - another thread: remote_free()                 slow, local/local_allocator.cc: an atomic push on the
-//                                                       span's list (the shared heap's spans: under its lock)
+//                                                       span's remote list; the first into a full span also
+//                                                       goes on its owner's notify list (the shared heap's
+//                                                       spans: shared_free, under the shared heap's lock)
 //       - a first word that looks like a free-list link: free_suspicious()   slow, local/local_allocator.cc
 //     - not a small object: free_slow(p)                slow, alloc/alloc.cc
 //       - LocalAllocator::deallocate()                  local/local_allocator.cc
@@ -51,11 +55,13 @@
 //   realloc(p, size)                                    no fast path of its own
 //   - heap_realloc(p, size)                             alloc/alloc.cc
 //     - nullptr: heap_malloc; size 0: heap_free
-//     - the object stays where it is when realloc_keeps_small or realloc_keeps_large says so (alloc/realloc_rule.h)
+//     - LocalAllocator::check_live(), or the page heap's owns() and large_usable_size(): p must be a live object
+//     - it stays where it is when realloc_keeps_small or realloc_keeps_large says so (alloc/realloc_rule.h)
 //     - else heap_malloc, memcpy, heap_free: both fast paths
 //
 //   calloc, reallocarray, usable size, the lifetime-class entry point: alloc/alloc.cc. memalign and the other
-//   aligned entry points: malloc_slow with the alignment (no fast path). operator new's handler loop: alloc/new.cc.
+//   aligned entry points: heap_malloc at the default alignment, else malloc_slow with the alignment. operator
+//   new's handler loop: alloc/new.cc.
 //
 // Under all of this is the process runtime (alloc/runtime.h lists its files): process init, the thread-heap
 // pool, the sweeper and the idle sweep that give memory back, fork().

@@ -73,7 +73,8 @@ void set_predictor(Predictor* p) {
   g_every_allocation = p->consult() == Consult::kEveryAllocation;
   // Threads pick this up at their next slow path; the calling thread at once.
   LocalHeap* h = tl_heap;
-  if (h != &g_empty_heap) h->fast_class = g_every_allocation ? kMaxClasses : uint8_t(clamp_class(p->predict({0, 0, 0})));
+  if (h != &g_empty_heap)
+    h->fast_class = g_every_allocation ? kMaxClasses : uint8_t(clamp_class(p->predict({0, 0, 0})));
 }
 
 Predictor* predictor() { return g_predictor_ptr; }
