@@ -1,3 +1,5 @@
+// Messages to stderr and fatal errors, with write(2) only: they are reported from inside malloc and free, where
+// calling malloc or stdio (which may allocate, or hold a lock the interrupted code holds) could deadlock or recurse.
 #include "base.h"
 
 #include <stdlib.h>

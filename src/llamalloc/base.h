@@ -1,4 +1,4 @@
-// Lowest layer: attributes, the 256-bit block bitmap and the global lock. Includes nothing of the heap.
+// Lowest layer: attributes, fatal errors, the 256-bit block bitmap and the lock. Includes nothing of the heap.
 #pragma once
 
 #include <pthread.h>
@@ -31,7 +31,7 @@ void write_stderr(const char* text);
     if (LLAMALLOC_UNLIKELY(!(cond))) ::llamalloc::fatal(msg); \
   } while (0)
 
-// Liveness of the 256 blocks of one huge page (papers/000 section 6.5: "bitmaps with 256 bits").
+// Liveness of the 256 blocks of one huge page (the LLAMA paper, section 6.5: "bitmaps with 256 bits").
 struct Bitmap256 {
   uint64_t words[4] = {0, 0, 0, 0};
 
@@ -105,8 +105,9 @@ struct Bitmap256 {
   }
 };
 
-// The global allocator's one lock (papers/000 section 8, "Locking"). A pthread mutex: it never allocates,
-// sleeps under contention instead of spinning on two shared cores, and can be unlocked in a fork child.
+// The lock of the page heap, of the heap pool and of the shared heap (the page heap has one lock: the LLAMA
+// paper, section 8, "Locking"). A pthread mutex: it never allocates, sleeps under contention instead of spinning
+// on cores that the lock holder may need, and can be made anew in a fork child (reset_after_fork).
 class Lock {
  public:
   void lock() { pthread_mutex_lock(&mutex_); }

@@ -1,10 +1,76 @@
 // The C and C++ allocation semantics on top of the process-wide heap: malloc, free, calloc, realloc, the
 // aligned entry points, usable size, and allocation in an explicit lifetime class. override/ forwards to these.
+//
+// Allocation code overview
+//
+// malloc and free have an inline fast path each (heap_malloc, heap_free below): it takes no lock, makes no call
+// in the common case, and ends every other case in one call to an out-of-line slow path. The thread heap
+// (LocalHeap, worked on by LocalAllocator) is the calling thread's own (tl_heap); the page heap (GlobalAllocator,
+// g_global) is the process's, and has one lock. The shape:
+//
+//   malloc(size)                                        override/malloc.cc; operator new: heap_new, alloc/new.cc
+//   - heap_malloc(size)                                 FAST, here
+//     - owner_enter(tl_heap), sweep_requested()         FAST, local/local.h: the sweep handshake
+//     - with a learned predictor: probe the thread's prediction cache; a hit names the lifetime class
+//     - span_pop(spans[lifetime class][size class])     FAST, local/local.h: a block of the span's free list.
+//       Done, unless the size is not small, the span is empty, a sweep is requested, or the cache missed:
+//     - malloc_slow(...)                                slow, alloc/alloc.cc
+//       - thread_heap()                                 inline, alloc/runtime_internal.h; a thread's first
+//         - attach_thread_heap()                        allocation: alloc/thread_heap_pool.cc (process init,
+//                                                       a heap from the pool or new, the sweeper thread at the
+//                                                       second heap: alloc/sweeper.cc)
+//       - LocalAllocator::wait_for_sweep()              if a sweep is requested: local/local_allocator.cc
+//       - malloc_slow_entered()                         alloc/alloc.cc
+//         - Predictor::predict()                        if the fast path had no class (predictor/)
+//         - LocalAllocator::allocate()                  the thread heap: local/local_allocator.cc
+//           - small, long-lived class: the shared heap, under its lock
+//           - small: span_pop, else alloc_small(): frees from other threads, the next span of the queue, the
+//             spans of exited threads, a span of a longer class, else new_span()
+//             - GlobalAllocator::alloc_large()          the page heap: heap/global_allocator.cc, its lock
+//           - large and huge: GlobalAllocator::alloc_large()
+//       - maybe_pass_inline()                           inline, alloc/runtime_internal.h; without a sweeper
+//         - run_inline_passes()                         thread, the page passes: alloc/sweeper.cc
+//
+//   free(p)                                             override/malloc.cc; operator delete the same
+//   - heap_free(p)                                      FAST, here
+//     - LocalAllocator::span_of(p)                      FAST, local/local.h: the page map's span slot (null for
+//                                                       nullptr and for large and huge objects)
+//     - LocalAllocator::free_block(...)                 FAST, local/local.h: the block index and double-free
+//                                                       checks, then by who frees:
+//       - the owner: span_push. Done, unless the span emptied or was off its queue:
+//         - owner_free_slow()                           slow, local/local_allocator.cc: requeue the span, or
+//                                                       cache it and give the oldest cached one back
+//                                                       (GlobalAllocator::free_large); then maybe_pass_inline
+//       - the owner while a sweep is requested: owner_free_after_sweep()     slow, local/local_allocator.cc
+//       - another thread: remote_free()                 slow, local/local_allocator.cc: an atomic push on the
+//                                                       span's remote list; the first into a full span also
+//                                                       goes on its owner's notify list (the shared heap's
+//                                                       spans: shared_free, under the shared heap's lock)
+//       - a first word that looks like a free-list link: free_suspicious()   slow, local/local_allocator.cc
+//     - not a small object: free_slow(p)                slow, alloc/alloc.cc
+//       - LocalAllocator::deallocate()                  local/local_allocator.cc
+//         - GlobalAllocator::free_large()               the page heap: heap/global_allocator.cc, its lock
+//       - maybe_pass_inline()
+//
+//   realloc(p, size)                                    no fast path of its own
+//   - heap_realloc(p, size)                             alloc/alloc.cc
+//     - nullptr: heap_malloc; size 0: heap_free
+//     - LocalAllocator::check_live(), or the page heap's owns() and large_usable_size(): p must be a live object
+//     - it stays where it is when realloc_keeps_small or realloc_keeps_large says so (alloc/realloc_rule.h)
+//     - else heap_malloc, memcpy, heap_free: both fast paths
+//
+//   calloc, reallocarray, usable size, the lifetime-class entry point: alloc/alloc.cc. memalign and the other
+//   aligned entry points: heap_malloc at the default alignment, else malloc_slow with the alignment. operator
+//   new's handler loop: alloc/new.cc.
+//
+// Under all of this is the process runtime (alloc/runtime.h lists its files): process init, the thread-heap
+// pool, the sweeper and the idle sweep that give memory back, fork().
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "alloc/runtime.h"
 #include "base.h"
 #include "heap/heap.h"
 #include "local/local.h"
@@ -12,36 +78,14 @@
 
 namespace llamalloc {
 
-// The process-wide global allocator: Linux platform, CLOCK_MONOTONIC. Constant-initialised.
-extern GlobalAllocator g_global;
+// The class argument of malloc_slow that asks the predictor for one.
 inline constexpr unsigned kPredictClass = ~0u;
 
-// stack_address: the stack height the fast path keyed the prediction cache with (0: take this frame's).
+// The slow paths of heap_malloc and heap_free (alloc/alloc.cc). stack_address: the stack height the fast path
+// keyed the prediction cache with (0: take this frame's).
 LLAMALLOC_NOINLINE void* malloc_slow(size_t size, size_t alignment, unsigned lifetime_class, uintptr_t return_address,
                                      uintptr_t stack_address = 0);
 LLAMALLOC_NOINLINE void free_slow(void* p);
-// Initialises the heap once (options, predictor); safe to call any number of times.
-void ensure_init();
-// Installs a predictor (before the first allocation; the learned predictor does this at start).
-void set_predictor(Predictor* predictor);
-Predictor* predictor();
-// Flushes this thread's live-byte delta into the heap's gauges.
-void flush_live_bytes();
-// llamalloc_collect(): gives back the memory this thread's heap holds that no object needs (include/llamalloc.h).
-void heap_collect();
-// glibc's malloc_trim: heap_collect(); whether it gave memory back to the OS (huge pages or subreleased blocks).
-bool heap_trim();
-// The thread heaps used since the last pass (a slow path of their owner or a notify pending; every heap every 8
-// passes), and not inside the allocator now, give back their empty spans and take in the frees other threads
-// made into them (docs/heap.md, "Idle threads"). One pass; the sweeper thread runs it every LLAMALLOC_SWEEP_MS.
-// every_heap: every other thread's heap not inside the allocator now (llamalloc_collect, tests). Returns the
-// number of heaps swept.
-unsigned sweep_idle_heaps(bool every_heap = false);
-// The passes in a row without a hit or a slow path after which a thread's prediction cache is dropped (about a
-// second of LLAMALLOC_SWEEP_MS periods).
-uint32_t prediction_cache_idle_passes();
-// Checks the global allocator and this thread's heap; aborts on a broken invariant.
-void check_heap();
 
 LLAMALLOC_FAST void debug_check_heap() {
   if (LLAMALLOC_DEBUG_CHECKS) check_heap();
@@ -51,13 +95,14 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
   LocalHeap* h = tl_heap;
   unsigned lc = kPredictClass;
   uintptr_t stack_address = 0;
-  // The sweep handshake (local.h) covers the span pop; a requested sweep sends the call to the slow path, which
+  // The sweep handshake (local/local.h) covers the span pop; a requested sweep sends the call to the slow path, which
   // waits for it.
   if (LLAMALLOC_LIKELY(size <= kSmallMaxBytes) && (owner_enter(h), LLAMALLOC_LIKELY(!sweep_requested(h)))) {
     unsigned fast = h->fast_class;
     if (LLAMALLOC_UNLIKELY(h->prediction_cache.entries != nullptr)) {
-      // A learned predictor: probe this thread's prediction cache inline (papers/000 section 7). A hit that is
-      // not due for re-prediction costs a hash, one load and two stores; anything else goes to the predictor.
+      // A learned predictor: probe this thread's prediction cache inline (the LLAMA paper, section 7). A hit
+      // that is not due for re-prediction costs a hash, one load and two stores; anything else goes to the
+      // predictor.
       stack_address = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
       uint64_t key = prediction_cache_key(reinterpret_cast<uintptr_t>(__builtin_return_address(0)), stack_address,
                                           request_size_class(size));
@@ -104,18 +149,21 @@ LLAMALLOC_FAST void heap_free(void* p) {
   return free_slow(p);
 }
 
+// The rest of the C API (alloc/alloc.cc).
+// llamalloc_malloc_class: an object in the given lifetime class, whatever the predictor says.
 void* heap_malloc_class(size_t size, unsigned lifetime_class);
 void* heap_calloc(size_t count, size_t size);
 void* heap_realloc(void* p, size_t size);
 void* heap_reallocarray(void* p, size_t count, size_t size);
-// alignment: any power of two. nullptr + ENOMEM on exhaustion.
+// alignment: a power of two, or rounded up to one (glibc's memalign). nullptr + ENOMEM on exhaustion.
 void* heap_memalign(size_t alignment, size_t size);
 int heap_posix_memalign(void** out, size_t alignment, size_t size);
 void* heap_aligned_alloc(size_t alignment, size_t size);
 void* heap_valloc(size_t size);
 void* heap_pvalloc(size_t size);
 size_t heap_usable_size(const void* p);
-// operator new: loops on the new handler, throws std::bad_alloc (new.cc, built with exceptions).
+// operator new: loops on the new handler, throws std::bad_alloc (alloc/new.cc, built with exceptions); the
+// nothrow forms return nullptr (alloc/alloc.cc).
 void* heap_new(size_t size);
 void* heap_new_aligned(size_t size, size_t alignment);
 void* heap_new_nothrow(size_t size) noexcept;

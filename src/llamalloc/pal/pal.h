@@ -1,6 +1,6 @@
-// Platform layer: the only code that talks to the OS about memory and time. The heap policy above takes a
-// Platform and a Clock by reference, so that tests and the simulator run the real policy on fake pages with a
-// trace clock (as TCMalloc's huge page filler takes its unback function and clock).
+// Platform layer: the only code that talks to the OS about memory, time and the process's threads. The heap
+// policy above takes a Platform and a Clock by reference, so that tests and the simulator run the real policy on
+// fake pages with a trace clock (as TCMalloc's huge page filler takes its unback function and clock).
 #pragma once
 
 #include <cstddef>
@@ -100,6 +100,17 @@ class MonotonicClock final : public Clock {
   constexpr MonotonicClock() = default;
   uint64_t now_ns() override;
 };
+
+// Whether the process has a thread besides the caller (num_threads of /proc/self/stat). Without malloc; errno kept;
+// false if unreadable.
+bool process_has_other_threads();
+
+// The process-private expedited membarrier (Linux 4.14): registers the process for it once (a fork child inherits
+// the registration), and says whether it can be used.
+bool membarrier_ready();
+// Makes every running thread of the process execute a full memory barrier before it returns (the sweep
+// handshake's half that the owners do not pay for: local/local.h). false when unavailable.
+bool membarrier_all_threads();
 
 // Whether the calling thread is the last one of this process that still runs: the main thread has exited (with
 // pthread_exit; the process stays while any thread does) and no other is left. Reads /proc/self/stat without

@@ -1,11 +1,14 @@
-// The only file that calls mmap, mprotect, madvise and munmap.
+// The Linux platform: the only file that calls mmap, mprotect, madvise, munmap and membarrier.
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "config.h"
@@ -59,9 +62,9 @@ void* reserve_aligned(size_t bytes, size_t alignment) {
 }  // namespace
 
 void LinuxPlatform::advise_huge(void* address, size_t bytes) {
-  // This machine's THP mode is "madvise": without MADV_HUGEPAGE the kernel backs the heap with 4 KiB pages. The
-  // flag belongs to the mapping and survives the later mprotect of each huge page; LLAMALLOC_HUGE_PAGES=0 asks
-  // for 4 KiB pages even where the THP mode is "always".
+  // Where the THP mode is "madvise", the kernel backs the heap with 4 KiB pages without MADV_HUGEPAGE. The flag
+  // belongs to the mapping and survives the later mprotect of each huge page; LLAMALLOC_HUGE_PAGES=0 asks for
+  // 4 KiB pages even where the THP mode is "always".
   madvise(address, bytes, huge_pages_ ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
 
@@ -181,6 +184,46 @@ uint64_t field_kib(const char* text, const char* name) {
   return v * 1024;
 }
 }  // namespace
+
+bool process_has_other_threads() {
+  int saved_errno = errno;
+  char buf[1024];
+  ssize_t n = -1;
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+  }
+  errno = saved_errno;
+  if (n <= 0) return false;
+  buf[n] = 0;
+  // num_threads is field 20, after the command name in parentheses, which may itself hold spaces and parentheses.
+  const char* p = strrchr(buf, ')');
+  if (p == nullptr) return false;
+  int field = 2;  // the command name's
+  for (; *p != 0 && field < 20; ++p)
+    if (*p == ' ') ++field;
+  long threads = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) threads = threads * 10 + (*p - '0');
+  return threads > 1;
+}
+
+namespace {
+std::atomic<int> g_membarrier{0};  // 0: not tried, 1: registered, -1: unavailable
+}  // namespace
+
+bool membarrier_ready() {
+  int state = g_membarrier.load(std::memory_order_acquire);
+  if (state == 0) {
+    state = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 ? 1 : -1;
+    g_membarrier.store(state, std::memory_order_release);
+  }
+  return state == 1;
+}
+
+bool membarrier_all_threads() {
+  return membarrier_ready() && syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
 
 bool last_thread_running() {
   int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);

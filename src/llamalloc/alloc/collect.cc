@@ -1,0 +1,132 @@
+// Giving memory back: the idle sweep of thread heaps and of the shared heap, and llamalloc_collect and
+// malloc_trim, which do at once what the sweeper's passes do over time (alloc/sweeper.cc says when those run).
+//
+// Rules, and why:
+// - A thread heap belongs to its thread: its owner works on it without locks or atomics. Another thread may
+//   take a heap's empty spans only through the sweep handshake (local/local.h): it asks (h->sweep), runs
+//   membarrier so that every running thread passes a full barrier, and sweeps the heap only if its owner is not
+//   inside the allocator (h->busy). An owner that enters meanwhile sees the request and waits for it to end. A
+//   heap that is busy is left for the next pass. Without the expedited membarrier no other thread's heap is
+//   swept.
+// - Only heaps that may have something to give are asked: those whose owner ran a slow path since the last
+//   pass (it may have taken spans it no longer needs), those another thread's free brought a full span back to
+//   (a notify pending), and every heap every 8 passes (frees into spans still on its queues). A heap that has
+//   done nothing since it was swept has nothing to give.
+// - A thread's prediction cache that has had no hit and its heap no slow path for about a second is dropped:
+//   its pages are given back, and it reads as empty, so the thread's next allocations run the model again. In
+//   a server idle after its peak it is about as much memory as the thread's objects.
+// - The shared heap of long-lived classes takes no handshake: every operation on it holds its lock. Every free
+//   into it is a remote free, so only a sweep (or an allocation of the same size class) takes them in.
+// - Lock order: the shared heap's lock, the pool's, then the page heap's; the shared heap is never swept with
+//   the pool's lock held (an allocation from it may take the pool's lock after its own).
+#include <atomic>
+
+#include "alloc/runtime_internal.h"
+#include "options.h"
+#include "stats.h"
+
+namespace llamalloc {
+
+namespace {
+// How long a thread's prediction cache stays resident with neither a hit nor a slow path.
+constexpr uint64_t kCacheIdleMs = 1000;
+}  // namespace
+
+uint32_t prediction_cache_idle_passes() {
+  // (LLAMALLOC_SWEEP_MS=0: passes come only from llamalloc_collect and tests; count them as default periods.)
+  uint64_t period_ms = options().sweep_ms != 0 ? options().sweep_ms : Options{}.sweep_ms;
+  return uint32_t(1 + (kCacheIdleMs - 1) / period_ms);
+}
+
+unsigned sweep_idle_heaps(bool every_heap) {
+  LocalHeap* self = tl_heap;
+  LockGuard g(g_heap_pool.lock);
+  const uint32_t cache_idle_passes = prediction_cache_idle_passes();
+  unsigned requested = 0;
+  for (LocalHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
+    if (h == self) continue;  // (the caller's own: llamalloc_collect takes it as its owner)
+    uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
+    bool changed = ops != h->seen_ops;
+    h->seen_ops = ops;
+    h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
+    bool drop_cache = false;
+    if (h->prediction_cache.entries != nullptr) {
+      uint64_t hits = h->prediction_cache.hits->load(std::memory_order_relaxed);
+      bool used = changed || hits != h->seen_cache_hits;
+      h->seen_cache_hits = hits;
+      h->cache_idle_ticks = used ? 0 : h->cache_idle_ticks + 1;
+      drop_cache = h->cache_idle_ticks == cache_idle_passes;
+    }
+    if (!every_heap && !changed && !drop_cache && h->idle_ticks % 8 != 0 &&
+        h->notify.load(std::memory_order_relaxed) == nullptr)
+      continue;
+    h->sweep.store(1, kHandshakeStore);
+    ++requested;
+  }
+  if (requested == 0) return 0;
+  // Every thread that runs now passes a full barrier: an owner that had entered its heap is seen busy, and an
+  // owner that enters from now on sees the request (and waits until it is withdrawn).
+  bool fenced = membarrier_all_threads();
+  unsigned swept = 0;
+  for (LocalHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
+    if (h->sweep.load(std::memory_order_relaxed) == 0) continue;
+    if (fenced && h->busy.load(kHandshakeLoad) == 0) {
+      LocalAllocator::release_all(g_global, *h);
+      // (The owner, outside the allocator, waits for the sweep before it next probes or fills its cache.)
+      if (h->prediction_cache.entries != nullptr && h->cache_idle_ticks == cache_idle_passes &&
+          g_predictor_ptr->drop_thread_cache(h->prediction_cache))
+        g_global.counters().prediction_caches_dropped.fetch_add(1, std::memory_order_relaxed);
+      ++swept;
+    } else {
+      h->seen_ops = ~h->seen_ops;  // inside the allocator now: again at the next pass
+    }
+    h->sweep.store(0, std::memory_order_release);
+  }
+  g_global.counters().idle_heap_sweeps.fetch_add(swept, std::memory_order_relaxed);
+  return swept;
+}
+
+void sweep_shared_heap(bool always) {
+  LocalHeap* h = g_global.shared_heap();
+  if (h == nullptr) return;
+  LockGuard g(g_global.shared_lock());
+  uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
+  bool changed = ops != h->seen_ops;
+  h->seen_ops = ops;
+  h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
+  if (!always && !changed && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr) return;
+  LocalAllocator::release_all(g_global, *h);
+  g_global.counters().idle_heap_sweeps.fetch_add(1, std::memory_order_relaxed);
+}
+
+void heap_collect() {
+  LocalHeap* h = tl_heap;
+  if (h != &g_empty_heap) {
+    flush_live_bytes();
+    // Its remote frees taken in, its empty spans (the ones it allocates from included) and its span cache given
+    // back; spans that still hold objects stay with the thread.
+    owner_enter(h);
+    if (sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
+    LocalAllocator::release_all(g_global, *h);
+    owner_exit(h);
+  }
+  // The same for every other thread that is not inside the allocator now (idle or not; they take spans again
+  // when they next need them), and what frees into exited threads' spans have emptied.
+  sweep_idle_heaps(true);
+  sweep_shared_heap(true);
+  LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
+  g_global.release_empty_open_pages(true);
+  g_global.subrelease_free_blocks(true);
+}
+
+bool heap_trim() {
+  Counters& k = g_global.counters();
+  auto given_back = [&k] {
+    return k.huge_pages_released.load(std::memory_order_relaxed) + k.blocks_subreleased.load(std::memory_order_relaxed);
+  };
+  uint64_t before = given_back();
+  heap_collect();
+  return given_back() != before;
+}
+
+}  // namespace llamalloc

@@ -1,0 +1,120 @@
+// Process start and end.
+//
+// Rules, and why:
+// - Every process-wide object (the page heap, its platform and clock, the default predictor, the heap pool) is
+//   constant-initialised: malloc is called before any constructor runs, by the dynamic loader and by other
+//   libraries' constructors, and must find them ready.
+// - The options are read once, at the first allocation or the library's constructor, whichever comes first
+//   (ensure_init, under pthread_once): they configure the page heap before it hands out its first page, and a
+//   page heap's configuration never changes afterwards.
+// - The learned predictor is linked weakly: a library without it runs every allocation in the default class
+//   and says so once when LLAMALLOC_MODEL asks for a model.
+// - The library's constructor registers what needs the C library to be up (the thread-exit hook, the fork
+//   handlers, the statistics hooks); its destructor gives back the main thread's empty spans (the main thread
+//   never runs the thread-exit hook) and writes the statistics file.
+#include <pthread.h>
+
+#include "alloc/heap_config.h"
+#include "alloc/runtime_internal.h"
+#include "options.h"
+#include "stats.h"
+
+namespace llamalloc {
+
+namespace {
+constinit DefaultPredictor g_default_predictor(0);
+pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
+}  // namespace
+
+constinit LinuxPlatform g_platform;
+constinit MonotonicClock g_clock;
+constinit Predictor* g_predictor_ptr = &g_default_predictor;
+constinit bool g_every_allocation = false;
+constinit GlobalAllocator g_global(g_platform, g_clock, HeapConfig{});
+
+}  // namespace llamalloc
+
+// The learned predictor defines this; without it LLAMALLOC_MODEL cannot be honoured.
+extern "C" __attribute__((weak)) llamalloc::Predictor* llamalloc_make_model_predictor(const char* model_path);
+
+namespace llamalloc {
+
+namespace {
+
+void init_once() {
+  LocalAllocator::set_pool(&g_heap_pool);
+  LocalAllocator::set_slow_free_hook(maybe_pass_inline);
+  init_options();
+  const Options& o = options();
+  unsigned default_class = default_class_of(o);
+  HeapConfig config = heap_config_of(o);
+  unsigned shared_from = config.shared_class_min;
+  g_global.configure(config);
+  g_platform.set_huge_pages(o.huge_pages != 0);
+  g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on)
+  g_default_predictor.set_class(default_class);
+  if (o.model != nullptr && *o.model) {
+    Predictor* model = llamalloc_make_model_predictor ? llamalloc_make_model_predictor(o.model) : nullptr;
+    if (model != nullptr) g_predictor_ptr = model;
+    else if (!llamalloc_make_model_predictor)  // (the predictor has said what is wrong with the file)
+      write_stderr("llamalloc: warning: LLAMALLOC_MODEL is set but no learned predictor could load it; "
+                      "using the default class\n");
+  }
+  g_every_allocation = g_predictor_ptr->consult() == Consult::kEveryAllocation;
+}
+
+}  // namespace
+
+void ensure_init() { pthread_once(&g_init_once, init_once); }
+
+void set_predictor(Predictor* p) {
+  ensure_init();
+  g_predictor_ptr = p;
+  g_every_allocation = p->consult() == Consult::kEveryAllocation;
+  // Threads pick this up at their next slow path; the calling thread at once.
+  LocalHeap* h = tl_heap;
+  if (h != &g_empty_heap)
+    h->fast_class = g_every_allocation ? kMaxClasses : uint8_t(clamp_class(p->predict({0, 0, 0})));
+}
+
+Predictor* predictor() { return g_predictor_ptr; }
+
+}  // namespace llamalloc
+
+// The library's start: runs before main (after anything that allocated while the program was being loaded).
+__attribute__((constructor)) static void llamalloc_start() {
+  using namespace llamalloc;
+  ensure_init();
+  install_thread_exit_hook();
+  install_fork_handlers();
+  install_stats_hooks();
+}
+
+// The library's end: runs at exit.
+__attribute__((destructor)) static void llamalloc_finish() {
+  using namespace llamalloc;
+  // The main thread never passes through the thread-exit hook: hand its spans back now, as every other thread's
+  // were, so that huge pages held only by its cached (empty) spans are free in the statistics. Its heap stays
+  // usable for destructors that run after this one.
+  if (LocalHeap* h = tl_heap; h != &g_empty_heap) {
+    owner_enter(h);
+    if (sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
+    LocalAllocator::release_all(g_global, *h);
+    owner_exit(h);
+  }
+  // And what frees by the threads still running have emptied in the heaps of exited ones and the shared heap.
+  LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
+  sweep_shared_heap(true);
+  // No page cache from here on: what the teardown frees goes back at once.
+  g_global.set_page_cache_pages(0);
+  flush_live_bytes();
+  const char* path = options().stats;
+  if (path != nullptr && *path) {
+    g_predictor_ptr->report(g_global.counters());
+    if (!write_stats_file(g_global, path)) {
+      write_stderr("llamalloc: warning: cannot write the statistics file LLAMALLOC_STATS=");
+      write_stderr(path);
+      write_stderr("\n");
+    }
+  }
+}

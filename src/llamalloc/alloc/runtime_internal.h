@@ -1,0 +1,91 @@
+// What the process runtime's files (alloc/runtime.h lists them) and the allocation slow paths (alloc/alloc.cc)
+// share, and nothing else includes: the process-wide objects, and the first steps of the two calls every slow
+// path makes (the calling thread's heap, the inline page passes). Those first steps are inline, so that a slow
+// path pays a call only when there is work to do: a thread's first allocation, a page pass that is due.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "alloc/runtime.h"
+#include "base.h"
+#include "local/local.h"
+#include "pal/pal.h"
+#include "predictor/predictor.h"
+
+namespace llamalloc {
+
+// ---- Process start (alloc/init.cc) ----
+
+extern LinuxPlatform g_platform;
+extern MonotonicClock g_clock;
+// The predictor every slow path consults: the default one (every allocation in LLAMALLOC_DEFAULT_CLASS), or the
+// learned one LLAMALLOC_MODEL names. g_every_allocation: it must see every allocation (a context-sensitive
+// model), so the fast path always misses (fast_class kMaxClasses) unless the thread's prediction cache hits.
+extern Predictor* g_predictor_ptr;
+extern bool g_every_allocation;
+
+// A class the page heap has: a predictor's class above the configured ones is the last one.
+inline unsigned clamp_class(unsigned lc) { return lc < g_global.num_classes() ? lc : g_global.num_classes() - 1; }
+
+// ---- The thread-heap pool (alloc/thread_heap_pool.cc) ----
+
+// Heaps of exited threads, adopted by new ones. Its lock also guards the list of live heaps below; it is taken
+// after the shared heap's lock and before the page heap's.
+extern HeapPool g_heap_pool;
+// Heaps of live threads, for the idle sweep (g_heap_pool.lock; linked by live_next and live_prev). A heap is on
+// it from its creation or adoption until its thread's exit hook runs.
+extern LocalHeap* g_live_heaps;
+// LLAMALLOC_SHARED_CLASS names a class the page heap has: the shared heap of long-lived classes is used once a
+// second thread heap exists (set at start).
+extern bool g_share_long_lived;
+
+// The calling thread's first allocation (or its first after its exit hook ran): initialises the process if it is
+// not, gives the thread a heap (adopted from the pool, or new), and starts the sweeper thread at the process's
+// second heap. nullptr when no metadata memory can be had for a new heap.
+LocalHeap* attach_thread_heap();
+
+// The calling thread's heap, or nullptr (attach_thread_heap).
+inline LocalHeap* thread_heap() {
+  LocalHeap* h = tl_heap;
+  if (LLAMALLOC_LIKELY(h != &g_empty_heap)) return h;
+  return attach_thread_heap();
+}
+
+// Registers the thread-exit hook that puts a thread's heap in the pool (the library's constructor).
+void install_thread_exit_hook();
+
+// ---- Giving memory back (alloc/collect.cc) ----
+
+// The shared heap of long-lived classes, swept as a thread heap is (`always`: now, whether used or not).
+void sweep_shared_heap(bool always);
+
+// ---- The sweeper (alloc/sweeper.cc) ----
+
+// Starts the sweeper thread once (from the slow path that made the process's second thread heap, or that found
+// other threads in the process). Call with no lock held.
+void start_sweeper();
+// In a fork child: the sweeper thread is not copied, nor its passes.
+void forget_sweeper_in_fork_child();
+
+// Slow paths of this thread until the next look at the clock (run_inline_passes).
+extern __thread uint32_t tl_pass_countdown __attribute__((tls_model("initial-exec")));
+// Without a sweeper thread, the page passes of its loop, when a period has gone by since the last (and the
+// start of the sweeper thread once the process turns out to have other threads).
+void run_inline_passes();
+
+// Called at the end of the slow paths (the allocation's, the free's, the owner's free in the thread heap): the
+// clock is read on every 4th slow path of a thread only, since a program whose fast path misses on every
+// allocation (a window of live objects that fills its span exactly) would otherwise read it on each.
+inline void maybe_pass_inline() {
+  if (tl_pass_countdown-- != 0) return;
+  tl_pass_countdown = 3;
+  run_inline_passes();
+}
+
+// ---- fork() (alloc/fork.cc) ----
+
+// Registers the fork handlers (the library's constructor).
+void install_fork_handlers();
+
+}  // namespace llamalloc

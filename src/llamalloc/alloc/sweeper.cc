@@ -1,0 +1,157 @@
+// The sweeper: when the memory that idle threads and empty pages hold goes back (alloc/collect.cc says how).
+//
+// Rules, and why:
+// - Once the process has a second thread heap, or other threads at all, a background thread (the sweeper) runs
+//   a pass every LLAMALLOC_SWEEP_MS: the idle sweep of thread heaps and of the shared heap, the heaps of exited
+//   threads, then the page heap's open pages that stayed empty and the free blocks of sparse pages (subrelease),
+//   and the predictor's trim. Memory then falls after a peak even while the program makes no allocator call at
+//   all (a server idle after its peak), which no pass on the slow paths could reach.
+// - It is not started without the expedited membarrier (the sweep handshake needs it), nor with
+//   LLAMALLOC_SWEEP_MS=0; idle threads then keep their spans.
+// - It runs with every signal blocked: no process-directed signal is delivered to it (programs that sigwait in
+//   one thread block them everywhere else), and no handler of the program runs on it. It ends when it is the
+//   last thread left, so that a program whose main thread called pthread_exit is not kept alive by it.
+// - The page cache (HeapConfig::page_cache_pages) is on only while the sweeper runs: its passes are what give
+//   cached pages back. A program without it would keep freed huge objects' memory until its next slow path.
+// - Until it runs (a single-threaded program, a fork child before its second thread heap), the slow paths run
+//   the page passes themselves, at most once per period (run_inline_passes), and look for other threads in the
+//   process from time to time: a program that allocates in one thread while others never call malloc gets the
+//   sweeper too. No thread is added to a process that has only one (fork() warnings and thread counts would see
+//   it).
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <atomic>
+
+#include "alloc/runtime_internal.h"
+#include "options.h"
+
+namespace llamalloc {
+
+__thread uint32_t tl_pass_countdown __attribute__((tls_model("initial-exec"))) = 0;
+
+namespace {
+
+// Started once the process has a second thread heap (and again in a fork child).
+std::atomic<bool> g_sweeper_started{false};
+// Whether it runs (started, and its thread was made).
+std::atomic<bool> g_sweeper_running{false};
+// When the slow paths last ran the page passes.
+std::atomic<uint64_t> g_inline_pass_ns{0};
+
+// When the slow paths last looked for other threads, and how many times they were due to (below).
+std::atomic<uint64_t> g_threads_checked_ns{0};
+std::atomic<uint64_t> g_thread_check_calls{0};
+constexpr uint64_t kThreadCheckNs = 20'000'000;
+
+void* sweeper_main(void*) {
+  prctl(PR_SET_NAME, "llamalloc-sweep", 0, 0, 0);
+  uint64_t ms = options().sweep_ms;
+  timespec period{time_t(ms / 1000), long(ms % 1000) * 1'000'000};
+  for (;;) {
+    timespec left = period;
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+    // The process ends when its last thread does (glibc calls exit(0) then): a program whose main thread called
+    // pthread_exit and whose other threads are gone must not be kept alive by this one, which blocks every signal
+    // and so could not even be stopped by SIGTERM. Returning ends this thread the same way.
+    if (last_thread_running()) return nullptr;
+    sweep_idle_heaps();
+    sweep_shared_heap(false);
+    // And what other threads' frees have emptied in the heaps of exited threads.
+    LocalAllocator::reclaim_abandoned(g_global, g_heap_pool);
+    // Open huge pages that have stayed empty since the last pass (the sweep above often empties them), then the
+    // free blocks of sparse pages that have had no block taken since (subrelease).
+    g_global.release_empty_open_pages(false);
+    g_global.subrelease_free_blocks(false);
+    g_predictor_ptr->trim();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void start_sweeper() {
+  if (g_sweeper_started.load(std::memory_order_relaxed)) return;
+  if (options().sweep_ms == 0 || g_sweeper_started.exchange(true, std::memory_order_acq_rel)) return;
+  if (!membarrier_ready()) return;  // stays "started": no second try
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t thread;
+  // A small stack, unless the program's thread-local storage (which glibc puts on every thread's stack) does not
+  // leave room in it: then the default size (only the pages it touches are memory).
+  int err = pthread_attr_setstacksize(&attr, 256 * 1024) == 0 ? pthread_create(&thread, &attr, sweeper_main, nullptr)
+                                                                : EINVAL;
+  if (err == EINVAL) {
+    pthread_attr_destroy(&attr);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    err = pthread_create(&thread, &attr, sweeper_main, nullptr);
+  }
+  if (err != 0) {
+    write_stderr("llamalloc: warning: cannot start the sweeper thread; idle threads keep their spans\n");
+  } else {
+    g_sweeper_running.store(true, std::memory_order_relaxed);
+    LocalAllocator::set_sweeper_running(true);
+    g_global.set_page_cache_pages(unsigned(options().page_cache_pages));
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+void forget_sweeper_in_fork_child() {
+  // The child starts its own sweeper when it makes a thread heap. The heaps of the parent's other threads stay
+  // on the live list; that sweeper takes back their empty spans.
+  g_sweeper_started.store(false, std::memory_order_relaxed);
+  g_sweeper_running.store(false, std::memory_order_relaxed);
+  LocalAllocator::set_sweeper_running(false);
+  // No page cache until the child starts one (this gives back what the parent had cached).
+  g_global.set_page_cache_pages(0);
+}
+
+void run_inline_passes() {
+  uint64_t ms = options().sweep_ms;
+  if (ms == 0 || g_sweeper_running.load(std::memory_order_relaxed)) return;
+  uint64_t now = g_clock.now_ns();
+  // Other threads in the process (a read of /proc/self/stat): looked for every kThreadCheckNs of slow paths, and
+  // at the 4th, 16th, 64th ... of these calls, so that threads made at start are seen before a short first
+  // peak is over. Not once the sweeper was started: then, until it runs or where membarrier is missing, no
+  // shared counter is bumped.
+  if (!g_sweeper_started.load(std::memory_order_relaxed)) {
+    uint64_t checked = g_threads_checked_ns.load(std::memory_order_relaxed);
+    uint64_t call = g_thread_check_calls.fetch_add(1, std::memory_order_relaxed) + 1;
+    bool power_of_4 = (call & (call - 1)) == 0 && (__builtin_ctzll(call) & 1) == 0;
+    if ((power_of_4 || now - checked >= kThreadCheckNs) &&
+        g_threads_checked_ns.compare_exchange_strong(checked, now, std::memory_order_relaxed) &&
+        process_has_other_threads()) {
+      start_sweeper();
+      return;
+    }
+  }
+  uint64_t last = g_inline_pass_ns.load(std::memory_order_relaxed);
+  if (now - last < ms * 1'000'000 ||
+      !g_inline_pass_ns.compare_exchange_strong(last, now, std::memory_order_relaxed))
+    return;
+  // What the sweeper does to every heap that was used in the period: the caller's empty spans (the ones its
+  // queues allocate from included) and its span cache go back, so that the pages they keep can empty and the
+  // passes below release them; otherwise a single-threaded program would keep, after its peak, an empty span per
+  // queue it had used, on a page each.
+  LocalHeap* h = tl_heap;
+  if (h != &g_empty_heap) {
+    owner_enter(h);
+    if (!sweep_requested(h)) LocalAllocator::release_all(g_global, *h);
+    owner_exit(h);
+  }
+  g_global.release_empty_open_pages(false);
+  g_global.subrelease_free_blocks(false);
+  g_predictor_ptr->trim();
+}
+
+}  // namespace llamalloc
