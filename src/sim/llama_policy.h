@@ -31,9 +31,9 @@ class ClassSource {
  public:
   virtual ~ClassSource() = default;
   // The class the heap gets for this allocation (object.lifetime_class holds the oracle's true class).
-  virtual unsigned ClassOf(const ObjectAlloc& object) = 0;
-  virtual std::vector<std::pair<std::string, double>> SummaryExtras() const { return {}; }
-  virtual std::vector<std::pair<std::string, std::string>> SummaryJson() const { return {}; }
+  virtual unsigned class_of(const ObjectAlloc& object) = 0;
+  virtual std::vector<std::pair<std::string, double>> summary_extras() const { return {}; }
+  virtual std::vector<std::pair<std::string, std::string>> summary_json() const { return {}; }
 };
 
 // The library's options that decide where the heap places objects: the replay takes them (`simulate --heap-option
@@ -45,7 +45,7 @@ inline constexpr const char* kHeapOptionNames[] = {"DEFAULT_CLASS", "DEADLINE_K"
 
 // The field of an integer option of the table, by name (without LLAMALLOC_); null for any other name. lo and hi
 // get its bounds.
-uint64_t* IntegerOption(Options& options, const std::string& name, uint64_t* lo, uint64_t* hi);
+uint64_t* integer_option(Options& options, const std::string& name, uint64_t* lo, uint64_t* hi);
 
 struct LlamaOptions {
   // The library's options (LLAMALLOC_*), at their defaults unless `simulate --heap-option` or `--deadline-k` set
@@ -75,16 +75,16 @@ class LlamaPolicy final : public Policy {
   }
   // llama-model needs them too: its summary compares each prediction with the true class.
   bool needs_lifetime_classes() const override { return options_.fixed_class < 0 || options_.class_source; }
-  void Allocate(const ObjectAlloc& object) override;
+  void allocate(const ObjectAlloc& object) override;
   // The library's rule (alloc/realloc_rule.h): a realloc that stays in the object's size class or shrinks it by at
   // most half keeps it where it is.
-  bool ReallocInPlace(uint64_t old_size_bytes, uint64_t new_size_bytes) const override;
-  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
-  void AtExit() override;
-  void AdvanceTime(uint64_t time_ns) override;
+  bool realloc_in_place(uint64_t old_size_bytes, uint64_t new_size_bytes) const override;
+  void free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
+  void at_exit() override;
+  void advance_time(uint64_t time_ns) override;
   uint64_t footprint_bytes() const override;
   std::vector<std::string> extra_columns() const override;
-  void Sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
+  void sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
   std::vector<std::pair<std::string, double>> summary_extras() const override;
   std::vector<std::pair<std::string, std::string>> summary_json() const override;
 
@@ -92,11 +92,11 @@ class LlamaPolicy final : public Policy {
   uint64_t platform_backed_bytes() const;
   GlobalAllocator& heap() { return *global_; }
   // Appends a snapshot of every huge page in use (JSON) to the summary's "snapshots".
-  void TakeSnapshot(uint64_t time_ns);
+  void take_snapshot(uint64_t time_ns);
 
  private:
-  LocalHeap& HeapFor(uint32_t thread);
-  void ReleaseIdleThreads();
+  LocalHeap& heap_for(uint32_t thread);
+  void release_idle_threads();
 
   LlamaOptions options_;
   std::unique_ptr<SimPlatform> platform_;

@@ -24,7 +24,7 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-uint64_t ParseNumber(const std::string& flag, const std::string& text) {
+uint64_t parse_number(const std::string& flag, const std::string& text) {
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(text.c_str(), &end);
@@ -32,7 +32,7 @@ uint64_t ParseNumber(const std::string& flag, const std::string& text) {
   return static_cast<uint64_t>(v);
 }
 
-double ParseMs(const std::string& flag, const std::string& text) {
+double parse_ms(const std::string& flag, const std::string& text) {
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(v >= 0)) throw UsageError(flag + " wants milliseconds >= 0, got '" + text + "'");
@@ -40,7 +40,7 @@ double ParseMs(const std::string& flag, const std::string& text) {
 }
 
 // --heap-option NAME=VALUE (NAME with or without LLAMALLOC_), checked against the options table's bounds.
-void SetHeapOption(llamalloc::Options& options, const std::string& assignment) {
+void set_heap_option(llamalloc::Options& options, const std::string& assignment) {
   using llamalloc::sim::kHeapOptionNames;
   size_t eq = assignment.find('=');
   if (eq == std::string::npos) throw UsageError("--heap-option wants NAME=VALUE, got '" + assignment + "'");
@@ -53,7 +53,7 @@ void SetHeapOption(llamalloc::Options& options, const std::string& assignment) {
     names += names.empty() ? n : std::string(", ") + n;
   }
   uint64_t lo = 0, hi = 0;
-  uint64_t* field = placement ? llamalloc::sim::IntegerOption(options, name, &lo, &hi) : nullptr;
+  uint64_t* field = placement ? llamalloc::sim::integer_option(options, name, &lo, &hi) : nullptr;
   if (field == nullptr) throw UsageError("--heap-option " + name + ": not a heap placement option (one of " + names + ")");
   char* end = nullptr;
   errno = 0;
@@ -82,51 +82,51 @@ int main(int argc, char** argv) {
         return args[++i];
       };
       if (a == "--policy") {
-        for (const std::string& p : ExpandPolicyName(value())) policies.push_back(p);
+        for (const std::string& p : expand_policy_name(value())) policies.push_back(p);
       } else if (a == "--out") {
         out = value();
       } else if (a == "--timeline") {
         timeline = value();
       } else if (a == "--interval-ms") {
-        interval_ms = ParseMs(a, value());
+        interval_ms = parse_ms(a, value());
         if (interval_ms <= 0) throw UsageError("--interval-ms must be > 0");
       } else if (a == "--mesh-period-ms") {
-        mesh_period_ms = ParseMs(a, value());
+        mesh_period_ms = parse_ms(a, value());
         if (mesh_period_ms <= 0) throw UsageError("--mesh-period-ms must be > 0");
       } else if (a == "--deadline-k") {
-        uint64_t k = ParseNumber(a, value());
+        uint64_t k = parse_number(a, value());
         if (k < 1 || k > 1000) throw UsageError("--deadline-k must be in 1..1000");
         settings.heap_options.deadline_k = k;
       } else if (a == "--heap-option") {
-        SetHeapOption(settings.heap_options, value());
+        set_heap_option(settings.heap_options, value());
       } else if (a == "--thread-idle-ms") {
-        settings.thread_idle_ns = static_cast<uint64_t>(ParseMs(a, value()) * 1e6);
+        settings.thread_idle_ns = static_cast<uint64_t>(parse_ms(a, value()) * 1e6);
       } else if (a == "--seed") {
-        settings.seed = ParseNumber(a, value());
+        settings.seed = parse_number(a, value());
       } else if (a == "--snapshot-ms") {
-        settings.snapshot_times_ns.push_back(static_cast<uint64_t>(ParseMs(a, value()) * 1e6));
+        settings.snapshot_times_ns.push_back(static_cast<uint64_t>(parse_ms(a, value()) * 1e6));
       } else if (a == "--model") {
         settings.model.model_path = value();
       } else if (a == "--tokens") {
         settings.model.tokens_path = value();
       } else if (a == "--repredict-every") {
-        uint64_t n = ParseNumber(a, value());
+        uint64_t n = parse_number(a, value());
         if (n > UINT32_MAX) throw UsageError("--repredict-every is too large");
         settings.model.repredict_every = static_cast<uint32_t>(n);
       } else if (a == "--repredict-backoff") {
-        uint64_t n = ParseNumber(a, value());
+        uint64_t n = parse_number(a, value());
         if (n > 16) throw UsageError("--repredict-backoff must be in 0..16");
         settings.model.repredict_backoff = static_cast<unsigned>(n);
       } else if (a == "--min-confidence") {
-        uint64_t n = ParseNumber(a, value());
+        uint64_t n = parse_number(a, value());
         if (n > 100) throw UsageError("--min-confidence must be in 0..100");
         settings.model.min_confidence = static_cast<unsigned>(n);
       } else if (a == "--min-class") {
-        uint64_t n = ParseNumber(a, value());
+        uint64_t n = parse_number(a, value());
         if (n > 7) throw UsageError("--min-class must be in 0..7");
         settings.model.min_class = static_cast<unsigned>(n);
       } else if (a == "--unseen-trial") {
-        uint64_t n = ParseNumber(a, value());
+        uint64_t n = parse_number(a, value());
         if (n > 1000000) throw UsageError("--unseen-trial must be in 0..1000000");
         settings.model.unseen_trial = static_cast<uint32_t>(n);
       } else if (a == "--predict-log") {
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       } else if (a == "--quiet") {
         quiet = true;
       } else if (a == "--list-policies") {
-        for (const std::string& p : PolicyNames()) std::printf("%s\n", p.c_str());
+        for (const std::string& p : policy_names()) std::printf("%s\n", p.c_str());
         return 0;
       } else if (!a.empty() && a[0] == '-') {
         throw UsageError("unknown option " + a);
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     if (list_mappings) {
       // For `llamalloc simulate`, which prepares the token tables of these binaries before a llama-model replay.
       TraceReader reader(trace, TraceReader::Order::kFile);
-      for (const MappingInfo& m : reader.Mappings()) {
+      for (const MappingInfo& m : reader.mappings()) {
         std::string hex;
         for (unsigned char c : m.build_id) {
           static const char* kDigits = "0123456789abcdef";
@@ -183,16 +183,16 @@ int main(int argc, char** argv) {
     EngineOptions options;
     options.interval_ns = output.interval_ns;
     for (const std::string& name : policies) {
-      auto policy = MakePolicy(name, settings);
+      auto policy = make_policy(name, settings);
       if (!quiet) std::fprintf(stderr, "llamalloc-sim: replaying %llu events through %s\n",
                                static_cast<unsigned long long>(reader.event_count()), name.c_str());
-      output.runs.push_back(Replay(reader, *policy, options));
+      output.runs.push_back(replay(reader, *policy, options));
       const RunSummary& s = output.runs.back().summary;
       if (!quiet) std::fprintf(stderr, "llamalloc-sim: %s done in %.2f s (%.3g events/s)\n", name.c_str(),
                                s.replay_seconds, s.events_per_second);
     }
-    WriteFileAtomically(timeline, TimelineCsv(output));
-    WriteFileAtomically(out, SummaryJson(output, std::filesystem::path(timeline).filename().string()));
+    write_file_atomically(timeline, timeline_csv(output));
+    write_file_atomically(out, summary_json(output, std::filesystem::path(timeline).filename().string()));
     return 0;
   } catch (const FormatError& e) {
     std::fprintf(stderr, "llamalloc-sim: error: %s\n", e.what());

@@ -37,9 +37,9 @@ class ModelClassSource final : public ClassSource {
   ModelClassSource(const ModelOptions& options, const TraceStacks& stacks, std::string* warning);
   ~ModelClassSource() override;
 
-  unsigned ClassOf(const ObjectAlloc& object) override;
-  std::vector<std::pair<std::string, double>> SummaryExtras() const override;
-  std::vector<std::pair<std::string, std::string>> SummaryJson() const override;
+  unsigned class_of(const ObjectAlloc& object) override;
+  std::vector<std::pair<std::string, double>> summary_extras() const override;
+  std::vector<std::pair<std::string, std::string>> summary_json() const override;
 
   // confusion[true class][predicted class], objects whose true class is known.
   const std::array<std::array<uint64_t, 8>, 8>& confusion() const { return confusion_; }
@@ -60,7 +60,7 @@ class ModelClassSource final : public ClassSource {
 };
 
 // The llama-model policy: LlamaPolicy with a ModelClassSource.
-std::unique_ptr<LlamaPolicy> MakeModelPolicy(LlamaOptions options, const ModelOptions& model,
+std::unique_ptr<LlamaPolicy> make_model_policy(LlamaOptions options, const ModelOptions& model,
                                              const TraceStacks& stacks, std::string* warning);
 
 }  // namespace llamalloc::sim

@@ -24,9 +24,9 @@ struct PolicySettings {
 };
 
 // All accepted names, in the order they are documented.
-std::vector<std::string> PolicyNames();
+std::vector<std::string> policy_names();
 // Expands aliases ("mesh" = mesh-4k and mesh-2m). Throws std::invalid_argument for an unknown name.
-std::vector<std::string> ExpandPolicyName(const std::string& name);
-std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings& settings);
+std::vector<std::string> expand_policy_name(const std::string& name);
+std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySettings& settings);
 
 }  // namespace llamalloc::sim

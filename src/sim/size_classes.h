@@ -13,7 +13,7 @@ inline constexpr uint64_t kMaxSizeClassBytes = 256 * 1024;
 
 // Index of the class that holds size_bytes (0-byte objects use the 16-byte class), for sizes up
 // to kMaxSizeClassBytes.
-inline uint32_t SizeClassIndex(uint64_t size_bytes) {
+inline uint32_t size_class_index(uint64_t size_bytes) {
   if (size_bytes <= kSmallStepLimitBytes) {
     return size_bytes == 0 ? 0 : static_cast<uint32_t>((size_bytes - 1) / kSmallStepBytes);
   }
@@ -28,7 +28,7 @@ inline uint32_t SizeClassIndex(uint64_t size_bytes) {
   return index + static_cast<uint32_t>((size_bytes - base - 1) / step);
 }
 
-inline uint64_t SizeClassBytes(uint32_t index) {
+inline uint64_t size_class_block_bytes(uint32_t index) {
   uint32_t small_count = static_cast<uint32_t>(kSmallStepLimitBytes / kSmallStepBytes);
   if (index < small_count) return (index + 1) * kSmallStepBytes;
   uint32_t above = index - small_count;

@@ -37,13 +37,13 @@ struct SlotBitmap {
 inline constexpr unsigned kSplitMesherProbes = 64;
 
 // One SplitMesher pass over pages[0..n): returns the matched pairs (indices into pages).
-std::vector<std::pair<uint32_t, uint32_t>> SplitMesherMatch(const std::vector<SlotBitmap>& pages,
+std::vector<std::pair<uint32_t, uint32_t>> split_mesher_match(const std::vector<SlotBitmap>& pages,
                                                             Random& random,
                                                             unsigned probes = kSplitMesherProbes);
 
 // Repeats SplitMesher passes, merging each matched pair into one page (the union of its slots),
 // until a pass finds nothing or max_rounds is reached. Returns how many pages meshing frees.
-uint64_t MeshPagesFreed(std::vector<SlotBitmap> pages, Random& random, unsigned max_rounds,
+uint64_t mesh_pages_freed(std::vector<SlotBitmap> pages, Random& random, unsigned max_rounds,
                         unsigned probes = kSplitMesherProbes);
 
 }  // namespace llamalloc::sim

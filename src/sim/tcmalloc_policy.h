@@ -44,11 +44,11 @@ class TcmallocPolicy final : public Policy {
   explicit TcmallocPolicy(TcmallocOptions options);
 
   std::string name() const override { return options_.lifetime_aware ? "tcmalloc-lifetime" : "tcmalloc"; }
-  void Allocate(const ObjectAlloc& object) override;
-  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
+  void allocate(const ObjectAlloc& object) override;
+  void free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
   uint64_t footprint_bytes() const override { return huge_pages_in_use_ << kHugePageShift; }
   std::vector<std::string> extra_columns() const override;
-  void Sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
+  void sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
   std::vector<std::pair<std::string, double>> summary_extras() const override;
 
   uint64_t huge_pages_in_set(int set) const { return filler_[set].size(); }
@@ -79,13 +79,13 @@ class TcmallocPolicy final : public Policy {
     uint32_t huge_pages = 0;
   };
 
-  int SetFor(uint32_t capacity) const {
+  int set_for(uint32_t capacity) const {
     return options_.lifetime_aware && capacity > options_.capacity_threshold ? 1 : 0;
   }
-  uint32_t AllocateSpan(uint32_t page_count, uint32_t size_class, uint32_t capacity);
-  void ReleaseSpan(uint32_t span);
-  void UpdateList(uint32_t span);
-  static int FindRun(const HugePage& hp, uint32_t page_count);
+  uint32_t allocate_span(uint32_t page_count, uint32_t size_class, uint32_t capacity);
+  void release_span(uint32_t span);
+  void update_list(uint32_t span);
+  static int find_run(const HugePage& hp, uint32_t page_count);
 
   TcmallocOptions options_;
   std::array<uint32_t, kSizeClassCount> span_pages_{};
