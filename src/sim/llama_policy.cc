@@ -13,6 +13,7 @@
 #include "alloc/realloc_rule.h"
 #include "heap/heap.h"
 #include "local/local.h"
+#include "local/refill_rule.h"
 #include "pal/pal.h"
 
 namespace llamalloc::sim {
@@ -242,10 +243,9 @@ void LlamaPolicy::allocate(const ObjectAlloc& object) {
     shared_last_alloc_ns_ = now_ns_;
     shared_holds_spans_ = true;
   }
-  // The library's slow path (malloc_slow) runs when its fast path has no block: a large or aligned request, a
-  // long-lived class of the shared heap, or an empty free list. The sweeper sees it (slow_ops).
-  if (sc == kLargeRequest || alignment > kMinAlignBytes || shared || heap.spans[lc][sc]->free == nullptr)
-    owner_count_slow(&heap);
+  // The library's slow path (malloc_slow) runs when its fast path misses (local/refill_rule.h), and for a
+  // long-lived class that the shared heap serves. The sweeper sees it (slow_ops).
+  if (shared || fast_path_misses(heap.spans[lc], sc, alignment)) owner_count_slow(&heap);
   void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
   placed_.put(object.address, Placed{reinterpret_cast<uint64_t>(p), object.size_bytes, object.stack_id});

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "local/local.h"
+#include "local/refill_rule.h"
 #include "sim/engine.h"
 #include "test_events.h"
 
@@ -249,6 +251,25 @@ TEST(LlamaPolicy, SpansOfAnIdleThreadThatOtherThreadsEmptyGoBackAtTheSweepersPer
   EXPECT_EQ(r.summary.final_live_bytes, 64u * 40);
   EXPECT_GE(r.summary.peak_footprint_bytes, 2 * k2M);
   EXPECT_LE(r.summary.final_footprint_bytes, k2M) << "thread 1's emptied spans keep their huge pages";
+}
+
+}  // namespace
+}  // namespace llamalloc::sim
+
+namespace llamalloc::sim {
+namespace {
+
+// The fast path's miss rule that the replay counts slow paths by (local/refill_rule.h).
+TEST(RefillRule, FastPathMissesOnLargeAlignedOrEmpty) {
+  LocalHeap heap;  // every span the static empty one
+  unsigned sc = classify(64, kMinAlignBytes);
+  EXPECT_TRUE(fast_path_misses(heap.spans[1], sc, kMinAlignBytes));
+  EXPECT_TRUE(fast_path_misses(heap.spans[1], kLargeRequest, kMinAlignBytes));
+  SmallSpan span{};
+  span.free = &span;  // one free block
+  heap.spans[1][sc] = &span;
+  EXPECT_FALSE(fast_path_misses(heap.spans[1], sc, kMinAlignBytes));
+  EXPECT_TRUE(fast_path_misses(heap.spans[1], classify(64, 64), 64));
 }
 
 }  // namespace
