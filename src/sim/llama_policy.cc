@@ -15,6 +15,7 @@
 #include "local/local.h"
 #include "local/refill_rule.h"
 #include "pal/pal.h"
+#include "sim/heap_options.h"
 
 namespace llamalloc::sim {
 
@@ -102,24 +103,6 @@ class TraceClock final : public Clock {
  private:
   uint64_t now_ns_ = 0;
 };
-
-uint64_t* integer_option(Options& options, const std::string& name, uint64_t* lo, uint64_t* hi) {
-#define LLAMALLOC_FIELD_Uint(NAME, field, min, max) \
-  if (name == #NAME) {                              \
-    *lo = (min);                                    \
-    *hi = (max);                                    \
-    return &options.field;                          \
-  }
-#define LLAMALLOC_FIELD_String(NAME, field, min, max)
-#define LLAMALLOC_FIELD_Signal(NAME, field, min, max)
-#define LLAMALLOC_FIELD(NAME, field, kind, def, min, max, help) LLAMALLOC_FIELD_##kind(NAME, field, min, max)
-  LLAMALLOC_OPTIONS(LLAMALLOC_FIELD)
-#undef LLAMALLOC_FIELD
-#undef LLAMALLOC_FIELD_Uint
-#undef LLAMALLOC_FIELD_String
-#undef LLAMALLOC_FIELD_Signal
-  return nullptr;
-}
 
 LlamaPolicy::LlamaPolicy(LlamaOptions options)
     : options_(std::move(options)),
@@ -371,10 +354,9 @@ std::vector<std::pair<std::string, std::string>> LlamaPolicy::summary_json() con
   // The library options the heap was configured from (alloc/heap_config.h): what the replay stands for.
   Options o = options_.heap_options;
   std::string heap_options = "{";
-  for (const char* name : kHeapOptionNames) {
-    uint64_t lo, hi;
+  for (const char* name : kPlacementOptionNames) {
     heap_options += std::string(heap_options.size() > 1 ? ", " : "") + "\"" + name + "\": " +
-                    std::to_string(*integer_option(o, name, &lo, &hi));
+                    std::to_string(integer_option(o, name));
   }
   json.push_back({"heap_options", heap_options + "}"});
   if (options_.class_source) {

@@ -36,20 +36,9 @@ class ClassSource {
   virtual std::vector<std::pair<std::string, std::string>> summary_json() const { return {}; }
 };
 
-// The library's options that decide where the heap places objects: the replay takes them (`simulate --heap-option
-// NAME=VALUE`) as the library takes LLAMALLOC_<NAME>. The others are not the heap's placement (the model's have
-// flags of their own), or the replay has no use for them.
-inline constexpr const char* kHeapOptionNames[] = {"DEFAULT_CLASS", "DEADLINE_K",     "SAME_CLASS_RECYCLING",
-                                                   "SMALL_HEAP_PAGES", "SHARED_CLASS", "LONG_CLASS",
-                                                   "SPAN_RECYCLING", "DENSE_FIRST"};
-
-// The field of an integer option of the table, by name (without LLAMALLOC_); null for any other name. lo and hi
-// get its bounds.
-uint64_t* integer_option(Options& options, const std::string& name, uint64_t* lo, uint64_t* hi);
-
 struct LlamaOptions {
-  // The library's options (LLAMALLOC_*), at their defaults unless `simulate --heap-option` or `--deadline-k` set
-  // them: the heap's configuration is built from them as the library builds its own (alloc/heap_config.h), so
+  // The library's options (LLAMALLOC_*), at their defaults unless `simulate --heap-option` sets them
+  // (sim/heap_options.h): the heap's configuration is built from them as the library builds its own (alloc/heap_config.h), so
   // the replay places as the library would under them. The replay keeps all eight classes (CLASSES is not
   // read) and has no page cache (no sweeper thread).
   Options heap_options;
@@ -117,7 +106,7 @@ class LlamaPolicy final : public Policy {
   bool shared_holds_spans_ = false;
   uint64_t idle_threads_released_ = 0;
   // The library's sweeper period (LLAMALLOC_SWEEP_MS's default) and the trace time of the last pass.
-  static constexpr uint64_t kSweepPeriodNs = 250'000'000;
+  static constexpr uint64_t kSweepPeriodNs = Options{}.sweep_ms * 1'000'000;
   uint64_t last_sweep_ns_ = 0;
   // Where a live object of the trace is in the simulated heap, and what it is (heap snapshots list the
   // contexts that keep each page).

@@ -6,17 +6,19 @@
 #include <cerrno>
 #include <cstring>
 
+#include "alloc/heap_config.h"
 #include "options.h"
 #include "sim/trace_reader.h"
 #include "trace_predictor.h"
 
 namespace llamalloc::sim {
 
-ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStacks& stacks, std::string* warning)
+ModelClassSource::ModelClassSource(const ModelOptions& options, const Options& heap_options,
+                                   const TraceStacks& stacks, std::string* warning)
     : predictor_(std::make_unique<model::TracePredictor>()), stacks_(stacks) {
   std::string error;
-  if (!predictor_->init(options.model_path, options.tokens_path, options.repredict_every, &error,
-                        options.repredict_backoff)) {
+  if (!predictor_->init(options.model_path, options.tokens_path, uint32_t(heap_options.repredict_every), &error,
+                        unsigned(heap_options.repredict_backoff))) {
     throw FormatError(error);
   }
   std::vector<model::TraceMapping> mappings;
@@ -25,9 +27,9 @@ ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStack
   }
   predictor_->load_mappings(mappings);
   // An unsure prediction places the object as llama-default does (the library: LLAMALLOC_DEFAULT_CLASS).
-  predictor_->set_confidence_rule(
-      model::ConfidenceRule{options.min_confidence, options.default_class, options.min_class});
-  predictor_->set_unseen_trial(options.unseen_trial);
+  predictor_->set_confidence_rule(model::ConfidenceRule{
+      unsigned(heap_options.min_confidence), default_class_of(heap_options), unsigned(heap_options.min_class)});
+  predictor_->set_unseen_trial(uint32_t(heap_options.unseen_trial));
   if (!options.predict_log.empty()) {
     log_fd_ = ::open(options.predict_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd_ < 0) throw FormatError(options.predict_log + ": cannot write: " + std::strerror(errno));
@@ -111,7 +113,7 @@ std::vector<std::pair<std::string, std::string>> ModelClassSource::summary_json(
 
 std::unique_ptr<LlamaPolicy> make_model_policy(LlamaOptions options, const ModelOptions& model,
                                              const TraceStacks& stacks, std::string* warning) {
-  options.class_source = std::make_shared<ModelClassSource>(model, stacks, warning);
+  options.class_source = std::make_shared<ModelClassSource>(model, options.heap_options, stacks, warning);
   return std::make_unique<LlamaPolicy>(std::move(options));
 }
 

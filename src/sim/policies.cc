@@ -56,10 +56,8 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySetting
     o.snapshot_times_ns = settings.snapshot_times_ns;
     o.heap_options = settings.heap_options;
     o.thread_idle_ns = settings.thread_idle_ns;
-    ModelOptions model = settings.model;
-    model.default_class = default_class_of(settings.heap_options);
     std::string warning;
-    auto policy = make_model_policy(o, model, *settings.stacks, &warning);
+    auto policy = make_model_policy(o, settings.model, *settings.stacks, &warning);
     if (!warning.empty() && settings.warn) settings.warn(warning);
     return policy;
   }
