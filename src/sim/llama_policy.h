@@ -1,8 +1,8 @@
 // llama-oracle: the traced objects replayed through the real llamalloc heap (src/llamalloc: the same
 // GlobalAllocator and thread-local LocalAllocator code as libllamalloc.so) on a simulation platform and
 // the trace's clock, each object allocated in its true lifetime class (from its own free time in the
-// trace; never freed = class 7). Footprint is the heap's own: huge pages open or active in its
-// bookkeeping (DESIGN.md), i.e. the bytes the platform has backed and not yet released.
+// trace; never freed = kNeverFreedClass). Footprint is the heap's own: huge pages open or active in its
+// bookkeeping, i.e. the bytes the platform has backed and not yet released.
 // llama-default: the same heap with every object in one class, as the library runs without a model.
 #pragma once
 
@@ -51,7 +51,7 @@ struct LlamaOptions {
   // does for an idle thread (it also sweeps working threads every LLAMALLOC_SWEEP_MS, which this does not) and as a
   // thread that exits does (a trace has no thread-exit events). 0 keeps every thread's spans to the end.
   uint64_t thread_idle_ns = 500'000'000;
-  std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
+  std::vector<uint64_t> snapshot_times_ns; // heap maps (as the LLAMA paper's Figure 6) at these trace times, and at the end
 };
 
 class LlamaPolicy final : public Policy {

@@ -1,5 +1,5 @@
-// mesh-4k and mesh-2m: the traced program's objects replayed through a Mesh-style heap (papers/004,
-// papers/000 section 9.6) that meshes, every mesh period of trace time, pages of one size class
+// mesh-4k and mesh-2m: the traced program's objects replayed through a Mesh-style heap (Mesh; the LLAMA
+// paper, section 9.6) that meshes, every mesh period of trace time, pages of one size class
 // whose live slots do not overlap, found with SplitMesher. See docs/simulator.md for the model.
 //
 // The heap: one span per size class "attached" for allocation; each object goes to a random free

@@ -1,6 +1,7 @@
 // pages-4k and pages-2m: the footprint of the traced program's own addresses if the OS backed them
-// with pages of one size and took every page back the moment it held no live byte (papers/000
-// section 2.1; DESIGN.md's lower bound for allocators we do not control).
+// with pages of one size and took every page back the moment it held no live byte (the LLAMA paper, section
+// 2.1): the least the traced allocator's own placement costs, the bound for allocators the replay does not
+// model.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Mesh's SplitMesher (papers/004; Powers et al., PLDI 2019): approximates a maximum matching in the
+// Mesh's SplitMesher ("Mesh: Compacting Memory Management for C/C++ Applications", Powers et al., PLDI 2019): approximates a maximum matching in the
 // "meshable" graph (two pages of one size class mesh when their live slots do not overlap) without
 // building the graph. The candidates are shuffled and split in two halves; for t = 0 .. probes-1,
 // left[i] is compared with right[(i + t) % |right|], and each meshable pair found is matched and
