@@ -110,7 +110,8 @@ Options parse_heap_options(const std::vector<std::string>& assignments,
   std::vector<std::pair<std::string, std::string>> replayed;
   for (const std::string& assignment : assignments) {
     size_t eq = assignment.find('=');
-    if (eq == std::string::npos) throw std::invalid_argument("--heap-option wants NAME=VALUE, got '" + assignment + "'");
+    if (eq == std::string::npos)
+      throw std::invalid_argument("--heap-option wants NAME=VALUE, got '" + assignment + "'");
     std::string name = assignment.substr(0, eq), value = assignment.substr(eq + 1);
     if (name.rfind(kPrefix, 0) == 0) name = name.substr(sizeof(kPrefix) - 1);
     if (!is_one_of(name, kOptionNames))

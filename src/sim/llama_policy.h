@@ -38,9 +38,9 @@ class ClassSource {
 
 struct LlamaOptions {
   // The library's options (LLAMALLOC_*), at their defaults unless `simulate --heap-option` sets them
-  // (sim/heap_options.h): the heap's configuration is built from them as the library builds its own (alloc/heap_config.h), so
-  // the replay places as the library would under them. The replay keeps all eight classes (CLASSES is not
-  // read) and has no page cache (no sweeper thread).
+  // (sim/heap_options.h): the heap's configuration is built from them as the library builds its own
+  // (alloc/heap_config.h), so the replay places as the library would under them. The replay keeps all eight
+  // classes (CLASSES is not read) and has no page cache (no sweeper thread).
   Options heap_options;
   // -1: llama-oracle (each object's true class). 0..7: llama-default, every object in this class, which is
   // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS).
@@ -51,7 +51,8 @@ struct LlamaOptions {
   // does for an idle thread (it also sweeps working threads every LLAMALLOC_SWEEP_MS, which this does not) and as a
   // thread that exits does (a trace has no thread-exit events). 0 keeps every thread's spans to the end.
   uint64_t thread_idle_ns = 500'000'000;
-  std::vector<uint64_t> snapshot_times_ns; // heap maps (as the LLAMA paper's Figure 6) at these trace times, and at the end
+  // Heap maps (as the LLAMA paper's Figure 6) at these trace times, and at the end.
+  std::vector<uint64_t> snapshot_times_ns;
 };
 
 class LlamaPolicy final : public Policy {
