@@ -1,8 +1,8 @@
 // Mesh's SplitMesher ("Mesh: Compacting Memory Management for C/C++ Applications", Powers et al., PLDI
 // 2019): approximates a maximum matching in the "meshable" graph (two pages of one size class mesh when their
-// live slots do not overlap) without building the graph. The candidates are shuffled and split in two halves; for t = 0 .. probes-1,
-// left[i] is compared with right[(i + t) % |right|], and each meshable pair found is matched and
-// removed. O(n * probes) bitmap comparisons; with random placement it finds at least half of a
+// live slots do not overlap) without building the graph. The candidates are shuffled and split in two halves;
+// for t = 0 .. probes-1, left[i] is compared with right[(i + t) % |right|], and each meshable pair found is
+// matched and removed. O(n * probes) bitmap comparisons; with random placement it finds at least half of a
 // maximum matching with high probability.
 #pragma once
 
