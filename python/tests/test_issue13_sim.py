@@ -1,4 +1,4 @@
-"""Issue 13, the simulator: mesh-4k never shows a footprint below the live bytes, `simulate` shows the state after
+"""The simulator's reports: mesh-4k never shows a footprint below the live bytes, `simulate` shows the state after
 the peak (not only after teardown), refuses an output folder that does not exist before replaying, and reads a
 zstd-compressed trace."""
 from __future__ import annotations

@@ -41,8 +41,8 @@ def traced_run(tmp_path_factory):
         proc.wait()
         pytest.fail("the workload hung under libllamalloc.so (the heap, not the simulator)")
     assert proc.returncode == 0, output.decode(errors="replace")
-    result = sim.simulate(trace, ["llama-default", "llama-oracle"], d / "sim.json", deadline_k=1000,
-                          thread_idle_ms=0)  # its one thread lives to the end
+    result = sim.simulate(trace, ["llama-default", "llama-oracle"], d / "sim.json",
+                          heap_options=["DEADLINE_K=1000"], thread_idle_ms=0)  # its one thread lives to the end
     before_exit = json.loads((d / "stats.before-exit.json").read_text())
     return dict(json.loads(stats.read_text()), before_exit=before_exit), trace, result
 

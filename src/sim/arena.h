@@ -12,7 +12,7 @@ namespace llamalloc::sim {
 
 class PageArena {
  public:
-  uint64_t Allocate(uint64_t page_count) {
+  uint64_t allocate(uint64_t page_count) {
     auto it = by_size_.lower_bound({page_count, 0});
     if (it == by_size_.end()) {
       uint64_t first = end_page_;
@@ -22,11 +22,11 @@ class PageArena {
     auto [run_pages, first] = *it;
     by_size_.erase(it);
     by_address_.erase(first);
-    if (run_pages > page_count) Insert(first + page_count, run_pages - page_count);
+    if (run_pages > page_count) insert(first + page_count, run_pages - page_count);
     return first;
   }
 
-  void Free(uint64_t first, uint64_t page_count) {
+  void free(uint64_t first, uint64_t page_count) {
     // Coalesce with the free runs on both sides.
     auto next = by_address_.lower_bound(first);
     if (next != by_address_.end() && next->first == first + page_count) {
@@ -47,13 +47,13 @@ class PageArena {
       end_page_ = first;  // give the top of the arena back
       return;
     }
-    Insert(first, page_count);
+    insert(first, page_count);
   }
 
   uint64_t end_page() const { return end_page_; }
 
  private:
-  void Insert(uint64_t first, uint64_t page_count) {
+  void insert(uint64_t first, uint64_t page_count) {
     by_address_[first] = page_count;
     by_size_.insert({page_count, first});
   }

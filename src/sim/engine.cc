@@ -5,8 +5,8 @@
 
 namespace llamalloc::sim {
 
-std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source, const Policy* policy) {
-  source.Rewind();
+std::vector<uint8_t> compute_lifetime_classes(EventSource& source, const Policy* policy) {
+  source.rewind();
   std::vector<uint8_t> classes;
   classes.reserve(source.event_count_hint());
   struct Pending {
@@ -19,15 +19,15 @@ std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source, const Policy* p
   Event e;
   auto end_object = [&](uint64_t address, uint64_t time_ns) {
     Pending p;
-    if (live.Erase(address, &p)) classes[p.alloc_index] = LifetimeClassOf(time_ns - p.time_ns);
+    if (live.erase(address, &p)) classes[p.alloc_index] = uint8_t(lifetime_class_of(time_ns - p.time_ns));
   };
   auto begin_object = [&](const Event& event) {
     // Mirror the engine: an address allocated while live ends the old object first.
     end_object(event.address, event.time_ns);
-    live.Put(event.address, Pending{classes.size(), event.time_ns, event.size_bytes, event.alignment_bytes});
+    live.put(event.address, Pending{classes.size(), event.time_ns, event.size_bytes, event.alignment_bytes});
     classes.push_back(kNeverFreedClass);
   };
-  while (source.Next(&e)) {
+  while (source.next(&e)) {
     switch (e.kind) {
       case EventKind::kAlloc:
         if (e.address != 0) begin_object(e);
@@ -36,13 +36,13 @@ std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source, const Policy* p
         end_object(e.address, e.time_ns);
         break;
       case EventKind::kRealloc: {
-        Pending* old = e.old_address != 0 ? live.Find(e.old_address) : nullptr;
+        Pending* old = e.old_address != 0 ? live.find(e.old_address) : nullptr;
         if (old != nullptr && e.address != 0 && policy != nullptr && old->alignment_bytes <= kDefaultAlignmentBytes &&
-            policy->ReallocInPlace(old->size_bytes, e.size_bytes)) {
+            policy->realloc_in_place(old->size_bytes, e.size_bytes)) {
           Pending moved;
-          live.Erase(e.old_address, &moved);
+          live.erase(e.old_address, &moved);
           end_object(e.address, e.time_ns);
-          live.Put(e.address, moved);
+          live.put(e.address, moved);
           break;
         }
         if (e.old_address != 0) end_object(e.old_address, e.time_ns);
@@ -51,7 +51,7 @@ std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source, const Policy* p
       }
     }
   }
-  source.Rewind();
+  source.rewind();
   return classes;
 }
 
@@ -62,28 +62,28 @@ Engine::Engine(Policy& policy, EngineOptions options, uint64_t expected_live_obj
   summary_.policy = policy_.name();
 }
 
-void Engine::TakeSample(uint64_t time_ns) {
+void Engine::take_sample(uint64_t time_ns) {
   TimelineSample s;
   s.time_ns = time_ns;
   s.live_bytes = live_bytes_;
   s.extra.assign(extra_columns_.size(), kMissing);
-  policy_.Sample(time_ns, s.extra);
-  // Sampled after Sample(): a policy may do periodic work there (meshing) that changes its footprint.
+  policy_.sample(time_ns, s.extra);
+  // Sampled after sample(): a policy may do periodic work there (meshing) that changes its footprint.
   s.footprint_bytes = policy_.footprint_bytes();
   timeline_.push_back(std::move(s));
 }
 
-void Engine::SampleUpTo(uint64_t time_ns) {
+void Engine::sample_up_to(uint64_t time_ns) {
   // Samples at every boundary k * interval that the trace clock has reached: each shows the state
   // just before the first event at or after it.
   while (next_sample_ns_ <= time_ns) {
-    policy_.AdvanceTime(next_sample_ns_);
-    TakeSample(next_sample_ns_);
+    policy_.advance_time(next_sample_ns_);
+    take_sample(next_sample_ns_);
     next_sample_ns_ += options_.interval_ns;
   }
 }
 
-void Engine::NoteFootprint(uint64_t time_ns) {
+void Engine::note_footprint(uint64_t time_ns) {
   uint64_t footprint = policy_.footprint_bytes();
   if (footprint > summary_.peak_footprint_bytes) {
     summary_.peak_footprint_bytes = footprint;
@@ -91,11 +91,11 @@ void Engine::NoteFootprint(uint64_t time_ns) {
   }
 }
 
-void Engine::Allocate(const Event& event, uint64_t address, uint64_t size_bytes) {
-  if (live_.Find(address) != nullptr) {
+void Engine::allocate(const Event& event, uint64_t address, uint64_t size_bytes) {
+  if (live_.find(address) != nullptr) {
     // The trace lost the free of the previous object at this address; end it here.
     ++summary_.reused_live_addresses;
-    FreeObject(event.time_ns, address, event.thread);
+    free_object(event.time_ns, address, event.thread);
   }
   ObjectAlloc object;
   object.time_ns = event.time_ns;
@@ -108,44 +108,44 @@ void Engine::Allocate(const Event& event, uint64_t address, uint64_t size_bytes)
     object.lifetime_class = (*lifetime_classes_)[alloc_index_];
   }
   ++alloc_index_;
-  if (moved_ids_.size() != 0 && moved_ids_.Find(address) != nullptr) {
+  if (moved_ids_.size() != 0 && moved_ids_.find(address) != nullptr) {
     // The policy still has an object under this address, kept in place by a realloc that moved it in the trace.
     object.address = next_fresh_id_++;
-    moved_ids_.Put(object.address, 1);
+    moved_ids_.put(object.address, 1);
   }
-  live_.Put(address, LiveObject{size_bytes, object.address, size_bytes, event.alignment_bytes});
+  live_.put(address, LiveObject{size_bytes, object.address, size_bytes, event.alignment_bytes});
   live_bytes_ += size_bytes;
   summary_.peak_live_bytes = std::max(summary_.peak_live_bytes, live_bytes_);
-  policy_.Allocate(object);
+  policy_.allocate(object);
 }
 
-void Engine::FreeObject(uint64_t time_ns, uint64_t address, uint32_t thread) {
+void Engine::free_object(uint64_t time_ns, uint64_t address, uint32_t thread) {
   LiveObject object;
-  if (!live_.Erase(address, &object)) {
+  if (!live_.erase(address, &object)) {
     ++summary_.unknown_frees;
     return;
   }
   live_bytes_ -= object.size_bytes;
-  if (object.policy_id != address) moved_ids_.Erase(object.policy_id);
-  policy_.Free(time_ns, object.policy_id, object.policy_size, thread);
+  if (object.policy_id != address) moved_ids_.erase(object.policy_id);
+  policy_.free(time_ns, object.policy_id, object.policy_size, thread);
 }
 
-void Engine::MoveInPlace(const Event& event) {
+void Engine::move_in_place(const Event& event) {
   LiveObject object;
-  live_.Erase(event.old_address, &object);
-  if (live_.Find(event.address) != nullptr) {
+  live_.erase(event.old_address, &object);
+  if (live_.find(event.address) != nullptr) {
     ++summary_.reused_live_addresses;
-    FreeObject(event.time_ns, event.address, event.thread);
+    free_object(event.time_ns, event.address, event.thread);
   }
   live_bytes_ = live_bytes_ - object.size_bytes + event.size_bytes;
   summary_.peak_live_bytes = std::max(summary_.peak_live_bytes, live_bytes_);
   object.size_bytes = event.size_bytes;
-  if (object.policy_id != event.address) moved_ids_.Put(object.policy_id, 1);
-  else moved_ids_.Erase(object.policy_id);
-  live_.Put(event.address, object);
+  if (object.policy_id != event.address) moved_ids_.put(object.policy_id, 1);
+  else moved_ids_.erase(object.policy_id);
+  live_.put(event.address, object);
 }
 
-void Engine::Process(const Event& event) {
+void Engine::process(const Event& event) {
   if (!started_) {
     started_ = true;
     summary_.first_time_ns = event.time_ns;
@@ -154,51 +154,51 @@ void Engine::Process(const Event& event) {
   // A trace merged from several threads may step back a little; time never runs backwards here.
   uint64_t time_ns = std::max(event.time_ns, summary_.last_time_ns);
   summary_.last_time_ns = time_ns;
-  SampleUpTo(time_ns);
-  policy_.AdvanceTime(time_ns);
+  sample_up_to(time_ns);
+  policy_.advance_time(time_ns);
   ++summary_.events;
   switch (event.kind) {
     case EventKind::kAlloc:
       ++summary_.allocs;
-      if (event.address != 0) Allocate(event, event.address, event.size_bytes);
+      if (event.address != 0) allocate(event, event.address, event.size_bytes);
       break;
     case EventKind::kFree:
       ++summary_.frees;
       if (event.address == 0) {
         ++summary_.null_frees;
       } else {
-        FreeObject(time_ns, event.address, event.thread);
+        free_object(time_ns, event.address, event.thread);
       }
       break;
     case EventKind::kRealloc: {
       ++summary_.reallocs;
-      const LiveObject* old = event.old_address != 0 ? live_.Find(event.old_address) : nullptr;
+      const LiveObject* old = event.old_address != 0 ? live_.find(event.old_address) : nullptr;
       if (old != nullptr && event.address != 0 && old->alignment_bytes <= kDefaultAlignmentBytes &&
-          policy_.ReallocInPlace(old->policy_size, event.size_bytes)) {
+          policy_.realloc_in_place(old->policy_size, event.size_bytes)) {
         ++summary_.reallocs_in_place;
-        MoveInPlace(event);
+        move_in_place(event);
         break;
       }
-      if (event.old_address != 0) FreeObject(time_ns, event.old_address, event.thread);
-      if (event.address != 0) Allocate(event, event.address, event.size_bytes);
+      if (event.old_address != 0) free_object(time_ns, event.old_address, event.thread);
+      if (event.address != 0) allocate(event, event.address, event.size_bytes);
       break;
     }
   }
-  NoteFootprint(time_ns);
+  note_footprint(time_ns);
 }
 
-void Engine::Finish() {
+void Engine::finish() {
   if (!started_) return;
-  policy_.AdvanceTime(summary_.last_time_ns);
+  policy_.advance_time(summary_.last_time_ns);
   // The end state, even when a sample at this very time shows the state before its events. A trace ends when the
   // program's teardown begins (docs/profiler.md), while its threads still hold their spans: the final footprint
   // is the one a running server keeps, as the process's steady state measures it, not the one after its thread
-  // heaps are given back at exit (AtExit, after it).
-  TakeSample(summary_.last_time_ns);
+  // heaps are given back at exit (at_exit, after it).
+  take_sample(summary_.last_time_ns);
   summary_.final_live_bytes = live_bytes_;
   summary_.final_footprint_bytes = timeline_.back().footprint_bytes;
-  NoteFootprint(summary_.last_time_ns);
-  policy_.AtExit();
+  note_footprint(summary_.last_time_ns);
+  policy_.at_exit();
   double ratio_sum = 0, footprint_sum = 0, live_sum = 0;
   uint64_t n = 0;
   for (const TimelineSample& s : timeline_) {
@@ -215,16 +215,16 @@ void Engine::Finish() {
                   : 0.0;
 }
 
-RunResult Replay(EventSource& source, Policy& policy, EngineOptions options) {
+RunResult replay(EventSource& source, Policy& policy, EngineOptions options) {
   auto start = std::chrono::steady_clock::now();
   std::vector<uint8_t> classes;
-  if (policy.needs_lifetime_classes()) classes = ComputeLifetimeClasses(source, &policy);
-  source.Rewind();
+  if (policy.needs_lifetime_classes()) classes = compute_lifetime_classes(source, &policy);
+  source.rewind();
   Engine engine(policy, options, source.event_count_hint() / 4);
   if (policy.needs_lifetime_classes()) engine.set_lifetime_classes(&classes);
   Event e;
-  while (source.Next(&e)) engine.Process(e);
-  engine.Finish();
+  while (source.next(&e)) engine.process(e);
+  engine.finish();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   RunResult result;
   result.summary = engine.summary();

@@ -14,14 +14,14 @@
 
 namespace llamalloc::sim {
 
-// Where events come from: the trace reader, or a vector in tests. Rewind allows a second pass (the
+// Where events come from: the trace reader, or a vector in tests. rewind() allows a second pass (the
 // oracle's lifetime classes need the future).
 class EventSource {
  public:
   virtual ~EventSource() = default;
   // Fills *event and returns true, or returns false at the end. Throws FormatError on a bad trace.
-  virtual bool Next(Event* event) = 0;
-  virtual void Rewind() = 0;
+  virtual bool next(Event* event) = 0;
+  virtual void rewind() = 0;
   // A hint for sizing tables up front (0 = unknown).
   virtual uint64_t event_count_hint() const { return 0; }
 };
@@ -29,12 +29,12 @@ class EventSource {
 class VectorEventSource final : public EventSource {
  public:
   explicit VectorEventSource(std::vector<Event> events) : events_(std::move(events)) {}
-  bool Next(Event* event) override {
+  bool next(Event* event) override {
     if (next_ >= events_.size()) return false;
     *event = events_[next_++];
     return true;
   }
-  void Rewind() override { next_ = 0; }
+  void rewind() override { next_ = 0; }
   uint64_t event_count_hint() const override { return events_.size(); }
 
  private:
@@ -44,8 +44,8 @@ class VectorEventSource final : public EventSource {
 
 // The true lifetime class of every allocation, in allocation order (allocs and reallocs that return
 // an object, numbered as the engine numbers them). Objects never freed get kNeverFreedClass. With a policy,
-// its in-place reallocs (Policy::ReallocInPlace) continue an object, as the engine replays them.
-std::vector<uint8_t> ComputeLifetimeClasses(EventSource& source, const Policy* policy = nullptr);
+// its in-place reallocs (Policy::realloc_in_place) continue an object, as the engine replays them.
+std::vector<uint8_t> compute_lifetime_classes(EventSource& source, const Policy* policy = nullptr);
 
 struct TimelineSample {
   uint64_t time_ns = 0;
@@ -60,7 +60,7 @@ struct RunSummary {
   uint64_t allocs = 0;
   uint64_t frees = 0;
   uint64_t reallocs = 0;
-  uint64_t reallocs_in_place = 0;   // of those, kept where they were (Policy::ReallocInPlace)
+  uint64_t reallocs_in_place = 0;   // of those, kept where they were (Policy::realloc_in_place)
   uint64_t unknown_frees = 0;       // free/realloc of an address that is not live: counted, skipped
   uint64_t reused_live_addresses = 0;  // alloc of an address still live: the trace missed a free
   uint64_t null_frees = 0;
@@ -88,12 +88,12 @@ class Engine {
  public:
   Engine(Policy& policy, EngineOptions options, uint64_t expected_live_objects = 0);
 
-  // Supplies the oracle's classes (ComputeLifetimeClasses); index = allocation number.
+  // Supplies the oracle's classes (compute_lifetime_classes); index = allocation number.
   void set_lifetime_classes(const std::vector<uint8_t>* classes) { lifetime_classes_ = classes; }
 
-  void Process(const Event& event);
+  void process(const Event& event);
   // Takes the final sample (at the last event's time) and completes the summary.
-  void Finish();
+  void finish();
 
   const std::vector<std::string>& extra_columns() const { return extra_columns_; }
   const std::vector<TimelineSample>& timeline() const { return timeline_; }
@@ -107,13 +107,13 @@ class Engine {
     uint64_t policy_size = 0;   // the size the policy allocated
     uint32_t alignment_bytes = 0;
   };
-  void SampleUpTo(uint64_t time_ns);
-  void TakeSample(uint64_t time_ns);
-  void Allocate(const Event& event, uint64_t address, uint64_t size_bytes);
-  void FreeObject(uint64_t time_ns, uint64_t address, uint32_t thread);
+  void sample_up_to(uint64_t time_ns);
+  void take_sample(uint64_t time_ns);
+  void allocate(const Event& event, uint64_t address, uint64_t size_bytes);
+  void free_object(uint64_t time_ns, uint64_t address, uint32_t thread);
   // A realloc the policy keeps in place: the object at old_address goes on at address.
-  void MoveInPlace(const Event& event);
-  void NoteFootprint(uint64_t time_ns);
+  void move_in_place(const Event& event);
+  void note_footprint(uint64_t time_ns);
 
   Policy& policy_;
   EngineOptions options_;
@@ -140,6 +140,6 @@ struct RunResult {
   std::vector<std::pair<std::string, double>> extras;
   std::vector<std::pair<std::string, std::string>> extra_json;
 };
-RunResult Replay(EventSource& source, Policy& policy, EngineOptions options);
+RunResult replay(EventSource& source, Policy& policy, EngineOptions options);
 
 }  // namespace llamalloc::sim

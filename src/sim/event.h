@@ -28,7 +28,4 @@ struct Event {
 // malloc's alignment (alignof(max_align_t)); an event's alignment_bytes at or below it is the default.
 inline constexpr uint32_t kDefaultAlignmentBytes = 16;
 
-// The heap's numbering of lifetime classes (llamalloc/config.h): kNeverFreedClass for objects never freed.
-inline uint8_t LifetimeClassOf(uint64_t lifetime_ns) { return uint8_t(lifetime_class_of(lifetime_ns)); }
-
 }  // namespace llamalloc::sim

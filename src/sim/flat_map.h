@@ -14,24 +14,24 @@ namespace llamalloc::sim {
 template <typename Value>
 class FlatMap {
  public:
-  explicit FlatMap(size_t expected_entries = 1024) { Rehash(CapacityFor(expected_entries)); }
+  explicit FlatMap(size_t expected_entries = 1024) { rehash(capacity_for(expected_entries)); }
 
   size_t size() const { return size_; }
 
   // Returns the value for key, or nullptr. Key 0 is never present.
-  Value* Find(uint64_t key) {
+  Value* find(uint64_t key) {
     if (key == 0) return nullptr;
-    for (size_t i = Hash(key) & mask_;; i = (i + 1) & mask_) {
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
       if (keys_[i] == key) return &values_[i];
       if (keys_[i] == 0) return nullptr;
     }
   }
-  const Value* Find(uint64_t key) const { return const_cast<FlatMap*>(this)->Find(key); }
+  const Value* find(uint64_t key) const { return const_cast<FlatMap*>(this)->find(key); }
 
   // Inserts or overwrites; returns the stored value. key must not be 0.
-  Value& Put(uint64_t key, const Value& value) {
-    if ((size_ + 1) * 2 > keys_.size()) Rehash(keys_.size() * 2);
-    for (size_t i = Hash(key) & mask_;; i = (i + 1) & mask_) {
+  Value& put(uint64_t key, const Value& value) {
+    if ((size_ + 1) * 2 > keys_.size()) rehash(keys_.size() * 2);
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
       if (keys_[i] == key) return values_[i] = value;
       if (keys_[i] == 0) {
         keys_[i] = key;
@@ -42,15 +42,15 @@ class FlatMap {
   }
 
   // Returns the value for key, inserting a value-initialised one if absent.
-  Value& GetOrInsert(uint64_t key) {
-    if (Value* v = Find(key)) return *v;
-    return Put(key, Value{});
+  Value& get_or_insert(uint64_t key) {
+    if (Value* v = find(key)) return *v;
+    return put(key, Value{});
   }
 
   // Removes key; returns false if it was absent. Backward-shift keeps every probe chain unbroken.
-  bool Erase(uint64_t key, Value* removed = nullptr) {
+  bool erase(uint64_t key, Value* removed = nullptr) {
     if (key == 0) return false;
-    size_t i = Hash(key) & mask_;
+    size_t i = hash(key) & mask_;
     for (;; i = (i + 1) & mask_) {
       if (keys_[i] == key) break;
       if (keys_[i] == 0) return false;
@@ -58,7 +58,7 @@ class FlatMap {
     if (removed) *removed = std::move(values_[i]);
     size_t hole = i;
     for (size_t j = (i + 1) & mask_; keys_[j] != 0; j = (j + 1) & mask_) {
-      size_t home = Hash(keys_[j]) & mask_;
+      size_t home = hash(keys_[j]) & mask_;
       // Move j into the hole if its home is not in the cyclic range (hole, j].
       bool home_in_range = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
       if (!home_in_range) {
@@ -74,26 +74,26 @@ class FlatMap {
   }
 
   template <typename F>
-  void ForEach(F&& f) const {
+  void for_each(F&& f) const {
     for (size_t i = 0; i < keys_.size(); ++i) {
       if (keys_[i] != 0) f(keys_[i], values_[i]);
     }
   }
 
  private:
-  static size_t CapacityFor(size_t entries) {
+  static size_t capacity_for(size_t entries) {
     size_t capacity = 16;
     while (capacity < entries * 2) capacity *= 2;
     return capacity;
   }
-  static size_t Hash(uint64_t key) {
+  static size_t hash(uint64_t key) {
     // Addresses share low zero bits and high prefixes; a multiplicative mix spreads both.
     key ^= key >> 33;
     key *= 0xff51afd7ed558ccdULL;
     key ^= key >> 33;
     return static_cast<size_t>(key);
   }
-  void Rehash(size_t capacity) {
+  void rehash(size_t capacity) {
     std::vector<uint64_t> old_keys = std::move(keys_);
     std::vector<Value> old_values = std::move(values_);
     keys_.assign(capacity, 0);
@@ -101,7 +101,7 @@ class FlatMap {
     mask_ = capacity - 1;
     size_ = 0;
     for (size_t i = 0; i < old_keys.size(); ++i) {
-      if (old_keys[i] != 0) Put(old_keys[i], old_values[i]);
+      if (old_keys[i] != 0) put(old_keys[i], old_values[i]);
     }
   }
 

@@ -13,7 +13,9 @@
 #include "alloc/realloc_rule.h"
 #include "heap/heap.h"
 #include "local/local.h"
+#include "local/refill_rule.h"
 #include "pal/pal.h"
+#include "sim/heap_options.h"
 
 namespace llamalloc::sim {
 
@@ -49,8 +51,8 @@ class SimPlatform final : public Platform {
   bool back(void* address, size_t bytes) override {
     uintptr_t a = reinterpret_cast<uintptr_t>(address);
     for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes)
-      if (backed_pages_.Find(p) == nullptr) {
-        backed_pages_.Put(p, 1);
+      if (backed_pages_.find(p) == nullptr) {
+        backed_pages_.put(p, 1);
         backed_bytes_ += kHugePageBytes;
       }
     return true;
@@ -58,8 +60,8 @@ class SimPlatform final : public Platform {
   void release(void* address, size_t bytes) override {
     uintptr_t a = reinterpret_cast<uintptr_t>(address);
     for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes)
-      if (backed_pages_.Find(p) != nullptr) {
-        backed_pages_.Erase(p);
+      if (backed_pages_.find(p) != nullptr) {
+        backed_pages_.erase(p);
         backed_bytes_ -= kHugePageBytes;
       }
     ::madvise(address, bytes, MADV_DONTNEED);  // drop the headers written there
@@ -83,7 +85,7 @@ class SimPlatform final : public Platform {
   uint64_t backed_bytes() const { return backed_bytes_; }
   std::vector<uintptr_t> backed_pages() const {
     std::vector<uintptr_t> pages;
-    backed_pages_.ForEach([&](uint64_t page, int) { pages.push_back(page); });
+    backed_pages_.for_each([&](uint64_t page, int) { pages.push_back(page); });
     std::sort(pages.begin(), pages.end());
     return pages;
   }
@@ -102,24 +104,6 @@ class TraceClock final : public Clock {
   uint64_t now_ns_ = 0;
 };
 
-uint64_t* IntegerOption(Options& options, const std::string& name, uint64_t* lo, uint64_t* hi) {
-#define LLAMALLOC_FIELD_Uint(NAME, field, min, max) \
-  if (name == #NAME) {                              \
-    *lo = (min);                                    \
-    *hi = (max);                                    \
-    return &options.field;                          \
-  }
-#define LLAMALLOC_FIELD_String(NAME, field, min, max)
-#define LLAMALLOC_FIELD_Signal(NAME, field, min, max)
-#define LLAMALLOC_FIELD(NAME, field, kind, def, min, max, help) LLAMALLOC_FIELD_##kind(NAME, field, min, max)
-  LLAMALLOC_OPTIONS(LLAMALLOC_FIELD)
-#undef LLAMALLOC_FIELD
-#undef LLAMALLOC_FIELD_Uint
-#undef LLAMALLOC_FIELD_String
-#undef LLAMALLOC_FIELD_Signal
-  return nullptr;
-}
-
 LlamaPolicy::LlamaPolicy(LlamaOptions options)
     : options_(std::move(options)),
       platform_(std::make_unique<SimPlatform>()),
@@ -130,23 +114,23 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
   config.num_classes = kMaxClasses;
   global_ = std::make_unique<GlobalAllocator>(*platform_, *clock_, config);
   // Long-lived classes from one heap for all threads, as in the library (LLAMALLOC_SHARED_CLASS): from the
-  // trace's second thread on (HeapFor).
+  // trace's second thread on (heap_for).
   shared_heap_ = std::make_unique<LocalHeap>();
   std::sort(options_.snapshot_times_ns.begin(), options_.snapshot_times_ns.end());
 }
 
 LlamaPolicy::~LlamaPolicy() = default;
 
-LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
+LocalHeap& LlamaPolicy::heap_for(uint32_t thread) {
   // Each traced thread allocates from its own thread-local heap, as it did in the process.
   uint64_t key = uint64_t{thread} + 1;
   uint32_t index;
-  if (uint32_t* i = heaps_.Find(key)) {
+  if (uint32_t* i = heaps_.find(key)) {
     index = *i;
   } else {
     index = static_cast<uint32_t>(threads_.size());
     threads_.push_back(ThreadState{std::make_unique<LocalHeap>(), 0, false});
-    heaps_.Put(key, index);
+    heaps_.put(key, index);
     if (threads_.size() == 2 && global_->shared_class_min() < kMaxClasses) global_->set_shared_heap(shared_heap_.get());
   }
   ThreadState& t = threads_[index];
@@ -155,7 +139,7 @@ LocalHeap& LlamaPolicy::HeapFor(uint32_t thread) {
   return *t.heap;
 }
 
-void LlamaPolicy::ReleaseIdleThreads() {
+void LlamaPolicy::release_idle_threads() {
   if (options_.thread_idle_ns == 0) return;
   // The sweeper's last step, each pass: open pages empty since the pass before are given back.
   bool pass = false;
@@ -195,10 +179,10 @@ void LlamaPolicy::ReleaseIdleThreads() {
   }
 }
 
-void LlamaPolicy::AtExit() {
+void LlamaPolicy::at_exit() {
   // The final heap map is the one the final footprint reports: the end of the trace, before the exit below.
   if (!final_snapshot_taken_) {
-    TakeSnapshot(now_ns_);
+    take_snapshot(now_ns_);
     final_snapshot_taken_ = true;
   }
   // The library's destructor and thread-exit hooks: every thread heap gives its empty spans back.
@@ -213,18 +197,18 @@ void LlamaPolicy::AtExit() {
   tl_heap = &g_empty_heap;
 }
 
-void LlamaPolicy::AdvanceTime(uint64_t time_ns) {
+void LlamaPolicy::advance_time(uint64_t time_ns) {
   now_ns_ = std::max(now_ns_, time_ns);
   clock_->set(now_ns_);
   while (next_snapshot_ < options_.snapshot_times_ns.size() && options_.snapshot_times_ns[next_snapshot_] <= now_ns_) {
     global_->tick();
-    TakeSnapshot(options_.snapshot_times_ns[next_snapshot_]);
+    take_snapshot(options_.snapshot_times_ns[next_snapshot_]);
     ++next_snapshot_;
   }
 }
 
-void LlamaPolicy::Allocate(const ObjectAlloc& object) {
-  unsigned lc = options_.class_source ? options_.class_source->ClassOf(object)
+void LlamaPolicy::allocate(const ObjectAlloc& object) {
+  unsigned lc = options_.class_source ? options_.class_source->class_of(object)
                 : options_.fixed_class >= 0 ? unsigned(options_.fixed_class)
                 : object.lifetime_class;
   if (lc >= kMaxClasses) lc = kMaxClasses - 1;  // the library's clamp_class
@@ -233,7 +217,7 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
   size_t alignment = std::max<size_t>(object.alignment_bytes, kMinAlignBytes);
   if (alignment & (alignment - 1)) alignment = kMinAlignBytes;  // not a power of two: malloc's default
   // The library's one allocation entry point below its fast path (src/llamalloc/local/local.h).
-  LocalHeap& heap = HeapFor(object.thread);
+  LocalHeap& heap = heap_for(object.thread);
   tl_heap = &heap;
   unsigned sc = classify(size, alignment);
   bool shared = global_->shared_heap() != nullptr && lc >= global_->shared_class_min() && sc != kLargeRequest &&
@@ -242,23 +226,22 @@ void LlamaPolicy::Allocate(const ObjectAlloc& object) {
     shared_last_alloc_ns_ = now_ns_;
     shared_holds_spans_ = true;
   }
-  // The library's slow path (malloc_slow) runs when its fast path has no block: a large or aligned request, a
-  // long-lived class of the shared heap, or an empty free list. The sweeper sees it (slow_ops).
-  if (sc == kLargeRequest || alignment > kMinAlignBytes || shared || heap.spans[lc][sc]->free == nullptr)
-    owner_count_slow(&heap);
+  // The library's slow path (malloc_slow) runs when its fast path misses (local/refill_rule.h), and for a
+  // long-lived class that the shared heap serves. The sweeper sees it (slow_ops).
+  if (shared || fast_path_misses(heap.spans[lc], sc, alignment)) owner_count_slow(&heap);
   void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
-  placed_.Put(object.address, Placed{reinterpret_cast<uint64_t>(p), object.size_bytes, object.stack_id});
+  placed_.put(object.address, Placed{reinterpret_cast<uint64_t>(p), object.size_bytes, object.stack_id});
 }
 
-bool LlamaPolicy::ReallocInPlace(uint64_t old_size_bytes, uint64_t new_size_bytes) const {
+bool LlamaPolicy::realloc_in_place(uint64_t old_size_bytes, uint64_t new_size_bytes) const {
   return realloc_stays_in_place(old_size_bytes, new_size_bytes);
 }
 
-void LlamaPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t thread) {
+void LlamaPolicy::free(uint64_t, uint64_t address, uint64_t, uint32_t thread) {
   Placed placed;
-  if (!placed_.Erase(address, &placed)) return;
-  tl_heap = &HeapFor(thread);  // the freeing thread, as in the process
+  if (!placed_.erase(address, &placed)) return;
+  tl_heap = &heap_for(thread);  // the freeing thread, as in the process
   LocalAllocator::deallocate(*global_, tl_heap, reinterpret_cast<void*>(placed.address));
 }
 
@@ -272,14 +255,14 @@ std::vector<std::string> LlamaPolicy::extra_columns() const {
   return c;
 }
 
-void LlamaPolicy::Sample(uint64_t time_ns, std::vector<int64_t>& v) {
-  AdvanceTime(time_ns);
-  ReleaseIdleThreads();
+void LlamaPolicy::sample(uint64_t time_ns, std::vector<int64_t>& v) {
+  advance_time(time_ns);
+  release_idle_threads();
   global_->tick();  // deadlines that expired while the trace was quiet
   for (unsigned i = 0; i < kMaxClasses; ++i) v[i] = static_cast<int64_t>(global_->gauges().huge_pages_by_class[i]);
 }
 
-void LlamaPolicy::TakeSnapshot(uint64_t time_ns) {
+void LlamaPolicy::take_snapshot(uint64_t time_ns) {
   static const char* kStates[] = {"free", "open", "active"};
   static const char* kKinds[] = {"blocks", "huge-head", "huge-tail"};
   auto hex = [](const Bitmap256& b) {
@@ -294,7 +277,7 @@ void LlamaPolicy::TakeSnapshot(uint64_t time_ns) {
     std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> by_stack;  // stack id -> objects, bytes
   };
   std::unordered_map<uintptr_t, PageObjects> on_page;
-  placed_.ForEach([&](uint64_t, const Placed& o) {
+  placed_.for_each([&](uint64_t, const Placed& o) {
     PageObjects& po = on_page[o.address & ~uint64_t(kHugePageBytes - 1)];
     ++po.objects;
     po.bytes += o.size_bytes;
@@ -352,7 +335,7 @@ std::vector<std::pair<std::string, double>> LlamaPolicy::summary_extras() const 
   };
   for (unsigned i = 0; i < kMaxClasses; ++i) e.push_back({"allocs_class_" + std::to_string(i), double(allocs_by_class_[i])});
   if (options_.class_source) {
-    for (auto& kv : options_.class_source->SummaryExtras()) e.push_back(std::move(kv));
+    for (auto& kv : options_.class_source->summary_extras()) e.push_back(std::move(kv));
   }
   return e;
 }
@@ -361,7 +344,7 @@ std::vector<std::pair<std::string, std::string>> LlamaPolicy::summary_json() con
   // The final heap map is always included; requested ones come first, in time order.
   auto* self = const_cast<LlamaPolicy*>(this);
   if (!final_snapshot_taken_) {
-    self->TakeSnapshot(now_ns_);
+    self->take_snapshot(now_ns_);
     self->final_snapshot_taken_ = true;
   }
   std::string list = "[";
@@ -371,14 +354,13 @@ std::vector<std::pair<std::string, std::string>> LlamaPolicy::summary_json() con
   // The library options the heap was configured from (alloc/heap_config.h): what the replay stands for.
   Options o = options_.heap_options;
   std::string heap_options = "{";
-  for (const char* name : kHeapOptionNames) {
-    uint64_t lo, hi;
+  for (const char* name : kPlacementOptionNames) {
     heap_options += std::string(heap_options.size() > 1 ? ", " : "") + "\"" + name + "\": " +
-                    std::to_string(*IntegerOption(o, name, &lo, &hi));
+                    std::to_string(integer_option(o, name));
   }
   json.push_back({"heap_options", heap_options + "}"});
   if (options_.class_source) {
-    for (auto& kv : options_.class_source->SummaryJson()) json.push_back(std::move(kv));
+    for (auto& kv : options_.class_source->summary_json()) json.push_back(std::move(kv));
   }
   return json;
 }

@@ -1,8 +1,8 @@
 // llama-oracle: the traced objects replayed through the real llamalloc heap (src/llamalloc: the same
 // GlobalAllocator and thread-local LocalAllocator code as libllamalloc.so) on a simulation platform and
 // the trace's clock, each object allocated in its true lifetime class (from its own free time in the
-// trace; never freed = class 7). Footprint is the heap's own: huge pages open or active in its
-// bookkeeping (DESIGN.md), i.e. the bytes the platform has backed and not yet released.
+// trace; never freed = kNeverFreedClass). Footprint is the heap's own: huge pages open or active in its
+// bookkeeping, i.e. the bytes the platform has backed and not yet released.
 // llama-default: the same heap with every object in one class, as the library runs without a model.
 #pragma once
 
@@ -31,27 +31,16 @@ class ClassSource {
  public:
   virtual ~ClassSource() = default;
   // The class the heap gets for this allocation (object.lifetime_class holds the oracle's true class).
-  virtual unsigned ClassOf(const ObjectAlloc& object) = 0;
-  virtual std::vector<std::pair<std::string, double>> SummaryExtras() const { return {}; }
-  virtual std::vector<std::pair<std::string, std::string>> SummaryJson() const { return {}; }
+  virtual unsigned class_of(const ObjectAlloc& object) = 0;
+  virtual std::vector<std::pair<std::string, double>> summary_extras() const { return {}; }
+  virtual std::vector<std::pair<std::string, std::string>> summary_json() const { return {}; }
 };
 
-// The library's options that decide where the heap places objects: the replay takes them (`simulate --heap-option
-// NAME=VALUE`) as the library takes LLAMALLOC_<NAME>. The others are not the heap's placement (the model's have
-// flags of their own), or the replay has no use for them.
-inline constexpr const char* kHeapOptionNames[] = {"DEFAULT_CLASS", "DEADLINE_K",     "SAME_CLASS_RECYCLING",
-                                                   "SMALL_HEAP_PAGES", "SHARED_CLASS", "LONG_CLASS",
-                                                   "SPAN_RECYCLING", "DENSE_FIRST"};
-
-// The field of an integer option of the table, by name (without LLAMALLOC_); null for any other name. lo and hi
-// get its bounds.
-uint64_t* IntegerOption(Options& options, const std::string& name, uint64_t* lo, uint64_t* hi);
-
 struct LlamaOptions {
-  // The library's options (LLAMALLOC_*), at their defaults unless `simulate --heap-option` or `--deadline-k` set
-  // them: the heap's configuration is built from them as the library builds its own (alloc/heap_config.h), so
-  // the replay places as the library would under them. The replay keeps all eight classes (CLASSES is not
-  // read) and has no page cache (no sweeper thread).
+  // The library's options (LLAMALLOC_*), at their defaults unless `simulate --heap-option` sets them
+  // (sim/heap_options.h): the heap's configuration is built from them as the library builds its own
+  // (alloc/heap_config.h), so the replay places as the library would under them. The replay keeps all eight
+  // classes (CLASSES is not read) and has no page cache (no sweeper thread).
   Options heap_options;
   // -1: llama-oracle (each object's true class). 0..7: llama-default, every object in this class, which is
   // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS).
@@ -62,7 +51,8 @@ struct LlamaOptions {
   // does for an idle thread (it also sweeps working threads every LLAMALLOC_SWEEP_MS, which this does not) and as a
   // thread that exits does (a trace has no thread-exit events). 0 keeps every thread's spans to the end.
   uint64_t thread_idle_ns = 500'000'000;
-  std::vector<uint64_t> snapshot_times_ns; // heap maps (Figure 6) at these trace times, and at the end
+  // Heap maps (as the LLAMA paper's Figure 6) at these trace times, and at the end.
+  std::vector<uint64_t> snapshot_times_ns;
 };
 
 class LlamaPolicy final : public Policy {
@@ -75,16 +65,16 @@ class LlamaPolicy final : public Policy {
   }
   // llama-model needs them too: its summary compares each prediction with the true class.
   bool needs_lifetime_classes() const override { return options_.fixed_class < 0 || options_.class_source; }
-  void Allocate(const ObjectAlloc& object) override;
+  void allocate(const ObjectAlloc& object) override;
   // The library's rule (alloc/realloc_rule.h): a realloc that stays in the object's size class or shrinks it by at
   // most half keeps it where it is.
-  bool ReallocInPlace(uint64_t old_size_bytes, uint64_t new_size_bytes) const override;
-  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
-  void AtExit() override;
-  void AdvanceTime(uint64_t time_ns) override;
+  bool realloc_in_place(uint64_t old_size_bytes, uint64_t new_size_bytes) const override;
+  void free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
+  void at_exit() override;
+  void advance_time(uint64_t time_ns) override;
   uint64_t footprint_bytes() const override;
   std::vector<std::string> extra_columns() const override;
-  void Sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
+  void sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
   std::vector<std::pair<std::string, double>> summary_extras() const override;
   std::vector<std::pair<std::string, std::string>> summary_json() const override;
 
@@ -92,11 +82,11 @@ class LlamaPolicy final : public Policy {
   uint64_t platform_backed_bytes() const;
   GlobalAllocator& heap() { return *global_; }
   // Appends a snapshot of every huge page in use (JSON) to the summary's "snapshots".
-  void TakeSnapshot(uint64_t time_ns);
+  void take_snapshot(uint64_t time_ns);
 
  private:
-  LocalHeap& HeapFor(uint32_t thread);
-  void ReleaseIdleThreads();
+  LocalHeap& heap_for(uint32_t thread);
+  void release_idle_threads();
 
   LlamaOptions options_;
   std::unique_ptr<SimPlatform> platform_;
@@ -117,7 +107,7 @@ class LlamaPolicy final : public Policy {
   bool shared_holds_spans_ = false;
   uint64_t idle_threads_released_ = 0;
   // The library's sweeper period (LLAMALLOC_SWEEP_MS's default) and the trace time of the last pass.
-  static constexpr uint64_t kSweepPeriodNs = 250'000'000;
+  static constexpr uint64_t kSweepPeriodNs = Options{}.sweep_ms * 1'000'000;
   uint64_t last_sweep_ns_ = 0;
   // Where a live object of the trace is in the simulated heap, and what it is (heap snapshots list the
   // contexts that keep each page).

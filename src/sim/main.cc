@@ -1,8 +1,11 @@
 // llamalloc-sim: replays a trace through placement policies (called by `llamalloc simulate`).
 //   llamalloc-sim TRACE --policy P [--policy P ...] --out FILE.json [--timeline FILE.csv]
-//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--deadline-k K] [--heap-option NAME=VALUE ...] [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
-//                 [--model MODEL [--tokens FILE] [--repredict-every N] [--repredict-backoff N] [--min-confidence PCT] [--min-class N] [--unseen-trial N] [--predict-log FILE]]   (llama-model)
+//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--heap-option NAME=VALUE ...]
+//                 [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
+//                 [--model MODEL [--tokens FILE] [--predict-log FILE]]   (llama-model)
+//   --heap-option: any option of the library's table (LLAMALLOC_NAME; sim/heap_options.h), repeatable.
 //   llamalloc-sim TRACE --list-mappings    the trace's executable mappings: "path<TAB>build id (hex)" per line
+//   llamalloc-sim --heap-option NAME=VALUE ... --check-heap-options    checks them only (no trace read)
 // Exit status: 0 done, 2 bad input (the trace, an option), 1 anything else. Errors are one line.
 #include <cstdio>
 #include <cstdlib>
@@ -12,11 +15,10 @@
 #include <vector>
 
 #include "sim/engine.h"
+#include "sim/heap_options.h"
 #include "sim/output.h"
 #include "sim/policies.h"
 #include "sim/trace_reader.h"
-#include "options.h"
-#include "sim/llama_policy.h"
 
 namespace {
 
@@ -24,7 +26,7 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-uint64_t ParseNumber(const std::string& flag, const std::string& text) {
+uint64_t parse_number(const std::string& flag, const std::string& text) {
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(text.c_str(), &end);
@@ -32,36 +34,11 @@ uint64_t ParseNumber(const std::string& flag, const std::string& text) {
   return static_cast<uint64_t>(v);
 }
 
-double ParseMs(const std::string& flag, const std::string& text) {
+double parse_ms(const std::string& flag, const std::string& text) {
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(v >= 0)) throw UsageError(flag + " wants milliseconds >= 0, got '" + text + "'");
   return v;
-}
-
-// --heap-option NAME=VALUE (NAME with or without LLAMALLOC_), checked against the options table's bounds.
-void SetHeapOption(llamalloc::Options& options, const std::string& assignment) {
-  using llamalloc::sim::kHeapOptionNames;
-  size_t eq = assignment.find('=');
-  if (eq == std::string::npos) throw UsageError("--heap-option wants NAME=VALUE, got '" + assignment + "'");
-  std::string name = assignment.substr(0, eq), text = assignment.substr(eq + 1);
-  if (name.rfind("LLAMALLOC_", 0) == 0) name = name.substr(10);
-  bool placement = false;
-  std::string names;
-  for (const char* n : kHeapOptionNames) {
-    placement = placement || name == n;
-    names += names.empty() ? n : std::string(", ") + n;
-  }
-  uint64_t lo = 0, hi = 0;
-  uint64_t* field = placement ? llamalloc::sim::IntegerOption(options, name, &lo, &hi) : nullptr;
-  if (field == nullptr) throw UsageError("--heap-option " + name + ": not a heap placement option (one of " + names + ")");
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < lo || v > hi)
-    throw UsageError("--heap-option " + name + "=" + text + ": not an integer in [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "]");
-  *field = v;
 }
 
 }  // namespace
@@ -72,8 +49,9 @@ int main(int argc, char** argv) {
     std::string trace, out, timeline;
     std::vector<std::string> policies;
     double interval_ms = 10, mesh_period_ms = 100;
-    bool quiet = false, list_mappings = false;
+    bool quiet = false, list_mappings = false, check_heap_options = false;
     PolicySettings settings;
+    std::vector<std::string> heap_options;
     std::vector<std::string> args(argv + 1, argv + argc);
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
@@ -82,61 +60,39 @@ int main(int argc, char** argv) {
         return args[++i];
       };
       if (a == "--policy") {
-        for (const std::string& p : ExpandPolicyName(value())) policies.push_back(p);
+        for (const std::string& p : expand_policy_name(value())) policies.push_back(p);
       } else if (a == "--out") {
         out = value();
       } else if (a == "--timeline") {
         timeline = value();
       } else if (a == "--interval-ms") {
-        interval_ms = ParseMs(a, value());
+        interval_ms = parse_ms(a, value());
         if (interval_ms <= 0) throw UsageError("--interval-ms must be > 0");
       } else if (a == "--mesh-period-ms") {
-        mesh_period_ms = ParseMs(a, value());
+        mesh_period_ms = parse_ms(a, value());
         if (mesh_period_ms <= 0) throw UsageError("--mesh-period-ms must be > 0");
-      } else if (a == "--deadline-k") {
-        uint64_t k = ParseNumber(a, value());
-        if (k < 1 || k > 1000) throw UsageError("--deadline-k must be in 1..1000");
-        settings.heap_options.deadline_k = k;
       } else if (a == "--heap-option") {
-        SetHeapOption(settings.heap_options, value());
+        heap_options.push_back(value());
       } else if (a == "--thread-idle-ms") {
-        settings.thread_idle_ns = static_cast<uint64_t>(ParseMs(a, value()) * 1e6);
+        settings.thread_idle_ns = static_cast<uint64_t>(parse_ms(a, value()) * 1e6);
       } else if (a == "--seed") {
-        settings.seed = ParseNumber(a, value());
+        settings.seed = parse_number(a, value());
       } else if (a == "--snapshot-ms") {
-        settings.snapshot_times_ns.push_back(static_cast<uint64_t>(ParseMs(a, value()) * 1e6));
+        settings.snapshot_times_ns.push_back(static_cast<uint64_t>(parse_ms(a, value()) * 1e6));
       } else if (a == "--model") {
         settings.model.model_path = value();
       } else if (a == "--tokens") {
         settings.model.tokens_path = value();
-      } else if (a == "--repredict-every") {
-        uint64_t n = ParseNumber(a, value());
-        if (n > UINT32_MAX) throw UsageError("--repredict-every is too large");
-        settings.model.repredict_every = static_cast<uint32_t>(n);
-      } else if (a == "--repredict-backoff") {
-        uint64_t n = ParseNumber(a, value());
-        if (n > 16) throw UsageError("--repredict-backoff must be in 0..16");
-        settings.model.repredict_backoff = static_cast<unsigned>(n);
-      } else if (a == "--min-confidence") {
-        uint64_t n = ParseNumber(a, value());
-        if (n > 100) throw UsageError("--min-confidence must be in 0..100");
-        settings.model.min_confidence = static_cast<unsigned>(n);
-      } else if (a == "--min-class") {
-        uint64_t n = ParseNumber(a, value());
-        if (n > 7) throw UsageError("--min-class must be in 0..7");
-        settings.model.min_class = static_cast<unsigned>(n);
-      } else if (a == "--unseen-trial") {
-        uint64_t n = ParseNumber(a, value());
-        if (n > 1000000) throw UsageError("--unseen-trial must be in 0..1000000");
-        settings.model.unseen_trial = static_cast<uint32_t>(n);
       } else if (a == "--predict-log") {
         settings.model.predict_log = value();
+      } else if (a == "--check-heap-options") {
+        check_heap_options = true;
       } else if (a == "--list-mappings") {
         list_mappings = true;
       } else if (a == "--quiet") {
         quiet = true;
       } else if (a == "--list-policies") {
-        for (const std::string& p : PolicyNames()) std::printf("%s\n", p.c_str());
+        for (const std::string& p : policy_names()) std::printf("%s\n", p.c_str());
         return 0;
       } else if (!a.empty() && a[0] == '-') {
         throw UsageError("unknown option " + a);
@@ -146,11 +102,14 @@ int main(int argc, char** argv) {
         throw UsageError("unexpected argument " + a);
       }
     }
+    auto warn = [](const std::string& line) { std::fprintf(stderr, "llamalloc-sim: warning: %s\n", line.c_str()); };
+    settings.heap_options = parse_heap_options(heap_options, warn);
+    if (check_heap_options) return 0;
     if (trace.empty()) throw UsageError("no trace given");
     if (list_mappings) {
       // For `llamalloc simulate`, which prepares the token tables of these binaries before a llama-model replay.
       TraceReader reader(trace, TraceReader::Order::kFile);
-      for (const MappingInfo& m : reader.Mappings()) {
+      for (const MappingInfo& m : reader.mappings()) {
         std::string hex;
         for (unsigned char c : m.build_id) {
           static const char* kDigits = "0123456789abcdef";
@@ -175,7 +134,7 @@ int main(int argc, char** argv) {
     if (!wants_model && !settings.model.model_path.empty()) throw UsageError("--model is for --policy llama-model");
     TraceReader reader(trace);
     settings.stacks = &reader;
-    settings.warn = [](const std::string& line) { std::fprintf(stderr, "llamalloc-sim: warning: %s\n", line.c_str()); };
+    settings.warn = warn;
     SimulationOutput output;
     output.trace_path = std::filesystem::absolute(trace).string();
     output.interval_ns = static_cast<uint64_t>(interval_ms * 1e6);
@@ -183,16 +142,16 @@ int main(int argc, char** argv) {
     EngineOptions options;
     options.interval_ns = output.interval_ns;
     for (const std::string& name : policies) {
-      auto policy = MakePolicy(name, settings);
+      auto policy = make_policy(name, settings);
       if (!quiet) std::fprintf(stderr, "llamalloc-sim: replaying %llu events through %s\n",
                                static_cast<unsigned long long>(reader.event_count()), name.c_str());
-      output.runs.push_back(Replay(reader, *policy, options));
+      output.runs.push_back(replay(reader, *policy, options));
       const RunSummary& s = output.runs.back().summary;
       if (!quiet) std::fprintf(stderr, "llamalloc-sim: %s done in %.2f s (%.3g events/s)\n", name.c_str(),
                                s.replay_seconds, s.events_per_second);
     }
-    WriteFileAtomically(timeline, TimelineCsv(output));
-    WriteFileAtomically(out, SummaryJson(output, std::filesystem::path(timeline).filename().string()));
+    write_file_atomically(timeline, timeline_csv(output));
+    write_file_atomically(out, summary_json(output, std::filesystem::path(timeline).filename().string()));
     return 0;
   } catch (const FormatError& e) {
     std::fprintf(stderr, "llamalloc-sim: error: %s\n", e.what());

@@ -5,7 +5,7 @@
 namespace llamalloc::sim {
 
 namespace {
-uint32_t SpanPagesFor(uint64_t class_bytes) {
+uint32_t span_pages_for(uint64_t class_bytes) {
   if (class_bytes <= 512) return 1;
   return static_cast<uint32_t>((class_bytes * 8 + 4095) / 4096);
 }
@@ -17,7 +17,7 @@ MeshPolicy::MeshPolicy(MeshOptions options)
   if (options_.mesh_period_ns == 0) options_.mesh_period_ns = 100'000'000;
 }
 
-void MeshPolicy::BackPages(uint64_t first_page, uint64_t page_count, int delta) {
+void MeshPolicy::back_pages(uint64_t first_page, uint64_t page_count, int delta) {
   physical_pages_ += delta > 0 ? page_count : -page_count;
   uint64_t page = first_page;
   uint64_t end = first_page + page_count;
@@ -27,14 +27,14 @@ void MeshPolicy::BackPages(uint64_t first_page, uint64_t page_count, int delta) 
     uint32_t n = static_cast<uint32_t>(std::min(end, huge_end) - page);
     uint64_t key = huge + 1;  // 0 is the map's empty key
     if (delta > 0) {
-      uint32_t& count = backed_pages_per_huge_page_.GetOrInsert(key);
+      uint32_t& count = backed_pages_per_huge_page_.get_or_insert(key);
       if (count == 0) ++huge_pages_in_use_;
       count += n;
     } else {
-      uint32_t* count = backed_pages_per_huge_page_.Find(key);
+      uint32_t* count = backed_pages_per_huge_page_.find(key);
       *count -= n;
       if (*count == 0) {
-        backed_pages_per_huge_page_.Erase(key);
+        backed_pages_per_huge_page_.erase(key);
         --huge_pages_in_use_;
       }
     }
@@ -42,7 +42,7 @@ void MeshPolicy::BackPages(uint64_t first_page, uint64_t page_count, int delta) 
   }
 }
 
-uint32_t MeshPolicy::NewSpan(uint32_t size_class) {
+uint32_t MeshPolicy::new_span(uint32_t size_class) {
   uint32_t id;
   if (!free_span_ids_.empty()) {
     id = free_span_ids_.back();
@@ -53,18 +53,18 @@ uint32_t MeshPolicy::NewSpan(uint32_t size_class) {
   }
   Span& s = spans_[id];
   s = Span{};
-  uint64_t class_bytes = SizeClassBytes(size_class);
+  uint64_t class_bytes = size_class_block_bytes(size_class);
   s.size_class = size_class;
-  s.page_count = SpanPagesFor(class_bytes);
+  s.page_count = span_pages_for(class_bytes);
   s.capacity = static_cast<uint32_t>(std::min<uint64_t>(256, (uint64_t{s.page_count} << kPageShift) / class_bytes));
-  s.first_page = arena_.Allocate(s.page_count);
+  s.first_page = arena_.allocate(s.page_count);
   s.leader = id;
   virtual_pages_ += s.page_count;
-  BackPages(s.first_page, s.page_count, +1);
+  back_pages(s.first_page, s.page_count, +1);
   return id;
 }
 
-void MeshPolicy::AddPartial(uint32_t span) {
+void MeshPolicy::add_partial(uint32_t span) {
   Span& s = spans_[span];
   if (s.partial_pos != kNone || s.attached || s.leader != span) return;
   auto& list = classes_[s.size_class].partial;
@@ -72,7 +72,7 @@ void MeshPolicy::AddPartial(uint32_t span) {
   list.push_back(span);
 }
 
-void MeshPolicy::RemovePartial(uint32_t span) {
+void MeshPolicy::remove_partial(uint32_t span) {
   Span& s = spans_[span];
   if (s.partial_pos == kNone) return;
   auto& list = classes_[s.size_class].partial;
@@ -83,18 +83,18 @@ void MeshPolicy::RemovePartial(uint32_t span) {
   s.partial_pos = kNone;
 }
 
-void MeshPolicy::Allocate(const ObjectAlloc& object) {
+void MeshPolicy::allocate(const ObjectAlloc& object) {
   if (object.size_bytes > kMaxSmallBytes) {
     uint32_t pages = static_cast<uint32_t>((object.size_bytes + 4095) >> kPageShift);
     Place p;
-    p.first_page = arena_.Allocate(pages);
+    p.first_page = arena_.allocate(pages);
     p.slot_or_pages = pages;
     virtual_pages_ += pages;
-    BackPages(p.first_page, pages, +1);
-    places_.Put(object.address, p);
+    back_pages(p.first_page, pages, +1);
+    places_.put(object.address, p);
     return;
   }
-  uint32_t size_class = SizeClassIndex(object.size_bytes);
+  uint32_t size_class = size_class_index(object.size_bytes);
   ClassState& cls = classes_[size_class];
   if (cls.attached != kNone && spans_[cls.attached].live == spans_[cls.attached].capacity) {
     spans_[cls.attached].attached = false;  // full: detached until a free makes room
@@ -105,32 +105,32 @@ void MeshPolicy::Allocate(const ObjectAlloc& object) {
     // A partial group may have been filled by meshing (its live slots are the union of two spans');
     // such a group is full, not partial: it leaves the list until a free makes room.
     while (!cls.partial.empty() && spans_[cls.partial.back()].live >= spans_[cls.partial.back()].capacity) {
-      RemovePartial(cls.partial.back());
+      remove_partial(cls.partial.back());
     }
     if (!cls.partial.empty()) {
       span = cls.partial.back();
-      RemovePartial(span);
+      remove_partial(span);
     } else {
-      span = NewSpan(size_class);
+      span = new_span(size_class);
     }
     spans_[span].attached = true;
     cls.attached = span;
   }
   Span& s = spans_[cls.attached];
-  unsigned slot = s.slots.nth_clear(static_cast<unsigned>(random_.Below(s.capacity - s.live)), s.capacity);
+  unsigned slot = s.slots.nth_clear(static_cast<unsigned>(random_.below(s.capacity - s.live)), s.capacity);
   s.slots.set(slot);
   ++s.live;
-  places_.Put(object.address, Place{0, cls.attached, slot});
+  places_.put(object.address, Place{0, cls.attached, slot});
 }
 
-void MeshPolicy::ReleaseGroup(uint32_t leader) {
+void MeshPolicy::release_group(uint32_t leader) {
   Span& head = spans_[leader];
-  BackPages(head.first_page, head.page_count, -1);  // the group's one physical span
-  RemovePartial(leader);
+  back_pages(head.first_page, head.page_count, -1);  // the group's one physical span
+  remove_partial(leader);
   for (uint32_t id = leader; id != kNone;) {
     Span& s = spans_[id];
     uint32_t next = s.next_member;
-    arena_.Free(s.first_page, s.page_count);
+    arena_.free(s.first_page, s.page_count);
     virtual_pages_ -= s.page_count;
     s.leader = kNone;
     free_span_ids_.push_back(id);
@@ -138,13 +138,13 @@ void MeshPolicy::ReleaseGroup(uint32_t leader) {
   }
 }
 
-void MeshPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t) {
+void MeshPolicy::free(uint64_t, uint64_t address, uint64_t, uint32_t) {
   Place p;
-  if (!places_.Erase(address, &p)) return;
+  if (!places_.erase(address, &p)) return;
   if (p.span == kNone) {
-    arena_.Free(p.first_page, p.slot_or_pages);
+    arena_.free(p.first_page, p.slot_or_pages);
     virtual_pages_ -= p.slot_or_pages;
-    BackPages(p.first_page, p.slot_or_pages, -1);
+    back_pages(p.first_page, p.slot_or_pages, -1);
     return;
   }
   uint32_t leader = spans_[p.span].leader;
@@ -152,25 +152,25 @@ void MeshPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t) {
   s.slots.clear(p.slot_or_pages);
   --s.live;
   if (s.live == 0 && !s.attached) {
-    ReleaseGroup(leader);
+    release_group(leader);
   } else if (!s.attached) {
-    AddPartial(leader);
+    add_partial(leader);
   }
 }
 
-void MeshPolicy::AdvanceTime(uint64_t time_ns) {
+void MeshPolicy::advance_time(uint64_t time_ns) {
   if (!mesh_clock_started_) {
     mesh_clock_started_ = true;
     next_mesh_ns_ = time_ns + options_.mesh_period_ns;
     return;
   }
   if (time_ns >= next_mesh_ns_) {
-    MeshNow();
+    mesh_now();
     next_mesh_ns_ = time_ns + options_.mesh_period_ns;
   }
 }
 
-void MeshPolicy::MeshNow() {
+void MeshPolicy::mesh_now() {
   ++mesh_passes_;
   for (auto& c : candidates_) c.clear();
   for (uint32_t id = 0; id < spans_.size(); ++id) {
@@ -182,7 +182,7 @@ void MeshPolicy::MeshNow() {
     if (ids.size() < 2) continue;
     candidate_bits_.clear();
     for (uint32_t id : ids) candidate_bits_.push_back(spans_[id].slots);
-    for (auto [a_index, b_index] : SplitMesherMatch(candidate_bits_, random_, options_.probes)) {
+    for (auto [a_index, b_index] : split_mesher_match(candidate_bits_, random_, options_.probes)) {
       uint32_t keep = ids[a_index], drop = ids[b_index];
       // Mesh copies the emptier span into the fuller one and frees the emptier's physical page.
       if (spans_[drop].live > spans_[keep].live ||
@@ -191,15 +191,15 @@ void MeshPolicy::MeshNow() {
       }
       Span& k = spans_[keep];
       Span& d = spans_[drop];
-      BackPages(d.first_page, d.page_count, -1);
+      back_pages(d.first_page, d.page_count, -1);
       pages_released_by_meshing_ += d.page_count;
       ++meshes_;
-      RemovePartial(drop);  // its slots now live on keep's page; keep stays allocatable
+      remove_partial(drop);  // its slots now live on keep's page; keep stays allocatable
       k.slots.merge(d.slots);
       k.live += d.live;
       // A group that meshing filled is no longer partial: allocating from it would put two objects
       // in one slot (and past the span's capacity), a footprint below the live bytes.
-      if (k.live >= k.capacity) RemovePartial(keep);
+      if (k.live >= k.capacity) remove_partial(keep);
       k.meshed = d.meshed = true;
       // Splice drop's member chain after keep's head.
       uint32_t tail = drop;
@@ -217,7 +217,7 @@ std::vector<std::string> MeshPolicy::extra_columns() const {
   return {"footprint4k_bytes", "footprint2m_bytes", "unmeshed_footprint4k_bytes", "meshes"};
 }
 
-void MeshPolicy::Sample(uint64_t, std::vector<int64_t>& v) {
+void MeshPolicy::sample(uint64_t, std::vector<int64_t>& v) {
   v[0] = static_cast<int64_t>(physical_pages_ << kPageShift);
   v[1] = static_cast<int64_t>(huge_pages_in_use_ << kHugePageShift);
   v[2] = static_cast<int64_t>(virtual_pages_ << kPageShift);

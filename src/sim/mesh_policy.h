@@ -1,5 +1,5 @@
-// mesh-4k and mesh-2m: the traced program's objects replayed through a Mesh-style heap (papers/004,
-// papers/000 section 9.6) that meshes, every mesh period of trace time, pages of one size class
+// mesh-4k and mesh-2m: the traced program's objects replayed through a Mesh-style heap (Mesh; the LLAMA
+// paper, section 9.6) that meshes, every mesh period of trace time, pages of one size class
 // whose live slots do not overlap, found with SplitMesher. See docs/simulator.md for the model.
 //
 // The heap: one span per size class "attached" for allocation; each object goes to a random free
@@ -44,24 +44,24 @@ class MeshPolicy final : public Policy {
   explicit MeshPolicy(MeshOptions options);
 
   std::string name() const override { return options_.account_huge_pages ? "mesh-2m" : "mesh-4k"; }
-  void Allocate(const ObjectAlloc& object) override;
-  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
-  void AdvanceTime(uint64_t time_ns) override;
+  void allocate(const ObjectAlloc& object) override;
+  void free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
+  void advance_time(uint64_t time_ns) override;
   uint64_t footprint_bytes() const override {
     return options_.account_huge_pages ? huge_pages_in_use_ << kHugePageShift : physical_pages_ << kPageShift;
   }
   std::vector<std::string> extra_columns() const override;
-  void Sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
+  void sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
   std::vector<std::pair<std::string, double>> summary_extras() const override;
 
   // Runs one meshing pass over every size class now (tests call it directly).
-  void MeshNow();
+  void mesh_now();
   uint64_t physical_pages() const { return physical_pages_; }
   uint64_t virtual_pages() const { return virtual_pages_; }
   uint64_t huge_pages_in_use() const { return huge_pages_in_use_; }
   // The slot a small object occupies in its span (tests set up known occupancy patterns with it).
-  int SlotOf(uint64_t address) const {
-    const Place* p = places_.Find(address);
+  int slot_of(uint64_t address) const {
+    const Place* p = places_.find(address);
     return p == nullptr || p->span == kNone ? -1 : static_cast<int>(p->slot_or_pages);
   }
 
@@ -90,11 +90,11 @@ class MeshPolicy final : public Policy {
     std::vector<uint32_t> partial;  // group leaders with free slots that are not attached
   };
 
-  uint32_t NewSpan(uint32_t size_class);
-  void ReleaseGroup(uint32_t leader);
-  void AddPartial(uint32_t span);
-  void RemovePartial(uint32_t span);
-  void BackPages(uint64_t first_page, uint64_t page_count, int delta);
+  uint32_t new_span(uint32_t size_class);
+  void release_group(uint32_t leader);
+  void add_partial(uint32_t span);
+  void remove_partial(uint32_t span);
+  void back_pages(uint64_t first_page, uint64_t page_count, int delta);
 
   MeshOptions options_;
   Random random_;
@@ -112,7 +112,7 @@ class MeshPolicy final : public Policy {
   uint64_t meshes_ = 0;
   uint64_t mesh_passes_ = 0;
   uint64_t pages_released_by_meshing_ = 0;
-  // Scratch for MeshNow, kept to avoid allocating per pass.
+  // Scratch for mesh_now, kept to avoid allocating per pass.
   std::vector<std::vector<uint32_t>> candidates_;
   std::vector<SlotBitmap> candidate_bits_;
 };

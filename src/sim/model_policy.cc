@@ -6,34 +6,36 @@
 #include <cerrno>
 #include <cstring>
 
+#include "alloc/heap_config.h"
 #include "options.h"
 #include "sim/trace_reader.h"
 #include "trace_predictor.h"
 
 namespace llamalloc::sim {
 
-ModelClassSource::ModelClassSource(const ModelOptions& options, const TraceStacks& stacks, std::string* warning)
+ModelClassSource::ModelClassSource(const ModelOptions& options, const Options& heap_options,
+                                   const TraceStacks& stacks, std::string* warning)
     : predictor_(std::make_unique<model::TracePredictor>()), stacks_(stacks) {
   std::string error;
-  if (!predictor_->init(options.model_path, options.tokens_path, options.repredict_every, &error,
-                        options.repredict_backoff)) {
+  if (!predictor_->init(options.model_path, options.tokens_path, uint32_t(heap_options.repredict_every), &error,
+                        unsigned(heap_options.repredict_backoff))) {
     throw FormatError(error);
   }
   std::vector<model::TraceMapping> mappings;
-  for (const MappingInfo& m : stacks.Mappings()) {
+  for (const MappingInfo& m : stacks.mappings()) {
     mappings.push_back(model::TraceMapping{m.memory_start, m.memory_limit, m.file_offset, m.path, m.build_id});
   }
   predictor_->load_mappings(mappings);
   // An unsure prediction places the object as llama-default does (the library: LLAMALLOC_DEFAULT_CLASS).
-  predictor_->set_confidence_rule(
-      model::ConfidenceRule{options.min_confidence, options.default_class, options.min_class});
-  predictor_->set_unseen_trial(options.unseen_trial);
+  predictor_->set_confidence_rule(model::ConfidenceRule{
+      unsigned(heap_options.min_confidence), default_class_of(heap_options), unsigned(heap_options.min_class)});
+  predictor_->set_unseen_trial(uint32_t(heap_options.unseen_trial));
   if (!options.predict_log.empty()) {
     log_fd_ = ::open(options.predict_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd_ < 0) throw FormatError(options.predict_log + ": cannot write: " + std::strerror(errno));
     predictor_->set_log_fd(log_fd_);
   }
-  stacks.ForEachStack([&](uint32_t, const uint64_t* frames, uint32_t depth) { predictor_->note_stack(frames, depth); });
+  stacks.for_each_stack([&](uint32_t, const uint64_t* frames, uint32_t depth) { predictor_->note_stack(frames, depth); });
   *warning = predictor_->warning();
 }
 
@@ -41,16 +43,16 @@ ModelClassSource::~ModelClassSource() {
   if (log_fd_ >= 0) ::close(log_fd_);
 }
 
-unsigned ModelClassSource::ClassOf(const ObjectAlloc& object) {
+unsigned ModelClassSource::class_of(const ObjectAlloc& object) {
   uint64_t key = uint64_t{object.stack_id} + 1;
-  StackInfo* info = stack_info_.Find(key);
+  StackInfo* info = stack_info_.find(key);
   if (info == nullptr) {
     StackInfo fresh{nullptr, 0, 0};
     // A stack the trace does not hold (the profiler's table was full) leaves only the size to the model, as a
     // walk that found no frame would.
-    stacks_.Stack(object.stack_id, &fresh.frames, &fresh.depth);
+    stacks_.stack(object.stack_id, &fresh.frames, &fresh.depth);
     fresh.height = model::TracePredictor::stack_height_stand_in(fresh.frames, fresh.depth);
-    info = &stack_info_.Put(key, fresh);
+    info = &stack_info_.put(key, fresh);
   }
   if (info->frames == nullptr) ++without_stack_;
   unsigned lc = predictor_->predict(object.thread, info->frames, info->depth, object.size_bytes, info->height);
@@ -60,7 +62,7 @@ unsigned ModelClassSource::ClassOf(const ObjectAlloc& object) {
   return lc;
 }
 
-std::vector<std::pair<std::string, double>> ModelClassSource::SummaryExtras() const {
+std::vector<std::pair<std::string, double>> ModelClassSource::summary_extras() const {
   model::TracePredictionTotals t = predictor_->totals();
   uint64_t known = 0, exact = 0, within_one = 0, over = 0, under = 0;
   for (int truth = 0; truth < 8; ++truth) {
@@ -97,7 +99,7 @@ std::vector<std::pair<std::string, double>> ModelClassSource::SummaryExtras() co
   };
 }
 
-std::vector<std::pair<std::string, std::string>> ModelClassSource::SummaryJson() const {
+std::vector<std::pair<std::string, std::string>> ModelClassSource::summary_json() const {
   std::string j = "[";
   for (int truth = 0; truth < 8; ++truth) {
     j += truth ? ", [" : "[";
@@ -109,9 +111,9 @@ std::vector<std::pair<std::string, std::string>> ModelClassSource::SummaryJson()
   return {{"class_confusion", j}};
 }
 
-std::unique_ptr<LlamaPolicy> MakeModelPolicy(LlamaOptions options, const ModelOptions& model,
+std::unique_ptr<LlamaPolicy> make_model_policy(LlamaOptions options, const ModelOptions& model,
                                              const TraceStacks& stacks, std::string* warning) {
-  options.class_source = std::make_shared<ModelClassSource>(model, stacks, warning);
+  options.class_source = std::make_shared<ModelClassSource>(model, options.heap_options, stacks, warning);
   return std::make_unique<LlamaPolicy>(std::move(options));
 }
 

@@ -17,29 +17,27 @@ class TracePredictor;
 
 namespace llamalloc::sim {
 
+// The files of the predictor. Its rules (re-prediction, confidence, the shortest class, unseen contexts) are the
+// library's options, REPREDICT_EVERY, REPREDICT_BACKOFF, MIN_CONFIDENCE, MIN_CLASS, UNSEEN_TRIAL and
+// DEFAULT_CLASS, read from the heap's options (LlamaOptions::heap_options).
 struct ModelOptions {
   std::string model_path;
   std::string tokens_path;  // empty: no token tables (every frame <unsymbolized>)
-  uint32_t repredict_every = 1000;  // LLAMALLOC_REPREDICT_EVERY's default
-  unsigned repredict_backoff = 10;  // LLAMALLOC_REPREDICT_BACKOFF's default
-  unsigned min_confidence = 60;     // LLAMALLOC_MIN_CONFIDENCE's default; unsure predictions get default_class
-  unsigned default_class = unsigned(Options{}.default_class);  // llama-default's (LLAMALLOC_DEFAULT_CLASS)
-  unsigned min_class = unsigned(Options{}.min_class);  // LLAMALLOC_MIN_CLASS's default: shorter ones are raised
-  uint32_t unseen_trial = uint32_t(Options{}.unseen_trial);  // LLAMALLOC_UNSEEN_TRIAL's default
-  std::string predict_log;          // non-empty: "class: token ids" per context the model classifies
+  std::string predict_log;  // non-empty: "class: token ids" per context the model classifies
 };
 
 class ModelClassSource final : public ClassSource {
  public:
   // Opens the model and the tables and places the trace's mappings; throws FormatError (one line naming the
-  // file) for a bad model or token file. `warning` gets the line naming binaries whose frames cannot be
-  // tokenised (empty if none).
-  ModelClassSource(const ModelOptions& options, const TraceStacks& stacks, std::string* warning);
+  // file) for a bad model or token file. The predictor's rules come from `heap_options`, as in the process.
+  // `warning` gets the line naming binaries whose frames cannot be tokenised (empty if none).
+  ModelClassSource(const ModelOptions& options, const Options& heap_options, const TraceStacks& stacks,
+                   std::string* warning);
   ~ModelClassSource() override;
 
-  unsigned ClassOf(const ObjectAlloc& object) override;
-  std::vector<std::pair<std::string, double>> SummaryExtras() const override;
-  std::vector<std::pair<std::string, std::string>> SummaryJson() const override;
+  unsigned class_of(const ObjectAlloc& object) override;
+  std::vector<std::pair<std::string, double>> summary_extras() const override;
+  std::vector<std::pair<std::string, std::string>> summary_json() const override;
 
   // confusion[true class][predicted class], objects whose true class is known.
   const std::array<std::array<uint64_t, 8>, 8>& confusion() const { return confusion_; }
@@ -60,7 +58,7 @@ class ModelClassSource final : public ClassSource {
 };
 
 // The llama-model policy: LlamaPolicy with a ModelClassSource.
-std::unique_ptr<LlamaPolicy> MakeModelPolicy(LlamaOptions options, const ModelOptions& model,
+std::unique_ptr<LlamaPolicy> make_model_policy(LlamaOptions options, const ModelOptions& model,
                                              const TraceStacks& stacks, std::string* warning);
 
 }  // namespace llamalloc::sim

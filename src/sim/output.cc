@@ -14,7 +14,7 @@ namespace llamalloc::sim {
 
 namespace {
 
-std::string Quote(const std::string& s) {
+std::string json_quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
@@ -35,7 +35,7 @@ std::string Quote(const std::string& s) {
   return out + "\"";
 }
 
-std::string Number(double v) {
+std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   if (v == std::floor(v) && std::fabs(v) < 9e15) return std::to_string(static_cast<int64_t>(v));
   char buf[32];
@@ -43,61 +43,61 @@ std::string Number(double v) {
   return buf;
 }
 
-std::string Number(uint64_t v) { return std::to_string(v); }
+std::string json_number(uint64_t v) { return std::to_string(v); }
 
 }  // namespace
 
-std::string SummaryJson(const SimulationOutput& output, const std::string& timeline_file_name) {
+std::string summary_json(const SimulationOutput& output, const std::string& timeline_file_name) {
   std::ostringstream j;
   j << "{\n  \"format\": \"llamalloc-sim\",\n  \"version\": 1,\n";
-  j << "  \"trace\": " << Quote(output.trace_path) << ",\n";
+  j << "  \"trace\": " << json_quote(output.trace_path) << ",\n";
   j << "  \"interval_ns\": " << output.interval_ns << ",\n";
   j << "  \"seed\": " << output.seed << ",\n";
-  j << "  \"timeline_csv\": " << Quote(timeline_file_name) << ",\n";
+  j << "  \"timeline_csv\": " << json_quote(timeline_file_name) << ",\n";
   j << "  \"policies\": [";
   for (size_t i = 0; i < output.runs.size(); ++i) {
     const RunResult& r = output.runs[i];
     const RunSummary& s = r.summary;
-    j << (i ? ",\n" : "\n") << "    {\n      \"policy\": " << Quote(s.policy) << ",\n";
+    j << (i ? ",\n" : "\n") << "    {\n      \"policy\": " << json_quote(s.policy) << ",\n";
     j << "      \"summary\": {";
     std::vector<std::pair<std::string, std::string>> fields = {
-        {"events", Number(s.events)},
-        {"allocs", Number(s.allocs)},
-        {"frees", Number(s.frees)},
-        {"reallocs", Number(s.reallocs)},
-        {"reallocs_in_place", Number(s.reallocs_in_place)},
-        {"unknown_frees", Number(s.unknown_frees)},
-        {"reused_live_addresses", Number(s.reused_live_addresses)},
-        {"null_frees", Number(s.null_frees)},
-        {"first_time_ns", Number(s.first_time_ns)},
-        {"last_time_ns", Number(s.last_time_ns)},
-        {"final_live_bytes", Number(s.final_live_bytes)},
-        {"peak_live_bytes", Number(s.peak_live_bytes)},
-        {"final_footprint_bytes", Number(s.final_footprint_bytes)},
-        {"peak_footprint_bytes", Number(s.peak_footprint_bytes)},
-        {"peak_footprint_time_ns", Number(s.peak_footprint_time_ns)},
-        {"average_fragmentation_ratio", Number(s.average_fragmentation_ratio)},
-        {"mean_footprint_over_mean_live", Number(s.mean_footprint_over_mean_live)},
-        {"final_fragmentation_ratio", Number(s.final_fragmentation_ratio)},
-        {"replay_seconds", Number(s.replay_seconds)},
-        {"events_per_second", Number(s.events_per_second)},
+        {"events", json_number(s.events)},
+        {"allocs", json_number(s.allocs)},
+        {"frees", json_number(s.frees)},
+        {"reallocs", json_number(s.reallocs)},
+        {"reallocs_in_place", json_number(s.reallocs_in_place)},
+        {"unknown_frees", json_number(s.unknown_frees)},
+        {"reused_live_addresses", json_number(s.reused_live_addresses)},
+        {"null_frees", json_number(s.null_frees)},
+        {"first_time_ns", json_number(s.first_time_ns)},
+        {"last_time_ns", json_number(s.last_time_ns)},
+        {"final_live_bytes", json_number(s.final_live_bytes)},
+        {"peak_live_bytes", json_number(s.peak_live_bytes)},
+        {"final_footprint_bytes", json_number(s.final_footprint_bytes)},
+        {"peak_footprint_bytes", json_number(s.peak_footprint_bytes)},
+        {"peak_footprint_time_ns", json_number(s.peak_footprint_time_ns)},
+        {"average_fragmentation_ratio", json_number(s.average_fragmentation_ratio)},
+        {"mean_footprint_over_mean_live", json_number(s.mean_footprint_over_mean_live)},
+        {"final_fragmentation_ratio", json_number(s.final_fragmentation_ratio)},
+        {"replay_seconds", json_number(s.replay_seconds)},
+        {"events_per_second", json_number(s.events_per_second)},
     };
     for (size_t f = 0; f < fields.size(); ++f) {
-      j << (f ? ",\n" : "\n") << "        " << Quote(fields[f].first) << ": " << fields[f].second;
+      j << (f ? ",\n" : "\n") << "        " << json_quote(fields[f].first) << ": " << fields[f].second;
     }
     j << "\n      },\n      \"extras\": {";
     for (size_t f = 0; f < r.extras.size(); ++f) {
-      j << (f ? ",\n" : "\n") << "        " << Quote(r.extras[f].first) << ": " << Number(r.extras[f].second);
+      j << (f ? ",\n" : "\n") << "        " << json_quote(r.extras[f].first) << ": " << json_number(r.extras[f].second);
     }
     j << "\n      }";
-    for (const auto& [name, json] : r.extra_json) j << ",\n      " << Quote(name) << ": " << json;
+    for (const auto& [name, json] : r.extra_json) j << ",\n      " << json_quote(name) << ": " << json;
     j << "\n    }";
   }
   j << "\n  ]\n}\n";
   return j.str();
 }
 
-std::string TimelineCsv(const SimulationOutput& output) {
+std::string timeline_csv(const SimulationOutput& output) {
   // One table for all policies: the union of their extra columns, empty where a policy has none.
   std::vector<std::string> columns;
   std::set<std::string> seen;
@@ -129,7 +129,7 @@ std::string TimelineCsv(const SimulationOutput& output) {
   return csv.str();
 }
 
-void WriteFileAtomically(const std::string& path, const std::string& content) {
+void write_file_atomically(const std::string& path, const std::string& content) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -17,10 +17,10 @@ struct SimulationOutput {
 };
 
 // Returns the JSON text (the CSV is referenced by its file name relative to the JSON's folder).
-std::string SummaryJson(const SimulationOutput& output, const std::string& timeline_file_name);
-std::string TimelineCsv(const SimulationOutput& output);
+std::string summary_json(const SimulationOutput& output, const std::string& timeline_file_name);
+std::string timeline_csv(const SimulationOutput& output);
 
 // Writes content to path atomically; throws std::runtime_error with a one-line message.
-void WriteFileAtomically(const std::string& path, const std::string& content);
+void write_file_atomically(const std::string& path, const std::string& content);
 
 }  // namespace llamalloc::sim

@@ -11,21 +11,21 @@
 
 namespace llamalloc::sim {
 
-std::vector<std::string> PolicyNames() {
+std::vector<std::string> policy_names() {
   return {"pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle", "llama-default", "llama-model"};
 }
 
-std::vector<std::string> ExpandPolicyName(const std::string& name) {
+std::vector<std::string> expand_policy_name(const std::string& name) {
   if (name == "mesh") return {"mesh-4k", "mesh-2m"};
-  for (const std::string& known : PolicyNames()) {
+  for (const std::string& known : policy_names()) {
     if (known == name) return {name};
   }
   std::string list;
-  for (const std::string& known : PolicyNames()) list += (list.empty() ? "" : ", ") + known;
+  for (const std::string& known : policy_names()) list += (list.empty() ? "" : ", ") + known;
   throw std::invalid_argument("unknown policy '" + name + "' (known: " + list + ", mesh)");
 }
 
-std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings& settings) {
+std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySettings& settings) {
   if (name == "pages-4k") return std::make_unique<PagePolicy>(12);
   if (name == "pages-2m") return std::make_unique<PagePolicy>(21);
   if (name == "mesh-4k" || name == "mesh-2m") {
@@ -56,10 +56,8 @@ std::unique_ptr<Policy> MakePolicy(const std::string& name, const PolicySettings
     o.snapshot_times_ns = settings.snapshot_times_ns;
     o.heap_options = settings.heap_options;
     o.thread_idle_ns = settings.thread_idle_ns;
-    ModelOptions model = settings.model;
-    model.default_class = default_class_of(settings.heap_options);
     std::string warning;
-    auto policy = MakeModelPolicy(o, model, *settings.stacks, &warning);
+    auto policy = make_model_policy(o, settings.model, *settings.stacks, &warning);
     if (!warning.empty() && settings.warn) settings.warn(warning);
     return policy;
   }

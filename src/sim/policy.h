@@ -37,25 +37,25 @@ class Policy {
   // Whether ObjectAlloc::lifetime_class must be filled (needs a pre-pass over the trace).
   virtual bool needs_lifetime_classes() const { return false; }
 
-  virtual void Allocate(const ObjectAlloc& object) = 0;
+  virtual void allocate(const ObjectAlloc& object) = 0;
   // Whether this allocator's realloc keeps an object of old_size_bytes (as allocated, default alignment) where
   // it is for new_size_bytes. Then the engine neither frees nor allocates: the object goes on under its first
   // address with its first allocation's placement (and lifetime). Default: every realloc moves.
-  virtual bool ReallocInPlace(uint64_t /*old_size_bytes*/, uint64_t /*new_size_bytes*/) const { return false; }
+  virtual bool realloc_in_place(uint64_t /*old_size_bytes*/, uint64_t /*new_size_bytes*/) const { return false; }
   // size_bytes is the size recorded at allocation (frees in traces do not carry a trustworthy size).
-  virtual void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) = 0;
+  virtual void free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) = 0;
   // Called with the time of every event before it is applied (deadlines, periodic work).
-  virtual void AdvanceTime(uint64_t /*time_ns*/) {}
+  virtual void advance_time(uint64_t /*time_ns*/) {}
   // The end of the trace: what the process did at exit before its statistics were taken (the library's thread
   // heaps give their empty spans back).
-  virtual void AtExit() {}
+  virtual void at_exit() {}
 
   // The bytes the OS backs now under this policy (its own definition; see docs/simulator.md).
   virtual uint64_t footprint_bytes() const = 0;
 
   // Names of the extra timeline columns and their values now (same order). Called at each sample.
   virtual std::vector<std::string> extra_columns() const { return {}; }
-  virtual void Sample(uint64_t /*time_ns*/, std::vector<int64_t>& /*extra_values*/) {}
+  virtual void sample(uint64_t /*time_ns*/, std::vector<int64_t>& /*extra_values*/) {}
 
   // Policy-specific figures for the summary (counters, parameters), as name -> number.
   virtual std::vector<std::pair<std::string, double>> summary_extras() const { return {}; }

@@ -1,6 +1,8 @@
-// The simulator's size-class table, shared by the simulated heaps (mesh-*, tcmalloc-*): 16-byte
-// steps up to 1 KiB (so that no class wastes more than 15 bytes where most objects are), then four
-// classes per power of two up to 256 KiB (at most 25% waste), TCMalloc's and jemalloc's shape.
+// The size classes of the comparison heaps (mesh-*, tcmalloc-*): a size class is a block size, and an object
+// takes the block of the smallest class that holds it. 16-byte steps up to 1 KiB (so that no class wastes more
+// than 15 bytes where most objects are), then four classes per power of two up to 256 KiB (at most 25% waste),
+// TCMalloc's and jemalloc's shape. These are not the library's size classes (local/size_class.h, which
+// llama-* replays through the real heap): the comparison heaps stand for other allocators, with their tables.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@ inline constexpr uint64_t kMaxSizeClassBytes = 256 * 1024;
 
 // Index of the class that holds size_bytes (0-byte objects use the 16-byte class), for sizes up
 // to kMaxSizeClassBytes.
-inline uint32_t SizeClassIndex(uint64_t size_bytes) {
+inline uint32_t size_class_index(uint64_t size_bytes) {
   if (size_bytes <= kSmallStepLimitBytes) {
     return size_bytes == 0 ? 0 : static_cast<uint32_t>((size_bytes - 1) / kSmallStepBytes);
   }
@@ -28,7 +30,7 @@ inline uint32_t SizeClassIndex(uint64_t size_bytes) {
   return index + static_cast<uint32_t>((size_bytes - base - 1) / step);
 }
 
-inline uint64_t SizeClassBytes(uint32_t index) {
+inline uint64_t size_class_block_bytes(uint32_t index) {
   uint32_t small_count = static_cast<uint32_t>(kSmallStepLimitBytes / kSmallStepBytes);
   if (index < small_count) return (index + 1) * kSmallStepBytes;
   uint32_t above = index - small_count;

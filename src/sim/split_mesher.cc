@@ -24,13 +24,13 @@ unsigned SlotBitmap::nth_clear(unsigned n, unsigned capacity) const {
   return capacity;  // unreachable when n is in range
 }
 
-std::vector<std::pair<uint32_t, uint32_t>> SplitMesherMatch(const std::vector<SlotBitmap>& pages,
+std::vector<std::pair<uint32_t, uint32_t>> split_mesher_match(const std::vector<SlotBitmap>& pages,
                                                             Random& random, unsigned probes) {
   std::vector<std::pair<uint32_t, uint32_t>> matches;
   if (pages.size() < 2) return matches;
   std::vector<uint32_t> order(pages.size());
   std::iota(order.begin(), order.end(), 0);
-  for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[random.Below(i + 1)]);
+  for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[random.below(i + 1)]);
   size_t left_count = order.size() / 2;
   size_t right_count = order.size() - left_count;
   std::vector<bool> matched(pages.size(), false);
@@ -48,10 +48,10 @@ std::vector<std::pair<uint32_t, uint32_t>> SplitMesherMatch(const std::vector<Sl
   return matches;
 }
 
-uint64_t MeshPagesFreed(std::vector<SlotBitmap> pages, Random& random, unsigned max_rounds, unsigned probes) {
+uint64_t mesh_pages_freed(std::vector<SlotBitmap> pages, Random& random, unsigned max_rounds, unsigned probes) {
   uint64_t freed = 0;
   for (unsigned round = 0; round < max_rounds; ++round) {
-    auto matches = SplitMesherMatch(pages, random, probes);
+    auto matches = split_mesher_match(pages, random, probes);
     if (matches.empty()) break;
     std::vector<bool> gone(pages.size(), false);
     for (auto [a, b] : matches) {

@@ -1,8 +1,8 @@
-// Mesh's SplitMesher (papers/004; Powers et al., PLDI 2019): approximates a maximum matching in the
-// "meshable" graph (two pages of one size class mesh when their live slots do not overlap) without
-// building the graph. The candidates are shuffled and split in two halves; for t = 0 .. probes-1,
-// left[i] is compared with right[(i + t) % |right|], and each meshable pair found is matched and
-// removed. O(n * probes) bitmap comparisons; with random placement it finds at least half of a
+// Mesh's SplitMesher ("Mesh: Compacting Memory Management for C/C++ Applications", Powers et al., PLDI
+// 2019): approximates a maximum matching in the "meshable" graph (two pages of one size class mesh when their
+// live slots do not overlap) without building the graph. The candidates are shuffled and split in two halves;
+// for t = 0 .. probes-1, left[i] is compared with right[(i + t) % |right|], and each meshable pair found is
+// matched and removed. O(n * probes) bitmap comparisons; with random placement it finds at least half of a
 // maximum matching with high probability.
 #pragma once
 
@@ -37,13 +37,13 @@ struct SlotBitmap {
 inline constexpr unsigned kSplitMesherProbes = 64;
 
 // One SplitMesher pass over pages[0..n): returns the matched pairs (indices into pages).
-std::vector<std::pair<uint32_t, uint32_t>> SplitMesherMatch(const std::vector<SlotBitmap>& pages,
+std::vector<std::pair<uint32_t, uint32_t>> split_mesher_match(const std::vector<SlotBitmap>& pages,
                                                             Random& random,
                                                             unsigned probes = kSplitMesherProbes);
 
 // Repeats SplitMesher passes, merging each matched pair into one page (the union of its slots),
 // until a pass finds nothing or max_rounds is reached. Returns how many pages meshing frees.
-uint64_t MeshPagesFreed(std::vector<SlotBitmap> pages, Random& random, unsigned max_rounds,
+uint64_t mesh_pages_freed(std::vector<SlotBitmap> pages, Random& random, unsigned max_rounds,
                         unsigned probes = kSplitMesherProbes);
 
 }  // namespace llamalloc::sim

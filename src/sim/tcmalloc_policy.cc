@@ -8,14 +8,14 @@ namespace llamalloc::sim {
 TcmallocPolicy::TcmallocPolicy(TcmallocOptions options)
     : options_(options), central_(kSizeClassCount), places_(1 << 16) {
   for (uint32_t c = 0; c < kSizeClassCount; ++c) {
-    uint64_t class_bytes = SizeClassBytes(c);
+    uint64_t class_bytes = size_class_block_bytes(c);
     uint64_t pages = (class_bytes + (1u << kPageShift) - 1) >> kPageShift;
     while (((pages << kPageShift) % class_bytes) * 8 > (pages << kPageShift)) ++pages;
     span_pages_[c] = static_cast<uint32_t>(pages);
   }
 }
 
-int TcmallocPolicy::FindRun(const HugePage& hp, uint32_t page_count) {
+int TcmallocPolicy::find_run(const HugePage& hp, uint32_t page_count) {
   // First fit inside the huge page.
   uint32_t run = 0;
   for (uint32_t p = 0; p < kPagesPerHugePage; ++p) {
@@ -26,8 +26,8 @@ int TcmallocPolicy::FindRun(const HugePage& hp, uint32_t page_count) {
   return -1;
 }
 
-uint32_t TcmallocPolicy::AllocateSpan(uint32_t page_count, uint32_t size_class, uint32_t capacity) {
-  int set = SetFor(capacity);
+uint32_t TcmallocPolicy::allocate_span(uint32_t page_count, uint32_t size_class, uint32_t capacity) {
+  int set = set_for(capacity);
   uint32_t best = kNone;
   int best_first = -1;
   for (uint32_t id : filler_[set]) {
@@ -37,7 +37,7 @@ uint32_t TcmallocPolicy::AllocateSpan(uint32_t page_count, uint32_t size_class, 
                           (hp.used == huge_pages_[best].used && hp.number > huge_pages_[best].number))) {
       continue;
     }
-    int first = FindRun(hp, page_count);
+    int first = find_run(hp, page_count);
     if (first < 0) continue;
     best = id;
     best_first = first;
@@ -52,7 +52,7 @@ uint32_t TcmallocPolicy::AllocateSpan(uint32_t page_count, uint32_t size_class, 
     }
     HugePage& hp = huge_pages_[best];
     hp = HugePage{};
-    hp.number = huge_page_arena_.Allocate(1);
+    hp.number = huge_page_arena_.allocate(1);
     hp.set = set;
     hp.set_pos = static_cast<uint32_t>(filler_[set].size());
     filler_[set].push_back(best);
@@ -76,7 +76,7 @@ uint32_t TcmallocPolicy::AllocateSpan(uint32_t page_count, uint32_t size_class, 
   return span;
 }
 
-void TcmallocPolicy::ReleaseSpan(uint32_t span) {
+void TcmallocPolicy::release_span(uint32_t span) {
   Span& s = spans_[span];
   HugePage& hp = huge_pages_[s.huge_page];
   for (uint32_t p = s.first_page; p < s.first_page + s.page_count; ++p) hp.used_pages[p / 64] &= ~(uint64_t{1} << (p % 64));
@@ -87,16 +87,16 @@ void TcmallocPolicy::ReleaseSpan(uint32_t span) {
     set[hp.set_pos] = last;
     huge_pages_[last].set_pos = hp.set_pos;
     set.pop_back();
-    huge_page_arena_.Free(hp.number, 1);
+    huge_page_arena_.free(hp.number, 1);
     free_huge_page_ids_.push_back(s.huge_page);
     --huge_pages_in_use_;
   }
   free_span_ids_.push_back(span);
 }
 
-void TcmallocPolicy::UpdateList(uint32_t span) {
+void TcmallocPolicy::update_list(uint32_t span) {
   Span& s = spans_[span];
-  // papers/002 4.3 indexes lists by max(0, L - log2(A)); here index log2(A) so the fullest list is
+  // The TCMalloc paper (section 4.3) indexes lists by max(0, L - log2(A)); here index log2(A) so the fullest list is
   // the highest, taken first. Full spans are in no list.
   int list = s.live == s.capacity ? -1 : std::min(kPriorityLists - 1, static_cast<int>(std::bit_width(s.live)));
   if (list == s.list) return;
@@ -116,24 +116,24 @@ void TcmallocPolicy::UpdateList(uint32_t span) {
   }
 }
 
-void TcmallocPolicy::Allocate(const ObjectAlloc& object) {
+void TcmallocPolicy::allocate(const ObjectAlloc& object) {
   Place place;
   if (object.size_bytes >= (uint64_t{1} << kHugePageShift)) {
     place.huge_pages = static_cast<uint32_t>((object.size_bytes + (1u << kHugePageShift) - 1) >> kHugePageShift);
-    place.first_huge_page = huge_page_arena_.Allocate(place.huge_pages);
+    place.first_huge_page = huge_page_arena_.allocate(place.huge_pages);
     huge_pages_in_use_ += place.huge_pages;
     large_huge_pages_ += place.huge_pages;
-    places_.Put(object.address, place);
+    places_.put(object.address, place);
     return;
   }
   if (object.size_bytes > kMaxSizeClassBytes) {
     uint32_t pages = static_cast<uint32_t>((object.size_bytes + (1u << kPageShift) - 1) >> kPageShift);
-    place.span = AllocateSpan(pages, kNone, 1);
+    place.span = allocate_span(pages, kNone, 1);
     spans_[place.span].live = 1;
-    places_.Put(object.address, place);
+    places_.put(object.address, place);
     return;
   }
-  uint32_t size_class = SizeClassIndex(object.size_bytes);
+  uint32_t size_class = size_class_index(object.size_bytes);
   auto& lists = central_[size_class];
   uint32_t span = kNone;
   for (int l = kPriorityLists - 1; l >= 0 && span == kNone; --l) {
@@ -141,20 +141,20 @@ void TcmallocPolicy::Allocate(const ObjectAlloc& object) {
   }
   if (span == kNone) {
     uint32_t pages = span_pages_[size_class];
-    uint32_t capacity = static_cast<uint32_t>((uint64_t{pages} << kPageShift) / SizeClassBytes(size_class));
-    span = AllocateSpan(pages, size_class, capacity);
+    uint32_t capacity = static_cast<uint32_t>((uint64_t{pages} << kPageShift) / size_class_block_bytes(size_class));
+    span = allocate_span(pages, size_class, capacity);
   }
   ++spans_[span].live;
-  UpdateList(span);
+  update_list(span);
   place.span = span;
-  places_.Put(object.address, place);
+  places_.put(object.address, place);
 }
 
-void TcmallocPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t) {
+void TcmallocPolicy::free(uint64_t, uint64_t address, uint64_t, uint32_t) {
   Place place;
-  if (!places_.Erase(address, &place)) return;
+  if (!places_.erase(address, &place)) return;
   if (place.span == kNone) {
-    huge_page_arena_.Free(place.first_huge_page, place.huge_pages);
+    huge_page_arena_.free(place.first_huge_page, place.huge_pages);
     huge_pages_in_use_ -= place.huge_pages;
     large_huge_pages_ -= place.huge_pages;
     return;
@@ -162,23 +162,23 @@ void TcmallocPolicy::Free(uint64_t, uint64_t address, uint64_t, uint32_t) {
   Span& s = spans_[place.span];
   --s.live;
   if (s.size_class == kNone) {
-    ReleaseSpan(place.span);
+    release_span(place.span);
     return;
   }
   if (s.live == 0) {
-    s.live = s.capacity;  // take it out of the lists: UpdateList treats live == capacity as full
-    UpdateList(place.span);
-    ReleaseSpan(place.span);
+    s.live = s.capacity;  // take it out of the lists: update_list treats live == capacity as full
+    update_list(place.span);
+    release_span(place.span);
     return;
   }
-  UpdateList(place.span);
+  update_list(place.span);
 }
 
 std::vector<std::string> TcmallocPolicy::extra_columns() const {
   return {"hp_short_spans", "hp_long_spans", "hp_large"};
 }
 
-void TcmallocPolicy::Sample(uint64_t, std::vector<int64_t>& v) {
+void TcmallocPolicy::sample(uint64_t, std::vector<int64_t>& v) {
   v[0] = static_cast<int64_t>(filler_[0].size());
   v[1] = static_cast<int64_t>(filler_[1].size());
   v[2] = static_cast<int64_t>(large_huge_pages_);

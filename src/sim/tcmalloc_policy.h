@@ -1,5 +1,5 @@
 // tcmalloc-lifetime and tcmalloc: the traced objects replayed through a model of TCMalloc's central
-// free lists and huge page filler (papers/002 sections 2.1, 4.3, 4.4), with and without the
+// free lists and huge page filler (the TCMalloc paper, sections 2.1, 4.3, 4.4), with and without the
 // lifetime-aware filler, the no-model baseline for lifetime classes. See docs/simulator.md.
 //
 // - Objects up to 256 KiB go to spans of their size class. A span is ceil(class / 8 KiB) TCMalloc
@@ -7,7 +7,7 @@
 // - Central free list with span prioritisation (4.3): an object goes to the non-full span of its
 //   class with the most live objects (8 lists by log2 of the live count, the fullest list first).
 // - A span with no live object goes straight back to the filler (front-end caches are assumed empty,
-//   as the paper's Figure 8 optimistically does).
+//   as the TCMalloc paper's Figure 8 does: an optimistic bound).
 // - Huge page filler: a span's pages go to the huge page, among those that have a free run long
 //   enough, with the most used pages (ties: lowest address); else a new huge page. The
 //   lifetime-aware filler (tcmalloc-lifetime) keeps two disjoint sets of huge pages: spans of
@@ -31,7 +31,7 @@ namespace llamalloc::sim {
 
 struct TcmallocOptions {
   bool lifetime_aware = true;
-  uint32_t capacity_threshold = 16;  // papers/002 4.4's C
+  uint32_t capacity_threshold = 16;  // C of the TCMalloc paper's section 4.4
 };
 
 class TcmallocPolicy final : public Policy {
@@ -44,11 +44,11 @@ class TcmallocPolicy final : public Policy {
   explicit TcmallocPolicy(TcmallocOptions options);
 
   std::string name() const override { return options_.lifetime_aware ? "tcmalloc-lifetime" : "tcmalloc"; }
-  void Allocate(const ObjectAlloc& object) override;
-  void Free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
+  void allocate(const ObjectAlloc& object) override;
+  void free(uint64_t time_ns, uint64_t address, uint64_t size_bytes, uint32_t thread) override;
   uint64_t footprint_bytes() const override { return huge_pages_in_use_ << kHugePageShift; }
   std::vector<std::string> extra_columns() const override;
-  void Sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
+  void sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
   std::vector<std::pair<std::string, double>> summary_extras() const override;
 
   uint64_t huge_pages_in_set(int set) const { return filler_[set].size(); }
@@ -79,13 +79,13 @@ class TcmallocPolicy final : public Policy {
     uint32_t huge_pages = 0;
   };
 
-  int SetFor(uint32_t capacity) const {
+  int set_for(uint32_t capacity) const {
     return options_.lifetime_aware && capacity > options_.capacity_threshold ? 1 : 0;
   }
-  uint32_t AllocateSpan(uint32_t page_count, uint32_t size_class, uint32_t capacity);
-  void ReleaseSpan(uint32_t span);
-  void UpdateList(uint32_t span);
-  static int FindRun(const HugePage& hp, uint32_t page_count);
+  uint32_t allocate_span(uint32_t page_count, uint32_t size_class, uint32_t capacity);
+  void release_span(uint32_t span);
+  void update_list(uint32_t span);
+  static int find_run(const HugePage& hp, uint32_t page_count);
 
   TcmallocOptions options_;
   std::array<uint32_t, kSizeClassCount> span_pages_{};

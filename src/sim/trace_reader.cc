@@ -36,7 +36,7 @@ struct ZstdOutBuffer {
 };
 
 // Returns the decompressed bytes in an anonymous mapping of exactly *out_bytes (munmap it), or throws.
-unsigned char* DecompressZstd(const std::string& path, const unsigned char* data, uint64_t bytes,
+unsigned char* decompress_zstd(const std::string& path, const unsigned char* data, uint64_t bytes,
                               uint64_t* out_bytes) {
   void* lib = ::dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) throw FormatError(path + ": compressed with zstd, and libzstd.so.1 cannot be loaded");
@@ -102,7 +102,7 @@ unsigned char* DecompressZstd(const std::string& path, const unsigned char* data
 
 }  // namespace
 
-void TraceReader::Fail(uint64_t offset, const std::string& problem) const {
+void TraceReader::fail(uint64_t offset, const std::string& problem) const {
   throw FormatError(path_ + ": " + problem + " at byte offset " + std::to_string(offset));
 }
 
@@ -121,7 +121,7 @@ TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
       ::close(fd);
       throw FormatError(path + ": cannot map: " + std::strerror(errno));
     }
-    // Replay reads the file front to back, twice for the oracle.
+    // replay() reads the file front to back, twice for the oracle.
     ::madvise(p, size_bytes_, MADV_SEQUENTIAL);
     data_ = static_cast<const unsigned char*>(p);
   }
@@ -130,7 +130,7 @@ TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
     uint64_t raw_bytes = 0;
     unsigned char* raw = nullptr;
     try {
-      raw = DecompressZstd(path, data_, size_bytes_, &raw_bytes);
+      raw = decompress_zstd(path, data_, size_bytes_, &raw_bytes);
     } catch (...) {
       ::munmap(const_cast<unsigned char*>(data_), size_bytes_);
       data_ = nullptr;
@@ -147,20 +147,20 @@ TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
 
   prof::FileHeader header{};
   if (size_bytes_ < sizeof(header)) {
-    if (size_bytes_ >= 8 && std::memcmp(data_, prof::kTraceMagic, 8) != 0) Fail(0, "not a llamalloc trace (bad magic)");
-    Fail(size_bytes_, "truncated: the 64-byte file header is cut short");
+    if (size_bytes_ >= 8 && std::memcmp(data_, prof::kTraceMagic, 8) != 0) fail(0, "not a llamalloc trace (bad magic)");
+    fail(size_bytes_, "truncated: the 64-byte file header is cut short");
   }
   std::memcpy(&header, data_, sizeof(header));
   if (std::memcmp(header.magic, prof::kTraceMagic, 8) != 0) {
-    if (std::memcmp(header.magic, prof::kRawProfileMagic, 8) == 0) Fail(0, "a raw profile dump, not a trace");
-    Fail(0, "not a llamalloc trace (bad magic)");
+    if (std::memcmp(header.magic, prof::kRawProfileMagic, 8) == 0) fail(0, "a raw profile dump, not a trace");
+    fail(0, "not a llamalloc trace (bad magic)");
   }
   if (header.version != prof::kTraceVersion) {
-    Fail(8, "trace version " + std::to_string(header.version) + ", this simulator reads version " +
+    fail(8, "trace version " + std::to_string(header.version) + ", this simulator reads version " +
                 std::to_string(prof::kTraceVersion));
   }
   if (header.header_bytes < sizeof(header) || header.header_bytes % 8 != 0 || header.header_bytes > size_bytes_) {
-    Fail(12, "corrupt header size " + std::to_string(header.header_bytes));
+    fail(12, "corrupt header size " + std::to_string(header.header_bytes));
   }
   start_mono_ns_ = header.start_mono_ns;
 
@@ -168,26 +168,26 @@ TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
   uint64_t offset = header.header_bytes;
   uint64_t declared_events = 0;
   while (offset < size_bytes_) {
-    if (seen_end) Fail(offset, "corrupt: data after the end record");
-    if (size_bytes_ - offset < sizeof(prof::RecordHeader)) Fail(offset, "truncated: record header cut short");
+    if (seen_end) fail(offset, "corrupt: data after the end record");
+    if (size_bytes_ - offset < sizeof(prof::RecordHeader)) fail(offset, "truncated: record header cut short");
     prof::RecordHeader rh{};
     std::memcpy(&rh, data_ + offset, sizeof(rh));
-    if (rh.payload_bytes % 8 != 0) Fail(offset, "corrupt record: payload of " + std::to_string(rh.payload_bytes) + " bytes is not a multiple of 8");
+    if (rh.payload_bytes % 8 != 0) fail(offset, "corrupt record: payload of " + std::to_string(rh.payload_bytes) + " bytes is not a multiple of 8");
     uint64_t payload = offset + sizeof(rh);
     if (size_bytes_ - payload < rh.payload_bytes) {
-      Fail(offset, "truncated: record of type " + std::to_string(rh.type) + " needs " + std::to_string(rh.payload_bytes) +
+      fail(offset, "truncated: record of type " + std::to_string(rh.type) + " needs " + std::to_string(rh.payload_bytes) +
                        " payload bytes, the file ends " + std::to_string(size_bytes_ - payload) + " bytes later");
     }
     switch (static_cast<prof::RecordType>(rh.type)) {
       case prof::RecordType::kEvents: {
-        if (rh.payload_bytes % sizeof(prof::TraceEvent) != 0) Fail(offset, "corrupt event record: payload is not a whole number of events");
+        if (rh.payload_bytes % sizeof(prof::TraceEvent) != 0) fail(offset, "corrupt event record: payload is not a whole number of events");
         uint64_t n = rh.payload_bytes / sizeof(prof::TraceEvent);
         for (uint64_t i = 0; i < n; ++i) {
           prof::TraceEvent e;
           std::memcpy(&e, data_ + payload + i * sizeof(e), sizeof(e));
           uint32_t kind = e.kind & 0xff;
           if ((kind != prof::kAlloc && kind != prof::kFree) || (e.kind & ~(0xffu | prof::kEventFromRealloc)) != 0) {
-            Fail(payload + i * sizeof(e), "corrupt event: kind " + std::to_string(e.kind));
+            fail(payload + i * sizeof(e), "corrupt event: kind " + std::to_string(e.kind));
           }
         }
         if (n > 0) chunks_.push_back({payload, event_count_, n});
@@ -195,7 +195,7 @@ TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
         break;
       }
       case prof::RecordType::kEnd: {
-        if (rh.payload_bytes < sizeof(prof::EndRecord)) Fail(offset, "corrupt end record");
+        if (rh.payload_bytes < sizeof(prof::EndRecord)) fail(offset, "corrupt end record");
         prof::EndRecord end{};
         std::memcpy(&end, data_ + payload, sizeof(end));
         declared_events = end.event_count;
@@ -204,17 +204,17 @@ TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
       }
       case prof::RecordType::kStack: {
         prof::StackRecord sr{};
-        if (rh.payload_bytes < sizeof(sr)) Fail(offset, "corrupt stack record");
+        if (rh.payload_bytes < sizeof(sr)) fail(offset, "corrupt stack record");
         std::memcpy(&sr, data_ + payload, sizeof(sr));
-        if (sizeof(sr) + 8ull * sr.depth != rh.payload_bytes) Fail(offset, "corrupt stack record: depth and length differ");
+        if (sizeof(sr) + 8ull * sr.depth != rh.payload_bytes) fail(offset, "corrupt stack record: depth and length differ");
         stacks_[sr.stack_id] = StackRef{payload + sizeof(sr), sr.depth};
         break;
       }
       case prof::RecordType::kMapping: {
         prof::MappingRecord mr{};
-        if (rh.payload_bytes < sizeof(mr)) Fail(offset, "corrupt mapping record");
+        if (rh.payload_bytes < sizeof(mr)) fail(offset, "corrupt mapping record");
         std::memcpy(&mr, data_ + payload, sizeof(mr));
-        if (sizeof(mr) + uint64_t(mr.build_id_bytes) + mr.path_bytes > rh.payload_bytes) Fail(offset, "corrupt mapping record: lengths");
+        if (sizeof(mr) + uint64_t(mr.build_id_bytes) + mr.path_bytes > rh.payload_bytes) fail(offset, "corrupt mapping record: lengths");
         MappingInfo m;
         m.memory_start = mr.memory_start;
         m.memory_limit = mr.memory_limit;
@@ -230,13 +230,13 @@ TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
       case prof::RecordType::kSymbols:
         break;
       default:
-        Fail(offset, "corrupt: unknown record type " + std::to_string(rh.type));
+        fail(offset, "corrupt: unknown record type " + std::to_string(rh.type));
     }
     offset = payload + rh.payload_bytes;
   }
-  if (!seen_end) Fail(size_bytes_, "truncated: no end record (the traced process was cut short)");
+  if (!seen_end) fail(size_bytes_, "truncated: no end record (the traced process was cut short)");
   if (declared_events != event_count_) {
-    Fail(size_bytes_, "corrupt: the end record counts " + std::to_string(declared_events) + " events, the file holds " +
+    fail(size_bytes_, "corrupt: the end record counts " + std::to_string(declared_events) + " events, the file holds " +
                           std::to_string(event_count_));
   }
   if (event_count_ > UINT32_MAX) throw FormatError(path_ + ": more than 2^32 events are not supported");
@@ -246,14 +246,14 @@ TraceReader::TraceReader(const std::string& path, Order order) : path_(path) {
   bool sorted = true;
   for (uint64_t i = 0; i < event_count_ && sorted; ++i) {
     uint64_t t;
-    std::memcpy(&t, EventAt(i), sizeof(t));
+    std::memcpy(&t, event_at(i), sizeof(t));
     sorted = t >= last_ns;
     last_ns = t;
   }
-  if (!sorted && order == Order::kTime) SortByTime();
+  if (!sorted && order == Order::kTime) sort_by_time();
 }
 
-void TraceReader::SortByTime() {
+void TraceReader::sort_by_time() {
   // Each EVENTS record is one thread's buffer, in that thread's order: its times do not decrease. The time order
   // is then a merge of the records (ties: the earlier record first, as a stable sort of the file's order gives),
   // sequential reads instead of a sort's random ones over a file that may be many GiB.
@@ -287,13 +287,13 @@ void TraceReader::SortByTime() {
   std::iota(order_.begin(), order_.end(), 0u);
   std::stable_sort(order_.begin(), order_.end(), [this](uint32_t a, uint32_t b) {
     uint64_t ta, tb;
-    std::memcpy(&ta, EventAt(a), sizeof(ta));
-    std::memcpy(&tb, EventAt(b), sizeof(tb));
+    std::memcpy(&ta, event_at(a), sizeof(ta));
+    std::memcpy(&tb, event_at(b), sizeof(tb));
     return ta < tb;
   });
 }
 
-bool TraceReader::Stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const {
+bool TraceReader::stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const {
   auto it = stacks_.find(stack_id);
   if (it == stacks_.end()) return false;
   // Records are 8-byte aligned in the file and the mapping is page aligned: the addresses are read in place.
@@ -302,7 +302,7 @@ bool TraceReader::Stack(uint32_t stack_id, const uint64_t** frames, uint32_t* de
   return true;
 }
 
-void TraceReader::ForEachStack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const {
+void TraceReader::for_each_stack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const {
   for (const auto& [id, ref] : stacks_) fn(id, reinterpret_cast<const uint64_t*>(data_ + ref.offset), ref.depth);
 }
 
@@ -310,7 +310,7 @@ TraceReader::~TraceReader() {
   if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_bytes_);
 }
 
-const void* TraceReader::EventAt(uint64_t index) const {
+const void* TraceReader::event_at(uint64_t index) const {
   // Chunks are few and in index order; binary search them.
   auto it = std::upper_bound(chunks_.begin(), chunks_.end(), index,
                              [](uint64_t i, const Chunk& c) { return i < c.first_index; });
@@ -318,13 +318,13 @@ const void* TraceReader::EventAt(uint64_t index) const {
   return data_ + c.offset + (index - c.first_index) * sizeof(prof::TraceEvent);
 }
 
-void TraceReader::Rewind() {
+void TraceReader::rewind() {
   next_ = 0;
   chunk_ = 0;
   std::fill(paired_.begin(), paired_.end(), false);
 }
 
-bool TraceReader::ReallocPair(uint64_t index, const prof::TraceEvent& free_half, prof::TraceEvent* alloc_half) const {
+bool TraceReader::realloc_pair(uint64_t index, const prof::TraceEvent& free_half, prof::TraceEvent* alloc_half) const {
   auto it = std::upper_bound(chunks_.begin(), chunks_.end(), index,
                              [](uint64_t i, const Chunk& c) { return i < c.first_index; });
   const Chunk& c = *std::prev(it);
@@ -333,7 +333,7 @@ bool TraceReader::ReallocPair(uint64_t index, const prof::TraceEvent& free_half,
   return alloc_half->kind == (prof::kAlloc | prof::kEventFromRealloc) && alloc_half->thread_id == free_half.thread_id;
 }
 
-bool TraceReader::Next(Event* event) {
+bool TraceReader::next(Event* event) {
   uint64_t index;
   do {
     if (next_ >= event_count_) return false;
@@ -342,7 +342,7 @@ bool TraceReader::Next(Event* event) {
   } while (!paired_.empty() && paired_[index]);
   const void* raw;
   if (!order_.empty()) {
-    raw = EventAt(index);
+    raw = event_at(index);
   } else {
     while (index >= chunks_[chunk_].first_index + chunks_[chunk_].count) ++chunk_;
     const Chunk& c = chunks_[chunk_];
@@ -359,9 +359,9 @@ bool TraceReader::Next(Event* event) {
   event->thread = e.thread_id;
   event->stack_id = e.stack_id;
   // The two halves of one realloc (the profiler writes them one after the other) are one kRealloc event, at the
-  // free half's time, so that a policy can keep the object in place (Policy::ReallocInPlace).
+  // free half's time, so that a policy can keep the object in place (Policy::realloc_in_place).
   prof::TraceEvent a;
-  if (e.kind == (prof::kFree | prof::kEventFromRealloc) && ReallocPair(index, e, &a)) {
+  if (e.kind == (prof::kFree | prof::kEventFromRealloc) && realloc_pair(index, e, &a)) {
     if (paired_.empty()) paired_.assign(event_count_, false);
     paired_[index + 1] = true;
     event->kind = EventKind::kRealloc;

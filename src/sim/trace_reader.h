@@ -30,8 +30,8 @@ class TraceReader final : public EventSource, public TraceStacks {
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
 
-  bool Next(Event* event) override;
-  void Rewind() override;
+  bool next(Event* event) override;
+  void rewind() override;
   uint64_t event_count_hint() const override { return event_count_; }
 
   uint64_t event_count() const { return event_count_; }
@@ -41,17 +41,17 @@ class TraceReader final : public EventSource, public TraceStacks {
   bool reordered() const { return !order_.empty(); }
 
   // The STACK and MAPPING records (read in place from the mapped file).
-  bool Stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const override;
-  void ForEachStack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const override;
-  const std::vector<MappingInfo>& Mappings() const override { return mappings_; }
+  bool stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const override;
+  void for_each_stack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const override;
+  const std::vector<MappingInfo>& mappings() const override { return mappings_; }
 
  private:
-  [[noreturn]] void Fail(uint64_t offset, const std::string& problem) const;
-  const void* EventAt(uint64_t index) const;
-  void SortByTime();
+  [[noreturn]] void fail(uint64_t offset, const std::string& problem) const;
+  const void* event_at(uint64_t index) const;
+  void sort_by_time();
   // The realloc whose free half is the event at index: its allocation half, the same thread's next event in the
   // same record. False when it is not there (realloc(p, 0), or a buffer flushed between the two halves).
-  bool ReallocPair(uint64_t index, const prof::TraceEvent& free_half, prof::TraceEvent* alloc_half) const;
+  bool realloc_pair(uint64_t index, const prof::TraceEvent& free_half, prof::TraceEvent* alloc_half) const;
 
   std::string path_;
   const unsigned char* data_ = nullptr;

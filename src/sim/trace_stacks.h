@@ -20,27 +20,27 @@ class TraceStacks {
  public:
   virtual ~TraceStacks() = default;
   // The frames of stack `stack_id` (return address - 1, innermost first); false when the trace has no such stack.
-  virtual bool Stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const = 0;
-  virtual void ForEachStack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const = 0;
-  virtual const std::vector<MappingInfo>& Mappings() const = 0;
+  virtual bool stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const = 0;
+  virtual void for_each_stack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const = 0;
+  virtual const std::vector<MappingInfo>& mappings() const = 0;
 };
 
 // Stacks held in memory (tests, hand-made traces).
 class VectorTraceStacks final : public TraceStacks {
  public:
-  void Add(uint32_t stack_id, std::vector<uint64_t> frames) { stacks_[stack_id] = std::move(frames); }
-  void AddMapping(MappingInfo m) { mappings_.push_back(std::move(m)); }
-  bool Stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const override {
+  void add(uint32_t stack_id, std::vector<uint64_t> frames) { stacks_[stack_id] = std::move(frames); }
+  void add_mapping(MappingInfo m) { mappings_.push_back(std::move(m)); }
+  bool stack(uint32_t stack_id, const uint64_t** frames, uint32_t* depth) const override {
     auto it = stacks_.find(stack_id);
     if (it == stacks_.end()) return false;
     *frames = it->second.data();
     *depth = static_cast<uint32_t>(it->second.size());
     return true;
   }
-  void ForEachStack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const override {
+  void for_each_stack(const std::function<void(uint32_t, const uint64_t*, uint32_t)>& fn) const override {
     for (const auto& [id, frames] : stacks_) fn(id, frames.data(), static_cast<uint32_t>(frames.size()));
   }
-  const std::vector<MappingInfo>& Mappings() const override { return mappings_; }
+  const std::vector<MappingInfo>& mappings() const override { return mappings_; }
 
  private:
   std::unordered_map<uint32_t, std::vector<uint64_t>> stacks_;

@@ -8,18 +8,18 @@
 namespace llamalloc::sim {
 namespace {
 
-using testing::Alloc;
-using testing::Free;
+using testing::alloc_event;
+using testing::free_event;
 using testing::kMs;
-using testing::Realloc;
+using testing::realloc_event;
 
 // Records what the engine hands to a policy.
 class RecordingPolicy final : public Policy {
  public:
   std::string name() const override { return "recording"; }
   bool needs_lifetime_classes() const override { return true; }
-  void Allocate(const ObjectAlloc& o) override { allocs.push_back(o); live += o.size_bytes; }
-  void Free(uint64_t, uint64_t address, uint64_t size_bytes, uint32_t) override {
+  void allocate(const ObjectAlloc& o) override { allocs.push_back(o); live += o.size_bytes; }
+  void free(uint64_t, uint64_t address, uint64_t size_bytes, uint32_t) override {
     frees.push_back({address, size_bytes});
     live -= size_bytes;
   }
@@ -30,9 +30,9 @@ class RecordingPolicy final : public Policy {
 };
 
 TEST(Engine, FreesOfUnknownAddressesAreCountedNotFatal) {
-  VectorEventSource source({Alloc(0, 0x1000, 10), Free(1, 0x2000), Free(2, 0x1000), Free(3, 0x1000), Free(4, 0)});
+  VectorEventSource source({alloc_event(0, 0x1000, 10), free_event(1, 0x2000), free_event(2, 0x1000), free_event(3, 0x1000), free_event(4, 0)});
   RecordingPolicy policy;
-  RunResult r = Replay(source, policy, EngineOptions{});
+  RunResult r = replay(source, policy, EngineOptions{});
   EXPECT_EQ(r.summary.unknown_frees, 2u);  // 0x2000 never allocated, 0x1000 freed twice
   EXPECT_EQ(r.summary.null_frees, 1u);
   EXPECT_EQ(r.summary.frees, 4u);
@@ -42,9 +42,9 @@ TEST(Engine, FreesOfUnknownAddressesAreCountedNotFatal) {
 }
 
 TEST(Engine, FreeCarriesTheAllocatedSizeAndReallocMovesTheObject) {
-  VectorEventSource source({Alloc(0, 0x1000, 10), Realloc(1, 0x1000, 0x5000, 300), Free(2, 0x5000)});
+  VectorEventSource source({alloc_event(0, 0x1000, 10), realloc_event(1, 0x1000, 0x5000, 300), free_event(2, 0x5000)});
   RecordingPolicy policy;
-  RunResult r = Replay(source, policy, EngineOptions{});
+  RunResult r = replay(source, policy, EngineOptions{});
   ASSERT_EQ(policy.allocs.size(), 2u);
   EXPECT_EQ(policy.allocs[1].address, 0x5000u);
   EXPECT_EQ(policy.allocs[1].size_bytes, 300u);
@@ -55,29 +55,29 @@ TEST(Engine, FreeCarriesTheAllocatedSizeAndReallocMovesTheObject) {
 }
 
 TEST(Engine, AllocationOfALiveAddressEndsTheOldObject) {
-  VectorEventSource source({Alloc(0, 0x1000, 10), Alloc(1, 0x1000, 20)});
+  VectorEventSource source({alloc_event(0, 0x1000, 10), alloc_event(1, 0x1000, 20)});
   RecordingPolicy policy;
-  RunResult r = Replay(source, policy, EngineOptions{});
+  RunResult r = replay(source, policy, EngineOptions{});
   EXPECT_EQ(r.summary.reused_live_addresses, 1u);
   EXPECT_EQ(r.summary.final_live_bytes, 20u);
 }
 
 TEST(Engine, OracleClassesComeFromTheObjectsOwnFreeTimes) {
   VectorEventSource source({
-      Alloc(0, 0x1000, 8),              // freed after 5 ms: class 0
-      Alloc(0, 0x2000, 8),              // freed after 50 ms: class 1
-      Alloc(1 * kMs, 0x3000, 8),        // freed after 2 s: class 3
-      Alloc(2 * kMs, 0x4000, 8),        // never freed: class 7
-      Free(5 * kMs, 0x1000),
-      Alloc(6 * kMs, 0x1000, 8),        // same address again, freed after 1000 s: class 6
-      Free(50 * kMs, 0x2000),
-      Free(2001 * kMs, 0x3000),
-      Free(1000006 * kMs, 0x1000),
+      alloc_event(0, 0x1000, 8),              // freed after 5 ms: class 0
+      alloc_event(0, 0x2000, 8),              // freed after 50 ms: class 1
+      alloc_event(1 * kMs, 0x3000, 8),        // freed after 2 s: class 3
+      alloc_event(2 * kMs, 0x4000, 8),        // never freed: class 7
+      free_event(5 * kMs, 0x1000),
+      alloc_event(6 * kMs, 0x1000, 8),        // same address again, freed after 1000 s: class 6
+      free_event(50 * kMs, 0x2000),
+      free_event(2001 * kMs, 0x3000),
+      free_event(1000006 * kMs, 0x1000),
   });
-  std::vector<uint8_t> classes = ComputeLifetimeClasses(source);
+  std::vector<uint8_t> classes = compute_lifetime_classes(source);
   EXPECT_EQ(classes, (std::vector<uint8_t>{0, 1, 3, 7, 6}));
   RecordingPolicy policy;
-  Replay(source, policy, EngineOptions{});
+  replay(source, policy, EngineOptions{});
   ASSERT_EQ(policy.allocs.size(), 5u);
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(policy.allocs[i].lifetime_class, classes[i]);
 }
@@ -87,11 +87,11 @@ class InPlacePolicy final : public Policy {
  public:
   std::string name() const override { return "in-place"; }
   bool needs_lifetime_classes() const override { return true; }
-  bool ReallocInPlace(uint64_t old_size_bytes, uint64_t new_size_bytes) const override {
+  bool realloc_in_place(uint64_t old_size_bytes, uint64_t new_size_bytes) const override {
     return new_size_bytes <= old_size_bytes;
   }
-  void Allocate(const ObjectAlloc& o) override { allocs.push_back(o); }
-  void Free(uint64_t, uint64_t address, uint64_t size_bytes, uint32_t) override { frees.push_back({address, size_bytes}); }
+  void allocate(const ObjectAlloc& o) override { allocs.push_back(o); }
+  void free(uint64_t, uint64_t address, uint64_t size_bytes, uint32_t) override { frees.push_back({address, size_bytes}); }
   uint64_t footprint_bytes() const override { return 0; }
   std::vector<ObjectAlloc> allocs;
   std::vector<std::pair<uint64_t, uint64_t>> frees;
@@ -99,16 +99,16 @@ class InPlacePolicy final : public Policy {
 
 TEST(Engine, AReallocThePolicyKeepsInPlaceContinuesTheObjectUnderItsFirstAddress) {
   VectorEventSource source({
-      Alloc(0, 0x1000, 100),
-      Realloc(1 * kMs, 0x1000, 0x2000, 80),   // the traced allocator moved it; the policy keeps it
-      Alloc(2 * kMs, 0x1000, 50),             // the traced allocator reuses the first address
-      Realloc(3 * kMs, 0x2000, 0x3000, 90),   // still within the 100 bytes first allocated
-      Realloc(4 * kMs, 0x3000, 0x4000, 200),  // grows: moves
-      Free(5 * kMs, 0x1000),
-      Free(2000 * kMs, 0x4000),
+      alloc_event(0, 0x1000, 100),
+      realloc_event(1 * kMs, 0x1000, 0x2000, 80),   // the traced allocator moved it; the policy keeps it
+      alloc_event(2 * kMs, 0x1000, 50),             // the traced allocator reuses the first address
+      realloc_event(3 * kMs, 0x2000, 0x3000, 90),   // still within the 100 bytes first allocated
+      realloc_event(4 * kMs, 0x3000, 0x4000, 200),  // grows: moves
+      free_event(5 * kMs, 0x1000),
+      free_event(2000 * kMs, 0x4000),
   });
   InPlacePolicy policy;
-  RunResult r = Replay(source, policy, EngineOptions{});
+  RunResult r = replay(source, policy, EngineOptions{});
   EXPECT_EQ(r.summary.reallocs, 3u);
   EXPECT_EQ(r.summary.reallocs_in_place, 2u);
   EXPECT_EQ(r.summary.unknown_frees, 0u);
@@ -127,27 +127,27 @@ TEST(Engine, AReallocThePolicyKeepsInPlaceContinuesTheObjectUnderItsFirstAddress
   EXPECT_EQ(r.summary.peak_live_bytes, 250u);  // 200 + 50 after the grow
   EXPECT_EQ(r.summary.final_live_bytes, 0u);
   // The oracle's lifetimes follow the same objects: the first lives 4 ms (class 0) until the grow moves it.
-  std::vector<uint8_t> classes = ComputeLifetimeClasses(source, &policy);
+  std::vector<uint8_t> classes = compute_lifetime_classes(source, &policy);
   EXPECT_EQ(classes, (std::vector<uint8_t>{0, 0, 3}));
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(policy.allocs[i].lifetime_class, classes[i]);
   // Without a policy that keeps reallocs in place, every realloc is a new object.
-  EXPECT_EQ(ComputeLifetimeClasses(source).size(), 5u);
+  EXPECT_EQ(compute_lifetime_classes(source).size(), 5u);
 }
 
 TEST(Engine, LifetimeClassBoundaries) {
-  EXPECT_EQ(LifetimeClassOf(0), 0);
-  EXPECT_EQ(LifetimeClassOf(9'999'999), 0);
-  EXPECT_EQ(LifetimeClassOf(10'000'000), 1);
-  EXPECT_EQ(LifetimeClassOf(999'999'999), 2);
-  EXPECT_EQ(LifetimeClassOf(1'000'000'000), 3);
-  EXPECT_EQ(LifetimeClassOf(999'999'999'999), 5);
-  EXPECT_EQ(LifetimeClassOf(1'000'000'000'000), 6);
+  EXPECT_EQ(lifetime_class_of(0), 0);
+  EXPECT_EQ(lifetime_class_of(9'999'999), 0);
+  EXPECT_EQ(lifetime_class_of(10'000'000), 1);
+  EXPECT_EQ(lifetime_class_of(999'999'999), 2);
+  EXPECT_EQ(lifetime_class_of(1'000'000'000), 3);
+  EXPECT_EQ(lifetime_class_of(999'999'999'999), 5);
+  EXPECT_EQ(lifetime_class_of(1'000'000'000'000), 6);
 }
 
 TEST(Engine, TimelineFillsEveryIntervalOfAGap) {
-  VectorEventSource source({Alloc(5 * kMs, 0x1000, 100), Free(47 * kMs, 0x1000)});
+  VectorEventSource source({alloc_event(5 * kMs, 0x1000, 100), free_event(47 * kMs, 0x1000)});
   PagePolicy policy(12);
-  RunResult r = Replay(source, policy, EngineOptions{10 * kMs});
+  RunResult r = replay(source, policy, EngineOptions{10 * kMs});
   // Samples at 0 (before the alloc at 5 ms), 10, 20, 30, 40 and the final 47 ms.
   ASSERT_EQ(r.timeline.size(), 6u);
   EXPECT_EQ(r.timeline[0].live_bytes, 0u);

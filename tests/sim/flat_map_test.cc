@@ -15,23 +15,23 @@ TEST(FlatMap, AgreesWithUnorderedMapUnderRandomInsertsAndErases) {
   Random random(7);
   for (int step = 0; step < 200000; ++step) {
     // Few distinct keys, clustered like addresses, so probe chains collide and wrap.
-    uint64_t key = 0x7f0000000000 + (random.Below(5000) << 4);
-    if (random.Below(3) == 0) {
+    uint64_t key = 0x7f0000000000 + (random.below(5000) << 4);
+    if (random.below(3) == 0) {
       uint64_t removed = 0;
       bool had = reference.erase(key) > 0;
-      EXPECT_EQ(map.Erase(key, &removed), had);
+      EXPECT_EQ(map.erase(key, &removed), had);
     } else {
-      map.Put(key, step);
+      map.put(key, step);
       reference[key] = step;
     }
   }
   EXPECT_EQ(map.size(), reference.size());
   for (auto [k, v] : reference) {
-    ASSERT_NE(map.Find(k), nullptr);
-    EXPECT_EQ(*map.Find(k), v);
+    ASSERT_NE(map.find(k), nullptr);
+    EXPECT_EQ(*map.find(k), v);
   }
   size_t visited = 0;
-  map.ForEach([&](uint64_t k, uint64_t v) {
+  map.for_each([&](uint64_t k, uint64_t v) {
     ++visited;
     EXPECT_EQ(reference.at(k), v);
   });
@@ -40,8 +40,8 @@ TEST(FlatMap, AgreesWithUnorderedMapUnderRandomInsertsAndErases) {
 
 TEST(FlatMap, KeyZeroIsNeverPresent) {
   FlatMap<int> map;
-  EXPECT_EQ(map.Find(0), nullptr);
-  EXPECT_FALSE(map.Erase(0));
+  EXPECT_EQ(map.find(0), nullptr);
+  EXPECT_FALSE(map.erase(0));
 }
 
 }  // namespace

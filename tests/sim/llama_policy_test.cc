@@ -2,27 +2,29 @@
 
 #include <gtest/gtest.h>
 
+#include "local/local.h"
+#include "local/refill_rule.h"
 #include "sim/engine.h"
 #include "test_events.h"
 
 namespace llamalloc::sim {
 namespace {
 
-using testing::Alloc;
-using testing::Free;
+using testing::alloc_event;
+using testing::free_event;
 using testing::kMs;
 
 constexpr uint64_t k2M = 2 << 20;
 
 TEST(LlamaPolicy, ObjectsOfDifferentTrueClassesLiveOnDifferentHugePages) {
   VectorEventSource source({
-      Alloc(0, 0x1000, 64),                // freed after 5 ms: class 0
-      Alloc(1 * kMs, 0x2000, 64),          // never freed: class 7
-      Alloc(2 * kMs, 0x3000, 3 << 20),     // 3 MiB, freed after 3 ms: two whole huge pages
-      Free(5 * kMs, 0x1000),
-      Free(5 * kMs, 0x3000),
+      alloc_event(0, 0x1000, 64),                // freed after 5 ms: class 0
+      alloc_event(1 * kMs, 0x2000, 64),          // never freed: class 7
+      alloc_event(2 * kMs, 0x3000, 3 << 20),     // 3 MiB, freed after 3 ms: two whole huge pages
+      free_event(5 * kMs, 0x1000),
+      free_event(5 * kMs, 0x3000),
   });
-  std::vector<uint8_t> classes = ComputeLifetimeClasses(source);
+  std::vector<uint8_t> classes = compute_lifetime_classes(source);
   ASSERT_EQ(classes, (std::vector<uint8_t>{0, 7, 0}));
   LlamaOptions options;
   options.snapshot_times_ns = {3 * kMs};
@@ -31,12 +33,12 @@ TEST(LlamaPolicy, ObjectsOfDifferentTrueClassesLiveOnDifferentHugePages) {
   engine.set_lifetime_classes(&classes);
   Event e;
   std::vector<uint64_t> footprints;
-  while (source.Next(&e)) {
-    engine.Process(e);
+  while (source.next(&e)) {
+    engine.process(e);
     footprints.push_back(policy.footprint_bytes());
     EXPECT_EQ(policy.footprint_bytes(), policy.platform_backed_bytes());
   }
-  engine.Finish();
+  engine.finish();
   // One open page for class 0, one for class 7, two for the huge object; freeing it gives both back. The
   // class-0 span stays with its thread (as in the process), so its page stays open.
   EXPECT_EQ(footprints, (std::vector<uint64_t>{k2M, 2 * k2M, 4 * k2M, 4 * k2M, 2 * k2M}));
@@ -70,20 +72,20 @@ TEST(LlamaPolicy, SnapshotsListTheContextsOfEachPagesLiveObjects) {
     return e;
   };
   VectorEventSource source({
-      from(Alloc(0, 0x1000, 64), 5),
-      from(Alloc(0, 0x2000, 64), 5),
-      from(Alloc(0, 0x3000, 200), 9),
-      from(Alloc(0, 0x4000, 48), 2),
-      from(Alloc(0, 0x5000, 48), 4),
-      from(Alloc(0, 0x6000, 16), 6),
-      Free(1 * kMs, 0x2000),
-      Free(3 * kMs, 0x1000),
+      from(alloc_event(0, 0x1000, 64), 5),
+      from(alloc_event(0, 0x2000, 64), 5),
+      from(alloc_event(0, 0x3000, 200), 9),
+      from(alloc_event(0, 0x4000, 48), 2),
+      from(alloc_event(0, 0x5000, 48), 4),
+      from(alloc_event(0, 0x6000, 16), 6),
+      free_event(1 * kMs, 0x2000),
+      free_event(3 * kMs, 0x1000),
   });
   LlamaOptions options;
   options.fixed_class = 0;
   options.snapshot_times_ns = {2 * kMs};
   LlamaPolicy policy(options);
-  Replay(source, policy, EngineOptions{1 * kMs});
+  replay(source, policy, EngineOptions{1 * kMs});
   auto json = policy.summary_json();
   ASSERT_EQ(json[0].first, "snapshots");
   const std::string& s = json[0].second;
@@ -101,7 +103,7 @@ TEST(LlamaPolicy, SnapshotsListTheContextsOfEachPagesLiveObjects) {
 // Each object's class is its stack id: the class a model would give its context.
 class StackIsClass final : public ClassSource {
  public:
-  unsigned ClassOf(const ObjectAlloc& object) override { return object.stack_id; }
+  unsigned class_of(const ObjectAlloc& object) override { return object.stack_id; }
 };
 
 // The library's options reach the replay's heap (LlamaOptions::heap_options, `simulate --heap-option`): here
@@ -114,16 +116,16 @@ TEST(LlamaPolicy, TheLibrarysPlacementOptionsConfigureTheReplaysHeap) {
     SCOPED_TRACE("DENSE_FIRST=" + std::to_string(dense));
     constexpr uint64_t k64K = 64 << 10;  // a large object of 8 blocks: 32 fill a huge page
     auto object = [](uint64_t t, uint64_t address, uint32_t lifetime_class) {
-      Event e = Alloc(t, address, k64K);
+      Event e = alloc_event(t, address, k64K);
       e.stack_id = lifetime_class;
       return e;
     };
     std::vector<Event> events;
     for (uint64_t i = 0; i < 64; ++i) events.push_back(object(0, 0x100000 + i * k64K, 2));  // A: 0-31, B: 32-63
-    for (uint64_t i = 32; i < 34; ++i) events.push_back(Free(1 * kMs, 0x100000 + i * k64K));
-    for (uint64_t i = 0; i < 28; ++i) events.push_back(Free(2 * kMs, 0x100000 + i * k64K));
+    for (uint64_t i = 32; i < 34; ++i) events.push_back(free_event(1 * kMs, 0x100000 + i * k64K));
+    for (uint64_t i = 0; i < 28; ++i) events.push_back(free_event(2 * kMs, 0x100000 + i * k64K));
     events.push_back(object(3 * kMs, 0x9000000, 1));
-    for (uint64_t i = 28; i < 32; ++i) events.push_back(Free(4 * kMs, 0x100000 + i * k64K));
+    for (uint64_t i = 28; i < 32; ++i) events.push_back(free_event(4 * kMs, 0x100000 + i * k64K));
     VectorEventSource source(std::move(events));
     LlamaOptions options;
     options.class_source = std::make_shared<StackIsClass>();
@@ -132,11 +134,11 @@ TEST(LlamaPolicy, TheLibrarysPlacementOptionsConfigureTheReplaysHeap) {
     Engine engine(policy, EngineOptions{1 * kMs});
     Event e;
     std::vector<uint64_t> footprints;
-    while (source.Next(&e)) {
-      engine.Process(e);
+    while (source.next(&e)) {
+      engine.process(e);
       footprints.push_back(policy.footprint_bytes());
     }
-    engine.Finish();
+    engine.finish();
     ASSERT_EQ(footprints.size(), 64u + 2 + 28 + 1 + 4);
     EXPECT_EQ(footprints[64 + 2 + 28], 2 * k2M) << "the class-1 object recycles a free block: no fresh page";
     EXPECT_EQ(footprints.back(), (dense ? 1 : 2) * k2M);
@@ -152,8 +154,8 @@ TEST(LlamaPolicy, DefaultPolicyPutsEverythingInItsFixedClass) {
   LlamaPolicy policy(options);
   EXPECT_EQ(policy.name(), "llama-default");
   EXPECT_FALSE(policy.needs_lifetime_classes());
-  VectorEventSource source({Alloc(0, 0x1000, 64), Alloc(1, 0x2000, 64), Alloc(2, 0x3000, 20000)});
-  RunResult r = Replay(source, policy, EngineOptions{});
+  VectorEventSource source({alloc_event(0, 0x1000, 64), alloc_event(1, 0x2000, 64), alloc_event(2, 0x3000, 20000)});
+  RunResult r = replay(source, policy, EngineOptions{});
   EXPECT_EQ(r.summary.final_footprint_bytes, k2M);  // small and large objects share the one open page
   double class0 = -1;
   for (auto& [name, value] : r.extras) {
@@ -168,12 +170,12 @@ TEST(LlamaPolicy, ManyShortLivedObjectsReuseMemory) {
   std::vector<Event> events;
   uint64_t t = 0;
   for (int round = 0; round < 200; ++round) {
-    for (uint64_t i = 0; i < 500; ++i) events.push_back(Alloc(t++, 0x100000 + 128 * i, 100));
-    for (uint64_t i = 0; i < 500; ++i) events.push_back(Free(t++, 0x100000 + 128 * i));
+    for (uint64_t i = 0; i < 500; ++i) events.push_back(alloc_event(t++, 0x100000 + 128 * i, 100));
+    for (uint64_t i = 0; i < 500; ++i) events.push_back(free_event(t++, 0x100000 + 128 * i));
   }
   VectorEventSource source(events);
   LlamaPolicy policy(LlamaOptions{});
-  RunResult r = Replay(source, policy, EngineOptions{});
+  RunResult r = replay(source, policy, EngineOptions{});
   EXPECT_EQ(r.summary.peak_live_bytes, 50000u);
   EXPECT_LE(r.summary.peak_footprint_bytes, 2 * k2M);
   EXPECT_EQ(r.summary.unknown_frees, 0u);
@@ -189,17 +191,17 @@ TEST(LlamaPolicy, IdleThreadsGiveTheirSpansBackAsAtThreadExit) {
   // Thread 1 allocates twice and goes quiet; thread 2 works on. After thread_idle_ns the first thread's
   // span goes back to the heap (as release_all does at thread exit), and its objects' frees still work.
   std::vector<Event> events;
-  Event a = testing::Alloc(0, 0x1000, 64);
+  Event a = testing::alloc_event(0, 0x1000, 64);
   a.thread = 1;
-  Event b = testing::Alloc(1, 0x2000, 64);
+  Event b = testing::alloc_event(1, 0x2000, 64);
   b.thread = 1;
   events = {a, b};
   for (uint64_t i = 0; i < 30; ++i) {
-    Event e = testing::Alloc(100 * testing::kMs * (i + 1), 0x10000 + 64 * i, 64);
+    Event e = testing::alloc_event(100 * testing::kMs * (i + 1), 0x10000 + 64 * i, 64);
     e.thread = 2;
     events.push_back(e);
   }
-  Event fa = testing::Free(3100 * testing::kMs, 0x1000);
+  Event fa = testing::free_event(3100 * testing::kMs, 0x1000);
   fa.thread = 2;
   events.push_back(fa);
   LlamaOptions options;
@@ -207,7 +209,7 @@ TEST(LlamaPolicy, IdleThreadsGiveTheirSpansBackAsAtThreadExit) {
   options.thread_idle_ns = 1000 * testing::kMs;
   LlamaPolicy policy(options);
   VectorEventSource source(events);
-  RunResult r = Replay(source, policy, EngineOptions{100 * testing::kMs});
+  RunResult r = replay(source, policy, EngineOptions{100 * testing::kMs});
   double released = -1, threads = -1;
   for (auto& [name, value] : r.extras) {
     if (name == "idle_threads_released") released = value;
@@ -227,17 +229,17 @@ TEST(LlamaPolicy, SpansOfAnIdleThreadThatOtherThreadsEmptyGoBackAtTheSweepersPer
   std::vector<Event> events;
   constexpr uint64_t kObjects = 40000;  // 64 B each: 2.4 MiB
   for (uint64_t i = 0; i < kObjects; ++i) {
-    Event e = testing::Alloc(i * 1000, 0x100000 + 64 * i, 64);
+    Event e = testing::alloc_event(i * 1000, 0x100000 + 64 * i, 64);
     e.thread = 1;
     events.push_back(e);
   }
   for (uint64_t i = 0; i < kObjects; ++i) {
-    Event e = testing::Free(1000 * testing::kMs + i * 1000, 0x100000 + 64 * i);
+    Event e = testing::free_event(1000 * testing::kMs + i * 1000, 0x100000 + 64 * i);
     e.thread = 2;
     events.push_back(e);
   }
   for (uint64_t i = 0; i < 40; ++i) {  // thread 2 lives on: one object every 100 ms until 5.1 s
-    Event e = testing::Alloc(1100 * testing::kMs + 100 * testing::kMs * i, 0x10000000 + 64 * i, 64);
+    Event e = testing::alloc_event(1100 * testing::kMs + 100 * testing::kMs * i, 0x10000000 + 64 * i, 64);
     e.thread = 2;
     events.push_back(e);
   }
@@ -245,10 +247,29 @@ TEST(LlamaPolicy, SpansOfAnIdleThreadThatOtherThreadsEmptyGoBackAtTheSweepersPer
   options.fixed_class = 0;
   LlamaPolicy policy(options);
   VectorEventSource source(events);
-  RunResult r = Replay(source, policy, EngineOptions{100 * testing::kMs});
+  RunResult r = replay(source, policy, EngineOptions{100 * testing::kMs});
   EXPECT_EQ(r.summary.final_live_bytes, 64u * 40);
   EXPECT_GE(r.summary.peak_footprint_bytes, 2 * k2M);
   EXPECT_LE(r.summary.final_footprint_bytes, k2M) << "thread 1's emptied spans keep their huge pages";
+}
+
+}  // namespace
+}  // namespace llamalloc::sim
+
+namespace llamalloc::sim {
+namespace {
+
+// The fast path's miss rule that the replay counts slow paths by (local/refill_rule.h).
+TEST(RefillRule, FastPathMissesOnLargeAlignedOrEmpty) {
+  LocalHeap heap;  // every span the static empty one
+  unsigned sc = classify(64, kMinAlignBytes);
+  EXPECT_TRUE(fast_path_misses(heap.spans[1], sc, kMinAlignBytes));
+  EXPECT_TRUE(fast_path_misses(heap.spans[1], kLargeRequest, kMinAlignBytes));
+  SmallSpan span{};
+  span.free = &span;  // one free block
+  heap.spans[1][sc] = &span;
+  EXPECT_FALSE(fast_path_misses(heap.spans[1], sc, kMinAlignBytes));
+  EXPECT_TRUE(fast_path_misses(heap.spans[1], classify(64, 64), 64));
 }
 
 }  // namespace

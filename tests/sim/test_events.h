@@ -9,7 +9,7 @@ namespace llamalloc::sim::testing {
 
 inline constexpr uint64_t kMs = 1'000'000;
 
-inline Event Alloc(uint64_t time_ns, uint64_t address, uint64_t size_bytes) {
+inline Event alloc_event(uint64_t time_ns, uint64_t address, uint64_t size_bytes) {
   Event e;
   e.time_ns = time_ns;
   e.kind = EventKind::kAlloc;
@@ -18,7 +18,7 @@ inline Event Alloc(uint64_t time_ns, uint64_t address, uint64_t size_bytes) {
   return e;
 }
 
-inline Event Free(uint64_t time_ns, uint64_t address) {
+inline Event free_event(uint64_t time_ns, uint64_t address) {
   Event e;
   e.time_ns = time_ns;
   e.kind = EventKind::kFree;
@@ -26,7 +26,7 @@ inline Event Free(uint64_t time_ns, uint64_t address) {
   return e;
 }
 
-inline Event Realloc(uint64_t time_ns, uint64_t old_address, uint64_t address, uint64_t size_bytes) {
+inline Event realloc_event(uint64_t time_ns, uint64_t old_address, uint64_t address, uint64_t size_bytes) {
   Event e;
   e.time_ns = time_ns;
   e.kind = EventKind::kRealloc;

@@ -11,28 +11,28 @@
 namespace llamalloc::sim {
 namespace {
 
-using testing::AllocEvent;
-using testing::FreeEvent;
+using testing::trace_alloc_event;
+using testing::trace_free_event;
 using testing::TraceBytes;
 
 const uint64_t kStart = 1'000'000'000;
 
-std::string TempPath(const std::string& name) {
+std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("llamalloc_sim_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
-TraceBytes GoodTrace() {
+TraceBytes good_trace() {
   TraceBytes t(kStart);
-  t.Stack(1, {0x401000, 0x402000});
-  t.Events({AllocEvent(kStart + 10, 0x1000, 100), AllocEvent(kStart + 20, 0x2000, 50)});
-  t.Events({FreeEvent(kStart + 30, 0x1000),
+  t.stack(1, {0x401000, 0x402000});
+  t.events({trace_alloc_event(kStart + 10, 0x1000, 100), trace_alloc_event(kStart + 20, 0x2000, 50)});
+  t.events({trace_free_event(kStart + 30, 0x1000),
             prof::TraceEvent{kStart + 40, 0x2000, 0, prof::kNoStack, 7, 0, prof::kFree | prof::kEventFromRealloc},
             prof::TraceEvent{kStart + 40, 0x3000, 80, 1, 7, 16, prof::kAlloc | prof::kEventFromRealloc}});
-  t.End();
+  t.end();
   return t;
 }
 
-std::string ErrorOf(const std::string& path) {
+std::string error_of(const std::string& path) {
   try {
     TraceReader reader(path);
   } catch (const FormatError& e) {
@@ -42,12 +42,12 @@ std::string ErrorOf(const std::string& path) {
 }
 
 TEST(TraceReader, ReadsEventsAcrossRecordsRelativeToTheTraceStart) {
-  std::string path = GoodTrace().Write(TempPath("good.trace"));
+  std::string path = good_trace().write(temp_path("good.trace"));
   TraceReader reader(path);
   EXPECT_EQ(reader.event_count(), 5u);
   std::vector<Event> events;
   Event e;
-  while (reader.Next(&e)) events.push_back(e);
+  while (reader.next(&e)) events.push_back(e);
   ASSERT_EQ(events.size(), 4u);
   EXPECT_EQ(events[0].time_ns, 10u);
   EXPECT_EQ(events[0].kind, EventKind::kAlloc);
@@ -61,9 +61,9 @@ TEST(TraceReader, ReadsEventsAcrossRecordsRelativeToTheTraceStart) {
   EXPECT_EQ(events[3].address, 0x3000u);
   EXPECT_EQ(events[3].size_bytes, 80u);
   EXPECT_EQ(events[3].stack_id, 1u);
-  reader.Rewind();
+  reader.rewind();
   events.clear();
-  while (reader.Next(&e)) events.push_back(e);
+  while (reader.next(&e)) events.push_back(e);
   ASSERT_EQ(events.size(), 4u);  // a second pass pairs them again
   EXPECT_EQ(events[0].address, 0x1000u);
   EXPECT_EQ(events[3].kind, EventKind::kRealloc);
@@ -78,19 +78,19 @@ TEST(TraceReader, OnlyTheAllocationRightAfterAReallocsFreeInTheSameThreadIsItsOt
     return prof::TraceEvent{kStart + t, address, 64, 1, thread, 16, prof::kAlloc | prof::kEventFromRealloc};
   };
   TraceBytes t(kStart);
-  t.Stack(1, {0x401000});
-  t.Events({AllocEvent(kStart + 1, 0x1000, 10), AllocEvent(kStart + 2, 0x2000, 10), AllocEvent(kStart + 3, 0x3000, 10),
+  t.stack(1, {0x401000});
+  t.events({trace_alloc_event(kStart + 1, 0x1000, 10), trace_alloc_event(kStart + 2, 0x2000, 10), trace_alloc_event(kStart + 3, 0x3000, 10),
             realloc_free(10, 0x1000, 7),  // realloc(p, 0): no allocation half
-            AllocEvent(kStart + 11, 0x5000, 10),
+            trace_alloc_event(kStart + 11, 0x5000, 10),
             realloc_free(20, 0x2000, 7)});  // its other half was flushed in the next record
-  t.Events({realloc_alloc(21, 0x6000, 7),
+  t.events({realloc_alloc(21, 0x6000, 7),
             realloc_free(30, 0x3000, 7), realloc_alloc(31, 0x7000, 8)});  // another thread's event
-  t.End();
-  std::string path = t.Write(TempPath("halves.trace"));
+  t.end();
+  std::string path = t.write(temp_path("halves.trace"));
   TraceReader reader(path);
   std::vector<EventKind> kinds;
   Event e;
-  while (reader.Next(&e)) kinds.push_back(e.kind);
+  while (reader.next(&e)) kinds.push_back(e.kind);
   EXPECT_EQ(kinds, (std::vector<EventKind>{EventKind::kAlloc, EventKind::kAlloc, EventKind::kAlloc, EventKind::kFree,
                                            EventKind::kAlloc, EventKind::kFree, EventKind::kAlloc, EventKind::kFree,
                                            EventKind::kAlloc}));
@@ -98,12 +98,12 @@ TEST(TraceReader, OnlyTheAllocationRightAfterAReallocsFreeInTheSameThreadIsItsOt
 }
 
 TEST(TraceReader, EveryTruncationIsReportedWithItsOffset) {
-  TraceBytes t = GoodTrace();
+  TraceBytes t = good_trace();
   size_t full = t.bytes().size();
-  std::string path = TempPath("cut.trace");
+  std::string path = temp_path("cut.trace");
   for (size_t keep = 0; keep < full; keep += 4) {
-    t.Write(path, keep);
-    std::string error = ErrorOf(path);
+    t.write(path, keep);
+    std::string error = error_of(path);
     ASSERT_NE(error, "") << "a trace cut at " << keep << " bytes was accepted";
     EXPECT_NE(error.find(path + ": "), std::string::npos) << error;
     EXPECT_NE(error.find("at byte offset "), std::string::npos) << error;
@@ -111,50 +111,50 @@ TEST(TraceReader, EveryTruncationIsReportedWithItsOffset) {
   }
   // Cut inside the second event record: the offset named is that record's header.
   size_t second_record = 64 + (8 + 8 + 16) + (8 + 2 * 40);
-  t.Write(path, second_record + 20);
-  EXPECT_NE(ErrorOf(path).find("at byte offset " + std::to_string(second_record)), std::string::npos) << ErrorOf(path);
+  t.write(path, second_record + 20);
+  EXPECT_NE(error_of(path).find("at byte offset " + std::to_string(second_record)), std::string::npos) << error_of(path);
   std::remove(path.c_str());
 }
 
 TEST(TraceReader, ForeignAndCorruptFilesAreRefused) {
-  std::string path = TempPath("foreign.trace");
+  std::string path = temp_path("foreign.trace");
   {
     std::ofstream out(path, std::ios::binary);
     out << "PK\x03\x04 this is a zip file, not a trace, and it is long enough to hold a header......";
   }
-  EXPECT_NE(ErrorOf(path).find("not a llamalloc trace (bad magic) at byte offset 0"), std::string::npos) << ErrorOf(path);
+  EXPECT_NE(error_of(path).find("not a llamalloc trace (bad magic) at byte offset 0"), std::string::npos) << error_of(path);
 
-  TraceBytes wrong_version = GoodTrace();
+  TraceBytes wrong_version = good_trace();
   wrong_version.bytes()[8] = 9;
-  wrong_version.Write(path);
-  EXPECT_NE(ErrorOf(path).find("trace version 9"), std::string::npos) << ErrorOf(path);
+  wrong_version.write(path);
+  EXPECT_NE(error_of(path).find("trace version 9"), std::string::npos) << error_of(path);
 
   TraceBytes bad_kind(kStart);
-  bad_kind.Events({AllocEvent(kStart, 0x1000, 8), prof::TraceEvent{kStart, 0x1000, 0, 0, 0, 0, 77}});
-  bad_kind.End();
-  bad_kind.Write(path);
-  EXPECT_NE(ErrorOf(path).find("corrupt event: kind 77 at byte offset " + std::to_string(64 + 8 + 40)), std::string::npos)
-      << ErrorOf(path);
+  bad_kind.events({trace_alloc_event(kStart, 0x1000, 8), prof::TraceEvent{kStart, 0x1000, 0, 0, 0, 0, 77}});
+  bad_kind.end();
+  bad_kind.write(path);
+  EXPECT_NE(error_of(path).find("corrupt event: kind 77 at byte offset " + std::to_string(64 + 8 + 40)), std::string::npos)
+      << error_of(path);
 
-  TraceBytes unknown_record = GoodTrace();
+  TraceBytes unknown_record = good_trace();
   uint32_t junk[2] = {999, 0};
   unknown_record.bytes().append(reinterpret_cast<char*>(junk), 8);
-  unknown_record.Write(path);
-  EXPECT_NE(ErrorOf(path).find("data after the end record"), std::string::npos) << ErrorOf(path);
+  unknown_record.write(path);
+  EXPECT_NE(error_of(path).find("data after the end record"), std::string::npos) << error_of(path);
   std::remove(path.c_str());
 }
 
 TEST(TraceReader, ThreadBuffersOutOfTimeOrderAreReplayedInTimeOrder) {
   // Thread B's buffer (the free at t=30) reached the file before thread A's (the alloc at t=10).
   TraceBytes t(kStart);
-  t.Events({FreeEvent(kStart + 30, 0x1000)});
-  t.Events({AllocEvent(kStart + 10, 0x1000, 4096)});
-  t.End();
-  std::string path = t.Write(TempPath("unsorted.trace"));
+  t.events({trace_free_event(kStart + 30, 0x1000)});
+  t.events({trace_alloc_event(kStart + 10, 0x1000, 4096)});
+  t.end();
+  std::string path = t.write(temp_path("unsorted.trace"));
   TraceReader reader(path);
   EXPECT_TRUE(reader.reordered());
   PagePolicy policy(12);
-  RunResult r = Replay(reader, policy, EngineOptions{});
+  RunResult r = replay(reader, policy, EngineOptions{});
   EXPECT_EQ(r.summary.unknown_frees, 0u);
   EXPECT_EQ(r.summary.final_live_bytes, 0u);
   EXPECT_EQ(r.summary.peak_footprint_bytes, 4096u);

@@ -20,46 +20,46 @@ class TraceBytes {
     h.header_bytes = sizeof(h);
     h.pid = 42;
     h.start_mono_ns = start_mono_ns;
-    Append(&h, sizeof(h));
+    append(&h, sizeof(h));
   }
-  void Events(const std::vector<prof::TraceEvent>& events) {
-    Record(prof::RecordType::kEvents, events.data(), events.size() * sizeof(prof::TraceEvent));
+  void events(const std::vector<prof::TraceEvent>& events) {
+    record(prof::RecordType::kEvents, events.data(), events.size() * sizeof(prof::TraceEvent));
     event_count_ += events.size();
   }
-  void Stack(uint32_t id, std::vector<uint64_t> frames) {
+  void stack(uint32_t id, std::vector<uint64_t> frames) {
     std::vector<unsigned char> payload(sizeof(prof::StackRecord) + frames.size() * 8);
     prof::StackRecord s{id, static_cast<uint32_t>(frames.size())};
     std::memcpy(payload.data(), &s, sizeof(s));
     std::memcpy(payload.data() + sizeof(s), frames.data(), frames.size() * 8);
-    Record(prof::RecordType::kStack, payload.data(), payload.size());
+    record(prof::RecordType::kStack, payload.data(), payload.size());
   }
-  void End() {
+  void end() {
     prof::EndRecord e{};
     e.event_count = event_count_;
-    Record(prof::RecordType::kEnd, &e, sizeof(e));
+    record(prof::RecordType::kEnd, &e, sizeof(e));
   }
-  void Record(prof::RecordType type, const void* payload, size_t n) {
+  void record(prof::RecordType type, const void* payload, size_t n) {
     prof::RecordHeader rh{static_cast<uint32_t>(type), static_cast<uint32_t>(n)};
-    Append(&rh, sizeof(rh));
-    Append(payload, n);
+    append(&rh, sizeof(rh));
+    append(payload, n);
   }
   std::string& bytes() { return bytes_; }
-  std::string Write(const std::string& path, size_t keep_bytes = SIZE_MAX) const {
+  std::string write(const std::string& path, size_t keep_bytes = SIZE_MAX) const {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(bytes_.data(), static_cast<std::streamsize>(std::min(keep_bytes, bytes_.size())));
     return path;
   }
 
  private:
-  void Append(const void* p, size_t n) { bytes_.append(static_cast<const char*>(p), n); }
+  void append(const void* p, size_t n) { bytes_.append(static_cast<const char*>(p), n); }
   std::string bytes_;
   uint64_t event_count_ = 0;
 };
 
-inline prof::TraceEvent AllocEvent(uint64_t time_ns, uint64_t address, uint64_t size, uint32_t stack = 1) {
+inline prof::TraceEvent trace_alloc_event(uint64_t time_ns, uint64_t address, uint64_t size, uint32_t stack = 1) {
   return prof::TraceEvent{time_ns, address, size, stack, 7, 16, prof::kAlloc};
 }
-inline prof::TraceEvent FreeEvent(uint64_t time_ns, uint64_t address) {
+inline prof::TraceEvent trace_free_event(uint64_t time_ns, uint64_t address) {
   return prof::TraceEvent{time_ns, address, 0, prof::kNoStack, 7, 0, prof::kFree};
 }
 

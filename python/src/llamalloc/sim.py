@@ -91,14 +91,29 @@ def binary() -> Path:
     return paths.native_program(BINARY)
 
 
+def _error_of(r: subprocess.CompletedProcess) -> UserError:
+    lines = [line for line in r.stderr.splitlines() if line.startswith("llamalloc-sim: error: ")]
+    message = lines[-1][len("llamalloc-sim: error: "):] if lines else f"llamalloc-sim failed with status {r.returncode}"
+    return UserError(message, exit_code=2 if r.returncode == 2 else 1)
+
+
+def check_heap_options(heap_options: Iterable[str]) -> None:
+    """Raises a one-line UserError naming the first bad "NAME=VALUE" (not an option of the library's table, or a
+    value the library's parser refuses), as llamalloc-sim checks them; at once, before tokens are prepared."""
+    args = [str(binary())]
+    for o in heap_options:
+        args += ["--heap-option", str(o)]
+    r = subprocess.run(args + ["--check-heap-options"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise _error_of(r)
+
+
 def trace_mappings(trace: str | os.PathLike) -> list[tuple[str, str]]:
     """The executable mappings of a trace's process, (path as the process named it, build id in hex), read by the
     engine (which checks the whole file first: a bad trace is a one-line FormatError)."""
     r = subprocess.run([str(binary()), str(trace), "--list-mappings"], capture_output=True, text=True)
     if r.returncode != 0:
-        lines = [line for line in r.stderr.splitlines() if line.startswith("llamalloc-sim: error: ")]
-        message = lines[-1][len("llamalloc-sim: error: "):] if lines else f"llamalloc-sim failed with status {r.returncode}"
-        raise UserError(message, exit_code=2 if r.returncode == 2 else 1)
+        raise _error_of(r)
     out = []
     for line in r.stdout.splitlines():
         path, _, build_id = line.partition("\t")
@@ -157,19 +172,49 @@ def prepare_tokens(model_path: str | os.PathLike, trace: str | os.PathLike,
     return out
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What a replay is run with, besides the trace, the policies and the output file.
+
+    `heap_options` are "NAME=VALUE" assignments of the library's options (LLAMALLOC_NAME, docs/options.md): the
+    llama policies' heap and predictor are configured from them as the library's would be. llamalloc-sim checks
+    them against the options table (names, bounds) with the library's own parser before it replays anything.
+    """
+    interval_ms: float = 10.0          # timeline sample period, in trace time
+    mesh_period_ms: float = 100.0      # how often the mesh policies mesh
+    seed: int = 1                      # randomness of the mesh policies
+    thread_idle_ms: float = 500.0      # llama policies: an idle traced thread gives its empty spans back; 0: never
+    snapshot_ms: tuple[float, ...] = ()  # llama policies: heap snapshot times
+    heap_options: tuple[str, ...] = ()
+    model: str | os.PathLike | None = None  # llama-model: the lifetime model
+    tokens: str | os.PathLike | None = None  # llama-model: token tables (default: prepared and cached)
+    predict_log: str | os.PathLike | None = None  # llama-model: "class: token ids" per context classified
+
+    def arguments(self) -> list[str]:
+        """llamalloc-sim's arguments for these settings (without the model's files)."""
+        args = ["--interval-ms", repr(float(self.interval_ms)), "--mesh-period-ms", repr(float(self.mesh_period_ms)),
+                "--seed", str(int(self.seed)), "--thread-idle-ms", repr(float(self.thread_idle_ms))]
+        for o in self.heap_options:
+            args += ["--heap-option", str(o)]
+        for t in self.snapshot_ms:
+            args += ["--snapshot-ms", repr(float(t))]
+        return args
+
+
 def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.PathLike,
-             interval_ms: float = 10.0, mesh_period_ms: float = 100.0, seed: int = 1,
-             snapshot_ms: Iterable[float] = (), deadline_k: int = 4, thread_idle_ms: float = 500.0,
-             progress: Callable[[str], None] | None = None, model: str | os.PathLike | None = None,
-             tokens: str | os.PathLike | None = None, repredict_every: int = 1000, repredict_backoff: int = 10,
-             min_confidence: int = 60, warn: Callable[[str], None] | None = None, predict_log: str | os.PathLike | None = None,
-             min_class: int = 1, unseen_trial: int = 64, heap_options: Iterable[str] = ()) -> SimResult:
+             settings: Settings | None = None, *, progress: Callable[[str], None] | None = None,
+             warn: Callable[[str], None] | None = None, **fields) -> SimResult:
     """Replays `trace` through each policy; writes `out` (JSON) and its timeline CSV; returns the result.
 
-    llama-model needs `model`; its token tables are `tokens` if given, else prepared for the trace's binaries (and
-    cached). Warnings (binaries whose frames cannot be tokenised) go to `warn`, even when `progress` is None.
-    `heap_options` ("NAME=VALUE", the library's LLAMALLOC_NAME) configure the llama policies' heap as the library's
-    would be; llamalloc-sim checks each (a placement option, within its bounds) before it replays anything."""
+    `settings` (or its fields as keywords: `simulate(t, p, o, interval_ms=20)`) say how. llama-model needs
+    `settings.model`; its token tables are `settings.tokens` if given, else prepared for the trace's binaries (and
+    cached). Warnings (binaries whose frames cannot be tokenised, heap options the replay does not model) go to
+    `warn`, even when `progress` is None."""
+    if settings is None:
+        settings = Settings(**{k: tuple(v) if k in ("heap_options", "snapshot_ms") else v for k, v in fields.items()})
+    elif fields:
+        raise TypeError("simulate: give either settings or its fields, not both")
+    model, tokens = settings.model, settings.tokens
     trace = Path(trace)
     if not trace.exists():
         raise UserError(f"{trace}: no such trace file")
@@ -192,9 +237,9 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
         raise UserError(f"{out}: is a directory; give the result file's path")
     if not os.access(folder, os.W_OK):
         raise UserError(f"{out}: folder {folder} is not writable")
-    cmd = [str(binary()), str(trace), "--out", str(out), "--interval-ms", repr(float(interval_ms)),
-           "--mesh-period-ms", repr(float(mesh_period_ms)), "--seed", str(int(seed)),
-           "--deadline-k", str(int(deadline_k)), "--thread-idle-ms", repr(float(thread_idle_ms))]
+    if settings.heap_options:
+        check_heap_options(settings.heap_options)
+    cmd = [str(binary()), str(trace), "--out", str(out), *settings.arguments()]
     if wants_model:
         from .model import modelfile
 
@@ -203,19 +248,13 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
             tokens = prepare_tokens(model, trace, log=progress or (lambda m: None))
         elif not Path(tokens).is_file():
             raise FormatError(tokens, "no such file")
-        cmd += ["--model", str(model), "--repredict-every", str(int(repredict_every)),
-                "--repredict-backoff", str(int(repredict_backoff)), "--min-confidence", str(int(min_confidence)),
-                "--min-class", str(int(min_class)), "--unseen-trial", str(int(unseen_trial))]
+        cmd += ["--model", str(model)]
         if tokens is not None:
             cmd += ["--tokens", str(tokens)]
-        if predict_log is not None:
-            cmd += ["--predict-log", str(predict_log)]
+        if settings.predict_log is not None:
+            cmd += ["--predict-log", str(settings.predict_log)]
     for p in policies:
         cmd += ["--policy", p]
-    for o in heap_options:
-        cmd += ["--heap-option", str(o)]
-    for t in snapshot_ms:
-        cmd += ["--snapshot-ms", repr(float(t))]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     last_error = None
     assert proc.stderr is not None

@@ -43,6 +43,19 @@ def summary_table(result: sim.SimResult) -> str:
     return "\n".join(lines)
 
 
+#: Flags that earlier versions had for some of the library's options, kept as deprecated spellings of
+#: --heap-option NAME=VALUE (the options table checks their values).
+DEPRECATED_OPTION_FLAGS = {"--deadline-k": "DEADLINE_K", "--repredict-every": "REPREDICT_EVERY",
+                           "--repredict-backoff": "REPREDICT_BACKOFF", "--min-confidence": "MIN_CONFIDENCE",
+                           "--min-class": "MIN_CLASS", "--unseen-trial": "UNSEEN_TRIAL"}
+
+
+def _deprecated_option_flags(f):
+    for flag in reversed(DEPRECATED_OPTION_FLAGS):
+        f = click.option(flag, flag.lstrip("-").replace("-", "_"), hidden=True, default=None, metavar="VALUE")(f)
+    return f
+
+
 @click.command("simulate")
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--policy", "-p", "policies", multiple=True, required=True,
@@ -56,13 +69,11 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--mesh-period-ms", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
               help="how often the mesh policies mesh (Mesh itself: at most every 100 ms)")
 @click.option("--seed", type=int, default=1, show_default=True, help="randomness of the mesh policies")
-@click.option("--deadline-k", type=click.IntRange(1, 1000), default=4, show_default=True,
-              help="llama policies: a huge page's deadline is K x its class duration (as LLAMALLOC_DEADLINE_K)")
 @click.option("--heap-option", "heap_options", multiple=True, metavar="NAME=VALUE",
-              help="llama policies: place as the library does under LLAMALLOC_NAME=VALUE; one of the heap's "
-                   "placement options (DEFAULT_CLASS, SAME_CLASS_RECYCLING, SMALL_HEAP_PAGES, "
-                   "SHARED_CLASS, LONG_CLASS, SPAN_RECYCLING, DENSE_FIRST, DEADLINE_K; docs/options.md); repeat for "
-                   "several. The others stay at the library's defaults")
+              help="llama policies: configure the heap and the predictor as the library is under "
+                   "LLAMALLOC_NAME=VALUE (any option of docs/options.md, e.g. DEADLINE_K=2, LONG_CLASS=8, "
+                   "MIN_CLASS=0); repeat for several. The others stay at the library's defaults; an option the "
+                   "replay does not model is named in a warning")
 @click.option("--thread-idle-ms", type=click.FloatRange(min=0), default=500.0, show_default=True,
               help="llama policies: a traced thread with no event for this long gives its empty spans back, as "
                    "the library's sweeper does for an idle thread (and as a thread that exits does; traces carry "
@@ -73,32 +84,28 @@ def summary_table(result: sim.SimResult) -> str:
 @click.option("--tokens", "tokens", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="llama-model: token tables from `llamalloc prepare` (default: prepared for the trace's binaries "
                    "and cached, as `llamalloc run --model` does)")
-@click.option("--repredict-every", type=click.IntRange(min=0), default=1000, show_default=True,
-              help="llama-model: a cache entry runs the model again after this many hits (LLAMALLOC_REPREDICT_EVERY; "
-                   "0: never)")
-@click.option("--repredict-backoff", type=click.IntRange(0, 16), default=10, show_default=True,
-              help="llama-model: a re-prediction that keeps the class doubles the entry's period, at most this many "
-                   "times (LLAMALLOC_REPREDICT_BACKOFF; 0: always every --repredict-every hits)")
-@click.option("--min-confidence", type=click.IntRange(0, 100), default=60, show_default=True,
-              help="llama-model: a prediction below this probability (percent) places the object as llama-default "
-                   "does (LLAMALLOC_MIN_CONFIDENCE; 0: always the model's class)")
-@click.option("--min-class", type=click.IntRange(0, 7), default=1, show_default=True,
-              help="llama-model: a predicted class shorter than this is raised to it (LLAMALLOC_MIN_CLASS; 0: the "
-                   "model's class as it is)")
-@click.option("--unseen-trial", type=click.IntRange(0, 1000000), default=64, show_default=True,
-              help="llama-model: a context the model was not trained on gets the longest class until its cache entry "
-                   "has had about this many hits (LLAMALLOC_UNSEEN_TRIAL; 0: the model's class at once)")
 @click.option("--predict-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="llama-model: write 'class: token ids' for each context the model classifies (as "
                    "LLAMALLOC_PREDICT_LOG does in the process)")
+@_deprecated_option_flags
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
-            seed: int, deadline_k: int, heap_options: tuple[str, ...], thread_idle_ms: float, snapshot_ms: tuple[float, ...], model: Path | None,
-            tokens: Path | None, repredict_every: int, repredict_backoff: int, min_confidence: int,
-            min_class: int, unseen_trial: int, predict_log: Path | None, quiet: bool) -> None:
+            seed: int, heap_options: tuple[str, ...], thread_idle_ms: float, snapshot_ms: tuple[float, ...],
+            model: Path | None, tokens: Path | None, predict_log: Path | None, quiet: bool, **deprecated) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
         out = sim.default_output(trace)
+    # A deprecated flag comes first, so that a --heap-option of the same name wins.
+    spelled = []
+    for flag, name in DEPRECATED_OPTION_FLAGS.items():
+        value = deprecated.get(flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            click.echo(f"simulate: warning: {flag} is deprecated; use --heap-option {name}={value}", err=True)
+            spelled.append(f"{name}={value}")
+    heap_options = (*spelled, *heap_options)
+    settings = sim.Settings(interval_ms=interval_ms, mesh_period_ms=mesh_period_ms, seed=seed,
+                            thread_idle_ms=thread_idle_ms, snapshot_ms=tuple(snapshot_ms), heap_options=heap_options,
+                            model=model, tokens=tokens, predict_log=predict_log)
     from ..progress import Bar
 
     expanded = [q for p in policies for q in sim.ALIASES.get(p, (p,))]
@@ -110,9 +117,8 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
             bar.advance()
 
     try:
-        result = _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k,
-                           thread_idle_ms, None if quiet else progress, model, tokens, repredict_every,
-                           predict_log, repredict_backoff, min_confidence, min_class, unseen_trial, heap_options)
+        result = sim.simulate(trace, policies, out, settings, progress=None if quiet else progress,
+                              warn=lambda line: click.echo(f"simulate: warning: {line}", err=True))
     finally:
         if bar is not None:
             bar.close()
@@ -121,15 +127,3 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
         click.echo("llama policies placed as the library does under "
                    + " ".join(o if o.startswith("LLAMALLOC_") else "LLAMALLOC_" + o for o in heap_options))
     click.echo(f"wrote {out} (timeline: {out.with_name(out.stem + '.timeline.csv')})")
-
-
-def _simulate(trace, policies, out, interval_ms, mesh_period_ms, seed, snapshot_ms, deadline_k, thread_idle_ms,
-              progress, model, tokens, repredict_every, predict_log, repredict_backoff, min_confidence=60,
-              min_class=1, unseen_trial=64, heap_options=()):
-    return sim.simulate(trace, policies, out, interval_ms=interval_ms, mesh_period_ms=mesh_period_ms,
-                          seed=seed, snapshot_ms=snapshot_ms, deadline_k=deadline_k, thread_idle_ms=thread_idle_ms,
-                          progress=progress, model=model, tokens=tokens, repredict_every=repredict_every,
-                          predict_log=predict_log, repredict_backoff=repredict_backoff,
-                          min_confidence=min_confidence, min_class=min_class, unseen_trial=unseen_trial,
-                          heap_options=heap_options,
-                          warn=lambda line: click.echo(f"simulate: warning: {line}", err=True))

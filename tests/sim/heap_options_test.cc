@@ -1,0 +1,52 @@
+#include "sim/heap_options.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace llamalloc::sim {
+namespace {
+
+std::string error_of(const std::vector<std::string>& assignments) {
+  try {
+    parse_heap_options(assignments, nullptr);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HeapOptions, AssignmentsSetTheTablesFieldsAndTheRestStayAtTheirDefaults) {
+  std::vector<std::string> warnings;
+  Options o = parse_heap_options({"DEADLINE_K=7", "LLAMALLOC_LONG_CLASS=8", "MIN_CLASS=0", "DEADLINE_K=9"},
+                                 [&](const std::string& line) { warnings.push_back(line); });
+  EXPECT_EQ(o.deadline_k, 9u);  // the later one wins
+  EXPECT_EQ(o.long_class, 8u);
+  EXPECT_EQ(o.min_class, 0u);
+  EXPECT_EQ(o.small_heap_pages, Options{}.small_heap_pages);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(integer_option(o, "LONG_CLASS"), 8u);
+}
+
+TEST(HeapOptions, BadNamesAndValuesAreOneLineErrorsInTheLibrarysWords) {
+  EXPECT_EQ(error_of({"LONG_CLASS=9"}), "--heap-option LONG_CLASS=9: not an integer in [1, 8]");
+  EXPECT_EQ(error_of({"DEADLINE_K=-1"}), "--heap-option DEADLINE_K=-1: not an integer in [1, 1000]");
+  EXPECT_EQ(error_of({"LONG_CLAS=4"}),
+            "--heap-option LONG_CLAS=4: LLAMALLOC_LONG_CLAS is not a llamalloc option (did you mean "
+            "LLAMALLOC_LONG_CLASS?)");
+  EXPECT_EQ(error_of({"TOKENS=t"}), "--heap-option TOKENS: give it as --tokens");
+  EXPECT_EQ(error_of({"LONG_CLASS"}), "--heap-option wants NAME=VALUE, got 'LONG_CLASS'");
+}
+
+TEST(HeapOptions, AnOptionTheReplayDoesNotModelIsNamedAndIgnored) {
+  std::vector<std::string> warnings;
+  Options o = parse_heap_options({"SUBRELEASE=0"}, [&](const std::string& line) { warnings.push_back(line); });
+  EXPECT_EQ(o.subrelease, Options{}.subrelease);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("LLAMALLOC_SUBRELEASE"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llamalloc::sim
