@@ -23,6 +23,7 @@ from typing import Callable
 
 from . import bench
 from .errors import UserError
+from .run import shell_status, start_program
 from . import files
 
 DEFAULT_ALLOCATORS = "glibc,jemalloc,tcmalloc,mimalloc,llamalloc"
@@ -104,10 +105,7 @@ def run_one(name: str, env: dict, cmd: list[str], client: str | None, out_dir: P
     log = open(out_dir / f"{name}.log", "wb")
     try:
         start = time.monotonic()
-        try:
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        except OSError as e:
-            raise UserError(f"{cmd[0]}: cannot run: {e.strerror}", exit_code=126) from None
+        proc = start_program(cmd, env, stdout=log, stderr=subprocess.STDOUT)
         samples = run.samples
         client_proc = None
         client_start = None
@@ -138,8 +136,7 @@ def run_one(name: str, env: dict, cmd: list[str], client: str | None, out_dir: P
         proc.wait()
         if run.seconds is None:
             run.seconds = time.monotonic() - start
-        rc = proc.returncode
-        run.status = 128 - rc if rc < 0 else rc
+        run.status = shell_status(proc.returncode)
         stopped_by_us = client is not None and run.status == 128 + signal.SIGTERM
         if run.status != 0 and not stopped_by_us and run.problem is None:
             run.problem = f"exited with status {run.status} (output in {out_dir / (name + '.log')})"
