@@ -89,8 +89,7 @@ def test_demo_conclusion_calls_overlapping_runs_the_same():
                              "summary": {"seconds": 1.0, "steady_rss_bytes": sorted(v)[1] * MiB},
                              "runs": [{"ok": True, "metrics": {"steady_state": {"rss_bytes": x * MiB}}} for x in v]}
                             for a, v in (("llamalloc", without), ("llamalloc+model", with_model))]}
-    # the demo's runs of 26 Nov 2026: 10.0, 10.5, 8.8 with the model, 9.5, 9.6, 9.2 without: medians +5%, but
-    # the runs overlap
+    # runs as the demo's at default scale: medians 5% apart, but the runs with and without the model overlap
     b = bench([10.0, 10.5, 8.8], [9.5, 9.6, 9.2])
     line = conclusion(steady_rows(b, "w", {}, {}), steady_spread(b, "w"))
     assert "leaves llamalloc's resident memory about the same" in line

@@ -402,7 +402,7 @@ WORKLOADS: dict[str, Workload | RedisWorkload] = {
         "word-count, revision 2: renamed and refactored, -O2", "words_per_second"),
     "frag-micro": Workload(
         "frag-micro", "workloads/frag-micro/frag-micro",
-        "papers/000 section 9.6: 64 B objects swinging 1 MB..top, 5 MB long-lived (class 7 under llamalloc)",
+        "the LLAMA paper, section 9.6: 64 B objects swinging 1 MB..top, 5 MB long-lived (class 7 under llamalloc)",
         "allocations_per_second", extra_args=["--long-lived-class", "7"]),
     "redis": RedisWorkload(),
 }

@@ -1,4 +1,4 @@
-"""Issue 12: the workloads' quiet phase after the load peak, its steady_state figures, and how `llamalloc bench`
+"""The workloads' quiet phase after the load peak, its steady_state figures, and how `llamalloc bench`
 and bench/table3 report them (docs/workloads.md, docs/bench.md)."""
 from __future__ import annotations
 
