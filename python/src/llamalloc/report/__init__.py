@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -210,7 +209,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
         page = _html_page(sections, staging)
         pngs = []
         for png in sorted(staging.glob("*.png")):
-            os.replace(png, out_dir / png.name)
+            files.move_file(png, out_dir / png.name)
             pngs.append(out_dir / png.name)
         html_path = out_dir / "index.html"
         files.write_bytes(html_path, page.encode())
