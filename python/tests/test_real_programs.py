@@ -3,7 +3,6 @@
 These FAIL when libllamalloc.so is missing: the allocator is what they test."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

@@ -3,7 +3,6 @@
 tests/profiler/prof_teardown.cc."""
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pyarrow.parquet as pq

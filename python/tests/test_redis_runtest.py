@@ -12,7 +12,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from llamalloc import paths
 from test_workloads_support import llamalloc_library, preload_env

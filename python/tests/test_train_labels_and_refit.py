@@ -4,7 +4,6 @@ mode, fitted as each context's class distribution: `--target`) and can weigh und
 over-prediction (`--under-weight`)."""
 from __future__ import annotations
 
-import io
 
 import jax.numpy as jnp
 import numpy as np
@@ -321,7 +320,7 @@ def _list_profile(tmp_path):
         k = i % 3
         counts = [0] * 8
         counts[k] = 20
-        rows.append({"stack": [f"std::vector<int>::push_back(int)", f"sub{k}::Step{i}(int)", f"sub{k}::Run()",
+        rows.append({"stack": ["std::vector<int>::push_back(int)", f"sub{k}::Step{i}(int)", f"sub{k}::Run()",
                                "main"], "request_size": 32, "class_counts": counts})
     rows.append({"stack": ["operator new(unsigned long)", "vault::Keep(int)", "vault::Main()", "main"],
                  "request_size": 1 << 20, "class_counts": [0, 0, 0, 0, 0, 0, 0, 30]})
