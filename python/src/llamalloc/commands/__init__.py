@@ -6,6 +6,7 @@ llamalloc/X.py (llamalloc/X/ for a package), which other commands and the tests 
     report                                                                    llamalloc/report/
     train, evaluate                                                           llamalloc/model/ (the lifetime model)
 
-run.py is also the one place that starts a user's program (record, trace, compare and bench start it there). The
-files the commands write and read have modules of their own: profile.py (profiles), trace.py (traces), files.py
-(writing any file atomically)."""
+run.py is also the one place that starts a user's program (record, trace, compare, bench and demo start it
+there); trace.py also reads traces. What several commands share is a module of its own: profile.py (the profile
+format), allocators.py (the allocators bench and compare run under), workloads.py, files.py (writing a file
+atomically), paths.py, errors.py."""

@@ -6,6 +6,7 @@ and error handling, and the demo shows the exact commands a user would type.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import click
 from .. import workloads
 from ..demo import conclusion, mib, ratio, steady_rows, steady_spread
 from ..errors import UserError
+from ..run import start_program
 
 DEMO_WORKLOADS = ("image-server", "word-count", "frag-micro")
 # The profile's sampling period per workload (`record --sample-bytes`). image-server makes about 250,000
@@ -42,7 +44,7 @@ class _Steps:
         click.secho(f"\n[{self.done}/{self.total}] {title}", bold=True, err=True)
         click.echo(f"  $ {shown}", err=True)
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "llamalloc", *args], stdout=subprocess.PIPE, text=True)
+        proc = start_program([sys.executable, "-m", "llamalloc", *args], os.environ, stdout=subprocess.PIPE, text=True)
         lines = []
         for line in proc.stdout:  # shown as it comes, and kept for the closing table
             sys.stdout.write(line)
