@@ -1,5 +1,5 @@
 """Shared helper of the tests that build a C program linked against libllamalloc.so (test_sweeper.py,
-test_subrelease.py, test_issue13_stats.py) and run it with a clean LLAMALLOC_* environment."""
+test_subrelease.py, test_stats_while_running.py) and run it with a clean LLAMALLOC_* environment."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""CPython's own regression tests (`python3 -m test`) under libllamalloc.so (issue 14).
+"""CPython's own regression tests (`python3 -m test`) under libllamalloc.so.
 
 The modules below run under LD_PRELOAD=libllamalloc.so (two worker processes; every process they start inherits
 the preload). A failure counts as the environment's when the same test also fails with no preload (glibc): the

@@ -47,31 +47,31 @@ def _bench(rows):
 
 
 def test_demo_conclusion_compares_model_no_model_and_the_best_peer():
-    from llamalloc.commands.demo import _steady_rows, conclusion
+    from llamalloc.demo import conclusion, steady_rows
     MiB = 2**20
     bench = _bench([("glibc", 30 * MiB), ("jemalloc", 20 * MiB), ("llamalloc", 25 * MiB)])
-    better = _steady_rows(bench, "w", {"seconds": 1.0, "steady_state": {"rss_bytes": 10 * MiB}}, {"rss_bytes": 1})
+    better = steady_rows(bench, "w", {"seconds": 1.0, "steady_state": {"rss_bytes": 10 * MiB}}, {"rss_bytes": 1})
     line = conclusion(better)
     assert line.startswith("In steady state the model lowers llamalloc's resident memory: 10.0 MiB with it, 25.0 MiB")
     assert line.endswith("with it llamalloc keeps 2.0x less than the best other allocator, jemalloc (20.0 MiB)."), line
-    worse = _steady_rows(bench, "w", {"steady_state": {"rss_bytes": 40 * MiB}}, {})
+    worse = steady_rows(bench, "w", {"steady_state": {"rss_bytes": 40 * MiB}}, {})
     line = conclusion(worse)
     assert "raises" in line and "+60%" in line
     assert line.endswith("with it llamalloc keeps 2.00x as much as the best other allocator, jemalloc (20.0 MiB)."), line
-    assert "nothing to conclude" in conclusion(_steady_rows(bench, "w", {}, {}))
-    same = _steady_rows(bench, "w", {"steady_state": {"rss_bytes": 26 * MiB}}, {})
+    assert "nothing to conclude" in conclusion(steady_rows(bench, "w", {}, {}))
+    same = steady_rows(bench, "w", {"steady_state": {"rss_bytes": 26 * MiB}}, {})
     assert "leaves llamalloc's resident memory about the same" in conclusion(same) and "+4%" in conclusion(same)
 
 
 def test_demo_conclusion_takes_the_model_from_the_bench_and_reports_huge_pages():
-    from llamalloc.commands.demo import _steady_rows, conclusion
+    from llamalloc.demo import conclusion, steady_rows
     MiB = 2**20
     rows = [("llamalloc", 9.3 * MiB, 58 * MiB), ("llamalloc+model", 9.7 * MiB, 42 * MiB), ("mimalloc", 87.6 * MiB, None)]
     bench = {"results": [{"workload": "w", "allocator": a, "summary": {
         "seconds": 1.0, "steady_rss_bytes": rss, **({"steady_footprint_bytes": fp} if fp else {})}}
         for a, rss, fp in rows]}
     # the bench's row wins over the separate `run --model` (which would say 40 MiB here)
-    table = _steady_rows(bench, "w", {"steady_state": {"rss_bytes": 40 * MiB}}, {"rss_bytes": 1})
+    table = steady_rows(bench, "w", {"steady_state": {"rss_bytes": 40 * MiB}}, {"rss_bytes": 1})
     assert [r[0] for r in table] == ["llamalloc", "llamalloc + model", "mimalloc"]
     line = conclusion(table)
     assert "leaves llamalloc's resident memory about the same" in line
@@ -81,7 +81,7 @@ def test_demo_conclusion_takes_the_model_from_the_bench_and_reports_huge_pages()
 
 
 def test_demo_conclusion_calls_overlapping_runs_the_same():
-    from llamalloc.commands.demo import _steady_rows, conclusion, steady_spread
+    from llamalloc.demo import conclusion, steady_rows, steady_spread
     MiB = 2**20
 
     def bench(with_model, without):
@@ -89,16 +89,15 @@ def test_demo_conclusion_calls_overlapping_runs_the_same():
                              "summary": {"seconds": 1.0, "steady_rss_bytes": sorted(v)[1] * MiB},
                              "runs": [{"ok": True, "metrics": {"steady_state": {"rss_bytes": x * MiB}}} for x in v]}
                             for a, v in (("llamalloc", without), ("llamalloc+model", with_model))]}
-    # the demo's runs of 26 Nov 2026: 10.0, 10.5, 8.8 with the model, 9.5, 9.6, 9.2 without: medians +5%, but
-    # the runs overlap
+    # runs as the demo's at default scale: medians 5% apart, but the runs with and without the model overlap
     b = bench([10.0, 10.5, 8.8], [9.5, 9.6, 9.2])
-    line = conclusion(_steady_rows(b, "w", {}, {}), steady_spread(b, "w"))
+    line = conclusion(steady_rows(b, "w", {}, {}), steady_spread(b, "w"))
     assert "leaves llamalloc's resident memory about the same" in line
     assert "(+5%; runs 8.8-10.5 and 9.2-9.6)" in line, line
     b = bench([8.0, 8.2, 8.1], [9.5, 9.6, 9.2])
-    assert "model lowers" in conclusion(_steady_rows(b, "w", {}, {}), steady_spread(b, "w"))
+    assert "model lowers" in conclusion(steady_rows(b, "w", {}, {}), steady_spread(b, "w"))
     b = bench([10.0, 10.2, 10.1], [9.5, 9.6, 9.2])
-    assert "model raises" in conclusion(_steady_rows(b, "w", {}, {}), steady_spread(b, "w"))
+    assert "model raises" in conclusion(steady_rows(b, "w", {}, {}), steady_spread(b, "w"))
 
 
 @pytest.mark.parametrize("args, message", [

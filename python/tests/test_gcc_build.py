@@ -1,4 +1,4 @@
-"""gcc under libllamalloc.so (issue 14): a multi-file C project (Lua 5.1, as vendored in the Debian redis source
+"""gcc under libllamalloc.so: a multi-file C project (Lua 5.1, as vendored in the Debian redis source
 package that workloads/redis builds) compiled and linked twice, once with gcc under glibc and once with gcc
 under llamalloc (the driver, cc1, as and ld all preloaded). The compilers must produce the same bytes: every
 object file and the linked binary are compared. Then the glibc-built lua runs Lua's own test programs and an

@@ -110,7 +110,7 @@ def test_evaluate_reports_on_another_revision_with_matching_traces(profiles, tra
     rc, out, _ = run(["evaluate", str(trained_model), str(rev1)], capsys)
     line = [l for l in out.splitlines() if l.startswith("matching stack traces")][0]
     # 20% of rev1's stacks were held out of the reported split, but the written model is refit on all of them
-    # (issue 12; --no-refit keeps the split model)
+    # (--no-refit keeps the split model)
     assert "(100.00%)" in line
 
 

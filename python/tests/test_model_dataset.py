@@ -1,4 +1,4 @@
-"""Contexts, weights and 95th-percentile labels from profile samples (papers/000 section 5.1)."""
+"""Contexts, weights and 95th-percentile labels from profile samples (the LLAMA paper, section 5.1)."""
 import numpy as np
 import pytest
 
@@ -10,7 +10,7 @@ STACK = ["std::vector<int>::_M_realloc_insert(int const&)", "app::Table::Add(int
 
 
 def contexts_of(rows, **kw):
-    kw.setdefault("label", "p95")  # the rule these tests were written for; test_issue12_train.py tests "mode"
+    kw.setdefault("label", "p95")  # the rule these tests were written for; test_train_labels_and_refit.py tests "mode"
     warnings = []
     c = build_contexts(samples_from_rows(rows), warn=warnings.append, **kw)
     return c, warnings

@@ -1,4 +1,4 @@
-"""The tokeniser of symbolised stack traces (papers/000 section 5.2, Figure 5)."""
+"""The tokeniser of symbolised stack traces (the LLAMA paper, section 5.2, Figure 5)."""
 from llamalloc.model.tokenizer import (FIRST_SIZE_TOKEN, FIRST_WORD_TOKEN, SEP, SPECIAL_TOKENS, UNK, UNSYMBOLIZED,
                                        Vocabulary, frame_words)
 

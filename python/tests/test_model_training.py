@@ -1,5 +1,5 @@
 """Training reaches known labels, is deterministic under a seed, and the exported file's reference inference
-agrees with the trained model (papers/000 sections 5.2, 9.2)."""
+agrees with the trained model (the LLAMA paper, sections 5.2 and 9.2)."""
 import numpy as np
 
 from float32_bounds import assert_logits_agree, decided_rows, logit_error_bound

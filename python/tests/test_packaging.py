@@ -1,4 +1,4 @@
-"""Issue 13, packaging: the wheel built from the top-level pyproject.toml (scikit-build-core, CMake with
+"""Packaging: the wheel built from the top-level pyproject.toml (scikit-build-core, CMake with
 LLAMALLOC_WHEEL) carries the native parts, and `pip install` of it in a fresh venv gives a `llamalloc` that runs the
 whole loop -- record, symbolize, train, run --model, compare, trace, simulate, report -- on a program of the user's
 own, from a directory outside the checkout, with no source tree or build directory on any path.

@@ -1,4 +1,4 @@
-"""The learned predictor in the process, end to end at small scale (issue 6): record a test program whose
+"""The learned predictor in the process, end to end at small scale: record a test program whose
 long-lived objects come from their own calling context, symbolize, train, then `llamalloc run --model`:
 
 * the tokens the allocator computes in the process for each allocation context are the tokens training gave the
@@ -306,7 +306,7 @@ def trained_wrapped(tmp_path_factory, env):
 
 def test_two_contexts_through_one_wrapper_each_get_their_own_prediction(trained_wrapped, env):
     """The records and the buffers of `wrapped` both allocate through xmalloc, at the same stack height and size
-    class: one prediction-cache key (papers/000 section 7), as every redis allocation through zmalloc. The
+    class: one prediction-cache key (the LLAMA paper, section 7), as every redis allocation through zmalloc. The
     process must still run the model on each of the two contexts the profile has (both in the predict log),
     and place the records apart from the buffers: the footprint below the one without a model."""
     d, prof, model = trained_wrapped
@@ -324,8 +324,8 @@ def test_two_contexts_through_one_wrapper_each_get_their_own_prediction(trained_
         assert tokens in runs, f"{caller}'s context never ran the model in the process"
     assert runs[tuple(reference.tokens(m, [own["keep_wrapped"][0]], [own["keep_wrapped"][1]])[0])] == 7
     # Records made before the key was found shared (a check every kPredictionCheckEvery hits has to meet one of
-    # them: one allocation in 201) got the buffers' class and pin their pages: 10 MiB against 14 here, where
-    # the unwrapped program's test asks for half.
+    # them: one allocation in 201) got the buffers' class and pin their pages, so this asks for less than the
+    # half the unwrapped program's test asks for.
     assert with_model["footprint_bytes"] < 0.8 * without["footprint_bytes"], (with_model, without)
     assert with_model["counters"]["prediction_keys_shared"] >= 1
 

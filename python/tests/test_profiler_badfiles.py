@@ -1,5 +1,5 @@
 """Truncated, corrupt, foreign and other-version files: one line naming the file, exit status 2, nothing
-written (issue 4, "Bad input")."""
+written."""
 from __future__ import annotations
 
 import gzip

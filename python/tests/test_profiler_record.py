@@ -1,4 +1,4 @@
-"""`llamalloc record` on programs with known allocation sites, under every allocator (issue 4)."""
+"""`llamalloc record` on programs with known allocation sites, under every allocator."""
 from __future__ import annotations
 
 import os

@@ -1,9 +1,8 @@
-"""Real programs under LD_PRELOAD=libllamalloc.so, each checked for correct output (issue 2).
+"""Real programs under LD_PRELOAD=libllamalloc.so, each checked for correct output.
 
 These FAIL when libllamalloc.so is missing: the allocator is what they test."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

@@ -1,4 +1,4 @@
-"""redis's own test suite with the server under libllamalloc.so (issue 14).
+"""redis's own test suite with the server under libllamalloc.so.
 
 workloads/redis/runtest.sh runs `./runtest` of the Debian source package that workloads/redis/build.sh builds
 (redis 7.0.15, MALLOC=libc), with src/redis-server a stand-in that execs the cached binary under
@@ -12,7 +12,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from llamalloc import paths
 from test_workloads_support import llamalloc_library, preload_env
@@ -110,8 +109,8 @@ def test_redis_runtest_under_llamalloc(tmp_path):
     r, out, passed, failed, exceptions = run(run_dir)
     if exceptions:
         # A test that races the server against the clock can fail on busy cores and leave the server set up to
-        # evict clients (client-eviction's "percentage of maxmemory" test, 2026-11-27: the client still
-        # connected when the test looked, then the suite's own client was evicted). runtest stops there, so the
+        # evict clients (client-eviction's "percentage of maxmemory" test: the client is still connected when the
+        # test looks, then the suite's own client is evicted). runtest stops there, so the
         # whole suite runs once more; a second exception fails the test.
         first = exceptions
         run_dir = tmp_path / "run-again"

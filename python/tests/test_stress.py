@@ -1,4 +1,4 @@
-"""Lifecycle stress under libllamalloc.so (issue 14), with and without a model: the programs of tests/stress/
+"""Lifecycle stress under libllamalloc.so, with and without a model: the programs of tests/stress/
 (fork from a threaded parent, dlopen/dlclose of allocating libraries, 100k short-lived threads, threads that
 exit leaving their objects to the main thread, randomised multi-thread malloc/calloc/realloc/memalign with
 content checks and cross-thread frees). Each program checks

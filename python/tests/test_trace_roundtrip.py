@@ -1,14 +1,13 @@
 """`llamalloc trace`: every event of a known sequence of calls comes back exactly; threads; Parquet."""
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from llamalloc import trace
-from test_profiler_common import PEERS, llamalloc, peer_library, program
+from test_profiler_common import llamalloc, peer_library, program
 
 
 def run_trace(tmp_path, *args, rc=0, name="t.trace"):

@@ -1,7 +1,6 @@
 """Each workload at small scale under glibc and under llamalloc checks its own output."""
 from __future__ import annotations
 
-import json
 
 import pytest
 

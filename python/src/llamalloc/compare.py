@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import statistics
 import subprocess
@@ -21,8 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import bench
+from . import allocators, bench
 from .errors import UserError
+from .run import shell_status, start_program
 from . import files
 
 DEFAULT_ALLOCATORS = "glibc,jemalloc,tcmalloc,mimalloc,llamalloc"
@@ -104,10 +104,7 @@ def run_one(name: str, env: dict, cmd: list[str], client: str | None, out_dir: P
     log = open(out_dir / f"{name}.log", "wb")
     try:
         start = time.monotonic()
-        try:
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        except OSError as e:
-            raise UserError(f"{cmd[0]}: cannot run: {e.strerror}", exit_code=126) from None
+        proc = start_program(cmd, env, stdout=log, stderr=subprocess.STDOUT)
         samples = run.samples
         client_proc = None
         client_start = None
@@ -138,8 +135,7 @@ def run_one(name: str, env: dict, cmd: list[str], client: str | None, out_dir: P
         proc.wait()
         if run.seconds is None:
             run.seconds = time.monotonic() - start
-        rc = proc.returncode
-        run.status = 128 - rc if rc < 0 else rc
+        run.status = shell_status(proc.returncode)
         stopped_by_us = client is not None and run.status == 128 + signal.SIGTERM
         if run.status != 0 and not stopped_by_us and run.problem is None:
             run.problem = f"exited with status {run.status} (output in {out_dir / (name + '.log')})"
@@ -153,11 +149,11 @@ def run_one(name: str, env: dict, cmd: list[str], client: str | None, out_dir: P
 def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | None = None,
             binaries: list[str] | None = None, client: str | None = None, interval: float = 0.05,
             startup: float = 1.0, progress: Callable | None = None) -> list[CompareRun]:
-    specs = bench.parse_allocators(allocator_spec)
-    if model is not None and not any(n == bench.MODEL_ALLOCATOR for n, _, _ in specs):
-        specs.append((bench.MODEL_ALLOCATOR, *bench.parse_allocators("llamalloc")[0][1:]))
-    if any(n == bench.MODEL_ALLOCATOR for n, _, _ in specs) and model is None:
-        raise UserError(f"{bench.MODEL_ALLOCATOR} needs --model FILE")
+    specs = allocators.parse_allocators(allocator_spec)
+    if model is not None and not any(n == allocators.MODEL_ALLOCATOR for n, _, _ in specs):
+        specs.append((allocators.MODEL_ALLOCATOR, *allocators.parse_allocators("llamalloc")[0][1:]))
+    if any(n == allocators.MODEL_ALLOCATOR for n, _, _ in specs) and model is None:
+        raise UserError(f"{allocators.MODEL_ALLOCATOR} needs --model FILE")
     model_env = None
     if model is not None:
         from .prepare import prepare_for_run
@@ -169,8 +165,8 @@ def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | Non
         if problem is not None:
             runs.append(CompareRun(name, problem=problem))
             continue
-        allocator = bench.Allocator(name, library)
-        env = bench.allocator_env(allocator, None, model_env if name == bench.MODEL_ALLOCATOR else None)
+        allocator = allocators.Allocator(name, library)
+        env = allocators.allocator_env(allocator, None, model_env if name == allocators.MODEL_ALLOCATOR else None)
         runs.append(run_one(name, env, cmd, client, out_dir, interval, startup))
     return runs
 
@@ -235,10 +231,7 @@ def plot(runs: list[CompareRun], path: Path, title: str) -> Path:
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with files.replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return path
-
-
-def shell_words(text: str) -> str:
-    return " ".join(shlex.quote(w) for w in text)

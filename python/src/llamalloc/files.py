@@ -49,3 +49,23 @@ def write_bytes(path, data: bytes, *, durable: bool = False) -> None:
 def write_text(path, text: str) -> None:
     """Writes `text` (UTF-8) to `path` through `replacing`."""
     write_bytes(path, text.encode())
+
+
+def copy_file(src, path) -> None:
+    """Copies `src` to `path` through `replacing`."""
+    import shutil
+
+    with replacing(path) as tmp:
+        shutil.copyfile(src, tmp)
+
+
+def move_file(src, path) -> None:
+    """Moves the complete file `src` onto `path`: a rename where both are on one file system (a reader sees the
+    old file or the new one), else `copy_file` and `src` removed."""
+    try:
+        os.replace(src, path)
+        return
+    except OSError:
+        pass
+    copy_file(src, path)
+    Path(src).unlink(missing_ok=True)

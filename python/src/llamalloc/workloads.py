@@ -25,6 +25,7 @@ from typing import Callable
 
 from . import paths
 from .errors import UserError
+from .run import start_program
 
 SCALES = ("small", "default")
 # Wall-clock limits per run, generous: a run past them is a hang, not a slow allocator.
@@ -120,8 +121,7 @@ class Workload:
         scale, QUIET_SECONDS; 0: none)."""
         cmd = self.command(scale, [*_quiet_args(quiet_seconds), *(extra_args or [])])
         started = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        proc = start_program(cmd, env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if on_start is not None:
             on_start(proc.pid)
         try:
@@ -217,8 +217,7 @@ class RedisWorkload:
         cmd = [str(server), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                "--dir", str(workdir), "--logfile", str(workdir / "redis.log"), "--protected-mode", "yes",
                "--maxclients", "10000", *(extra_args or [])]
-        proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
+        proc = start_program(cmd, env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
         def redis_cli(*args: str, check: bool = True) -> str:
             out = subprocess.run([cli, "-h", "127.0.0.1", "-p", str(port), *args], env=client_env,
@@ -403,7 +402,7 @@ WORKLOADS: dict[str, Workload | RedisWorkload] = {
         "word-count, revision 2: renamed and refactored, -O2", "words_per_second"),
     "frag-micro": Workload(
         "frag-micro", "workloads/frag-micro/frag-micro",
-        "papers/000 section 9.6: 64 B objects swinging 1 MB..top, 5 MB long-lived (class 7 under llamalloc)",
+        "the LLAMA paper, section 9.6: 64 B objects swinging 1 MB..top, 5 MB long-lived (class 7 under llamalloc)",
         "allocations_per_second", extra_args=["--long-lived-class", "7"]),
     "redis": RedisWorkload(),
 }

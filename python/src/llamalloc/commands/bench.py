@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from .. import bench as _bench, workloads as _workloads
+from .. import allocators as _allocators, bench as _bench, workloads as _workloads
 from ..errors import UserError
 
 
@@ -13,7 +13,7 @@ from ..errors import UserError
 @click.option("--workload", "-w", "workload_names", multiple=True, metavar="NAME",
               help=f"Workload to run (repeatable). Default: {', '.join(_workloads.DEFAULT_WORKLOADS)}. "
                    f"Known: {', '.join(_workloads.WORKLOADS)}.")
-@click.option("--allocators", default=",".join(_bench.ALLOCATORS), show_default=True,
+@click.option("--allocators", default=",".join(_allocators.ALLOCATORS), show_default=True,
               help="Comma-separated allocators; NAME=/path/lib.so preloads any library under a name.")
 @click.option("--repeat", default=3, show_default=True, type=int, help="Runs per workload and allocator (median).")
 @click.option("--scale", type=click.Choice(_workloads.SCALES), default="default", show_default=True,
@@ -28,7 +28,7 @@ from ..errors import UserError
               help="Length of the workloads' quiet phase after the load, where the steady state is measured "
                    "(default: 2 at small scale, 10 at default scale; 0: none).")
 @click.option("--model", "model_specs", multiple=True, metavar="WORKLOAD=MODEL",
-              help=f"A model for a workload (repeatable): adds the allocator {_bench.MODEL_ALLOCATOR}, llamalloc "
+              help=f"A model for a workload (repeatable): adds the allocator {_allocators.MODEL_ALLOCATOR}, llamalloc "
                    f"with that model (LLAMALLOC_MODEL and the program's token tables).")
 def command(workload_names, allocators, repeat, scale, out_dir, json_path, interval, no_plots, model_specs,
             quiet_seconds):
@@ -50,8 +50,8 @@ def command(workload_names, allocators, repeat, scale, out_dir, json_path, inter
             raise UserError(f"--model {spec}: {path} does not exist")
         models[workload] = Path(path)
     # `llamalloc+model=/path/lib.so` names it with another library (an experimental build): not added again.
-    if models and _bench.MODEL_ALLOCATOR not in [a.partition("=")[0].strip() for a in allocators.split(",")]:
-        allocators = f"{allocators},{_bench.MODEL_ALLOCATOR}"
+    if models and _allocators.MODEL_ALLOCATOR not in [a.partition("=")[0].strip() for a in allocators.split(",")]:
+        allocators = f"{allocators},{_allocators.MODEL_ALLOCATOR}"
     json_path = json_path or out_dir / "bench.json"
 
     import re

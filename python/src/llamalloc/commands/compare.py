@@ -9,7 +9,7 @@ import click
 
 from .. import compare as _compare
 from ..errors import UserError
-from ..launch import check_command
+from ..run import check_command
 
 
 @click.command("compare", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -6,6 +6,7 @@ and error handling, and the demo shows the exact commands a user would type.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -15,27 +16,20 @@ from pathlib import Path
 import click
 
 from .. import workloads
+from ..demo import conclusion, mib, ratio, steady_rows, steady_spread
 from ..errors import UserError
+from ..run import start_program
 
 DEMO_WORKLOADS = ("image-server", "word-count", "frag-micro")
 # The profile's sampling period per workload (`record --sample-bytes`). image-server makes about 250,000
 # allocations at default scale, so every one is recorded (1), at no measurable cost to its run: rare contexts
 # (a registry's first insert per thread) and the few objects of a mostly short-lived context that outlive the load
-# (an LRU cache's last entries) are what pin huge pages after the peak, and sampling by bytes misses them. Replays
-# of seven image-server traces, quiet-phase footprint (docs/bench.md): 24 MiB on average with a model trained on
-# one run sampled every 4 KiB, 13-17 with one sampled at every allocation, 21 without a model. word-count makes
-# 70 million allocations, which sampled one by one would slow its run and lengthen the lifetimes it records.
+# (an LRU cache's last entries) are what pin huge pages after the peak, and sampling by bytes misses them, so a
+# model of a sampled profile places them wrongly (docs/bench.md compares the two). word-count makes 70 million
+# allocations, which sampled one by one would slow its run and lengthen the lifetimes it records.
 DEMO_SAMPLE_BYTES = {"image-server": 1}
 DEFAULT_DEMO_SAMPLE_BYTES = 4096
 ALLOCATORS = "glibc,jemalloc,tcmalloc,mimalloc,llamalloc"
-
-
-def _mib(n) -> str:
-    return "-" if n is None else f"{n / 2**20:.1f}"
-
-
-def _ratio(x) -> str:
-    return "-" if x is None else f"{x:.2f}x"
 
 
 class _Steps:
@@ -50,7 +44,7 @@ class _Steps:
         click.secho(f"\n[{self.done}/{self.total}] {title}", bold=True, err=True)
         click.echo(f"  $ {shown}", err=True)
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "llamalloc", *args], stdout=subprocess.PIPE, text=True)
+        proc = start_program([sys.executable, "-m", "llamalloc", *args], os.environ, stdout=subprocess.PIPE, text=True)
         lines = []
         for line in proc.stdout:  # shown as it comes, and kept for the closing table
             sys.stdout.write(line)
@@ -80,102 +74,19 @@ def _last_json(text: str) -> dict:
     return {}
 
 
-def _steady_rows(bench: dict, workload: str, model_run: dict, model_stats: dict):
-    """One row per allocator: (name, seconds, peak RSS, steady RSS, steady footprint, steady live, final RSS).
-    llamalloc + model comes from the bench (the same harness and repeats as the others) where it ran there, else
-    from its own run (the workload's JSON and the allocator's statistics)."""
-    rows = []
-    for r in bench.get("results", []):
-        if r.get("workload") != workload:
-            continue
-        s = r.get("summary") or {}
-        foot = s.get("steady_footprint_bytes", s.get("steady_workload_footprint_bytes"))
-        live = s.get("steady_live_bytes", s.get("steady_workload_live_bytes"))
-        name = r.get("allocator", "?")
-        rows.append(("llamalloc + model" if name == "llamalloc+model" else name, s.get("seconds"),
-                     s.get("peak_rss_bytes"), s.get("steady_rss_bytes"), foot, live, s.get("final_rss_bytes")))
-    if (model_stats or model_run) and not any(row[0] == "llamalloc + model" for row in rows):
-        st = model_run.get("steady_state") or {}
-        rows.append(("llamalloc + model", model_run.get("seconds"), model_stats.get("peak_rss_bytes"),
-                     st.get("rss_bytes"), st.get("llamalloc_footprint_bytes"), st.get("llamalloc_live_bytes"),
-                     model_stats.get("rss_bytes")))
-    return rows
-
-
-#: Relative difference of steady-state memory the demo's conclusion calls "about the same".
-SAME_RSS = 0.05
-
-
-def steady_spread(bench: dict, workload: str) -> dict:
-    """Allocator (as the table names it) -> (lowest, highest) steady-state RSS over its bench runs, where it has
-    at least two."""
-    spread = {}
-    for r in bench.get("results", []):
-        if r.get("workload") != workload:
-            continue
-        values = [((run.get("metrics") or {}).get("steady_state") or {}).get("rss_bytes")
-                  for run in r.get("runs", []) if run.get("ok")]
-        values = [v for v in values if v]
-        if len(values) >= 2:
-            name = r.get("allocator", "?")
-            spread["llamalloc + model" if name == "llamalloc+model" else name] = (min(values), max(values))
-    return spread
-
-
-def conclusion(rows, spread: dict | None = None) -> str:
-    """The one line a user should take away, from the steady-state figures (RSS: the measure every allocator
-    shares; DESIGN.md). With `spread` (`steady_spread`: each allocator's lowest and highest run), the model
-    lowers or raises the resident memory only where its runs and those without it do not overlap."""
-    steady = {name: rss for name, _, _, rss, _, _, _ in rows if rss}
-    footprint = {name: fp for name, _, _, _, fp, _, _ in rows if fp}
-    if "llamalloc + model" not in steady or "llamalloc" not in steady:
-        return "No steady-state figures for llamalloc with and without the model: nothing to conclude."
-    with_model, without = steady["llamalloc + model"], steady["llamalloc"]
-    peers = {k: v for k, v in steady.items() if not k.startswith("llamalloc")}
-    change = with_model / without - 1
-    # Within SAME_RSS the resident sets are called the same: runs of one allocator differ by that much (image-
-    # server at default scale: 9.0-9.6 MiB, of which about 8 are the process itself; docs/bench.md).
-    verdict = "lowers" if change < -SAME_RSS else "raises" if change > SAME_RSS else "keeps about the same"
-    runs = ""
-    spread = spread or {}
-    if "llamalloc + model" in spread and "llamalloc" in spread:
-        (lo_m, hi_m), (lo_n, hi_n) = spread["llamalloc + model"], spread["llamalloc"]
-        verdict = "lowers" if hi_m < lo_n else "raises" if lo_m > hi_n else "keeps about the same"
-        runs = f"; runs {_mib(lo_m)}-{_mib(hi_m)} and {_mib(lo_n)}-{_mib(hi_n)}"
-    said = ("leaves llamalloc's resident memory about the same" if verdict == "keeps about the same"
-            else f"{verdict} llamalloc's resident memory")
-    line = (f"In steady state the model {said}: {_mib(with_model)} MiB with it, {_mib(without)} MiB without "
-            f"({change:+.0%}{runs})")
-    fp_model, fp_none = footprint.get("llamalloc + model"), footprint.get("llamalloc")
-    if fp_model and fp_none:
-        fp_change = fp_model / fp_none - 1
-        pages = (f"{abs(fp_change):.0%} {'fewer' if fp_change < 0 else 'more'}" if abs(fp_change) > SAME_RSS
-                 else "about as many")
-        line += f"; it holds {pages} huge pages ({_mib(fp_model)} MiB of them with it, {_mib(fp_none)} MiB without)"
-    if peers:
-        best = min(peers, key=peers.get)
-        if with_model <= peers[best]:
-            line += (f"; with it llamalloc keeps {peers[best] / with_model:.1f}x less than the best other allocator, "
-                     f"{best} ({_mib(peers[best])} MiB)")
-        else:
-            line += (f"; with it llamalloc keeps {with_model / peers[best]:.2f}x as much as the best other allocator, "
-                     f"{best} ({_mib(peers[best])} MiB)")
-    return line + "."
-
-
 def _print_tables(bench_json: Path, sim_json: Path, workload: str, model_run: dict, model_stats: dict) -> None:
     bench = json.loads(bench_json.read_text())
     click.secho(f"\n{workload} under each allocator (median of {bench.get('repeat', 1)} run(s), "
                 f"scale {bench.get('scale')}; steady state = the quiet phase after the load, "
                 f"{bench.get('quiet_seconds', '?')} s)", bold=True)
-    rows = _steady_rows(bench, workload, model_run, model_stats)
+    rows = steady_rows(bench, workload, model_run, model_stats)
     glibc_seconds = next((r[1] for r in rows if r[0] == "glibc"), None)
     table = [("allocator", "time s", "time/glibc", "peak RSS MiB", "steady RSS MiB", "steady footprint MiB",
               "steady live MiB", "final RSS MiB")]
     for name, seconds, peak, steady, foot, live, final in rows:
         table.append((name, "-" if seconds is None else f"{seconds:.2f}",
-                      _ratio(seconds / glibc_seconds) if seconds and glibc_seconds else "-",
-                      _mib(peak), _mib(steady), _mib(foot), _mib(live), _mib(final)))
+                      ratio(seconds / glibc_seconds) if seconds and glibc_seconds else "-",
+                      mib(peak), mib(steady), mib(foot), mib(live), mib(final)))
     _table(table)
     click.echo("(footprint and live are llamalloc's own bookkeeping: its huge pages in use and its live bytes; RSS "
                "is read from /proc)")
@@ -185,8 +96,8 @@ def _print_tables(bench_json: Path, sim_json: Path, workload: str, model_run: di
     rows = [("policy", "peak footprint MiB", "final footprint MiB", "peak live MiB", "avg footprint/live")]
     for p in sim.get("policies", []):
         s = p.get("summary", {})
-        rows.append((p.get("policy", "?"), _mib(s.get("peak_footprint_bytes")), _mib(s.get("final_footprint_bytes")),
-                     _mib(s.get("peak_live_bytes")),
+        rows.append((p.get("policy", "?"), mib(s.get("peak_footprint_bytes")), mib(s.get("final_footprint_bytes")),
+                     mib(s.get("peak_live_bytes")),
                      "-" if s.get("average_fragmentation_ratio") is None
                      else f"{s['average_fragmentation_ratio']:.2f}"))
     _table(rows)
@@ -271,8 +182,8 @@ def command(workload, scale, out_dir, allocators, repeat, epochs, sample_bytes):
     _print_tables(bench_dir / "bench.json", sim_json, workload, _last_json(model_output), s)
     if s:
         c = s.get("counters", {})
-        click.echo(f"\nllamalloc's own statistics ({stats}): peak footprint {_mib(s.get('peak_footprint_bytes'))} MiB "
-                   f"for peak live {_mib(s.get('peak_live_bytes'))} MiB; prediction cache hits {c.get('prediction_cache_hits', 0)}, "
+        click.echo(f"\nllamalloc's own statistics ({stats}): peak footprint {mib(s.get('peak_footprint_bytes'))} MiB "
+                   f"for peak live {mib(s.get('peak_live_bytes'))} MiB; prediction cache hits {c.get('prediction_cache_hits', 0)}, "
                    f"misses {c.get('prediction_cache_misses', 0)}, model runs {c.get('model_runs', 0)}")
     if has_report:
         click.secho(f"\nReport: {(out / 'report' / 'index.html').resolve()}", bold=True)

@@ -20,7 +20,7 @@ from .. import report as report_mod
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(sims: tuple[Path, ...], bench: Path | None, profiles: tuple[Path, ...], out_dir: Path,
             quiet: bool) -> None:
-    """Draw the paper's figures for your program: footprint per policy against live, lifetime distribution,
+    """Draw the LLAMA paper's figures for your program: footprint per policy against live, lifetime distribution,
     meshing comparison, heap maps and bench results, as PNGs and one self-contained HTML page."""
     progress = None if quiet else (lambda line: click.echo(f"report: {line}", err=True))
     r = report_mod.make_report(sims, bench, profiles, out_dir, progress=progress)

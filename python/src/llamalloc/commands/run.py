@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
-from ..launch import check_command, preload_env, run_program
-from ..paths import native_library
+from ..run import llamalloc_env, before_exit_path, check_command, run_program
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -31,36 +30,16 @@ def command(stats, options, model, binaries, cmd):
     cmd = check_command(cmd)
     if binaries and not model:
         raise UserError("--binary names the binaries a model predicts for: give --model with it")
-    extra: dict[str, str] = {}
-    for opt in options:
-        name, sep, value = opt.partition("=")
-        if not sep or not name:
-            raise UserError(f"--option {opt!r}: expected NAME=VALUE")
-        name = name.upper()
-        extra[name if name.startswith("LLAMALLOC_") else f"LLAMALLOC_{name}"] = value
-    if stats:
-        out = Path(stats)
-        if not out.parent.exists():
-            raise UserError(f"{out.parent}: no such directory (for --stats {stats})")
-        extra["LLAMALLOC_STATS"] = str(out.resolve())
-        extra["LLAMALLOC_STATS_BEFORE_EXIT"] = "1"
+    env = llamalloc_env(options, stats)
     if model:
         from ..prepare import prepare_for_run
 
-        extra.update(prepare_for_run(model, cmd[0], binaries=list(binaries)))
-    env = preload_env([native_library("libllamalloc.so")], extra)
+        env.update(prepare_for_run(model, cmd[0], binaries=list(binaries)))
     started = time.time_ns()
     _, status = run_program(cmd, env)
     if stats:
         _say_where_the_statistics_are(Path(stats), started)
     sys.exit(status)
-
-
-def before_exit_path(stats: Path) -> Path:
-    """The snapshot from before the teardown that LLAMALLOC_STATS_BEFORE_EXIT writes beside the file at exit."""
-    if stats.name.endswith(".json") and len(stats.name) > 5:
-        return stats.with_name(stats.name[:-5] + ".before-exit.json")
-    return stats.with_name(stats.name + ".before-exit")
 
 
 def _say_where_the_statistics_are(stats: Path, started_ns: int) -> None:

@@ -19,13 +19,13 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 @click.option("--epochs", type=click.IntRange(1, 10000), default=100, show_default=True,
               help="Most epochs; training stops earlier on a validation plateau.")
 @click.option("--hidden", type=click.Choice(["64", "16"]), default="64", show_default=True,
-              help="LSTM hidden state size (the paper's 64, or its small 16 variant).")
+              help="LSTM hidden state size (the LLAMA paper's 64, or its small 16 variant).")
 @click.option("--vocab", "vocab_words", type=click.IntRange(0, 10_000_000), default=DEFAULT_VOCAB_WORDS,
               show_default=True, help="Number of most common tokens kept; the others are <unk>.")
 @click.option("--max-tokens", type=click.IntRange(2, 4096), default=DEFAULT_MAX_TOKENS, show_default=True,
               help="Longest token sequence of a context (outermost frames are cut).")
 @click.option("--weight-power", type=click.FloatRange(0.0, 1.0), default=DEFAULT_WEIGHT_POWER, show_default=True,
-              help="A context weighs count**POWER in the loss: 1 weights by observed count (the paper), smaller "
+              help="A context weighs count**POWER in the loss: 1 weights by observed count (the LLAMA paper), smaller "
                    "values let rare contexts be heard (docs/model.md).")
 @click.option("--refit/--no-refit", default=True, show_default=True,
               help="After reporting on the held-out stacks, retrain on every context for the epochs the split "
@@ -36,7 +36,7 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 @click.option("--label", default=DEFAULT_LABEL_RULE, show_default=True, metavar="RULE",
               help="Label of a context: shareNN (the longest class holding at least NN% of its objects, or the "
                    "mode), mode (the class holding most of them), median, or pNN (the class of the NN-th percentile "
-                   "of its lifetimes; p95 is the paper's rule).")
+                   "of its lifetimes; p95 is the LLAMA paper's rule).")
 @click.option("--under-weight", type=click.FloatRange(1.0, 100.0), default=1.0, show_default=True,
               help="Cost of predicting a shorter class than the label, relative to the plain cross-entropy "
                    "(1: symmetric). Under-prediction pins pages; over-prediction only delays reuse. "

@@ -1,4 +1,4 @@
-"""The two baselines any model must beat (papers/000 section 2.2), and the hashes that let the model file carry
+"""The two baselines any model must beat (the LLAMA paper, section 2.2), and the hashes that let the model file carry
 them: an exact-match lookup of the whole calling context (what a profile-guided table does), and the allocation
 site alone (innermost frame plus size class). A context missing from a table gets the table's default class,
 the most common class by weight in training.

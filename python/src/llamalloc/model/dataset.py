@@ -1,4 +1,4 @@
-"""From profile samples to labelled calling contexts (papers/000 section 5.1).
+"""From profile samples to labelled calling contexts (the LLAMA paper, section 5.1).
 
 A *calling context* is the symbolised stack (innermost frame first) together with the power-of-two size class
 of the request. The size is part of the context because the allocator knows it at no cost when it predicts
@@ -72,9 +72,9 @@ class Contexts:
 
 
 #: `mode` labels: a class with at least (100 - this)% of the most common class's objects ties with it (the
-#: longest tied class wins). 10 made one run's labels agree with three runs merged on 95-100% of the contexts
-#: (docs/model.md); 0 (the strict mode) left word-count's heaviest context, split 50/50 across the 1 s
-#: boundary, flipping between runs.
+#: longest tied class wins), so that a context split about evenly across a class boundary (word-count's heaviest,
+#: across 1 s) gets one label in every run instead of flipping between runs as the strict mode (0) lets it
+#: (docs/model.md measures how one run's labels agree with several runs merged).
 MODE_TIE_PERCENT = 10
 
 

@@ -1,5 +1,5 @@
-"""The paper's lifetime model: a one-layer LSTM over the tokens of a calling context, its final state through a
-dense layer, softmax over the 8 lifetime classes (papers/000 section 5.2), written directly in JAX.
+"""The LLAMA paper's lifetime model: a one-layer LSTM over the tokens of a calling context, its final state through a
+dense layer, softmax over the 8 lifetime classes (section 5.2), written directly in JAX.
 
 Gates are laid out [input, forget, cell, output], each `hidden` wide. The input side of every step is read from
 the *folded* table `embedding @ w_input + bias` ([vocab, 4*hidden]), the partial evaluation of section 10: the

@@ -21,10 +21,9 @@ from .metrics import Scores, format_mispredictions, format_report, misprediction
 from .tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS, Vocabulary
 
 #: Validation contexts (for early stopping) are carved out of training only when there are enough stacks for
-#: 10% of them to be a sample worth stopping on (30 stacks). With 12 validation stacks (image-server's 119), the
-#: validation accuracy wandered between 47% and 57% without a trend and the loss stopped training at epoch 5,
-#: at 59% accuracy on the model's own training contexts; below the threshold the training loss decides
-#: (docs/model.md).
+#: 10% of them to be a sample worth stopping on (30 stacks): the accuracy of fewer wanders from epoch to epoch by
+#: more than the model improves, and would stop training early at random; below the threshold the training loss
+#: decides (docs/model.md).
 MIN_STACKS_FOR_VALIDATION = 300
 VALIDATION_FRACTION = 0.1
 
@@ -161,7 +160,7 @@ def score_all(model: modelfile.ModelFile, test: Contexts) -> list[Scores]:
 
 
 def matching_stacks(model: modelfile.ModelFile, test: Contexts) -> tuple[int, int]:
-    """(test stacks also seen in training, distinct test stacks): papers/000 Table 2."""
+    """(test stacks also seen in training, distinct test stacks): the LLAMA paper's Table 2."""
     keys = baselines.stack_keys(test)
     return int(np.isin(keys, model.train_stacks).sum()), len(keys)
 

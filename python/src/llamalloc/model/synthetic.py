@@ -1,7 +1,7 @@
 """Synthetic profiles of a made-up C++ server whose lifetimes are known per calling context, for tests and the
 training-speed benchmark. The lifetime of an allocation is decided by the subsystem that asked for it, a few
-frames above a shared allocation helper (a string, a vector, operator new), as in papers/000 Figure 5: the
-innermost frame alone cannot tell, the calling context can, and new combinations of callers keep the class.
+frames above a shared allocation helper (a string, a vector, operator new), as in the LLAMA paper's Figure 5:
+the innermost frame alone cannot tell, the calling context can, and new combinations of callers keep the class.
 """
 from __future__ import annotations
 

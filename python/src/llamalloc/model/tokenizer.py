@@ -1,4 +1,4 @@
-"""Tokens of symbolised stack traces (papers/000 section 5.2).
+"""Tokens of symbolised stack traces (the LLAMA paper, section 5.2).
 
 Each frame is a demangled function name. It is split into words at every character that is not part of an
 identifier (`:`, `,`, `(`, `)`, `<`, `>`, `*`, `&`, spaces, `[`, `]`, `~`, `.` ...): a word is a maximal run of

@@ -1,4 +1,4 @@
-"""`llamalloc report`: the paper's pictures for the user's own program, as PNG files and one self-contained HTML
+"""`llamalloc report`: the LLAMA paper's pictures for the user's own program, as PNG files and one self-contained HTML
 page (images embedded), from simulation results (`llamalloc simulate`), bench results (`llamalloc bench`) and
 profiles (`llamalloc record`). docs/report.md lists what is drawn from what."""
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -142,7 +141,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
                           f"{result.interval_ns / 1e6:g} ms of trace time.")
             f = f"footprint-{stem}.png"
             figures.footprint_over_time(result, staging / f, f"{trace_name}: footprint per policy against live")
-            sec.figures.append(Figure(f, "Footprint over time (papers/000 Figures 1, 8, 9)",
+            sec.figures.append(Figure(f, "Footprint over time (the LLAMA paper, Figures 1, 8, 9)",
                                       "Bytes of pages that hold at least one live byte under each policy, against "
                                       "the bytes the program has live. The gap is fragmentation."))
             f = f"fragmentation-{stem}.png"
@@ -152,7 +151,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
             if any(n.startswith("mesh") for n in result.policies):
                 f = f"meshing-{stem}.png"
                 figures.meshing_comparison(result, staging / f)
-                sec.figures.append(Figure(f, "Meshing comparison (papers/000 Figure 12)",
+                sec.figures.append(Figure(f, "Meshing comparison (the LLAMA paper, Figure 12)",
                                           "Mesh frees 4 KiB pages whose live objects do not overlap; on 2 MiB pages "
                                           "a huge page only goes back when all of its small pages do."))
             oracle = result.policies.get("llama-oracle") or result.policies.get("llama-default")
@@ -160,7 +159,8 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
                 for k, snap in enumerate(_pick_snapshots(oracle.snapshots, MAX_HEAP_MAPS)):
                     f = f"heap-map-{stem}-{k}.png"
                     figures.heap_map(snap, staging / f)
-                    sec.figures.append(Figure(f, f"Heap map at {snap['time_ns'] / 1e9:.3f} s (papers/000 Figure 6)",
+                    sec.figures.append(Figure(f, f"Heap map at {snap['time_ns'] / 1e9:.3f} s "
+                                              "(the LLAMA paper, Figure 6)",
                                               f"{oracle.policy}: every huge page in use, one row each, its 256 "
                                               "blocks coloured by the page's lifetime class when live; dots mark "
                                               "residual blocks; O/A = open/active."))
@@ -174,8 +174,8 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
             say("drawing lifetimes")
             figures.lifetime_distribution(class_counts, staging / "lifetimes.png")
             sections.append(Section("Object lifetimes", "How long the program's objects live, by lifetime class "
-                                    "(papers/000 Figure 2): from sampled profiles and, for simulated traces, from "
-                                    "every object's own allocation and free times.",
+                                    "(the LLAMA paper, Figure 2): from sampled profiles and, for simulated traces, "
+                                    "from every object's own allocation and free times.",
                                     [Figure("lifetimes.png", "Lifetime distribution", "Bars: share of "
                                             "allocations per class; lines: cumulative share.")]))
         if bench_doc is not None:
@@ -209,7 +209,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
         page = _html_page(sections, staging)
         pngs = []
         for png in sorted(staging.glob("*.png")):
-            os.replace(png, out_dir / png.name)
+            files.move_file(png, out_dir / png.name)
             pngs.append(out_dir / png.name)
         html_path = out_dir / "index.html"
         files.write_bytes(html_path, page.encode())

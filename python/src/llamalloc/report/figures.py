@@ -1,4 +1,4 @@
-"""The paper's pictures, drawn from simulation results, profiles and bench results with matplotlib (Agg)."""
+"""The LLAMA paper's pictures, drawn from simulation results, profiles and bench results with matplotlib (Agg)."""
 from __future__ import annotations
 
 import matplotlib

@@ -1,4 +1,4 @@
-"""Issue 12: the workloads' quiet phase after the load peak, its steady_state figures, and how `llamalloc bench`
+"""The workloads' quiet phase after the load peak, its steady_state figures, and how `llamalloc bench`
 and bench/table3 report them (docs/workloads.md, docs/bench.md)."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from llamalloc import bench, workloads
+from llamalloc.allocators import Allocator
 from test_workloads_support import is_real_llamalloc, llamalloc_library, preload_env
 
 QUIET = 1.0  # seconds: short, so that the tests stay fast
@@ -173,7 +174,7 @@ def _run_with_steady(allocator: str, steady: dict | None, workload: str = "w") -
 
 def test_summary_takes_the_median_of_the_steady_state_means():
     result = bench.BenchResult(scale="small", repeat=3, workloads=["w"],
-                               allocators=[bench.Allocator("glibc", None), bench.Allocator("llamalloc", None)])
+                               allocators=[Allocator("glibc", None), Allocator("llamalloc", None)])
     for rss in (10, 30, 20):
         result.runs.append(_run_with_steady("glibc", {"samples": 6, "rss_bytes": rss, "anon_huge_pages_bytes": 0,
                                                       "workload_live_bytes": 4}))

@@ -1,9 +1,9 @@
-"""Issue 12: `train` deploys a model refit on every context, warns about a held-out set too small to mean
-anything, lists the heaviest mispredicted contexts (`--list`), labels contexts by a rule robust to machine load
-(`--label`, default mode, fitted as each context's class distribution: `--target`) and can weigh under-prediction above over-prediction (`--under-weight`)."""
+"""`train` deploys a model refit on every context, warns about a held-out set too small to mean anything, lists the
+heaviest mispredicted contexts (`--list`), labels contexts by a rule robust to machine load (`--label`, default
+mode, fitted as each context's class distribution: `--target`) and can weigh under-prediction above
+over-prediction (`--under-weight`)."""
 from __future__ import annotations
 
-import io
 
 import jax.numpy as jnp
 import numpy as np
@@ -68,7 +68,7 @@ def test_share_labels_take_the_longest_class_holding_a_fifth_of_the_objects(coun
 
 def test_the_default_label_is_the_mode_and_a_slow_tail_moves_neither_it_nor_share20():
     assert DEFAULT_LABEL_RULE == "mode"
-    # word-count's task-local hash nodes (default scale, one run, 2026-11-26): 68% under 1 s, 31% under 10 s.
+    # word-count's task-local hash nodes (a run at default scale): 68% under 1 s, 31% under 10 s.
     # share20 says "< 10 s", the class of the job-log lines that outlive the peak, and a thread that makes the
     # nodes fast then puts those lines in its own spans, one or two per span (275 MiB of steady footprint for
     # 19 MiB live); the mode says "< 1 s" (41 MiB). docs/model.md, "The mode again".
@@ -320,7 +320,7 @@ def _list_profile(tmp_path):
         k = i % 3
         counts = [0] * 8
         counts[k] = 20
-        rows.append({"stack": [f"std::vector<int>::push_back(int)", f"sub{k}::Step{i}(int)", f"sub{k}::Run()",
+        rows.append({"stack": ["std::vector<int>::push_back(int)", f"sub{k}::Step{i}(int)", f"sub{k}::Run()",
                                "main"], "request_size": 32, "class_counts": counts})
     rows.append({"stack": ["operator new(unsigned long)", "vault::Keep(int)", "vault::Main()", "main"],
                  "request_size": 1 << 20, "class_counts": [0, 0, 0, 0, 0, 0, 0, 30]})

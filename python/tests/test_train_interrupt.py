@@ -1,4 +1,4 @@
-"""Issue 13: Ctrl-C in `llamalloc train` keeps the best model of the epochs already finished."""
+"""Ctrl-C in `llamalloc train` keeps the best model of the epochs already finished."""
 from __future__ import annotations
 
 import signal

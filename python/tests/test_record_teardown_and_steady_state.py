@@ -1,9 +1,8 @@
-"""Issue 12, "Lifetimes that mean what the server does": teardown counts as live at exit, dumps on the signal are
-kept, `record --steady-state` makes the profile at the window's end OUTPUT, and a trace ends at teardown. The
-program is tests/profiler/prof_teardown.cc."""
+"""Lifetimes that mean what the server does: teardown counts as live at exit, dumps on the signal are kept,
+`record --steady-state` makes the profile at the window's end OUTPUT, and a trace ends at teardown. The program is
+tests/profiler/prof_teardown.cc."""
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pyarrow.parquet as pq

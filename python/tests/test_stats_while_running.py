@@ -1,4 +1,5 @@
-"""Issue 13: statistics while the program runs on a signal (LLAMALLOC_STATS_SIGNAL), and `run --stats`'s snapshot
+"""The allocator's statistics while the program runs: from the program itself (llamalloc_stats_json and
+llamalloc_stats_print in include/llamalloc.h), on a signal (LLAMALLOC_STATS_SIGNAL), and `run --stats`'s snapshot
 from before the program's teardown (LLAMALLOC_STATS_BEFORE_EXIT: when main returns or exit() is called, before the
 static destructors), beside the file at exit."""
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from llamalloc.paths import native_library
+
+from linked_support import build_linked
 
 MIB = 1 << 20
 BIG = 64 * MIB
@@ -62,6 +65,28 @@ int main(int argc, char** argv) {
   puts("ok");
   fflush(stdout);
   if (!strcmp(mode, "exit")) exit(3);
+  return 0;
+}
+"""
+
+
+STATS_JSON_PROG = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <llamalloc.h>
+int main(void) {
+  enum { N = 20000 };
+  static void* p[N];
+  for (int i = 0; i < N; i++) { p[i] = malloc(512); memset(p[i], 1, 512); }
+  char buf[8192];
+  size_t n = llamalloc_stats_json(buf, sizeof buf);
+  if (n == 0 || n >= sizeof buf) return 3;
+  buf[n] = 0;
+  printf("%s\n", buf);
+  if (llamalloc_stats_json(buf, 10) != 0) return 4;  /* too small: 0, nothing promised */
+  llamalloc_stats_print();
+  for (int i = 0; i < N; i++) free(p[i]);
   return 0;
 }
 """
@@ -175,3 +200,14 @@ def test_a_bad_signal_is_one_warning_and_the_program_runs(prog, value):
     assert r.returncode == 0 and r.stdout == "ok\n"
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"llamalloc: warning: LLAMALLOC_STATS_SIGNAL={value} "), r.stderr
+
+
+def test_stats_json_and_print_while_running(tmp_path):
+    exe = build_linked(tmp_path, STATS_JSON_PROG, "s")
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    now = json.loads(r.stdout)
+    printed = json.loads(r.stderr)
+    for doc in (now, printed):
+        assert doc["footprint_bytes"] >= 20000 * 512
+        assert doc["live_bytes"] >= 20000 * 512 - 2 * 256 * 1024

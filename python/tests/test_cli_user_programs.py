@@ -1,4 +1,4 @@
-"""Issue 13: no surprises in the CLI on a user's own program. Mistyped options, directories, wrapper scripts,
+"""No surprises in the CLI on a user's own program. Mistyped options, directories, wrapper scripts,
 models of other programs, misspelled LLAMALLOC_* variables, what record and trace say when they are done,
 compressed traces and --duration, and the README's commands naming the files the commands write."""
 from __future__ import annotations
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
 def work(tmp_path_factory):
     """A small program of the user's own (outside the checkout), a wrapper script that runs it, and a model
     trained on another program; token tables are cached for the module."""
-    d = tmp_path_factory.mktemp("issue13")
+    d = tmp_path_factory.mktemp("cli")
     src = d / "alloc.c"
     src.write_text(ALLOC_C)
     cc = shutil.which("cc") or shutil.which("gcc")

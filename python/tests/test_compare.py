@@ -1,4 +1,4 @@
-"""Issue 13: `llamalloc compare` runs a user's own command (or a server and its client) under several allocators
+"""`llamalloc compare` runs a user's own command (or a server and its client) under several allocators
 and compares peak, steady-state and final memory and time."""
 from __future__ import annotations
 
