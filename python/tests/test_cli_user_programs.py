@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalloc import sim, trace as _trace
+from llamalloc import simulate as sim, trace as _trace
 from llamalloc.model import modelfile
 from llamalloc.paths import native_library
 

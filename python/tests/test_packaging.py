@@ -107,7 +107,7 @@ def test_wheel_carries_the_native_parts(wheel):
 
 
 def test_installed_package_finds_its_own_native_parts(venv, tmp_path):
-    code = ("import llamalloc, llamalloc.paths as p, llamalloc.sim as s;"
+    code = ("import llamalloc, llamalloc.paths as p, llamalloc.simulate as s;"
             "print(llamalloc.__file__);"
             "print(p.native_library('libllamalloc.so'));"
             "print(p.native_library('libllamalloc_prof.so'));"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llamalloc import profile, sim
+from llamalloc import profile, simulate as sim
 from llamalloc.cli import main
 from llamalloc.report import profile_class_counts
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from llamalloc import sim
+from llamalloc import simulate as sim
 from llamalloc.cli import main
 
 from test_sim_support import alloc, free, trace_bytes, write_trace

@@ -142,7 +142,7 @@ def command(workload, scale, out_dir, allocators, repeat, epochs, sample_bytes):
     from ..cli import cli
     has_model_run = _command_has_option("run", "--model")
     has_report = "report" in cli.commands
-    from .. import sim as _sim
+    from .. import simulate as _sim
     # llama-model: the heap fed by the model trained in step 3, through the prediction cache (docs/simulator.md).
     policies = ["pages-4k", "pages-2m", "mesh", "tcmalloc-lifetime", "llama-default", "llama-oracle", "llama-model"]
     policies = [p for p in policies if p in _sim.POLICIES or p in _sim.ALIASES]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from .. import sim
+from .. import simulate as sim
 
 
 def _mib(n: float) -> str:

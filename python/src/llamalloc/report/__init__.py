@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .. import sim
+from .. import simulate as sim
 from ..errors import FormatError, UserError
 from .. import files
 

@@ -9,7 +9,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from ..sim import PolicyResult, SimResult  # noqa: E402
+from ..simulate import PolicyResult, SimResult  # noqa: E402
 
 MIB = 2**20
 CLASS_LABELS = ["<10ms", "<100ms", "<1s", "<10s", "<100s", "<1000s", "longer", "never freed"]
