@@ -24,9 +24,9 @@ namespace llamalloc {
 // huge page in use, so every slot more can keep a huge page resident after a program's peak.
 inline constexpr unsigned kSpanCacheSlots = 1;
 
-// The idle sweep's handshake (docs/heap.md, "Idle threads"). The owner marks `busy` while it works on its heap
+// The idle sweep's handshake (docs/heap.md, "Idle threads"). The owner marks `busy` while it works on its thread heap
 // and then checks `sweep`; a sweeper sets `sweep`, runs membarrier (every running thread executes a full barrier,
-// so either the sweeper sees `busy` or the owner sees `sweep`), and takes the heap only if it is not busy: an
+// so either the sweeper sees `busy` or the owner sees `sweep`), and takes the thread heap only if it is not busy: an
 // asymmetric Dekker, as in user-space RCU, that costs the fast path two plain stores and a load. ThreadSanitizer
 // does not model membarrier: its builds use sequentially consistent accesses, which need no barrier.
 #if defined(__SANITIZE_THREAD__)
@@ -48,7 +48,7 @@ inline constexpr std::memory_order kHandshakeLoad = std::memory_order_acquire;
 // path allocates from takes the slow path (LocalAllocator::free_block).
 inline constexpr unsigned kEmptyFreesPerSlowPath = 8;
 
-// A thread heap that takes this many small objects of one long-lived class from the shared heap within this
+// A thread heap that takes this many small objects of one long-lived class from the shared thread heap within this
 // long (10,000 a second or more) takes that class from its own spans from then on (LocalHeap::own_class).
 inline constexpr uint32_t kSharedBurst = 1024;
 inline constexpr uint64_t kSharedBurstNs = 100'000'000;
@@ -102,7 +102,7 @@ struct alignas(64) LocalHeap {
   // fast (kSharedBurst of one class within kSharedBurstNs) would serialise on its lock (a program whose hot
   // objects are predicted long-lived would run at the lock's pace) and fills spans of its own anyway: from then on
   // that class comes from the thread's own spans (own_class[lc] = 1). shared_allocs and shared_since count
-  // the allocations of the current window, under the shared heap's lock.
+  // the allocations of the current window, under the shared thread heap's lock.
   uint32_t shared_allocs[kMaxClasses] = {};
   uint64_t shared_since[kMaxClasses] = {};
   uint8_t own_class[kMaxClasses] = {};
@@ -117,7 +117,7 @@ struct HeapPool {
   LocalHeap* head = nullptr;  // lock; linked by next_free
 };
 
-// The span with no blocks: every empty slot of every heap points at it.
+// The span with no blocks: every empty slot of every thread heap points at it.
 extern constinit SmallSpan g_empty_span;
 
 constexpr LocalHeap::LocalHeap() : spans{} {
@@ -125,10 +125,10 @@ constexpr LocalHeap::LocalHeap() : spans{} {
     for (SmallSpan*& s : row) s = &g_empty_span;
 }
 
-// The heap a thread allocates from. Starts (and after thread exit returns) at the static empty heap, whose
-// spans are all empty: the first allocation misses into the slow path, which gives the thread its own heap.
+// The thread heap a thread allocates from. Starts (and after thread exit returns) at the static empty one, whose
+// spans are all empty: the first allocation misses into the slow path, which gives the thread its own thread heap.
 extern __thread LocalHeap* tl_heap __attribute__((tls_model("initial-exec")));
-// Live bytes (block sizes) allocated minus freed by this thread, not yet added to the heap's gauge.
+// Live bytes (block sizes) allocated minus freed by this thread, not yet added to the page heap's gauge.
 extern __thread int64_t tl_live_delta __attribute__((tls_model("initial-exec")));
 extern LocalHeap g_empty_heap;
 
@@ -152,7 +152,7 @@ LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
   return b;
 }
 
-// The owner's free (or the shared heap's, under its lock): p goes on top of the list the next allocation pops,
+// The owner's free (or the shared thread heap's, under its lock): p goes on top of the list the next allocation pops,
 // so that a block freed is the next one handed out while it is still in cache (tcmalloc's and jemalloc's thread
 // caches are LIFO too). A separate list of the owner's frees, taken when `free` runs dry (mimalloc's local_free),
 // would cycle through every block of the span first: with 1 KiB blocks, lines 1 KiB apart, which share a few of
@@ -165,7 +165,7 @@ LLAMALLOC_FAST void span_push(SmallSpan* s, void* p) {
 // Whether a request of size class sc (classify(); kLargeRequest for a large object) and `alignment` in lifetime
 // class lc misses the allocation fast path of `heap` (heap_malloc) and takes the slow path: the fast path serves
 // only small requests of the default alignment, from the span at the head of the (lc, sc) queue, while that span
-// has a free block. Pure: it reads the heap and changes nothing (the simulator counts slow paths with it).
+// has a free block. Pure: it reads the thread heap and changes nothing (the simulator counts slow paths with it).
 LLAMALLOC_FAST bool misses_fast_path(const LocalHeap& heap, unsigned lc, unsigned sc, size_t alignment) {
   return sc == kLargeRequest || alignment > kMinAlignBytes || heap.spans[lc][sc]->free == nullptr;
 }
@@ -182,7 +182,7 @@ LLAMALLOC_FAST void owner_count_slow(LocalHeap* h) {
   h->slow_ops.store(h->slow_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// Adds this thread's live-byte delta to the heap's gauges.
+// Adds this thread's live-byte delta to the page heap's gauges.
 inline void flush_live_delta(GlobalAllocator& global) {
   add_live_bytes(global.gauges(), tl_live_delta);
   tl_live_delta = 0;
@@ -222,7 +222,7 @@ class LocalAllocator {
   static void set_pool(HeapPool* pool) { pool_ = pool; }
   static inline HeapPool* pool_ = nullptr;
   static inline std::atomic<bool> reclaim_pending{false};
-  // Called at the end of the owner's free slow path, outside the heap (the library's inline page passes when it
+  // Called at the end of the owner's free slow path, outside the thread heap (the library's inline page passes when it
   // has no sweeper thread; null in the simulator).
   static void set_slow_free_hook(void (*hook)()) { slow_free_hook_ = hook; }
   // Whether a sweeper thread makes the page passes (the library's, while it runs): then no free that empties
@@ -261,10 +261,10 @@ class LocalAllocator {
   LLAMALLOC_NOINLINE static void owner_free_slow(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s);
   // A free into another thread's span. Also flushes this thread's live-byte count once it is far enough below
   // zero: a thread that only frees other threads' objects runs no other slow path that would. A span of the
-  // shared heap is freed into as its owner, under the shared heap's lock (shared_free).
+  // shared thread heap is freed into as its owner, under the shared thread heap's lock (shared_free).
   LLAMALLOC_NOINLINE static void remote_free(GlobalAllocator& global, SmallSpan* s, void* p);
-  // A free into a span of the shared heap of long-lived classes (GlobalAllocator::shared_heap), by any thread:
-  // under the shared heap's lock, as the owner frees (its free list; the span requeued or given back at once),
+  // A free into a span of the shared thread heap of long-lived classes (GlobalAllocator::shared_heap), by any thread:
+  // under the shared thread heap's lock, as the owner frees (its free list; the span requeued or given back at once),
   // so that what is freed there is taken in without a sweeper (single-threaded programs have none).
   static void shared_free(GlobalAllocator& global, SmallSpan* s, void* p);
   // The owner's free left s empty or freed into it while it was off its queue: requeue it, or give it back.

@@ -121,7 +121,7 @@ SmallSpan* new_span(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsig
   return s;
 }
 
-// A partially free span of size class sc from a longer lifetime class of this heap, for class lc, which has
+// A partially free span of size class sc from a longer lifetime class of this thread heap, for class lc, which has
 // no span with a free block (HeapConfig::span_recycling): the longest class first, the first span with a free
 // block among the 32 behind the head of its queue (the longer class's fast path is using the head). It moves
 // to lc's queue: its holes take objects expected to die before the ones it holds, and those keep it (and its
@@ -158,7 +158,7 @@ bool mark_full(LocalHeap& heap, SmallSpan* s) {
   return true;
 }
 
-// A span of an abandoned heap that still holds objects: off the queue, marked full (any later remote free
+// A span of an abandoned thread heap that still holds objects: off the queue, marked full (any later remote free
 // notifies). false when its objects are all back after all (then the caller gives it back).
 bool park_abandoned(SmallSpan* s) {
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
