@@ -162,10 +162,11 @@ LLAMALLOC_FAST void span_push(SmallSpan* s, void* p) {
   s->free = p;
 }
 
-// Whether a request of size class sc (classify(); kLargeRequest for a large object) and `alignment` in lifetime
-// class lc misses the allocation fast path of `heap` (heap_malloc) and takes the slow path: the fast path serves
-// only small requests of the default alignment, from the span at the head of the (lc, sc) queue, while that span
-// has a free block. Pure: it reads the thread heap and changes nothing (the simulator counts slow paths with it).
+// Whether a request of size class sc (classify(); kLargeRequest for a large object) and `alignment` misses the
+// allocation fast path of `heap` (heap_malloc) when that path allocates from lifetime class lc (LocalHeap::
+// fast_class, or a prediction cache hit's class) and takes the slow path: the fast path serves only small requests
+// of the default alignment, from the span at the head of the (lc, sc) queue, while that span has a free block.
+// Pure: it reads the thread heap and changes nothing (the simulator counts slow paths with it).
 LLAMALLOC_FAST bool misses_fast_path(const LocalHeap& heap, unsigned lc, unsigned sc, size_t alignment) {
   return sc == kLargeRequest || alignment > kMinAlignBytes || heap.spans[lc][sc]->free == nullptr;
 }
