@@ -4,13 +4,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 
-#include "heap/heap.h"
+#include "base.h"
 #include "options.h"
 #include "pal/pal.h"
 
@@ -52,45 +51,18 @@ struct Out {
 
 }  // namespace
 
-GaugeSnapshot read_gauges(GlobalAllocator& heap, bool in_signal, int64_t unflushed_live) {
-  Gauges& g = heap.gauges();
-  GaugeSnapshot out;
-  bool locked = true;
-  if (in_signal) {
-    // The interrupted thread may hold the lock (then it never comes free here): try for about 10 ms, then read
-    // the gauges without it (a snapshot that may be torn between fields, never a hang).
-    locked = false;
-    for (int i = 0; i < 100 && !(locked = heap.lock().try_lock()); ++i) {
-      struct timespec pause = {0, 100 * 1000};
-      nanosleep(&pause, nullptr);
-    }
-  } else {
-    heap.lock().lock();
-  }
-  out.footprint_bytes = g.footprint_bytes;
-  out.peak_footprint_bytes = g.peak_footprint_bytes;
-  out.subreleased_bytes = g.subreleased_bytes;
-  out.page_cache_bytes = g.page_cache_bytes;
-  out.reserved_bytes = g.reserved_bytes;
-  out.metadata_bytes = g.metadata_bytes;
-  memcpy(out.huge_pages_by_class, g.huge_pages_by_class, sizeof(out.huge_pages_by_class));
-  if (locked) heap.lock().unlock();
-  int64_t live = g.live_bytes.load(std::memory_order_relaxed) + unflushed_live;
-  int64_t peak_live = g.peak_live_bytes.load(std::memory_order_relaxed);
-  if (live > peak_live) peak_live = live;
-  out.live_bytes = uint64_t(live < 0 ? 0 : live);
-  out.peak_live_bytes = uint64_t(peak_live < 0 ? 0 : peak_live);
-  return out;
+size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
+  return format_stats_json(read_heap_stats(heap, in_signal, unflushed_live), buf, capacity);
 }
 
-size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
+size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity) {
   uint64_t rss = 0, anon_huge = 0;
   read_resident(&rss, &anon_huge);
-  GaugeSnapshot g = read_gauges(heap, in_signal, unflushed_live);
+  const GaugeSnapshot& g = stats.gauges;
   Out o{buf, capacity};
   o.put("{\n  \"format\": \"llamalloc-stats\",\n");
   o.field("version", 1);
-  o.field("num_classes", heap.num_classes());
+  o.field("num_classes", stats.num_classes);
   o.field("live_bytes", g.live_bytes);
   o.field("peak_live_bytes", g.peak_live_bytes);
   o.field("footprint_bytes", g.footprint_bytes);
@@ -100,7 +72,7 @@ size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool
   o.field("reserved_bytes", g.reserved_bytes);
   o.field("metadata_bytes", g.metadata_bytes);
   o.put("  \"huge_pages_by_class\": [");
-  for (unsigned c = 0; c < heap.num_classes(); ++c) {
+  for (unsigned c = 0; c < stats.num_classes; ++c) {
     if (c) o.put(", ");
     o.num(g.huge_pages_by_class[c]);
   }
@@ -108,7 +80,7 @@ size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool
   o.field("rss_bytes", rss);
   o.field("anon_huge_pages_bytes", anon_huge);
   o.put("  \"counters\": {\n");
-  Counters& k = heap.counters();
+  const Counters& k = *stats.counters;
   bool first = true;
 #define LLAMALLOC_PUT_COUNTER(name, help)                  \
   if (!first) o.put(",\n");                                \

@@ -1,5 +1,7 @@
-// Statistics: every counter is declared once, here (as mimalloc's MI_STAT_FIELDS). The JSON file of
-// DESIGN.md is written from these at exit (LLAMALLOC_STATS=path) without calling malloc.
+// Statistics: every counter is declared once, here (as mimalloc's MI_STAT_FIELDS), and the statistics JSON
+// (docs/heap.md, "Statistics file") is written from them at exit (LLAMALLOC_STATS=path) without calling malloc.
+// The page heap fills a HeapStats (read_heap_stats, in heap/introspection.cc); this file's formatting reads
+// only that struct, never the page heap itself.
 #pragma once
 
 #include <atomic>
@@ -13,7 +15,7 @@ namespace llamalloc {
 // Event counters (name, meaning). Prediction counters are filled by the learned predictor; the default
 // predictor never runs a model, so they stay zero.
 #define LLAMALLOC_COUNTERS(X)                                                                   \
-  X(block_spans_handed_out, "size-class spans taken by thread heaps from the global allocator")   \
+  X(block_spans_handed_out, "size-class spans taken by thread heaps from the page heap")         \
   X(blocks_recycled, "free blocks of active longer-lived huge pages reused for a shorter class") \
   X(deadlines_expired, "huge page deadlines that expired")                                      \
   X(promotions, "huge pages moved to the next longer lifetime class")                           \
@@ -38,19 +40,19 @@ struct Counters {
 #undef LLAMALLOC_DECLARE_COUNTER
 };
 
-// Gauges of one heap: footprint is kept by the global allocator under its lock; live bytes are summed from
-// per-thread deltas, flushed on a slow path once they exceed kLiveFlushBytes (and at thread exit), so
-// peak_live_bytes may miss a peak by about that much per thread.
+// Gauges of one page heap: the footprint and the rest are kept by the page heap under its lock; live bytes are
+// summed from the thread heaps' per-thread deltas, flushed on a slow path once they exceed kLiveFlushBytes (and
+// at thread exit), so peak_live_bytes may miss a peak by about that much per thread.
 struct Gauges {
   std::atomic<int64_t> live_bytes{0};
   std::atomic<int64_t> peak_live_bytes{0};
-  uint64_t footprint_bytes = 0;       // global lock
-  uint64_t peak_footprint_bytes = 0;  // global lock
+  uint64_t footprint_bytes = 0;       // page heap lock
+  uint64_t peak_footprint_bytes = 0;  // page heap lock
   uint64_t huge_pages_by_class[kMaxClasses] = {};
-  uint64_t subreleased_bytes = 0;  // global lock: free blocks of pages in use given back to the OS (subrelease)
-  uint64_t page_cache_bytes = 0;   // global lock: free huge pages kept backed for reuse (the page cache)
-  uint64_t reserved_bytes = 0;     // global lock: address space reserved for huge pages (backed or not)
-  uint64_t metadata_bytes = 0;     // global lock: page metadata made usable (read-write; backed as touched)
+  uint64_t subreleased_bytes = 0;  // page heap lock: free blocks of pages in use given back to the OS (subrelease)
+  uint64_t page_cache_bytes = 0;   // page heap lock: free huge pages kept backed for reuse (the page cache)
+  uint64_t reserved_bytes = 0;     // page heap lock: address space reserved for huge pages (backed or not)
+  uint64_t metadata_bytes = 0;     // page heap lock: page metadata made usable (read-write; backed as touched)
 };
 
 inline constexpr int64_t kLiveFlushBytes = 256 * 1024;
@@ -64,19 +66,34 @@ inline void add_live_bytes(Gauges& g, int64_t delta) {
 
 class GlobalAllocator;
 
-// The gauges of `heap` read together (under its lock; in a signal handler after trying it for about 10 ms, then
-// without it), with `unflushed_live` added to the live bytes (clamped at zero).
+// The gauges of a page heap read together, with the live bytes not yet flushed added (clamped at zero).
 struct GaugeSnapshot {
   uint64_t live_bytes, peak_live_bytes, footprint_bytes, peak_footprint_bytes, subreleased_bytes, page_cache_bytes;
   uint64_t reserved_bytes, metadata_bytes;
   uint64_t huge_pages_by_class[kMaxClasses];
 };
-GaugeSnapshot read_gauges(GlobalAllocator& heap, bool in_signal = false, int64_t unflushed_live = 0);
 
-// Formats the statistics JSON of `heap` (and this process's RSS) into buf; returns its length, or 0 when it
-// does not fit. No allocation. `in_signal`: called from a signal handler, which may have interrupted a thread
-// that holds the heap's lock: the lock is tried for about 10 ms, then the gauges are read without it.
-// `unflushed_live`: live bytes not yet flushed into the gauges (a signal handler's own thread's delta), added.
+// What the statistics show of one page heap at one moment: the page heap fills it (read_heap_stats), the
+// formatting below reads it.
+struct HeapStats {
+  unsigned num_classes = 0;
+  GaugeSnapshot gauges{};
+  const Counters* counters = nullptr;  // the page heap's counters (atomics, read as they are formatted)
+};
+
+// The statistics of `heap`, its gauges read together under its lock (in a signal handler, which may have
+// interrupted a thread that holds it: the lock is tried for about 10 ms, then the gauges are read without it),
+// with `unflushed_live` (live bytes not yet flushed into the gauges: a signal handler's own thread's delta) added
+// to the live bytes. Defined by the page heap (heap/introspection.cc).
+HeapStats read_heap_stats(GlobalAllocator& heap, bool in_signal = false, int64_t unflushed_live = 0);
+inline GaugeSnapshot read_gauges(GlobalAllocator& heap, bool in_signal = false, int64_t unflushed_live = 0) {
+  return read_heap_stats(heap, in_signal, unflushed_live).gauges;
+}
+
+// Formats the statistics JSON of `stats` (and this process's RSS) into buf; returns its length, or 0 when it
+// does not fit. No allocation.
+size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity);
+// The same for `heap` read now (read_heap_stats says what in_signal and unflushed_live do).
 size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool in_signal = false,
                          int64_t unflushed_live = 0);
 // Writes the JSON to `path` through a temporary file and rename(2). false (and errno) on failure. "%p" in the

@@ -1,4 +1,4 @@
-// The global allocator's policy on fake pages with a fake clock: papers/000 Figure 6 (a) to (e) step by step,
+// The page heap's policy on fake pages with a fake clock: the LLAMA paper's Figure 6 (a) to (e) step by step,
 // promotion and demotion chains to both ends, span recycling, huge objects, exhaustion.
 #include <errno.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@ constexpr unsigned kK = 2;
 
 class GlobalAllocatorTest : public ::testing::Test {
  protected:
-  // Figure 6 has three classes (< 10 ms, < 100 ms, < 1 s); the fourth is "never freed".
+  // The LLAMA paper's Figure 6 has three classes (< 10 ms, < 100 ms, < 1 s); the fourth is "never freed".
   GlobalAllocatorTest() : heap(std::make_unique<GlobalAllocator>(platform, clock, HeapConfig{4, kK})) {}
 
   uintptr_t blocks(unsigned lc, size_t n) {
@@ -52,7 +52,7 @@ TEST_F(GlobalAllocatorTest, ClassDurationsRiseTenfoldAndNeverFreedHasNoDeadline)
   EXPECT_EQ(heap->class_duration_ns(3), ~uint64_t{0});
 }
 
-// Figure 6 as one story. Each huge page is filled with same-class blocks first; pages are named as in the
+// The LLAMA paper's Figure 6 as one story. Each huge page is filled with same-class blocks first; pages are named as in the
 // figure where they play its part.
 TEST_F(GlobalAllocatorTest, Figure6StepByStep) {
   const uint64_t t0 = clock.now;
@@ -260,7 +260,7 @@ TEST_F(GlobalAllocatorTest, SameClassRecyclingFillsAnActivePageBeforeAFreshOneAn
 }
 
 // HeapConfig::dense_first (LLAMALLOC_DENSE_FIRST): blocks recycled on pages already in use come from the
-// fullest page with room, so that an emptier page drains and goes back whole (papers/002's filler); without it,
+// fullest page with room, so that an emptier page drains and goes back whole (the TCMalloc paper's filler); without it,
 // from the page that got a free block last.
 TEST(DenseFirst, RecycledBlocksComeFromTheFullestPageSoTheEmptierOneDrains) {
   for (bool dense : {true, false}) {
@@ -288,7 +288,8 @@ TEST(DenseFirst, RecycledBlocksComeFromTheFullestPageSoTheEmptierOneDrains) {
     for (int i = 0; i < 28; ++i) heap.free_large(reinterpret_cast<void*>(a[i]));
     heap.check_invariants();
     const size_t pages = heap.pages_in_use(kMaxClasses);
-    // Shorter-lived objects recycle class 2's free blocks (section 6.3): the first one goes to B if dense_first.
+    // Shorter-lived objects recycle class 2's free blocks (the LLAMA paper, section 6.3): the first one goes to B
+    // if dense_first.
     uintptr_t first = alloc(1, 8);
     EXPECT_EQ(page(first), page(dense ? b[0] : a[0]));
     EXPECT_EQ(heap.pages_in_use(kMaxClasses), pages) << "no fresh huge page";
@@ -366,7 +367,7 @@ TEST_F(GlobalAllocatorTest, HugeObjectsUseWholeFreshHugePagesAndReleaseThemAtOnc
   heap->check_invariants();
 }
 
-// Slack donation (papers/002's huge page cache donates a large allocation's slack to the filler): a "never freed"
+// Slack donation (the TCMalloc paper donates a large allocation's slack to the filler): a "never freed"
 // huge object that ends early in its last huge page ends on a page of blocks of its class, whose free blocks
 // serve other objects; freeing the object frees its blocks there, and the page goes when its last object does.
 TEST_F(GlobalAllocatorTest, AHugeObjectsLastPageServesOtherObjectsInItsFreeBlocks) {
@@ -643,7 +644,7 @@ TEST_F(GlobalAllocatorTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes
 
 // An open page that has emptied is kept for its class (the next request of the class needs no fresh page), but
 // not forever: the sweeper gives it back when it is still empty, with nothing taken from it, at its next pass
-// (image-server after its peak kept an empty class-0 open page, 2 MiB, for the whole quiet phase); collect at once.
+// (else a server past its peak keeps an empty open page, 2 MiB, for as long as it is quiet); collect at once.
 // The page cache (HeapConfig::page_cache_pages): the pages of freed huge objects stay backed and are reused,
 // exact lengths first, and passes give back what exceeds recent demand; emptied pages of blocks go back at once.
 TEST_F(GlobalAllocatorTest, PageCacheReusesFreedHugeObjectsPagesAndGivesBackWhatRecentDemandDoesNotNeed) {

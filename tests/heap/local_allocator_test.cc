@@ -1,6 +1,6 @@
 // Thread heaps on real memory with a fake clock: size classes, size-class spans inside lifetime classes,
-// owner and remote frees, full spans brought back by a remote free, the empty-span cache, and the global
-// allocator's lifetime-class placement underneath.
+// owner and remote frees, full spans brought back by a remote free, the empty-span cache, and the page heap's
+// lifetime-class placement underneath.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -92,8 +92,8 @@ TEST_F(LocalAllocatorTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySp
   EXPECT_EQ(spans.size(), 3u);
   size_t before = global->gauges().footprint_bytes;
   for (void* p : objs) free(p);
-  // The span the fast path uses is kept, one goes to the thread's span cache, the third back to the global
-  // allocator (its page still holds the other two).
+  // The span the fast path uses is kept, one goes to the thread's span cache, the third back to the page heap
+  // (its page still holds the other two).
   EXPECT_EQ(heap.cache_count[0][span_kind(16 * 1024)], 1u);
   EXPECT_EQ(global->gauges().footprint_bytes, before);
   std::set<void*> again;
@@ -193,10 +193,10 @@ TEST_F(LongLivedClassTest, AThreadThatMakesThemFastTakesThemFromItsOwnSpansNotTh
   global.check_invariants();
 }
 
-// The shared heap serves the long-lived objects that threads make few of: the spans of all its classes come from
-// the huge pages of the longest class, so that they pack on one page instead of taking an open page per class,
-// where the spans of the class's other objects come and go around them (word-count with a model: 8 class-3
-// pages held 24 KiB in the quiet phase). A thread's own spans keep their class's pages.
+// The shared thread heap serves the long-lived objects that threads make few of: the spans of all its classes
+// come from the huge pages of the longest class, so that they pack on one page instead of taking an open page per
+// class, where the spans of the class's other objects come and go around them. A thread's own spans keep their
+// class's pages.
 TEST_F(LongLivedClassTest, TheSharedHeapsSpansOfEveryClassShareThePagesOfTheLongestClass) {
   HeapConfig c = config();
   c.small_heap_pages = 0;  // (no lending between the classes' pages: each span shows its page's class)
@@ -333,10 +333,9 @@ TEST_F(LocalAllocatorTest, AnExitingOwnerLeavesAnEmptySpanWithANotifyInFlightToT
 }
 
 // HeapConfig::span_recycling: a class with no span with a free block takes a partially free span of a longer
-// class of the same heap (not the one that class's fast path uses) before new memory, and the span goes back to
-// its own class's queue once it has been full. Without it, the holes that a long-lived class's dead objects
-// left stayed empty while a shorter class took fresh spans (redis's replay with perfect lifetimes: 79 huge
-// pages of new values beside 88 MiB of holes on the long-lived pages).
+// class of the same thread heap (not the one that class's fast path uses) before new memory, and the span goes
+// back to its own class's queue once it has been full. Without it, the holes that a long-lived class's dead
+// objects leave stay empty while a shorter class takes fresh spans.
 TEST_F(LocalAllocatorTest, AShorterClassFillsTheHolesOfALongerClassesSpanBeforeTakingNewMemory) {
   std::vector<void*> longlived;
   for (int i = 0; i < 3 * 16; ++i) longlived.push_back(alloc(7, 4096));  // three full 64 KiB spans of class 7
@@ -407,7 +406,7 @@ TEST_F(LocalAllocatorTest, SpansOfALifetimeClassComeFromHugePagesOfThatClassOrLo
 }
 
 TEST_F(LocalAllocatorTest, LargeRequestsTakeWholeBlocksAndSmallOnesAbove8KiBUseSizeClasses) {
-  void* v = alloc(0, 16 * 1024 + 64);  // a redis value just above 16 KiB
+  void* v = alloc(0, 16 * 1024 + 64);  // a value just above 16 KiB
   EXPECT_EQ(LocalAllocator::usable_size(span(v)), 20u * 1024) << "the 20 KiB class, not 24 KiB of blocks";
   void* big = alloc(0, 40 * 1024);
   EXPECT_EQ(span(big), nullptr);

@@ -1,7 +1,10 @@
-// The global allocator (papers/000 sections 6.1-6.5 and 8): huge pages of lifetime classes in shared regions, their
-// blocks, deadlines, promotion and demotion, block and span recycling, large and huge objects. It owns the one
-// global lock. It takes a Platform and a Clock, never touches the memory it hands out (only its metadata),
-// and is therefore the same code in the process, in tests on fake pages, and in the trace simulator.
+// The page heap: 2 MiB huge pages of lifetime classes in shared regions, their blocks, deadlines, promotion and
+// demotion, block and span recycling, the page cache, subrelease, large and huge objects (the LLAMA paper,
+// sections 6.1-6.5 and 8). It owns the one page heap lock. It takes a Platform and a Clock, never touches the
+// memory it hands out (only its metadata), and is therefore the same code in the process, in tests on fake
+// pages, and in the trace simulator. Its methods are defined one concept per file in heap/: regions.cc (address
+// space), pages.cc (page lifecycle and lists), large_objects.cc, huge_objects.cc, deadlines.cc, page_cache.cc,
+// subrelease.cc, introspection.cc and invariants.cc.
 #pragma once
 
 #include <atomic>
@@ -10,134 +13,11 @@
 
 #include "base.h"
 #include "config.h"
+#include "heap/page_meta.h"
 #include "pal/pal.h"
 #include "stats.h"
 
 namespace llamalloc {
-
-// Huge page states of section 6.2. A free huge page has been given back (or was never used): kUnused.
-enum class PageState : uint8_t { kUnused = 0, kOpen = 1, kActive = 2 };
-// A page holds blocks (small spans and large objects) or is part of one huge object.
-enum class PageKind : uint8_t { kBlocks = 0, kHugeHead = 1, kHugeTail = 2 };
-
-struct Region;
-
-// A size-class span (Heap 2.0, docs/heap.md): a run of whole blocks, 16 KiB aligned, that serves one size class
-// of one lifetime class for one thread heap, mimalloc style. The global allocator hands its blocks out as a
-// large object and never looks inside; local/ owns every field. It lives in the SpanMeta of its first 16 KiB
-// span, and the page's size_spans entry of every 16 KiB span it covers points at it, so free() finds it in two
-// dependent loads.
-struct alignas(64) SmallSpan {
-  // --- read by every thread that frees into the span; written by the owner only when (re)initialised --------
-  uintptr_t key;         // link encoding (a corrupted or double-freed block is told apart from a free one)
-  uintptr_t start;       // address of block 0
-  void* owner;           // the LocalHeap (never freed: thread heaps are pooled)
-  uint32_t block_size;
-  uint32_t reciprocal;   // ceil(2^32 / block_size): an offset's block index without a division
-  uint32_t span_bytes;
-  uint32_t capacity;     // blocks that fit the span
-  // Blocks 0 .. extended-1 have been put on a list; the rest are untouched memory. Written by the owner, read
-  // by freeing threads (relaxed: a plain load and store on x86).
-  std::atomic<uint32_t> extended;
-  uint8_t size_class;
-  uint8_t lifetime_class;
-  uint8_t queued;        // in the owner's queue of its (lifetime class, size class)
-  uint8_t cached;        // empty, kept in the owner's span cache
-  // --- the owner thread's hot fields (no atomics), on their own cache line -----------------------------------
-  // Blocks to hand out: a list whose links are xor-ed with `key`. The owner's frees go on top (span_push).
-  alignas(64) void* free;
-  uint32_t used;         // blocks handed out and not yet back on `free` (collected remote frees count)
-  // The class whose queue it goes back to when it comes back from full or is emptied: lifetime_class, unless a
-  // shorter class has adopted it (HeapConfig::span_recycling).
-  uint8_t home_class;
-  SmallSpan* next;       // queue links (owner)
-  SmallSpan* prev;
-  // --- written by other threads -------------------------------------------------------------------------
-  // Frees by other threads: the head of a list (links encoded like `free`) with the state in the low 2 bits:
-  // kXfreeFull = the owner took the span off its queue because it was full, and the first remote free must
-  // tell it (push the span on the owner's notify list and set kXfreeNotified).
-  alignas(64) std::atomic<uintptr_t> xfree;
-  SmallSpan* notify_next;
-};
-
-inline constexpr uintptr_t kXfreeFull = 1;
-inline constexpr uintptr_t kXfreeNotified = 2;
-inline constexpr uintptr_t kXfreeStateMask = 3;
-
-// One 16 KiB block span: when it is the first 16 KiB of a size-class span, that span's metadata (local/ owns it).
-struct SpanMeta {
-  SmallSpan small_span;
-};
-
-struct HugePageMeta {
-  // For each 16 KiB span: the size-class span (Heap 2.0) it is part of, or null. Set before the span's first
-  // block is handed out and cleared before its blocks go back to the global allocator. First and dense (1 KiB,
-  // 8 spans a cache line), as free() reads one for every object: in a SpanMeta each took a cache line of its own.
-  std::atomic<SmallSpan*> size_spans[kSpansPerHugePage];
-  Bitmap256 live;         // blocks that hold objects or are handed out as spans
-  Bitmap256 residual;     // live blocks predicted to match the page's class (section 6.5)
-  Bitmap256 large_start;  // first block of each large object
-  Bitmap256 large_end;    // last block of each large object: free() finds the size (section 8)
-  Bitmap256 released;     // free blocks given back to the OS while the page stays in use (subrelease)
-  Bitmap256 taken;        // blocks taken since the last subrelease pass (subrelease_free_blocks)
-  uint64_t deadline_ns;
-  HugePageMeta* active_prev;  // per class, in deadline order
-  HugePageMeta* active_next;
-  HugePageMeta* recyclable_prev;  // per class and fullness: active pages with at least one free block
-  HugePageMeta* recyclable_next;
-  Region* region;
-  uint32_t index;       // in its region
-  uint32_t huge_pages;  // kHugeHead: the object's length in whole huge pages (its head and tails)
-  // Slack donation. kHugeHead: the object's last blocks, on the page after its tails (0: it ends on its last
-  // tail). kBlocks: the first blocks of the page hold the end of the huge object on the pages before it (its head
-  // says how many); the page's other blocks serve like any page's (papers/002: the slack of a large allocation
-  // is donated to the filler).
-  uint16_t huge_tail_blocks;
-  uint64_t huge_requested_bytes;
-  PageState state;
-  PageKind kind;
-  uint8_t lifetime_class;
-  uint8_t deadline_passed;  // its deadline expired once
-  uint8_t in_recyclable;   // 0: on no recyclable list; else 1 + its fullness bucket (recycle_bucket)
-  uint8_t open_idle;        // open, found empty by release_empty_open_pages, and no block taken since
-  uint8_t no_huge_page;     // has subreleased blocks: kept from being collapsed into a huge page again
-  uint8_t recycled;         // kHugeHead: its pages came from the page cache, not zeroed by the kernel
-  // kHugeHead: only the object's bytes (rounded to 4 KiB) are usable memory, not its last page's slack, which
-  // stays reserved and charges nothing (a 5 MiB object maps 5 MiB, as glibc's mmap would, not 6).
-  uint8_t tail_unbacked;
-  // kHugeHead, under an address-space limit: that slack is not even reserved (a 5 MiB object holds 5 MiB of
-  // the limit, not 6); it is reserved again when the object is freed.
-  uint8_t tail_unreserved;
-  uint32_t large_requested_bytes[kBlocksPerHugePage];  // by first block
-  SpanMeta spans[kSpansPerHugePage];
-
-  bool check(unsigned num_classes) const;
-};
-
-inline constexpr size_t kPageMetaStride =
-    (sizeof(HugePageMeta) + kSmallPageBytes - 1) / kSmallPageBytes * kSmallPageBytes;
-static_assert(kPageMetaStride % kSmallPageBytes == 0, "metadata of a released page is dropped page by page");
-
-// The heap's address space: regions of up to kRegionBytes, each at a kRegionBytes-aligned address so that the
-// region of an address is one shift into a table. Without an address-space limit a region is reserved whole at
-// once; under RLIMIT_AS, or when the kernel refuses, it is reserved in steps as the heap grows (docs/heap.md,
-// "Address space"). Pages of every lifetime class share the regions (a page's class is in its metadata); free
-// pages, never used or given back, are reused lowest address first, so that the address range, the page tables
-// and the mappings the heap holds track what it uses.
-struct Region {
-  uintptr_t base;      // kRegionBytes aligned
-  char* metadata;      // page i's HugePageMeta at metadata + i * kPageMetaStride
-  uint64_t* used;      // a bit per page: open, active, part of a huge object, or in the page cache
-  uint64_t* unreserved;  // a bit per page: its address space given back (under RLIMIT_AS), to reserve again
-  uint32_t capacity;   // pages whose metadata address space is reserved: the most the region grows to
-  uint32_t reserved;   // pages of address space reserved from base
-  uint32_t committed;  // pages whose metadata is usable: every lookup is bounded by it
-  uint32_t free_pages; // pages of [0, reserved) not used
-  uint32_t search_from;  // no page below it is free
-
-  HugePageMeta* page(size_t i) const { return reinterpret_cast<HugePageMeta*>(metadata + i * kPageMetaStride); }
-  uintptr_t page_address(size_t i) const { return base + (i << kHugePageShift); }
-};
 
 struct HeapConfig {
   unsigned num_classes = kMaxClasses;  // the last one is "never freed"
@@ -145,48 +25,48 @@ struct HeapConfig {
   // When the open page of a class is full, the class's own active pages (their free blocks) are used before a
   // fresh huge page; false: never, as the LLAMA paper (section 6.3) has it.
   bool same_class_recycling = true;
-  // Small heaps: while fewer than this many huge pages are in use, a class whose open page is full (or that has
-  // none) takes blocks from the open page of a longer class before it opens a fresh huge page. The objects are
-  // expected to die before those of the page's class, as in section 6.3's recycling, so the page's lifetime is
-  // unchanged; a program with a few MiB live then keeps 1-3 huge pages instead of one per class in use. At most
-  // half of a page is lent, so that its own class keeps room. 0: never.
+  // Small page heaps: while fewer than this many huge pages are in use, a class whose open page is full (or that
+  // has none) takes blocks from the open page of a longer class before it opens a fresh huge page. The objects
+  // are expected to die before those of the page's class, as in the LLAMA paper's recycling (section 6.3), so
+  // the page's lifetime is unchanged; a program with a few MiB live then keeps 1-3 huge pages instead of one per
+  // class in use. At most half of a page is lent, so that its own class keeps room. 0: never.
   unsigned small_heap_pages = 8;
-  // Small objects of this lifetime class and longer come from one heap shared by every thread (under its own
-  // lock; set_shared_heap), not from each thread's spans: a long-lived class gets few objects per thread and
-  // size class, and a span per thread and size class each holding a few of them spreads them over many spans
-  // (measured on image-server with a model: 32 spans of 944 KiB for 69 KiB of class-7 objects). kMaxClasses:
-  // none shared (the default: docs/heap.md says why).
+  // Small objects of this lifetime class and longer come from one thread heap shared by every thread (under its
+  // own lock; set_shared_heap), not from each thread heap's spans: a long-lived class gets few objects per thread
+  // and size class, and a span per thread and size class, each holding a few of them, spreads them over many
+  // mostly empty spans. kMaxClasses: none shared (the default: docs/heap.md says why).
   unsigned shared_class_min = kMaxClasses;
   // Subrelease (subrelease_free_blocks): the free blocks of a huge page in which at most this percentage of the
   // blocks are in use, and from which no block was taken for a whole sweep period, are given back to the OS,
-  // beyond what the heap used at its highest over the last kDemandPasses passes. The page stays in use (its
+  // beyond what the page heap used at its highest over the last kDemandPasses passes. The page stays in use (its
   // objects stay where they are) on 4 KiB pages. 0: never (every byte stays on a 2 MiB page).
   unsigned subrelease_percent = 50;
   // Page cache: the pages of a freed huge object (over 2 MiB) stay backed for reuse by the next huge object or
-  // page the heap opens, instead of going back to the OS at once, at most this many, and each subrelease pass
-  // trims them to recent demand (trim_page_cache); TCMalloc's HugeCache (papers/002) does this. A program that
-  // allocates and frees big buffers in waves then reuses their memory instead of having the kernel zero fresh
-  // pages (word-count: 1,537 freed 4 MiB objects in 25 s). Emptied pages of blocks are not kept: measured, they
-  // raised peak RSS by 17-30% for little time. The footprint does not count cached pages (they hold no live
-  // byte); RSS does, until a pass gives them back. 0: off (papers/000 section 8: a free page goes back at once).
-  // The library turns it on only while its sweeper thread runs, which is what makes the passes.
+  // page the page heap opens, instead of going back to the OS at once, at most this many, and each subrelease
+  // pass trims them to recent demand (trim_page_cache), as the HugeCache of the TCMalloc paper does. A program
+  // that allocates and frees big buffers in waves then reuses their memory instead of having the kernel zero
+  // fresh pages. Emptied pages of blocks are not kept: they would raise peak RSS for little reuse, as a page of
+  // blocks is opened again soon only when its class is busy. The footprint does not count cached pages (they
+  // hold no live byte); RSS does, until a pass gives them back. 0: off (as in the LLAMA paper, section 8: a free
+  // page goes back at once). The library turns it on only while its sweeper thread runs, which is what makes
+  // the passes.
   unsigned page_cache_pages = 0;
   // Blocks for objects of this lifetime class and longer (small-object spans and large objects) come from the
   // huge pages of the longest class ("never freed"), not from pages of their own class: each class in use keeps
-  // an open page, and a class that holds little (redis with a model: 1.1 MiB of "< 100 s" objects) paid a page
-  // or two for it. Their holes are recycled by shorter classes, as any long-lived page's are. kMaxClasses: off
-  // (every class on its own pages, as papers/000 has it).
+  // an open page, and a class that holds little would pay a whole page or two for it. Their holes are recycled
+  // by shorter classes, as any long-lived page's are. kMaxClasses: off (every class on its own pages, as the
+  // LLAMA paper has it).
   unsigned long_class_min = kMaxClasses;
   // A thread heap whose queue of a size class has no free block, for a lifetime class, takes a partially free
-  // span of that size class from a longer class of the same heap before it takes new memory: the span serves
-  // the shorter class until it has been full or is empty, then goes back to its own class, and its holes are
-  // filled by objects expected to die first (papers/000 section 6.6's recycling of a longer-lived block's free
-  // lines, at the grain of a size class). false: never.
+  // span of that size class from a longer class of the same thread heap before it takes new memory: the span
+  // serves the shorter class until it has been full or is empty, then goes back to its own class, and its holes
+  // are filled by objects expected to die first (the LLAMA paper's recycling of a longer-lived block's free lines,
+  // section 6.6, at the grain of a size class). false: never.
   bool span_recycling = true;
   // Free blocks of active pages (recycling: a span or large object placed on a page that is already in use)
-  // come from the fullest page of a class that has room, as TCMalloc's huge page filler allocates from its
-  // fullest huge pages (papers/002): the emptier pages are left to drain and go back whole. false: the page
-  // that got a free block last, first.
+  // come from the fullest page of a class that has room, as the huge page filler of the TCMalloc paper allocates
+  // from its fullest huge pages: the emptier pages are left to drain and go back whole. false: the page that got
+  // a free block last, first.
   bool dense_first = true;
 };
 
@@ -226,12 +106,12 @@ class GlobalAllocator {
 
   static constexpr unsigned kRecycleBuckets = 8;
 
-  // --- large (blocks) and huge (whole huge pages) objects ---------------------------------------------
+  // --- large (blocks) and huge (whole huge pages) objects: large_objects.cc, huge_objects.cc ---------------
   // bytes > kSmallMaxBytes or alignment too large for a span, and the spans of small objects. On the pages of
   // page_class(lifetime_class). nullptr when exhausted.
   void* alloc_large(unsigned lifetime_class, size_t bytes, size_t alignment);
-  // Aborts with one line if `p` is not a live large or huge object of this heap. Returns the bytes that were
-  // asked for when it was allocated.
+  // Aborts with one line if `p` is not a live large or huge object of this page heap. Returns the bytes that
+  // were asked for when it was allocated.
   size_t free_large(void* p);
   // Usable bytes of the large or huge object starting at p; 0 if p is not one.
   size_t large_usable_size(const void* p);
@@ -247,7 +127,7 @@ class GlobalAllocator {
   // The metadata of the huge page of `address`, or null if not ours: one load of the region's metadata by its
   // address slot (regions are kRegionBytes aligned), none through its Region. The bound (the region's pages with
   // usable metadata) keeps an address of another mapping in the unreserved part of a slot from being taken for
-  // one of the heap's; it shares the entry's cache line, and an unused slot's bound is 0.
+  // one of the page heap's; it shares the entry's cache line, and an unused slot's bound is 0.
   LLAMALLOC_FAST HugePageMeta* page_meta_of(uintptr_t address) const {
     size_t slot = address >> kRegionShift;
     if (LLAMALLOC_UNLIKELY(slot >= kRegionSlots)) return nullptr;
@@ -258,6 +138,7 @@ class GlobalAllocator {
                                            (offset >> kHugePageShift) * kPageMetaStride);
   }
   static size_t span_index_of(uintptr_t address) { return (address >> kBlockSpanShift) & (kSpansPerHugePage - 1); }
+  // The metadata room of the 16 KiB span of `address` (the thread heap's SmallSpan lives there), or null.
   LLAMALLOC_FAST SpanMeta* span_of(uintptr_t address) const {
     HugePageMeta* page = page_meta_of(address);
     return page != nullptr ? &page->spans[span_index_of(address)] : nullptr;
@@ -277,6 +158,7 @@ class GlobalAllocator {
     return head == nullptr || head->kind != PageKind::kHugeHead || head->recycled != 0;
   }
 
+  // --- the sweeper's passes: deadlines.cc, pages.cc, subrelease.cc, page_cache.cc -------------------------
   // Processes the deadlines that have expired by now (every entry point does this first).
   void tick();
   // Gives back the open pages with no block in use: at once (`now`: llamalloc_collect), else those that were
@@ -285,24 +167,26 @@ class GlobalAllocator {
   size_t release_empty_open_pages(bool now);
   // Subrelease (HeapConfig::subrelease_percent, docs/heap.md "Subrelease"): one pass of the sweeper, which gives
   // back the free blocks of sparse huge pages that had no block taken since the previous pass, sparsest first,
-  // as far as the heap's blocks exceed the most it used over the last kDemandPasses passes (so that a load that
-  // comes back finds its memory still there). `now` (llamalloc_collect): every sparse page at once, regardless
-  // of idleness and demand. Returns the blocks given back.
+  // as far as the page heap's blocks exceed the most it used over the last kDemandPasses passes (so that a load
+  // that comes back finds its memory still there). `now` (llamalloc_collect): every sparse page at once,
+  // regardless of idleness and demand. Returns the blocks given back.
   size_t subrelease_free_blocks(bool now);
   static constexpr unsigned kDemandPasses = 4;
   static constexpr unsigned kPageCachePasses = 4;
-  // The cache keeps at most the pages in use divided by this after a pass: a server past its peak, with a few
-  // MiB in use and a few buffers a second, kept 10 cached pages (20 MiB of RSS) for what those buffers reused.
-  // (image-server's steady RSS: 13.1 MiB with 4, 10.6 with 8, 9.3 without a cache; word-count's time the same.)
+  // The page cache keeps at most the pages in use divided by this after a pass: a server past its peak, with a
+  // few MiB in use and a few buffers a second, would otherwise keep several cached pages (2 MiB of RSS each) for
+  // what those few buffers reuse; its steady RSS falls as this rises, and the reuse it gives up is small.
   static constexpr unsigned kPageCacheUseShare = 8;
   // Changes HeapConfig::page_cache_pages (under the lock), giving back the oldest cached pages beyond the new
   // limit (all of them for 0).
   void set_page_cache_pages(unsigned pages);
   // A page from which at most this many blocks were taken since the previous pass counts as idle (its other free
   // blocks may go back): a steady server's sweeps give back a span and its next request takes one again, which
-  // kept a long-lived class's open page (10 of 256 blocks in use, all 2 MiB resident) from ever being idle. A
-  // page being filled takes more than this per period, and keeps its huge page whole.
+  // would keep a long-lived class's mostly empty open page (all 2 MiB resident) from ever being idle. A page
+  // being filled takes more than this per period, and keeps its huge page whole.
   static constexpr size_t kIdleTakenBlocks = 16;
+
+  // --- introspection and checks: introspection.cc, invariants.cc -----------------------------------------
   // Checks every structure; on the first broken invariant prints it and aborts.
   void check_invariants();
   PageInfo page_info(uintptr_t address);
@@ -313,10 +197,10 @@ class GlobalAllocator {
   Gauges& gauges() { return gauges_; }
   Lock& lock() { return lock_; }
 
-  // The heap that small objects of classes >= shared_class_min() come from (null: each thread's own), and the
-  // lock that every operation on it holds. Lock order: the shared heap's, the heap pool's, the global one.
-  // The library sets it when the process makes its second thread heap: a single-threaded program gains nothing
-  // from sharing and would pay a lock and a slow path per long-lived object.
+  // The thread heap that small objects of classes >= shared_class_min() come from (null: each thread's own), and
+  // the lock that every operation on it holds. Lock order: the shared thread heap's, the heap pool's, the page
+  // heap's. The library sets it when the process makes its second thread heap: a single-threaded program gains
+  // nothing from sharing and would pay a lock and a slow path per long-lived object.
   void set_shared_heap(LocalHeap* heap) { shared_heap_.store(heap, std::memory_order_release); }
   LocalHeap* shared_heap() const { return shared_heap_.load(std::memory_order_relaxed); }
   unsigned shared_class_min() const { return config_.shared_class_min; }
@@ -326,13 +210,14 @@ class GlobalAllocator {
     return lc >= config_.long_class_min && lc < never_freed_class() ? never_freed_class() : lc;
   }
   Lock& shared_lock() { return shared_lock_; }
-  // The heap's clock (the process's monotonic clock; the trace's in the simulator).
+  // The page heap's clock (the process's monotonic clock; the trace's in the simulator).
   uint64_t now_ns() { return clock_.now_ns(); }
 
  private:
-  // Address space: `pages` contiguous free pages, aligned to align_pages, made usable (backed, their metadata
-  // committed): from the regions' free pages, lowest address first, then by growing a region's reservation, then
-  // from a new region. false when the address space, RLIMIT_DATA or the commit limit refuses.
+  // --- address space (regions.cc) -----------------------------------------------------------------------
+  // `pages` contiguous free pages, aligned to align_pages, made usable (backed, their metadata committed): from
+  // the regions' free pages, lowest address first, then by growing a region's reservation, then from a new
+  // region. false when the address space, RLIMIT_DATA or the commit limit refuses.
   // back_bytes: how much of the run, from its start, is made usable (all of it by default).
   bool take_pages(size_t pages, size_t align_pages, Region** r, size_t* index, size_t back_bytes = 0);
   // Gives [index, index + pages) of r back to the OS (Platform::release; under an address-space limit
@@ -344,12 +229,51 @@ class GlobalAllocator {
   Region* new_region(size_t pages);
   bool grow_region(Region* r, size_t pages);
   bool commit_metadata(Region* r, size_t end);
+
+  // --- page lifecycle and lists (pages.cc; the list operations inline in page_lists.h) -------------------
   HugePageMeta* open_new_page(unsigned lc);
-  HugePageMeta* ensure_open_page(unsigned lc);
   void activate(HugePageMeta* page);
   void release_page(HugePageMeta* page);
-  // The page cache: keeps [index, index + pages) of r backed for reuse, or gives it back when the cache is off
-  // or full; takes `pages` contiguous cached pages (aligned to align_pages) for a new page or huge object.
+  void after_blocks_freed(HugePageMeta* page);
+  void account_page(HugePageMeta* p, int64_t pages);
+  void active_push(HugePageMeta* p);
+  void active_remove(HugePageMeta* p);
+  // Puts p on the recyclable list of its class and fullness, or moves it there from another.
+  void recyclable_push(HugePageMeta* p);
+  unsigned recycle_bucket(const HugePageMeta* p) const {
+    return config_.dense_first ? unsigned(p->live.count() * kRecycleBuckets / (kBlocksPerHugePage + 1)) : 0;
+  }
+  void recyclable_remove(HugePageMeta* p);
+  uintptr_t page_address(const HugePageMeta* p) const { return p->region->page_address(p->index); }
+
+  // --- blocks of a page (large_objects.cc) ---------------------------------------------------------------
+  bool take_blocks(HugePageMeta* page, size_t count, size_t align_blocks, size_t* first);
+  void mark_allocated(HugePageMeta* page, size_t first, size_t count, bool residual);
+  // Free blocks on an active page of class c (first fit); the page or null.
+  HugePageMeta* recycle_blocks(unsigned c, size_t count, size_t align_blocks, size_t* first);
+  // Small page heaps (HeapConfig::small_heap_pages): blocks of the open page of the nearest longer class than lc.
+  HugePageMeta* borrow_longer_open_page(unsigned lc, size_t count, size_t align_blocks, size_t* first);
+
+  // --- huge objects (huge_objects.cc) --------------------------------------------------------------------
+  void* alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment);
+  void free_huge_locked(HugePageMeta* head);
+
+  // --- deadlines, promotion and demotion (deadlines.cc) --------------------------------------------------
+  void change_class(HugePageMeta* page, unsigned new_class);
+  void promote(HugePageMeta* page);
+  void demote(HugePageMeta* page);
+  // Every entry point calls it first: nothing to do until the earliest deadline.
+  void expire_deadlines(uint64_t now) {
+    if (LLAMALLOC_LIKELY(now < earliest_deadline_ns_)) return;
+    expire_due_deadlines(now);
+  }
+  void expire_due_deadlines(uint64_t now);
+  // The page is given the deadline of a page activated now (same-class recycling placed residual objects).
+  void renew_deadline(HugePageMeta* page);
+
+  // --- the page cache (page_cache.cc) --------------------------------------------------------------------
+  // Keeps [index, index + pages) of r backed for reuse, or gives it back when the cache is off or full; takes
+  // `pages` contiguous cached pages (aligned to align_pages) for a new page or huge object.
   void cache_or_release(Region* r, size_t index, size_t pages);
   bool take_cached(size_t pages, size_t align_pages, Region** r, size_t* index);
   void release_cached_run(unsigned i);
@@ -361,42 +285,19 @@ class GlobalAllocator {
   // highest, and the most pages taken in one period, over the last kPageCachePasses passes, but at most the
   // pages in use / kPageCacheUseShare; all with `now`. Returns the pages given back.
   size_t trim_page_cache(bool now);
-  void after_blocks_freed(HugePageMeta* page);
-  void change_class(HugePageMeta* page, unsigned new_class);
-  void promote(HugePageMeta* page);
-  void demote(HugePageMeta* page);
-  void expire_deadlines(uint64_t now);
-  void* alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment);
-  void free_huge_locked(HugePageMeta* head);
-  bool take_blocks(HugePageMeta* page, size_t count, size_t align_blocks, size_t* first);
-  void mark_allocated(HugePageMeta* page, size_t first, size_t count, bool residual);
-  // Free blocks on an active page of class c (first fit); the page or null.
-  HugePageMeta* recycle_blocks(unsigned c, size_t count, size_t align_blocks, size_t* first);
-  // Small heaps (HeapConfig::small_heap_pages): blocks of the open page of the nearest longer class than lc.
-  HugePageMeta* borrow_longer_open_page(unsigned lc, size_t count, size_t align_blocks, size_t* first);
-  // The page is given the deadline of a page activated now (same-class recycling placed residual objects).
-  void renew_deadline(HugePageMeta* page);
 
-  void active_push(HugePageMeta* p);
-  void active_remove(HugePageMeta* p);
-  // Puts p on the recyclable list of its class and fullness, or moves it there from another.
-  void recyclable_push(HugePageMeta* p);
-  unsigned recycle_bucket(const HugePageMeta* p) const {
-    return config_.dense_first ? unsigned(p->live.count() * kRecycleBuckets / (kBlocksPerHugePage + 1)) : 0;
-  }
-  void recyclable_remove(HugePageMeta* p);
-  void debug_check() {
-    if (LLAMALLOC_DEBUG_CHECKS) check_invariants_locked();
-  }
-  void check_invariants_locked();
-
-  uintptr_t page_address(const HugePageMeta* p) const { return p->region->page_address(p->index); }
-  void account_page(HugePageMeta* p, int64_t pages);
+  // --- subrelease (subrelease.cc) ------------------------------------------------------------------------
   // Blocks of p that are backed again (taken), or dropped with it: off the subreleased gauge.
   void unrelease(HugePageMeta* p, size_t first, size_t count);
   // Subreleases the free blocks of p still backed, at most `budget`, but not those taken since the last pass
   // (unless `now`); returns how many.
   size_t subrelease_page(HugePageMeta* p, size_t budget, bool now);
+
+  // --- invariants (invariants.cc) ------------------------------------------------------------------------
+  void debug_check() {
+    if (LLAMALLOC_DEBUG_CHECKS) check_invariants_locked();
+  }
+  void check_invariants_locked();
 
   Platform& platform_;
   Clock& clock_;

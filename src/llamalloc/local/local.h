@@ -1,9 +1,9 @@
-// Thread heaps of Heap 2.0 (docs/heap.md): small objects (up to 32 KiB) come from size-class spans inside
-// each lifetime class. A span serves one size class of one lifetime class for one thread: the owner pops
-// blocks from a free list and pushes its own frees on the same list without atomics; other threads push their
-// frees on the span's one atomic list, which the owner takes in bulk (mimalloc's sharded free lists). Spans
-// are whole blocks the global allocator hands out with its lifetime-class placement (huge pages, deadlines,
-// promotion and demotion, recycling between classes), so the heap stays organised by lifetime above the span.
+// Thread heaps (docs/heap.md): small objects (up to 32 KiB) come from size-class spans inside each lifetime
+// class. A span serves one size class of one lifetime class for one thread: the owner pops blocks from a free
+// list and pushes its own frees on the same list without atomics; other threads push their frees on the span's
+// one atomic list, which the owner takes in bulk (mimalloc's sharded free lists). Spans are whole blocks the
+// page heap hands out with its lifetime-class placement (huge pages, deadlines, promotion and demotion,
+// recycling between classes), so memory stays organised by lifetime above the span.
 #pragma once
 
 #include <atomic>
@@ -14,18 +14,19 @@
 #include "config.h"
 #include "heap/heap.h"
 #include "local/size_class.h"
+#include "local/small_span.h"
 #include "predictor/predictor.h"
 
 namespace llamalloc {
 
 // Empty spans a thread keeps per lifetime class and span size before giving them back (a lock round trip saved
 // when a span empties and the next one is needed soon after). One: each cached span may be all that keeps its
-// huge page (frag-micro after its peak: 4 slots kept 28 MiB resident, 1 slot 21 MiB, for 5 MiB live).
+// huge page in use, so every slot more can keep a huge page resident after a program's peak.
 inline constexpr unsigned kSpanCacheSlots = 1;
 
-// The idle sweep's handshake (docs/heap.md, "Idle threads"). The owner marks `busy` while it works on its heap
+// The idle sweep's handshake (docs/heap.md, "Idle threads"). The owner marks `busy` while it works on its thread heap
 // and then checks `sweep`; a sweeper sets `sweep`, runs membarrier (every running thread executes a full barrier,
-// so either the sweeper sees `busy` or the owner sees `sweep`), and takes the heap only if it is not busy: an
+// so either the sweeper sees `busy` or the owner sees `sweep`), and takes the thread heap only if it is not busy: an
 // asymmetric Dekker, as in user-space RCU, that costs the fast path two plain stores and a load. ThreadSanitizer
 // does not model membarrier: its builds use sequentially consistent accesses, which need no barrier.
 #if defined(__SANITIZE_THREAD__)
@@ -47,7 +48,7 @@ inline constexpr std::memory_order kHandshakeLoad = std::memory_order_acquire;
 // path allocates from takes the slow path (LocalAllocator::free_block).
 inline constexpr unsigned kEmptyFreesPerSlowPath = 8;
 
-// A thread heap that takes this many small objects of one long-lived class from the shared heap within this
+// A thread heap that takes this many small objects of one long-lived class from the shared thread heap within this
 // long (10,000 a second or more) takes that class from its own spans from then on (LocalHeap::own_class).
 inline constexpr uint32_t kSharedBurst = 1024;
 inline constexpr uint64_t kSharedBurstNs = 100'000'000;
@@ -65,19 +66,19 @@ struct alignas(64) LocalHeap {
   PredictionCacheView prediction_cache;
   // The owner is working on its spans (set and cleared only by the owner). In 16 bytes of its own: the fast path
   // stores it just before it loads fast_class and sweep, and AMD cores stall a load from the same few bytes as a
-  // store in flight (measured: 1-2 ns per malloc/free pair with the three in one word).
+  // store in flight (store-to-load forwarding fails on a partial overlap).
   alignas(16) std::atomic<uint8_t> busy{0};
   uint8_t busy_padding_[15] = {};
   SmallSpan* cache[kMaxClasses][kSpanKinds][kSpanCacheSlots] = {};
   // The last span of each queue (null: the queue is empty). A span that a free brings back from full goes there,
   // so that it collects more frees before it is allocated from again (mimalloc appends such pages too): put
-  // right behind the head, it came back with one or two free blocks, was full again two allocations later, and
-  // most allocations of a program that frees at random took the slow path (64% of them in a 100,000-slot test).
+  // right behind the head, it comes back with one or two free blocks and is full again two allocations later,
+  // so a program that frees at random would send most of its allocations to the slow path.
   SmallSpan* tails[kMaxClasses][kNumSizeClasses] = {};
   uint8_t cache_count[kMaxClasses][kSpanKinds] = {};
   // Without a sweeper thread: frees that emptied the span the fast path allocates from (free_block), of which
-  // one in kEmptyFreesPerSlowPath takes the owner's slow path. (Next to fast_class, which malloc loads, it cost
-  // a 1 KiB pair 2 ns instead of 1.)
+  // one in kEmptyFreesPerSlowPath takes the owner's slow path. (Not next to fast_class, which malloc loads: a
+  // free's store to it would stall malloc's load of the same word.)
   uint8_t empty_frees = 0;
   // Spans taken off their queue when full that have since had a block freed by another thread (pushed by
   // that thread; taken in bulk by the owner's slow path).
@@ -97,11 +98,11 @@ struct alignas(64) LocalHeap {
   // nor a slow path (at prediction_cache_idle_passes() the sweeper drops the cache's pages).
   uint64_t seen_cache_hits = 0;
   uint32_t cache_idle_ticks = 0;
-  // The shared heap of long-lived classes is for objects a thread makes few of. A thread that makes them fast
-  // (kSharedBurst of one class within kSharedBurstNs) would serialise on its lock -- word-count with a model
-  // that put its hot hash nodes in "< 10 s": 2x the time -- and fills spans of its own anyway: from then on
+  // The shared thread heap of long-lived classes is for objects a thread makes few of. A thread that makes them
+  // fast (kSharedBurst of one class within kSharedBurstNs) would serialise on its lock (a program whose hot
+  // objects are predicted long-lived would run at the lock's pace) and fills spans of its own anyway: from then on
   // that class comes from the thread's own spans (own_class[lc] = 1). shared_allocs and shared_since count
-  // the allocations of the current window, under the shared heap's lock.
+  // the allocations of the current window, under the shared thread heap's lock.
   uint32_t shared_allocs[kMaxClasses] = {};
   uint64_t shared_since[kMaxClasses] = {};
   uint8_t own_class[kMaxClasses] = {};
@@ -116,7 +117,7 @@ struct HeapPool {
   LocalHeap* head = nullptr;  // lock; linked by next_free
 };
 
-// The span with no blocks: every empty slot of every heap points at it.
+// The span with no blocks: every empty slot of every thread heap points at it.
 extern constinit SmallSpan g_empty_span;
 
 constexpr LocalHeap::LocalHeap() : spans{} {
@@ -124,10 +125,10 @@ constexpr LocalHeap::LocalHeap() : spans{} {
     for (SmallSpan*& s : row) s = &g_empty_span;
 }
 
-// The heap a thread allocates from. Starts (and after thread exit returns) at the static empty heap, whose
-// spans are all empty: the first allocation misses into the slow path, which gives the thread its own heap.
+// The thread heap a thread allocates from. Starts (and after thread exit returns) at the static empty one, whose
+// spans are all empty: the first allocation misses into the slow path, which gives the thread its own thread heap.
 extern __thread LocalHeap* tl_heap __attribute__((tls_model("initial-exec")));
-// Live bytes (block sizes) allocated minus freed by this thread, not yet added to the heap's gauge.
+// Live bytes (block sizes) allocated minus freed by this thread, not yet added to the page heap's gauge.
 extern __thread int64_t tl_live_delta __attribute__((tls_model("initial-exec")));
 extern LocalHeap g_empty_heap;
 
@@ -142,8 +143,8 @@ LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
   uintptr_t next = *static_cast<uintptr_t*>(b) ^ s->key;
   if (LLAMALLOC_UNLIKELY(next - s->start >= s->span_bytes && next != 0)) corrupt_free_block(s, b);
   s->free = reinterpret_cast<void*>(next);
-  // The next pop's load of its link: a program that frees at random (larson) leaves cold blocks on the list, and
-  // that load was half of its malloc's time.
+  // The next pop's load of its link: a program that frees at random leaves cold blocks on the list, and that
+  // load's cache miss would otherwise be most of its malloc's time.
   __builtin_prefetch(reinterpret_cast<void*>(next));
   // The link is wiped, so that a live object the program never wrote does not look free to free().
   *static_cast<uintptr_t*>(b) = 0;
@@ -151,14 +152,23 @@ LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
   return b;
 }
 
-// The owner's free (or the shared heap's, under its lock): p goes on top of the list the next allocation pops,
+// The owner's free (or the shared thread heap's, under its lock): p goes on top of the list the next allocation pops,
 // so that a block freed is the next one handed out while it is still in cache (tcmalloc's and jemalloc's thread
-// caches are LIFO too). A separate list of the owner's frees, taken when `free` ran dry (mimalloc's local_free),
-// cycled through every block of the span first: with 1 KiB blocks 64 lines 1 KiB apart, which share 4 of L1's
-// 64 sets, and a malloc/free pair cost 9.3 ns against 6.0 ns for 64 B.
+// caches are LIFO too). A separate list of the owner's frees, taken when `free` runs dry (mimalloc's local_free),
+// would cycle through every block of the span first: with 1 KiB blocks, lines 1 KiB apart, which share a few of
+// L1's sets and evict each other.
 LLAMALLOC_FAST void span_push(SmallSpan* s, void* p) {
   *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->free) ^ s->key;
   s->free = p;
+}
+
+// Whether a request of size class sc (classify(); kLargeRequest for a large object) and `alignment` misses the
+// allocation fast path of `heap` (heap_malloc) when that path allocates from lifetime class lc (LocalHeap::
+// fast_class, or a prediction cache hit's class) and takes the slow path: the fast path serves only small requests
+// of the default alignment, from the span at the head of the (lc, sc) queue, while that span has a free block.
+// Pure: it reads the thread heap and changes nothing (the simulator counts slow paths with it).
+LLAMALLOC_FAST bool misses_fast_path(const LocalHeap& heap, unsigned lc, unsigned sc, size_t alignment) {
+  return sc == kLargeRequest || alignment > kMinAlignBytes || heap.spans[lc][sc]->free == nullptr;
 }
 
 // The owner's half of the handshake. enter: before it touches its spans; then sweep_requested() must be checked
@@ -173,13 +183,13 @@ LLAMALLOC_FAST void owner_count_slow(LocalHeap* h) {
   h->slow_ops.store(h->slow_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// Adds this thread's live-byte delta to the heap's gauges.
+// Adds this thread's live-byte delta to the page heap's gauges.
 inline void flush_live_delta(GlobalAllocator& global) {
   add_live_bytes(global.gauges(), tl_live_delta);
   tl_live_delta = 0;
 }
 
-// Operations of one thread's heap on one global allocator (the library's, or a simulated one).
+// Operations of one thread heap on one page heap (the library's, or a simulated one).
 class LocalAllocator {
  public:
   // The one allocation entry point below the fast path (library slow path, simulator, tests): a request of
@@ -207,13 +217,13 @@ class LocalAllocator {
   // Returns with the heap entered and no sweep requested.
   LLAMALLOC_NOINLINE static void wait_for_sweep(LocalHeap& heap);
   // Drains the notify lists of the pool's heaps (when a free into an abandoned heap's span asked for it, or
-  // `force`). Takes the pool's lock, then the global lock.
+  // `force`). Takes the pool's lock, then the page heap lock.
   static void reclaim_abandoned(GlobalAllocator& global, HeapPool& pool, bool force = false);
   // The pool a slow path reclaims from (the library's; null in the simulator).
   static void set_pool(HeapPool* pool) { pool_ = pool; }
   static inline HeapPool* pool_ = nullptr;
   static inline std::atomic<bool> reclaim_pending{false};
-  // Called at the end of the owner's free slow path, outside the heap (the library's inline page passes when it
+  // Called at the end of the owner's free slow path, outside the thread heap (the library's inline page passes when it
   // has no sweeper thread; null in the simulator).
   static void set_slow_free_hook(void (*hook)()) { slow_free_hook_ = hook; }
   // Whether a sweeper thread makes the page passes (the library's, while it runs): then no free that empties
@@ -221,6 +231,13 @@ class LocalAllocator {
   static void set_sweeper_running(bool running) { sweeper_running_.store(running, std::memory_order_relaxed); }
   static inline std::atomic<bool> sweeper_running_{false};
   static inline void (*slow_free_hook_)() = nullptr;
+  // Whether small objects of class lc for `heap` come from the shared thread heap (allocate): a long-lived class
+  // (HeapConfig::shared_class_min), while the page heap has a shared thread heap other than `heap`, and unless
+  // this thread makes them fast (LocalHeap::own_class). Pure.
+  LLAMALLOC_FAST static bool uses_shared_heap(const GlobalAllocator& global, const LocalHeap& heap, unsigned lc) {
+    const LocalHeap* shared = global.shared_heap();
+    return lc >= global.shared_class_min() && shared != nullptr && shared != &heap && !heap.own_class[lc];
+  }
   // The small-object span of p, or null.
   LLAMALLOC_FAST static SmallSpan* span_of(const GlobalAllocator& global, const void* p) {
     std::atomic<SmallSpan*>* slot = global.size_span_slot(reinterpret_cast<uintptr_t>(p));
@@ -245,10 +262,10 @@ class LocalAllocator {
   LLAMALLOC_NOINLINE static void owner_free_slow(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s);
   // A free into another thread's span. Also flushes this thread's live-byte count once it is far enough below
   // zero: a thread that only frees other threads' objects runs no other slow path that would. A span of the
-  // shared heap is freed into as its owner, under the shared heap's lock (shared_free).
+  // shared thread heap is freed into as its owner, under the shared thread heap's lock (shared_free).
   LLAMALLOC_NOINLINE static void remote_free(GlobalAllocator& global, SmallSpan* s, void* p);
-  // A free into a span of the shared heap of long-lived classes (GlobalAllocator::shared_heap), by any thread:
-  // under the shared heap's lock, as the owner frees (its free list; the span requeued or given back at once),
+  // A free into a span of the shared thread heap of long-lived classes (GlobalAllocator::shared_heap), by any thread:
+  // under the shared thread heap's lock, as the owner frees (its free list; the span requeued or given back at once),
   // so that what is freed there is taken in without a sweeper (single-threaded programs have none).
   static void shared_free(GlobalAllocator& global, SmallSpan* s, void* p);
   // The owner's free left s empty or freed into it while it was off its queue: requeue it, or give it back.
@@ -279,8 +296,8 @@ LLAMALLOC_FAST void LocalAllocator::free_block(GlobalAllocator& global, LocalHea
     span_push(s, p);
     if (LLAMALLOC_UNLIKELY(--s->used == 0 || !s->queued)) {
       // The span the fast path allocates from emptied (a malloc/free pair, a request's buffers freed as it
-      // ends): it stays where it is, so the slow path has nothing to do for it. A 1 KiB pair took it on every
-      // free (9.3 ns, 6.0 without). An idle thread's empty spans go back in the sweeper's passes. Without a
+      // ends): it stays where it is, so the slow path has nothing to do for it (a malloc/free pair would
+      // otherwise take it on every free). An idle thread's empty spans go back in the sweeper's passes. Without a
       // sweeper thread, the slow path is where the page passes run (a single-threaded server's memory falls
       // after a peak while it serves a few requests): one such free in kEmptyFreesPerSlowPath still takes it.
       if (s->queued && heap->spans[s->lifetime_class][s->size_class] == s &&

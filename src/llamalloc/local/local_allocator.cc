@@ -106,30 +106,29 @@ SmallSpan* new_span(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsig
     init_span(heap, s, s->start, bytes, lc, sc);
     return s;
   }
-  // The shared heap's spans come from the huge pages of the longest class, whatever the class of their objects:
-  // it serves the long-lived objects that threads make few of, whose spans fill slowly, and each of its classes
-  // took an open page of its own, where the spans of other objects of the class came and went around them
-  // (word-count with a model: 8 class-3 pages held 24 KiB of them in the quiet phase).
+  // The shared thread heap's spans come from the huge pages of the longest class, whatever the class of their
+  // objects: it serves the long-lived objects that threads make few of, whose spans fill slowly; on pages of
+  // their own class, each class would hold an open page of its own, where the spans of other objects of the
+  // class come and go around them, for a few KiB of objects.
   unsigned page_class = &heap == global.shared_heap() ? global.num_classes() - 1 : lc;
   void* p = global.alloc_large(page_class, bytes, kBlockSpanBytes);
   if (p == nullptr) return nullptr;
   global.counters().block_spans_handed_out.fetch_add(1, std::memory_order_relaxed);
   uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  SmallSpan* s = &global.span_of(start)->small_span;
+  SmallSpan* s = small_span_in(global.span_of(start));
   init_span(heap, s, start, bytes, lc, sc);
   set_size_span(global, start, bytes, s);
   return s;
 }
 
-// A partially free span of size class sc from a longer lifetime class of this heap, for class lc, which has
+// A partially free span of size class sc from a longer lifetime class of this thread heap, for class lc, which has
 // no span with a free block (HeapConfig::span_recycling): the longest class first, the first span with a free
 // block among the 32 behind the head of its queue (the longer class's fast path is using the head). It moves
 // to lc's queue: its holes take objects expected to die before the ones it holds, and those keep it (and its
 // huge page) in use either way. Its home_class stays the longer class, whose queue or span cache it goes back
 // to once it has been full or is empty (after_owner_free, drain_notify, release_span). Without this, a
-// long-lived class's span keeps the holes its dead objects leave until its own class allocates again: redis's
-// replay with perfect lifetimes, after its values are overwritten, kept the old values' holes on the
-// long-lived pages and the new values (a shorter class) on 79 pages of their own.
+// long-lived class's span keeps the holes its dead objects leave until its own class allocates again, while a
+// program that overwrites long-lived values with shorter-lived ones puts the new values on pages of their own.
 SmallSpan* adopt_longer_span(LocalHeap& heap, unsigned lc, unsigned sc) {
   for (unsigned l = kMaxClasses; l-- > lc + 1;) {
     SmallSpan* head = heap.spans[l][sc];
@@ -159,7 +158,7 @@ bool mark_full(LocalHeap& heap, SmallSpan* s) {
   return true;
 }
 
-// A span of an abandoned heap that still holds objects: off the queue, marked full (any later remote free
+// A span of an abandoned thread heap that still holds objects: off the queue, marked full (any later remote free
 // notifies). false when its objects are all back after all (then the caller gives it back).
 bool park_abandoned(SmallSpan* s) {
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
@@ -246,7 +245,7 @@ void LocalAllocator::release_span(GlobalAllocator& global, LocalHeap& heap, Smal
   unsigned kind = span_kind(bytes), lc = s->lifetime_class;
   uint8_t& n = heap.cache_count[lc][kind];
   if (n == kSpanCacheSlots) {
-    // The oldest cached span goes back to the global allocator.
+    // The oldest cached span goes back to the page heap.
     give_back(global, heap.cache[lc][kind][0]);
     memmove(&heap.cache[lc][kind][0], &heap.cache[lc][kind][1], sizeof(SmallSpan*) * (kSpanCacheSlots - 1));
     --n;
@@ -425,10 +424,10 @@ void* LocalAllocator::allocate(GlobalAllocator& global, LocalHeap& heap, unsigne
   unsigned sc = classify(size, alignment);
   void* p;
   if (sc != kLargeRequest) {
-    LocalHeap* shared = global.shared_heap();
-    if (lc >= global.shared_class_min() && shared != nullptr && shared != &heap && !heap.own_class[lc]) {
-      // A long-lived class: from the heap all threads share (the thread's own spans of this class stay empty,
-      // so its fast path always comes here), unless this thread makes them fast (LocalHeap::own_class).
+    if (uses_shared_heap(global, heap, lc)) {
+      // A long-lived class: from the thread heap all threads share (the thread's own spans of this class stay
+      // empty, so its fast path always comes here), unless this thread makes them fast (LocalHeap::own_class).
+      LocalHeap* shared = global.shared_heap();
       LockGuard g(global.shared_lock());
       p = span_pop(shared->spans[lc][sc]);
       if (p == nullptr) {

@@ -1,4 +1,4 @@
-// Size classes of Heap 2.0 (docs/heap.md): 16-byte steps up to 128 B, then four classes per doubling up to
+// Size classes of the thread heaps (docs/heap.md): 16-byte steps up to 128 B, then four classes per doubling up to
 // 32 KiB (jemalloc's and mimalloc's spacing: at most 25% internal waste, 12.5% on average above 128 B). A
 // request's class is a few instructions, no table, so the same function serves the library's inline fast
 // path, the slow path, the simulator and the tests (classify()).
@@ -14,7 +14,7 @@ namespace llamalloc {
 
 inline constexpr unsigned kNumSizeClasses = 40;
 inline constexpr size_t kMaxSizeClassBytes = 32 * 1024;
-// Small objects (size classes) up to here; above: large objects in whole blocks (heap/).
+// Small objects (size classes) up to here; above: large objects in whole blocks of the page heap.
 inline constexpr size_t kSmallMaxBytes = kMaxSizeClassBytes;
 // Alignment that a size class can give: blocks are a multiple of the alignment and spans 16 KiB aligned.
 inline constexpr size_t kMaxSmallAlignment = 4096;
@@ -51,8 +51,8 @@ LLAMALLOC_FAST constexpr size_t size_class_bytes(unsigned sc) {
 
 // The span a class is served from: at least 64 objects up to 256 B (16 KiB spans), 8 up to 8 KiB (64 KiB),
 // then 128 KiB up to 16 KiB and 256 KiB up to 32 KiB (at most 12.5% of a span left over at its end). Larger
-// spans mean fewer trips to the slow path (alloc-test: 16 KiB spans for 1 KiB objects went there every 16th
-// allocation); smaller ones less memory held per thread and size class.
+// spans mean fewer trips to the slow path (a 16 KiB span of 1 KiB objects sends every 16th allocation there);
+// smaller ones less memory held per thread and size class.
 LLAMALLOC_FAST constexpr size_t size_class_span_bytes(unsigned sc) {
   size_t b = size_class_bytes(sc);
   return b <= 256 ? 16 * 1024 : b <= 8192 ? 64 * 1024 : b <= 16384 ? 128 * 1024 : 256 * 1024;
@@ -60,9 +60,9 @@ LLAMALLOC_FAST constexpr size_t size_class_span_bytes(unsigned sc) {
 
 // The span of a class for objects predicted to live 1 s or longer (HeapConfig::shared_class_min and up): 16 KiB
 // (at least 8 objects) up to 2 KiB, else as above. Such classes hold few objects per size class, and their
-// spans stay where they are for as long as the objects live: with 64 KiB spans, redis's few hundred KiB of
-// "never freed" objects took 34 spans and two huge pages. 16 KiB is also the smallest span kind, so the
-// thread's cache of empty spans (by kind) never hands one size for the other.
+// spans stay where they are for as long as the objects live: with 64 KiB spans, a few hundred KiB of "never
+// freed" objects spread over dozens of mostly empty spans and more huge pages. 16 KiB is also the smallest span
+// kind, so the thread heap's cache of empty spans (by kind) never hands one size for the other.
 LLAMALLOC_FAST constexpr size_t long_lived_span_bytes(unsigned sc) {
   return size_class_bytes(sc) <= 2048 ? 16 * 1024 : size_class_span_bytes(sc);
 }

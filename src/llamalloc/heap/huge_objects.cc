@@ -1,0 +1,135 @@
+// Huge objects: objects over a huge page (or aligned beyond one) take whole contiguous huge pages, a head and its
+// tails, from the page cache or the address space. Rules: a huge object fits one region; it maps its bytes (to
+// 4 KiB), not its last page's slack, unless that slack is donated: a long-lived object (of the "never freed"
+// class) that leaves at least kMinSlackBlocks free on its last page ends on a page of blocks instead, whose other
+// blocks serve other objects (the TCMalloc paper donates the slack of a large allocation to the filler in the
+// same way). When it is freed, its pages go to the page cache whole, or back to the OS.
+#include <errno.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "heap/heap.h"
+#include "heap/region_bitmap.h"
+
+namespace llamalloc {
+
+namespace {
+// The part of a HugePageMeta that a page of a huge object uses (all but the per-block and per-span arrays).
+constexpr size_t kHugeHeaderBytes = offsetof(HugePageMeta, large_requested_bytes);
+static_assert(kHugeHeaderBytes <= kSmallPageBytes, "one small page of metadata per huge page of a huge object");
+}  // namespace
+
+void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
+  // A huge object must fit one region, with its alignment: regions are only kRegionBytes aligned.
+  if (alignment > kRegionBytes / 2 || bytes > kRegionBytes - alignment) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  size_t pages = bytes == 0 ? 1 : (bytes + kHugePageBytes - 1) / kHugePageBytes;
+  size_t align_pages = alignment > kHugePageBytes ? alignment / kHugePageBytes : 1;
+  // Slack donation: a long-lived object (of the pages of "never freed") that ends well before its last page's
+  // end ends on a page of blocks instead, whose other blocks serve other objects: a long-lived table would
+  // otherwise keep the rest of its last page empty for as long as it lives. At least kMinSlackBlocks free, or
+  // the page is the object's. Not for the shorter classes: their huge objects go back soon, and a donated page
+  // outlives its object as long as any block on it is in use, so the stragglers of short-lived spans placed
+  // there would keep whole pages after the object is gone.
+  size_t last_bytes = bytes - (pages - 1) * kHugePageBytes;
+  size_t tail_blocks = (last_bytes + kBlockBytes - 1) / kBlockBytes;
+  bool donate = lc == never_freed_class() && pages >= 2 && tail_blocks + kMinSlackBlocks <= kBlocksPerHugePage;
+  Region* r = nullptr;
+  size_t index = 0;
+  uintptr_t address = 0;
+  bool tail_unbacked = false;
+  bool recycled = take_cached(pages, align_pages, &r, &index);
+  if (recycled) {
+    address = r->page_address(index);
+  } else {
+    // No cached run fits: as many cached pages as this takes go back first, so that the cache never adds to
+    // what the page heap would hold without it (runs too short for the objects a program allocates would
+    // otherwise sit beside the fresh pages those objects take, up to doubling the peak).
+    release_cached_pages(pages);
+    // A huge object that ends on its own last page maps its bytes, not that page's slack.
+    size_t usable = round_up(bytes, kSmallPageBytes);
+    tail_unbacked = !donate && usable < pages * kHugePageBytes;
+    if (!take_pages(pages, align_pages, &r, &index, tail_unbacked ? usable : 0)) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    address = r->page_address(index);
+    if (tail_unbacked && limited_) {
+      // Under RLIMIT_AS the slack's address space counts too: given back while the object lives (and with the
+      // object's when it is freed; give_back_pages).
+      platform_.unreserve(reinterpret_cast<void*>(address + usable), pages * kHugePageBytes - usable);
+      gauges_.reserved_bytes -= pages * kHugePageBytes - usable;
+    }
+  }
+  size_t whole = donate ? pages - 1 : pages;
+  for (size_t i = 0; i < whole; ++i) {
+    HugePageMeta* p = r->page(index + i);
+    p->region = r;
+    p->index = uint32_t(index + i);
+    p->state = PageState::kActive;
+    p->kind = i == 0 ? PageKind::kHugeHead : PageKind::kHugeTail;
+    p->lifetime_class = uint8_t(lc);
+    p->deadline_ns = kNoDeadline;
+    p->live.words[0] = p->live.words[1] = p->live.words[2] = p->live.words[3] = ~uint64_t{0};
+    p->residual = p->live;
+  }
+  HugePageMeta* head = r->page(index);
+  head->recycled = recycled;
+  head->tail_unbacked = tail_unbacked;
+  head->tail_unreserved = tail_unbacked && limited_;
+  head->huge_pages = uint32_t(whole);
+  head->huge_tail_blocks = uint16_t(donate ? tail_blocks : 0);
+  head->huge_requested_bytes = bytes;
+  account_page(head, int64_t(whole));
+  if (donate) {
+    // The last page: a page of blocks of the object's class (its metadata reads as zero: fresh, or released
+    // with the page that was there before), active at once, its first blocks the object's.
+    HugePageMeta* p = r->page(index + whole);
+    p->region = r;
+    p->index = uint32_t(index + whole);
+    p->state = PageState::kOpen;
+    p->kind = PageKind::kBlocks;
+    p->lifetime_class = uint8_t(lc);
+    p->deadline_ns = kNoDeadline;
+    p->huge_tail_blocks = uint16_t(tail_blocks);
+    account_page(p, 1);
+    p->live.set_range(0, tail_blocks);
+    p->residual.set_range(0, tail_blocks);
+    p->taken.set_range(0, tail_blocks);
+    counters_.huge_slack_pages.fetch_add(1, std::memory_order_relaxed);
+    activate(p);
+  }
+  return reinterpret_cast<void*>(address);
+}
+
+void GlobalAllocator::free_huge_locked(HugePageMeta* head) {
+  Region* r = head->region;
+  size_t pages = head->huge_pages, index = head->index, tail_blocks = head->huge_tail_blocks;
+  size_t usable = round_up(head->huge_requested_bytes, kSmallPageBytes), end = pages * kHugePageBytes;
+  // The page cache holds whole backed pages: the slack of an object's last page is backed first, or the pages go
+  // back (the memory limits refuse it). Not when its slack was not even reserved (under RLIMIT_AS).
+  bool whole = !head->tail_unbacked ||
+               (!head->tail_unreserved && config_.page_cache_pages != 0 && pages <= config_.page_cache_pages &&
+                platform_.back(reinterpret_cast<void*>(r->page_address(index) + usable), end - usable));
+  size_t mapped = head->tail_unreserved ? usable : 0;
+  account_page(head, -int64_t(pages));
+  // Its pages' metadata reads as zero again (state kUnused). Only their headers were written: cleared in place,
+  // not dropped page by page (a 1 GiB object has 512 pages, and a madvise each cost more than the object's own
+  // mapping calls).
+  for (size_t i = 0; i < pages; ++i) memset(static_cast<void*>(r->page(index + i)), 0, kHugeHeaderBytes);
+  if (whole) cache_or_release(r, index, pages);
+  else give_back_pages(r, index, pages, mapped);
+  if (tail_blocks != 0) {
+    // Its end on the donated page: those blocks are free like any object's (the page goes when it empties).
+    HugePageMeta* p = r->page(index + pages);
+    p->huge_tail_blocks = 0;
+    p->live.clear_range(0, tail_blocks);
+    p->residual.clear_range(0, tail_blocks);
+    after_blocks_freed(p);
+  }
+}
+
+}  // namespace llamalloc

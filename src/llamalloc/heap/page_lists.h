@@ -1,0 +1,54 @@
+// The page heap's intrusive lists of huge pages, inline for the source files that change them (page heap
+// internal). Rules, under the page heap lock: an active page is on the active list of its class, in deadline
+// order (a page is pushed at the tail only with a deadline no earlier than any before it), and
+// earliest_deadline_ns_ is never later than the earliest deadline on any list; an active page with at least one
+// free block is on exactly one recyclable list, that of its class and fullness bucket (recycle_bucket), newest
+// first.
+#pragma once
+
+#include "heap/heap.h"
+
+namespace llamalloc {
+
+inline void GlobalAllocator::active_push(HugePageMeta* p) {
+  unsigned c = p->lifetime_class;
+  if (p->deadline_ns < earliest_deadline_ns_) earliest_deadline_ns_ = p->deadline_ns;
+  p->active_next = nullptr;
+  p->active_prev = active_tail_[c];
+  if (active_tail_[c]) active_tail_[c]->active_next = p;
+  else active_head_[c] = p;
+  active_tail_[c] = p;
+}
+
+inline void GlobalAllocator::active_remove(HugePageMeta* p) {
+  unsigned c = p->lifetime_class;
+  if (p->active_prev) p->active_prev->active_next = p->active_next;
+  else active_head_[c] = p->active_next;
+  if (p->active_next) p->active_next->active_prev = p->active_prev;
+  else active_tail_[c] = p->active_prev;
+  p->active_prev = p->active_next = nullptr;
+}
+
+inline void GlobalAllocator::recyclable_remove(HugePageMeta* p) {
+  if (!p->in_recyclable) return;
+  HugePageMeta*& head = recyclable_head_[p->lifetime_class][p->in_recyclable - 1];
+  if (p->recyclable_prev) p->recyclable_prev->recyclable_next = p->recyclable_next;
+  else head = p->recyclable_next;
+  if (p->recyclable_next) p->recyclable_next->recyclable_prev = p->recyclable_prev;
+  p->recyclable_prev = p->recyclable_next = nullptr;
+  p->in_recyclable = 0;
+}
+
+inline void GlobalAllocator::recyclable_push(HugePageMeta* p) {
+  unsigned b = recycle_bucket(p);
+  if (p->in_recyclable == 1 + b) return;
+  recyclable_remove(p);
+  HugePageMeta*& head = recyclable_head_[p->lifetime_class][b];
+  p->recyclable_prev = nullptr;
+  p->recyclable_next = head;
+  if (head) head->recyclable_prev = p;
+  head = p;
+  p->in_recyclable = uint8_t(1 + b);
+}
+
+}  // namespace llamalloc

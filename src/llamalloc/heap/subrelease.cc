@@ -1,0 +1,95 @@
+// Subrelease (HeapConfig::subrelease_percent, docs/heap.md "Subrelease"), as the huge page subrelease of the
+// TCMalloc paper: the free blocks of sparse, idle huge pages go back to the OS while their pages stay in use, on
+// 4 KiB pages. Rules: a pass gives back only what exceeds the most the page heap used over the last kDemandPasses
+// passes, sparsest pages first, and only blocks not taken since the previous pass (an idle page), so that a load
+// that comes back finds its memory still there; a subreleased page is kept from being collapsed into a huge page
+// again (at most kMaxNoHugePages of them, for the kernel's map count) until every block is backed again.
+#include "heap/heap.h"
+
+namespace llamalloc {
+
+void GlobalAllocator::unrelease(HugePageMeta* p, size_t first, size_t count) {
+  if (LLAMALLOC_LIKELY(p->released.none())) return;
+  size_t n = 0;
+  for (size_t b = first; b < first + count; ++b)
+    if (p->released.test(b)) {
+      p->released.clear(b);
+      ++n;
+    }
+  gauges_.subreleased_bytes -= n * kBlockBytes;
+  // Every block backed again: the page may become one huge page again.
+  if (p->released.none() && p->no_huge_page) {
+    p->no_huge_page = 0;
+    --no_huge_pages_;
+    platform_.allow_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes, true);
+  }
+}
+
+size_t GlobalAllocator::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
+  size_t done = 0;
+  uintptr_t base = page_address(p);
+  auto keep = [&](size_t b) { return p->live.test(b) || p->released.test(b) || (!now && p->taken.test(b)); };
+  for (size_t b = 0; b < kBlocksPerHugePage && done < budget;) {
+    if (keep(b)) {
+      ++b;
+      continue;
+    }
+    size_t end = b;
+    while (end < kBlocksPerHugePage && end - b < budget - done && !keep(end)) ++end;
+    platform_.subrelease(reinterpret_cast<void*>(base + b * kBlockBytes), (end - b) * kBlockBytes);
+    p->released.set_range(b, end - b);
+    done += end - b;
+    b = end;
+  }
+  gauges_.subreleased_bytes += done * kBlockBytes;
+  counters_.blocks_subreleased.fetch_add(done, std::memory_order_relaxed);
+  if (done != 0 && !p->no_huge_page && no_huge_pages_ < kMaxNoHugePages) {
+    p->no_huge_page = 1;
+    ++no_huge_pages_;
+    platform_.allow_huge_page(reinterpret_cast<void*>(base), kHugePageBytes, false);
+  }
+  return done;
+}
+
+size_t GlobalAllocator::subrelease_free_blocks(bool now) {
+  LockGuard g(lock_);
+  expire_deadlines(clock_.now_ns());
+  // The page heap's demand now (blocks in use) and what is still backed.
+  size_t in_use = 0, backed = 0;
+  auto each_page = [&](auto&& f) {
+    for (unsigned c = 0; c < num_classes(); ++c) {
+      if (open_[c] != nullptr) f(open_[c]);
+      for (HugePageMeta* p = active_head_[c]; p != nullptr; p = p->active_next)
+        if (p->kind == PageKind::kBlocks) f(p);
+    }
+  };
+  each_page([&](HugePageMeta* p) {
+    size_t live = p->live.count();
+    in_use += live;
+    backed += kBlocksPerHugePage - p->released.count();
+  });
+  demand_[demand_passes_++ % kDemandPasses] = uint32_t(in_use);
+  size_t peak = in_use;
+  for (uint32_t d : demand_) peak = d > peak ? d : peak;
+  size_t budget = now ? ~size_t{0} : (backed > peak ? backed - peak : 0);
+  size_t done = 0;
+  if (config_.subrelease_percent != 0 && budget != 0) {
+    size_t limit = kBlocksPerHugePage * config_.subrelease_percent / 100;
+    // Sparsest first: pages with at most 1/16 of their blocks in use, then 1/8, 1/4, 1/2, then up to the limit.
+    for (size_t bound = kBlocksPerHugePage / 16;; bound *= 2) {
+      size_t b = bound < limit ? bound : limit;
+      each_page([&](HugePageMeta* p) {
+        if (done < budget && (now || p->taken.count() <= kIdleTakenBlocks) && p->live.count() <= b)
+          done += subrelease_page(p, budget - done, now);
+      });
+      if (b == limit) break;
+    }
+  }
+  // The blocks taken from now to the next pass (mark_allocated sets them).
+  each_page([](HugePageMeta* p) { p->taken = Bitmap256{}; });
+  trim_page_cache(now);
+  debug_check();
+  return done;
+}
+
+}  // namespace llamalloc

@@ -1,0 +1,59 @@
+// A thread heap's size-class span: a run of whole 8 KiB blocks, 16 KiB aligned, that serves one size class of one
+// lifetime class for one thread heap, mimalloc style (docs/heap.md). The page heap hands its blocks out as a large
+// object and never looks inside; the thread heap owns every field. It lives in the page heap's metadata room of
+// its first 16 KiB span (SpanMeta), and the page's size_spans entry of every 16 KiB span it covers points at it,
+// so free() finds it in two dependent loads.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "heap/page_meta.h"
+
+namespace llamalloc {
+
+struct alignas(64) SmallSpan {
+  // --- read by every thread that frees into the span; written by the owner only when (re)initialised --------
+  uintptr_t key;         // link encoding (a corrupted or double-freed block is told apart from a free one)
+  uintptr_t start;       // address of block 0
+  void* owner;           // the LocalHeap (never freed: thread heaps are pooled)
+  uint32_t block_size;
+  uint32_t reciprocal;   // ceil(2^32 / block_size): an offset's block index without a division
+  uint32_t span_bytes;
+  uint32_t capacity;     // blocks that fit the span
+  // Blocks 0 .. extended-1 have been put on a list; the rest are untouched memory. Written by the owner, read
+  // by freeing threads (relaxed: a plain load and store on x86).
+  std::atomic<uint32_t> extended;
+  uint8_t size_class;
+  uint8_t lifetime_class;
+  uint8_t queued;        // in the owner's queue of its (lifetime class, size class)
+  uint8_t cached;        // empty, kept in the owner's span cache
+  // --- the owner thread's hot fields (no atomics), on their own cache line -----------------------------------
+  // Blocks to hand out: a list whose links are xor-ed with `key`. The owner's frees go on top (span_push).
+  alignas(64) void* free;
+  uint32_t used;         // blocks handed out and not yet back on `free` (collected remote frees count)
+  // The class whose queue it goes back to when it comes back from full or is emptied: lifetime_class, unless a
+  // shorter class has adopted it (HeapConfig::span_recycling).
+  uint8_t home_class;
+  SmallSpan* next;       // queue links (owner)
+  SmallSpan* prev;
+  // --- written by other threads -------------------------------------------------------------------------
+  // Frees by other threads: the head of a list (links encoded like `free`) with the state in the low 2 bits:
+  // kXfreeFull = the owner took the span off its queue because it was full, and the first remote free must
+  // tell it (push the span on the owner's notify list and set kXfreeNotified).
+  alignas(64) std::atomic<uintptr_t> xfree;
+  SmallSpan* notify_next;
+};
+
+inline constexpr uintptr_t kXfreeFull = 1;
+inline constexpr uintptr_t kXfreeNotified = 2;
+inline constexpr uintptr_t kXfreeStateMask = 3;
+
+static_assert(sizeof(SmallSpan) <= sizeof(SpanMeta) && alignof(SmallSpan) <= alignof(SpanMeta),
+              "a size-class span fits the page heap's metadata room of its first 16 KiB span (kSpanMetaBytes)");
+
+// The size-class span whose first 16 KiB span's metadata room is m (the page heap's span_of).
+inline SmallSpan* small_span_in(SpanMeta* m) { return reinterpret_cast<SmallSpan*>(m->bytes); }
+
+}  // namespace llamalloc
