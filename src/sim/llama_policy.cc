@@ -13,7 +13,6 @@
 #include "alloc/realloc_rule.h"
 #include "heap/heap.h"
 #include "local/local.h"
-#include "local/refill_rule.h"
 #include "pal/pal.h"
 #include "sim/heap_options.h"
 
@@ -220,15 +219,14 @@ void LlamaPolicy::allocate(const ObjectAlloc& object) {
   LocalHeap& heap = heap_for(object.thread);
   tl_heap = &heap;
   unsigned sc = classify(size, alignment);
-  bool shared = global_->shared_heap() != nullptr && lc >= global_->shared_class_min() && sc != kLargeRequest &&
-                !heap.own_class[lc];
+  bool shared = sc != kLargeRequest && LocalAllocator::uses_shared_heap(*global_, heap, lc);
   if (shared) {
     shared_last_alloc_ns_ = now_ns_;
     shared_holds_spans_ = true;
   }
-  // The library's slow path (malloc_slow) runs when its fast path misses (local/refill_rule.h), and for a
-  // long-lived class that the shared heap serves. The sweeper sees it (slow_ops).
-  if (shared || fast_path_misses(heap.spans[lc], sc, alignment)) owner_count_slow(&heap);
+  // The library's slow path (malloc_slow) runs when its fast path misses (misses_fast_path, local/local.h), and
+  // for a long-lived class that the shared thread heap serves. The sweeper sees it (slow_ops).
+  if (shared || misses_fast_path(heap, lc, sc, alignment)) owner_count_slow(&heap);
   void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
   placed_.put(object.address, Placed{reinterpret_cast<uint64_t>(p), object.size_bytes, object.stack_id});

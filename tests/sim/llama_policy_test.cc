@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "local/local.h"
-#include "local/refill_rule.h"
 #include "sim/engine.h"
 #include "test_events.h"
 
@@ -259,17 +258,17 @@ TEST(LlamaPolicy, SpansOfAnIdleThreadThatOtherThreadsEmptyGoBackAtTheSweepersPer
 namespace llamalloc::sim {
 namespace {
 
-// The fast path's miss rule that the replay counts slow paths by (local/refill_rule.h).
+// The fast path's miss rule that the replay counts slow paths by (misses_fast_path, local/local.h).
 TEST(RefillRule, FastPathMissesOnLargeAlignedOrEmpty) {
   LocalHeap heap;  // every span the static empty one
   unsigned sc = classify(64, kMinAlignBytes);
-  EXPECT_TRUE(fast_path_misses(heap.spans[1], sc, kMinAlignBytes));
-  EXPECT_TRUE(fast_path_misses(heap.spans[1], kLargeRequest, kMinAlignBytes));
+  EXPECT_TRUE(misses_fast_path(heap, 1, sc, kMinAlignBytes));
+  EXPECT_TRUE(misses_fast_path(heap, 1, kLargeRequest, kMinAlignBytes));
   SmallSpan span{};
   span.free = &span;  // one free block
   heap.spans[1][sc] = &span;
-  EXPECT_FALSE(fast_path_misses(heap.spans[1], sc, kMinAlignBytes));
-  EXPECT_TRUE(fast_path_misses(heap.spans[1], classify(64, 64), 64));
+  EXPECT_FALSE(misses_fast_path(heap, 1, sc, kMinAlignBytes));
+  EXPECT_TRUE(misses_fast_path(heap, 1, classify(64, 64), 64));
 }
 
 }  // namespace
