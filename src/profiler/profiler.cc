@@ -11,6 +11,8 @@
 
 #include <atomic>
 
+#include "base.h"
+#include "options.h"
 #include "platform.h"
 #include "sampling.h"
 #include "stack_capture.h"
@@ -18,6 +20,7 @@
 
 namespace llamalloc::prof {
 
+static_assert(SIGUSR2 == 12, "PROF_SIGNAL's default (options.h) is SIGUSR2");
 static_assert(kLifetimeClasses == int(kMaxClasses), "a profile's class counts are the lifetime classes");
 
 std::atomic<int> g_mode{static_cast<int>(Mode::kOff)};
@@ -27,8 +30,6 @@ __thread Sampler t_sampler __attribute__((tls_model("initial-exec")));
 
 namespace {
 
-constexpr uint64_t kDefaultSampleBytes = 512 * 1024;
-constexpr int kDefaultSignal = SIGUSR2;
 constexpr size_t kPathBytes = 4096;
 constexpr size_t kWriterBytes = 1 << 20;
 constexpr uint32_t kBufferEvents = 4096;  // 160 KiB per thread
@@ -42,6 +43,7 @@ struct Options {
   UnwindMode unwind;
   uint64_t steady_start_ns;  // --steady-state: sampling stops this long after start (UINT64_MAX: never)
   uint64_t steady_end_ns;    // ... and the steady-state profile is written this long after start (UINT64_MAX: none)
+  bool debug;                // print the counts at exit
   char output_template[kPathBytes];
 };
 
@@ -541,43 +543,27 @@ void install_fatal_signal_handlers() {
 
 // ---- set-up ------------------------------------------------------------------------------------------------
 
-uint64_t EnvU64(const char* name, uint64_t fallback) {
-  const char* v = getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  unsigned long long x = strtoull(v, &end, 10);
-  return (end != nullptr && *end == '\0') ? x : fallback;
-}
-
+// The LLAMALLOC_PROF_* options, from the table of options.h: a bad value warns and keeps the default, a
+// misspelled LLAMALLOC_PROF_ name warns with the closest one.
 void read_options() {
+  static_assert(int(Mode::kOff) == 0 && int(Mode::kProfile) == 1 && int(Mode::kTrace) == 2,
+                "the words of PROF_MODE, in order");
+  static_assert(int(UnwindMode::kAuto) == 0 && int(UnwindMode::kFramePointers) == 1 &&
+                    int(UnwindMode::kDwarf) == 2,
+                "the words of PROF_UNWIND, in order");
+  const ProfilerOptions p = read_profiler_options([](const char* name) -> const char* { return getenv(name); });
+  check_environment_names(environ, write_stderr, /*profiler_names=*/true);
   Options& o = g_options;
-  const char* mode = getenv("LLAMALLOC_PROF_MODE");
-  o.mode = Mode::kOff;
-  if (mode != nullptr && strcmp(mode, "profile") == 0) o.mode = Mode::kProfile;
-  if (mode != nullptr && strcmp(mode, "trace") == 0) o.mode = Mode::kTrace;
-  o.sample_bytes = EnvU64("LLAMALLOC_PROF_SAMPLE_BYTES", kDefaultSampleBytes);
-  if (o.sample_bytes == 0) o.sample_bytes = 1;
-  const char* interval = getenv("LLAMALLOC_PROF_INTERVAL_S");
-  o.interval_ns = interval != nullptr ? static_cast<uint64_t>(strtod(interval, nullptr) * 1e9) : 0;
-  o.signal_number = static_cast<int>(EnvU64("LLAMALLOC_PROF_SIGNAL", kDefaultSignal));
-  const char* unwind = getenv("LLAMALLOC_PROF_UNWIND");
-  o.unwind = UnwindMode::kAuto;
-  if (unwind != nullptr && strcmp(unwind, "fp") == 0) o.unwind = UnwindMode::kFramePointers;
-  if (unwind != nullptr && strcmp(unwind, "dwarf") == 0) o.unwind = UnwindMode::kDwarf;
-  // Seconds since start, as floating point; unset, empty, not a number or negative: none.
-  auto seconds = [](const char* name) -> uint64_t {
-    const char* v = getenv(name);
-    if (v == nullptr || *v == '\0') return UINT64_MAX;
-    char* end = nullptr;
-    double x = strtod(v, &end);
-    if (end == v || *end != '\0' || !(x >= 0) || x > 1e9) return UINT64_MAX;
-    return static_cast<uint64_t>(x * 1e9);
-  };
-  o.steady_end_ns = seconds("LLAMALLOC_PROF_STEADY_END_S");
-  o.steady_start_ns = seconds("LLAMALLOC_PROF_STEADY_START_S");
-  if (o.steady_start_ns > o.steady_end_ns) o.steady_start_ns = o.steady_end_ns;
-  const char* out = getenv("LLAMALLOC_PROF_OUTPUT");
-  if (out == nullptr || *out == '\0') out = o.mode == Mode::kTrace ? "llamalloc-%p.trace" : "llamalloc-%p.rawprof";
+  o.mode = static_cast<Mode>(p.mode);
+  o.sample_bytes = p.sample_bytes != 0 ? p.sample_bytes : 1;
+  o.interval_ns = p.interval_ns;
+  o.signal_number = static_cast<int>(p.signal);
+  o.unwind = static_cast<UnwindMode>(p.unwind);
+  o.steady_end_ns = p.steady_end_ns;
+  o.steady_start_ns = p.steady_start_ns > p.steady_end_ns ? p.steady_end_ns : p.steady_start_ns;
+  o.debug = p.debug != 0;
+  const char* out = p.output;
+  if (*out == '\0') out = o.mode == Mode::kTrace ? "llamalloc-%p.trace" : "llamalloc-%p.rawprof";
   snprintf(o.output_template, sizeof(o.output_template), "%s", out);
 }
 
@@ -760,8 +746,7 @@ void profiler_teardown() {
 
 void profiler_at_exit() {
   Mode mode = current_mode();
-  const char* debug = getenv("LLAMALLOC_PROF_DEBUG");
-  bool print_statistics = g_options.mode != Mode::kOff && debug != nullptr && debug[0] == '1';
+  bool print_statistics = g_options.mode != Mode::kOff && g_options.debug;
   if (mode == Mode::kProfile) {
     g_dump_lock.lock();
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);

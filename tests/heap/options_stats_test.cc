@@ -1,4 +1,4 @@
-// Options (one table, LLAMALLOC_<NAME>, one-line warnings) and the statistics JSON of DESIGN.md.
+// Options (one table, LLAMALLOC_<NAME>, one-line warnings) and the statistics JSON (docs/heap.md).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -106,7 +106,7 @@ class JsonReader {
   size_t pos_ = 0;
 };
 
-// Every field DESIGN.md names for the statistics file.
+// Every field of the statistics file (docs/heap.md).
 void expect_complete_and_sane(const Json& j) {
   ASSERT_EQ(j.kind, Json::kObject);
   EXPECT_EQ(j.fields.at("format").text, "llamalloc-stats");
