@@ -1,8 +1,6 @@
 #include "profiler.h"
 
-#include <elf.h>
 #include <fcntl.h>
-#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +12,7 @@
 #include "base.h"
 #include "options.h"
 #include "platform.h"
+#include "record_file.h"
 #include "sampling.h"
 #include "stack_capture.h"
 #include "trace_format.h"
@@ -77,132 +76,7 @@ uint32_t thread_id() {
   return t_state.tid;
 }
 
-// ---- output ------------------------------------------------------------------------------------------------
-
-// Buffered record writer over a file descriptor, with a buffer of the profiler's own memory.
-class Writer {
- public:
-  bool open(int fd, char* buffer, size_t capacity) {
-    fd_ = fd;
-    buffer_ = buffer;
-    capacity_ = capacity;
-    used_ = 0;
-    ok_ = fd >= 0 && buffer != nullptr;
-    return ok_;
-  }
-  void bytes(const void* data, size_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0 && ok_) {
-      if (used_ == capacity_) flush();
-      size_t n = bytes < capacity_ - used_ ? bytes : capacity_ - used_;
-      memcpy(buffer_ + used_, p, n);
-      used_ += n;
-      p += n;
-      bytes -= n;
-    }
-  }
-  void pad() {
-    static const char kZeros[8] = {};
-    if (size_t r = written_plus_used() % 8; r != 0) bytes(kZeros, 8 - r);
-  }
-  void record(RecordType type, uint32_t payload_bytes) {
-    RecordHeader h{static_cast<uint32_t>(type), payload_bytes};
-    bytes(&h, sizeof(h));
-  }
-  void flush() {
-    if (ok_ && used_ > 0) ok_ = write_all(fd_, buffer_, used_);
-    written_ += used_;
-    used_ = 0;
-  }
-  bool ok() const { return ok_; }
-
- private:
-  size_t written_plus_used() const { return written_ + used_; }
-  int fd_ = -1;
-  char* buffer_ = nullptr;
-  size_t capacity_ = 0;
-  size_t used_ = 0;
-  size_t written_ = 0;
-  bool ok_ = false;
-};
-
-uint32_t padded(size_t bytes) { return static_cast<uint32_t>((bytes + 7) & ~size_t{7}); }
-
-void write_header(Writer& w, const char magic[8], uint32_t version, uint64_t sample_bytes) {
-  FileHeader h{};
-  memcpy(h.magic, magic, 8);
-  h.version = version;
-  h.header_bytes = sizeof(FileHeader);
-  h.pid = g_pid;
-  h.start_time_ns = g_start_time_ns;
-  h.start_mono_ns = g_start_mono_ns;
-  h.sample_bytes = sample_bytes;
-  w.bytes(&h, sizeof(h));
-  size_t n = strlen(g_exe_path);
-  w.record(RecordType::kProgram, padded(n));
-  w.bytes(g_exe_path, n);
-  w.pad();
-}
-
-void write_stack(Writer& w, uint32_t id, const uint64_t* pcs, uint32_t depth) {
-  w.record(RecordType::kStack, static_cast<uint32_t>(sizeof(StackRecord) + 8 * depth));
-  StackRecord s{id, depth};
-  w.bytes(&s, sizeof(s));
-  w.bytes(pcs, 8 * depth);
-}
-
-// The GNU build id of a loaded object, from its PT_NOTE segments.
-size_t find_build_id(const dl_phdr_info* info, const uint8_t** id) {
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    if (ph.p_type != PT_NOTE) continue;
-    auto p = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
-    const uint8_t* end = p + ph.p_memsz;
-    while (p + sizeof(ElfW(Nhdr)) <= end) {
-      auto* note = reinterpret_cast<const ElfW(Nhdr)*>(p);
-      const uint8_t* name = p + sizeof(ElfW(Nhdr));
-      const uint8_t* desc = name + ((note->n_namesz + 3) & ~3u);
-      if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
-        *id = desc;
-        return note->n_descsz;
-      }
-      p = desc + ((note->n_descsz + 3) & ~3u);
-    }
-  }
-  return 0;
-}
-
-int write_mapping(dl_phdr_info* info, size_t, void* arg) {
-  auto& w = *static_cast<Writer*>(arg);
-  const char* path = info->dlpi_name;
-  if (path == nullptr || path[0] == '\0') path = g_exe_path;  // the main program comes first, unnamed
-  if (strncmp(path, "linux-vdso", 10) == 0 || strncmp(path, "linux-gate", 10) == 0) return 0;
-  const uint8_t* build_id = nullptr;
-  size_t build_id_bytes = find_build_id(info, &build_id);
-  size_t path_bytes = strlen(path);
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
-    MappingRecord m{};
-    m.memory_start = info->dlpi_addr + ph.p_vaddr;
-    m.memory_limit = m.memory_start + ph.p_memsz;
-    m.file_offset = ph.p_offset;
-    m.build_id_bytes = static_cast<uint32_t>(build_id_bytes);
-    m.path_bytes = static_cast<uint32_t>(path_bytes);
-    w.record(RecordType::kMapping, padded(sizeof(m) + build_id_bytes + path_bytes));
-    w.bytes(&m, sizeof(m));
-    w.bytes(build_id, build_id_bytes);
-    w.bytes(path, path_bytes);
-    w.pad();
-  }
-  return 0;
-}
-
-void write_end(Writer& w, uint64_t count) {
-  EndRecord e{realtime_ns(), monotonic_ns(), count, g_dropped.load(std::memory_order_relaxed)};
-  w.record(RecordType::kEnd, sizeof(e));
-  w.bytes(&e, sizeof(e));
-}
+ProcessIdentity process_identity() { return {g_pid, g_start_time_ns, g_start_mono_ns, g_exe_path}; }
 
 // The output path for this process: the template with %p replaced by the pid. A forked child whose template
 // has no %p appends ".<pid>", so that it does not overwrite its parent's file. (A program started by exec gets
@@ -263,7 +137,7 @@ void dump_profile(DumpKind kind, bool in_signal = false) {
   if (fd < 0) return;
   Writer w;
   w.open(fd, g_dump_buffer, kWriterBytes);
-  write_header(w, kRawProfileMagic, kRawProfileVersion, g_options.sample_bytes);
+  write_header(w, kRawProfileMagic, kRawProfileVersion, g_options.sample_bytes, process_identity());
   uint32_t stacks = g_stacks.count();
   for (uint32_t id = 0; id < stacks; ++id) {
     uint32_t depth = 0;
@@ -285,10 +159,10 @@ void dump_profile(DumpKind kind, bool in_signal = false) {
     if (r.alloc_count == 0) continue;
     r.class_counts[kNeverFreedClass] = r.live_count;
     w.record(RecordType::kSite, sizeof(r));
-    w.bytes(&r, sizeof(r));
+    w.append(&r, sizeof(r));
   }
-  dl_iterate_phdr(write_mapping, &w);
-  write_end(w, g_sampled.load(std::memory_order_relaxed));
+  write_mappings(w, g_exe_path);
+  write_end(w, g_sampled.load(std::memory_order_relaxed), g_dropped.load(std::memory_order_relaxed));
   w.flush();
   bool ok = w.ok();
   ok = (close(fd) == 0) && ok;
@@ -393,7 +267,7 @@ void flush_buffer_locked(TraceBuffer* b) {
   if (b->count == 0) return;
   pthread_mutex_lock(&g_file_mutex);
   g_trace_writer.record(RecordType::kEvents, static_cast<uint32_t>(sizeof(TraceEvent) * b->count));
-  g_trace_writer.bytes(b->events, sizeof(TraceEvent) * b->count);
+  g_trace_writer.append(b->events, sizeof(TraceEvent) * b->count);
   g_trace_writer.flush();
   pthread_mutex_unlock(&g_file_mutex);
   g_events.fetch_add(b->count, std::memory_order_relaxed);
@@ -472,7 +346,7 @@ bool open_trace() {
   g_trace_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (g_trace_fd < 0) return false;
   g_trace_writer.open(g_trace_fd, g_trace_write_buffer, kWriterBytes);
-  write_header(g_trace_writer, kTraceMagic, kTraceVersion, 0);
+  write_header(g_trace_writer, kTraceMagic, kTraceVersion, 0, process_identity());
   g_trace_writer.flush();
   return g_trace_writer.ok();
 }
@@ -496,8 +370,8 @@ void close_trace(bool in_signal = false) {
   } else {
     pthread_mutex_lock(&g_file_mutex);
   }
-  dl_iterate_phdr(write_mapping, &g_trace_writer);
-  write_end(g_trace_writer, g_events.load(std::memory_order_relaxed));
+  write_mappings(g_trace_writer, g_exe_path);
+  write_end(g_trace_writer, g_events.load(std::memory_order_relaxed), g_dropped.load(std::memory_order_relaxed));
   g_trace_writer.flush();
   close(g_trace_fd);
   g_trace_fd = -1;
