@@ -53,3 +53,19 @@ def test_signal_chooses_the_signal_that_asks_for_a_profile(tmp_path):
     r = run_profiled(tmp_path, [sys.executable, "-c", script], LLAMALLOC_PROF_SIGNAL=str(int(signal.SIGUSR1)))
     assert r.returncode == 0, r.stderr
     assert len(list(tmp_path.glob("p.*.dump1"))) == 1, list(tmp_path.iterdir())
+
+
+def test_interval_writes_profiles_while_the_program_runs(tmp_path):
+    # The program allocates for about a second and leaves without exit handlers: only periodic profiles exist.
+    script = ("import os, time\n"
+              "end = time.monotonic() + 1.0\n"
+              "while time.monotonic() < end:\n"
+              "    x = [bytearray(100) for _ in range(100)]\n"
+              "os._exit(0)\n")
+    r = run_profiled(tmp_path, [sys.executable, "-c", script], LLAMALLOC_PROF_INTERVAL_S="0.2")
+    assert r.returncode == 0, r.stderr
+    assert len(list(tmp_path.glob("p.*.dump*"))) >= 3, list(tmp_path.iterdir())
+    (tmp_path / "none").mkdir()
+    r = run_profiled(tmp_path / "none", [sys.executable, "-c", script])
+    assert r.returncode == 0, r.stderr
+    assert not list((tmp_path / "none").iterdir())
