@@ -14,8 +14,8 @@ namespace llamalloc::prof {
 
 enum class Mode { kOff, kProfile, kTrace };
 
-// Reads the LLAMALLOC_PROF_* variables (docs/profiler.md) and sets the profiler up. Called once, after the
-// allocator underneath has been found.
+// Reads the LLAMALLOC_PROF_* options (options.h; docs/options.md, "Profiler") and sets the profiler up. Called
+// once, after the allocator underneath has been found.
 void init_profiler();
 Mode current_mode();
 
