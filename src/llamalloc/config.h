@@ -1,9 +1,12 @@
-// Compile-time geometry of the lifetime-class heap (papers/000 sections 6 and 8). Every size here is fixed at
+// Compile-time geometry of the lifetime-class heap (the LLAMA paper, "Learning-based Memory Allocation
+// for C++ Server Workloads", sections 6 and 8). Every size here is fixed at
 // build time because the fast paths turn them into shifts and masks; each carries the reason for its value.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "vocabulary.h"  // the lifetime classes
 
 namespace llamalloc {
 
@@ -13,7 +16,7 @@ inline constexpr size_t kHugePageShift = 21;
 inline constexpr size_t kHugePageBytes = size_t{1} << kHugePageShift;
 
 // Liveness is tracked per 8 KiB block: small enough to recycle holes, large enough that a huge page has 256
-// blocks and its bitmaps fit in four 64-bit words each (papers/000 section 6.5).
+// blocks and its bitmaps fit in four 64-bit words each (the LLAMA paper, section 6.5).
 inline constexpr size_t kBlockShift = 13;
 inline constexpr size_t kBlockBytes = size_t{1} << kBlockShift;
 inline constexpr size_t kBlocksPerHugePage = kHugePageBytes / kBlockBytes;
@@ -31,31 +34,6 @@ inline constexpr size_t kSpansPerHugePage = kHugePageBytes / kBlockSpanBytes;
 // Every object is aligned to 16 bytes because glibc guarantees alignof(max_align_t) == 16 and SSE code
 // depends on it. Small objects (up to 32 KiB) come from size-class spans (local/size_class.h).
 inline constexpr size_t kMinAlignBytes = 16;
-
-// Lifetime classes, one numbering for the heap, the profiler, the simulator and the model (docs/architecture.md):
-// class c < 10 ms x 10^c for c below kLongestLifetimeClass, which holds every longer lifetime (>= 1000 s); the last,
-// kNeverFreedClass, is not a lifetime but objects never freed. A heap configured with fewer classes
-// (LLAMALLOC_CLASSES) keeps the same bounds for its first ones and makes its last one "never freed".
-inline constexpr unsigned kMaxClasses = 8;
-inline constexpr unsigned kNeverFreedClass = kMaxClasses - 1;
-inline constexpr unsigned kLongestLifetimeClass = kMaxClasses - 2;
-inline constexpr uint64_t kShortestClassNs = 10'000'000;  // 10 ms
-
-// The upper bound of class c's lifetimes (c < kLongestLifetimeClass), and the lower bound of the next.
-constexpr uint64_t lifetime_class_bound_ns(unsigned c) {
-  uint64_t bound = kShortestClassNs;
-  for (unsigned i = 0; i < c; ++i) bound *= 10;
-  return bound;
-}
-
-// The class of an object that lived lifetime_ns.
-constexpr unsigned lifetime_class_of(uint64_t lifetime_ns) {
-  for (unsigned c = 0; c < kLongestLifetimeClass; ++c)
-    if (lifetime_ns < lifetime_class_bound_ns(c)) return c;
-  return kLongestLifetimeClass;
-}
-static_assert(lifetime_class_of(9'999'999) == 0 && lifetime_class_of(10'000'000) == 1);
-static_assert(lifetime_class_of(999'999'999'999) == 5 && lifetime_class_of(1'000'000'000'000) == 6);
 
 // Regions of address space of up to 16 GiB, as in the paper (section 6.1), shared by every lifetime class. They
 // are aligned to their size so that the region of an address is one shift into a table covering the 47-bit user

@@ -34,8 +34,78 @@ bool parse_uint(const char* text, uint64_t lo, uint64_t hi, uint64_t* out) {
   return true;
 }
 
-// Names that start with LLAMALLOC_ and are not options, yet are ours: read by the profiler (LLAMALLOC_PROF_*), by
-// the stats dump, or by the llamalloc command; they are not misspellings.
+// The index of `text` among the '|'-separated words of `choices`.
+bool parse_choice(const char* text, const char* choices, unsigned* out) {
+  size_t n = strlen(text);
+  unsigned index = 0;
+  for (const char* word = choices;; ++index) {
+    const char* bar = strchr(word, '|');
+    size_t m = bar ? size_t(bar - word) : strlen(word);
+    if (m == n && strncmp(word, text, n) == 0) {
+      *out = index;
+      return true;
+    }
+    if (bar == nullptr) return false;
+    word = bar + 1;
+  }
+}
+
+// The index-th word of `choices`, into out.
+void choice_word(const char* choices, unsigned index, char* out, size_t capacity) {
+  const char* word = choices;
+  for (unsigned i = 0; i < index && word != nullptr; ++i) {
+    word = strchr(word, '|');
+    if (word != nullptr) ++word;
+  }
+  if (word == nullptr) word = "";
+  snprintf(out, capacity, "%.*s", int(strcspn(word, "|")), word);
+}
+
+// The words of `choices` as people read them: "a, b, c".
+void choice_list(const char* choices, char* out, size_t capacity) {
+  size_t n = 0;
+  for (const char* p = choices; *p != 0 && n + 3 < capacity; ++p) {
+    if (*p == '|') {
+      out[n++] = ',';
+      out[n++] = ' ';
+    } else {
+      out[n++] = *p;
+    }
+  }
+  out[n] = 0;
+}
+
+// A non-negative decimal number of seconds (digits, an optional fraction, an optional exponent: what Python's
+// repr of a float writes), at most hi, as nanoseconds. The syntax is checked first and the text is short, so
+// strtod neither allocates nor reads a locale's words ("inf", "nan", hexadecimal).
+bool parse_seconds(const char* text, uint64_t hi, uint64_t* out) {
+  const char* p = text;
+  auto digits = [&p] {
+    const char* start = p;
+    while (*p >= '0' && *p <= '9') ++p;
+    return p != start;
+  };
+  bool whole = digits();
+  bool fraction = false;
+  if (*p == '.') {
+    ++p;
+    fraction = digits();
+  }
+  if (!whole && !fraction) return false;
+  if (*p == 'e' || *p == 'E') {
+    ++p;
+    if (*p == '+' || *p == '-') ++p;
+    if (!digits()) return false;
+  }
+  if (*p != 0 || p - text > 64) return false;
+  double x = strtod(text, nullptr);
+  if (!(x >= 0) || x > double(hi)) return false;
+  *out = static_cast<uint64_t>(x * 1e9);
+  return true;
+}
+
+// Names that start with LLAMALLOC_ and are not options, yet are ours: read by the stats dump or by the llamalloc
+// command; they are not misspellings.
 constexpr const char* kOtherNames[] = {"STATS_INTERVAL_S", "BUILD_DIR", "LIBDIR", "CACHE_DIR",
                                        "JAX_CACHE", "REDIS_SERVER"};
 constexpr size_t kMaxNameBytes = 64;
@@ -64,10 +134,10 @@ size_t edit_distance(const char* a, size_t na, const char* b, size_t nb) {
 
 }  // namespace
 
-size_t check_environment_names(char* const* env, void (*warn)(const char* line)) {
+size_t check_environment_names(char* const* env, void (*warn)(const char* line), bool profiler_names) {
   static constexpr const char* kOptionNames[] = {
 #define LLAMALLOC_NAME(NAME, field, kind, def, lo, hi, help) #NAME,
-      LLAMALLOC_OPTIONS(LLAMALLOC_NAME)
+      LLAMALLOC_OPTIONS(LLAMALLOC_NAME) LLAMALLOC_PROF_OPTIONS(LLAMALLOC_NAME)
 #undef LLAMALLOC_NAME
   };
   constexpr char kPrefix[] = "LLAMALLOC_";
@@ -79,7 +149,7 @@ size_t check_environment_names(char* const* env, void (*warn)(const char* line))
     const char* name = entry + kPrefixBytes;
     const char* eq = strchr(name, '=');
     size_t n = eq ? size_t(eq - name) : strlen(name);
-    if (n >= 5 && strncmp(name, "PROF_", 5) == 0) continue;
+    if ((n >= 5 && strncmp(name, "PROF_", 5) == 0) != profiler_names) continue;
     bool known = false;
     const char* closest = nullptr;
     size_t closest_distance = kMaxNameBytes;
@@ -134,6 +204,37 @@ Options read_options(const char* (*getenv_fn)(const char*)) {
 #undef LLAMALLOC_READ
   (void)expected;
   (void)fallback;
+  return o;
+}
+
+ProfilerOptions read_profiler_options(const char* (*getenv_fn)(const char*)) {
+  ProfilerOptions o;
+  char expected[192], fallback[32], words[160];
+#define LLAMALLOC_READ_Choice(NAME, field, def, lo, hi)                                           \
+  if (const char* v = getenv_fn("LLAMALLOC_" #NAME)) {                                            \
+    if (!parse_choice(v, lo, &o.field)) {                                                         \
+      choice_list(lo, words, sizeof(words));                                                      \
+      snprintf(expected, sizeof(expected), "one of %s", words);                                   \
+      choice_word(lo, unsigned(def), fallback, sizeof(fallback));                                 \
+      warn_bad(#NAME, v, expected, fallback);                                                     \
+    }                                                                                             \
+  }
+#define LLAMALLOC_READ_Seconds(NAME, field, def, lo, hi)                                          \
+  if (const char* v = getenv_fn("LLAMALLOC_" #NAME)) {                                            \
+    if (!parse_seconds(v, hi, &o.field)) {                                                        \
+      snprintf(expected, sizeof(expected), "a number of seconds in [%llu, %llu]",                 \
+               (unsigned long long)(lo), (unsigned long long)(hi));                               \
+      if ((def) == kNoSeconds) {                                                                  \
+        snprintf(fallback, sizeof(fallback), "(none)");                                           \
+      } else {                                                                                    \
+        snprintf(fallback, sizeof(fallback), "%g", double(def) / 1e9);                            \
+      }                                                                                           \
+      warn_bad(#NAME, v, expected, fallback);                                                     \
+    }                                                                                             \
+  }
+#define LLAMALLOC_READ(NAME, field, kind, def, lo, hi, help) LLAMALLOC_READ_##kind(NAME, field, def, lo, hi)
+  LLAMALLOC_PROF_OPTIONS(LLAMALLOC_READ)
+#undef LLAMALLOC_READ
   return o;
 }
 
@@ -204,6 +305,26 @@ size_t format_options_markdown(char* buf, size_t capacity) {
   put(line);
 #define LLAMALLOC_DOC(NAME, field, kind, def, lo, hi, help) LLAMALLOC_DOC_##kind(NAME, def, lo, hi, help)
   LLAMALLOC_OPTIONS(LLAMALLOC_DOC)
+  put("\n## Profiler\n\n");
+  put("Read by libllamalloc_prof.so when it is preloaded (`llamalloc record`, `llamalloc trace`; docs/profiler.md), "
+      "in the same way.\n\n");
+  put("| variable | type | default | meaning |\n| --- | --- | --- | --- |\n");
+  char words[160], word[32];
+#define LLAMALLOC_DOC_Choice(NAME, def, lo, hi, help)                                                     \
+  choice_list(lo, words, sizeof(words));                                                                  \
+  choice_word(lo, unsigned(def), word, sizeof(word));                                                     \
+  snprintf(line, sizeof(line), "| `LLAMALLOC_%s` | one of %s | %s | %s |\n", #NAME, words, word, help);   \
+  put(line);
+#define LLAMALLOC_DOC_Seconds(NAME, def, lo, hi, help)                                                    \
+  if ((def) == kNoSeconds) {                                                                              \
+    snprintf(word, sizeof(word), "(none)");                                                               \
+  } else {                                                                                                \
+    snprintf(word, sizeof(word), "%g", double(def) / 1e9);                                                \
+  }                                                                                                       \
+  snprintf(line, sizeof(line), "| `LLAMALLOC_%s` | seconds in [%llu, %llu] | %s | %s |\n", #NAME,          \
+           (unsigned long long)(lo), (unsigned long long)(hi), word, help);                               \
+  put(line);
+  LLAMALLOC_PROF_OPTIONS(LLAMALLOC_DOC)
 #undef LLAMALLOC_DOC
   return used;
 }

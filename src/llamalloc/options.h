@@ -22,10 +22,10 @@ namespace llamalloc {
     "halves (docs/heap.md). Clamped to CLASSES-1.")                                                            \
   X(DEADLINE_K, deadline_k, Uint, 4, 1, 1000,                                                                    \
     "K in deadline = now + K x class duration, given to a huge page when it becomes active or changes class "    \
-    "(papers/000 section 6.4 tried 2 and 4).")                                                                   \
+    "(the LLAMA paper, section 6.4, uses 2 and 4).")                                                             \
   X(SAME_CLASS_RECYCLING, same_class_recycling, Uint, 1, 0, 1,                                                  \
     "1: when a class's open huge page is full, the class's own active pages (free blocks, partially free spans) " \
-    "are used before a fresh huge page, renewing that page's deadline. 0: never (papers/000 section 6.3).")      \
+    "are used before a fresh huge page, renewing that page's deadline. 0: never (the LLAMA paper, section 6.3).") \
   X(SMALL_HEAP_PAGES, small_heap_pages, Uint, 8, 0, 1000000,                                                      \
     "While fewer huge pages than this are in use, a class whose open page is full takes blocks from the open "   \
     "page of a longer class before it opens a fresh huge page (its objects die first, as in recycling), so a "   \
@@ -43,7 +43,7 @@ namespace llamalloc {
     "and the most pages taken in one SWEEP_MS period, over the last 4 periods, but at most an eighth of the "    \
     "pages in use; a huge object that no cached run fits first gives back as many cached pages as it takes; "    \
     "llamalloc_collect() gives back all. Only while the sweeper thread runs (single-threaded programs: off). 0: " \
-    "off, a freed huge object's pages go back to the OS at once (papers/000 section 8).")                        \
+    "off, a freed huge object's pages go back to the OS at once (the LLAMA paper, section 8).")                   \
   X(HUGE_PAGES, huge_pages, Uint, 1, 0, 1,                                                                      \
     "Whether the heap asks the kernel for transparent huge pages (MADV_HUGEPAGE on its address space). 1: each "  \
     "2 MiB page of the heap is one TLB entry, and the first touch anywhere in a page backs all of it. 0: 4 KiB "  \
@@ -68,7 +68,7 @@ namespace llamalloc {
     "an open huge page, and a long-lived class holding little paid one or two for it (redis with a model). "    \
     "Their holes are recycled by shorter classes, as every long-lived page's are. Always above DEFAULT_CLASS, " \
     "so it matters only with a model. 8: "                                                                        \
-    "every class on its own pages (papers/000).")                                                               \
+    "every class on its own pages (as in the LLAMA paper).")                                                    \
   X(SPAN_RECYCLING, span_recycling, Uint, 1, 0, 1,                                                            \
     "1: a thread whose spans of a lifetime class and size class have no free block takes a partially free span " \
     "of that size class from a longer class of its own heap before new memory, until it is full or empty, then " \
@@ -122,6 +122,40 @@ namespace llamalloc {
   X(PREDICT_LOG, predict_log, String, "", 0, 0,                                                                  \
     "Append 'class: token ids' of every model run to this file (tests, debugging). Empty: none.")
 
+// The profiler's options: read by libllamalloc_prof.so (`llamalloc record`, `llamalloc trace`; docs/profiler.md)
+// when it is preloaded, with the same parser and warnings. Two more kinds: Choice (one of the words of `min`,
+// '|'-separated; the field holds the word's index, so the words are in the order of the profiler's enum) and
+// Seconds (a non-negative decimal number of seconds, at most `max`; the field holds nanoseconds, and
+// kNoSeconds means "none").
+inline constexpr uint64_t kNoSeconds = ~uint64_t{0};
+#define LLAMALLOC_PROF_OPTIONS(X)                                                                                 \
+  X(PROF_MODE, mode, Choice, 0, "off|profile|trace", 0,                                                           \
+    "profile: sample allocations and write a lifetime profile; trace: write every allocation and free. off: "     \
+    "the library only forwards to the allocator underneath.")                                                     \
+  X(PROF_OUTPUT, output, String, "", 0, 0,                                                                        \
+    "Output path; %p is replaced by the process id. Empty: llamalloc-%p.rawprof (profile) or llamalloc-%p.trace " \
+    "(trace) in the working directory.")                                                                          \
+  X(PROF_SAMPLE_BYTES, sample_bytes, Uint, 524288, 0, 1000000000000,                                              \
+    "Profile mode: mean bytes allocated between two samples (each byte has the same chance of being sampled). "   \
+    "0 or 1: every allocation.")                                                                                  \
+  X(PROF_INTERVAL_S, interval_ns, Seconds, 0, 0, 1000000000,                                                      \
+    "Profile mode: also write a profile every this many seconds, to OUTPUT.dump1, OUTPUT.dump2, ... 0: only at "  \
+    "exit and on PROF_SIGNAL.")                                                                                   \
+  X(PROF_STEADY_START_S, steady_start_ns, Seconds, kNoSeconds, 0, 1000000000,                                     \
+    "Profile mode: sample no allocation from this many seconds after start on (the steady-state window's "        \
+    "start; at most PROF_STEADY_END_S).")                                                                         \
+  X(PROF_STEADY_END_S, steady_end_ns, Seconds, kNoSeconds, 0, 1000000000,                                         \
+    "Profile mode: write a profile to OUTPUT.steady at the first sampled allocation this many seconds after "     \
+    "start (the steady-state window's end).")                                                                     \
+  X(PROF_SIGNAL, signal, Uint, 12, 0, 64,                                                                         \
+    "Profile mode: the signal number that asks for a profile now, kept as the next OUTPUT.dumpN. 12 (SIGUSR2): " \
+    "SIGUSR1 is often the program's own. 0: no handler.")                                                         \
+  X(PROF_UNWIND, unwind, Choice, 0, "auto|fp|dwarf", 0,                                                           \
+    "How stacks are walked: auto (frame pointers where the frame chain is intact, else the DWARF unwinder), fp "  \
+    "(frame pointers only) or dwarf (the DWARF unwinder only).")                                                  \
+  X(PROF_DEBUG, debug, Uint, 0, 0, 1,                                                                             \
+    "1: print the sample, event, stack and unwinder counts to stderr at exit.")
+
 struct Options {
 #define LLAMALLOC_OPTION_FIELD_Uint(field, def) uint64_t field = def;
 #define LLAMALLOC_OPTION_FIELD_String(field, def) const char* field = def;
@@ -131,19 +165,30 @@ struct Options {
 #undef LLAMALLOC_OPTION_FIELD
 };
 
+struct ProfilerOptions {
+#define LLAMALLOC_OPTION_FIELD_Choice(field, def) unsigned field = def;
+#define LLAMALLOC_OPTION_FIELD_Seconds(field, def) uint64_t field = def;
+#define LLAMALLOC_OPTION_FIELD(NAME, field, kind, def, lo, hi, help) LLAMALLOC_OPTION_FIELD_##kind(field, def)
+  LLAMALLOC_PROF_OPTIONS(LLAMALLOC_OPTION_FIELD)
+#undef LLAMALLOC_OPTION_FIELD
+};
+
 // Parses the options from `getenv_fn` (getenv in the process; a fake in tests). Warnings go to stderr with
 // write(2). Never allocates.
 Options read_options(const char* (*getenv_fn)(const char*));
+// The same for the profiler's options (libllamalloc_prof.so compiles this file in: it is preloaded alone).
+ProfilerOptions read_profiler_options(const char* (*getenv_fn)(const char*));
 // The process's options (read once at start).
 const Options& options();
 void init_options();
 
-// Warns (one line each, through `warn`) about every LLAMALLOC_* variable of `env` that is neither an option nor
-// another name of ours (LLAMALLOC_PROF_*, ...), with the closest option name when one is near; returns how many.
-// init_options() runs it once on the process environment.
-size_t check_environment_names(char* const* env, void (*warn)(const char* line));
+// Warns (one line each, through `warn`) about every LLAMALLOC_* variable of `env` that is neither an option (of
+// either table) nor another name of ours, with the closest name when one is near; returns how many. Each library
+// checks its own names, so that a process that loads both warns once: the heap (init_options(), once at start)
+// every name but LLAMALLOC_PROF_*, the profiler (profiler_names) only LLAMALLOC_PROF_*.
+size_t check_environment_names(char* const* env, void (*warn)(const char* line), bool profiler_names = false);
 
-// One line per option, as Markdown (docs/options.md). Writes into buf; returns the length needed.
+// One line per option, as Markdown (docs/options.md): the heap's, then a section of the profiler's. Writes into buf; returns the length needed.
 size_t format_options_markdown(char* buf, size_t capacity);
 
 }  // namespace llamalloc

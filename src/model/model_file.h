@@ -24,9 +24,10 @@ inline constexpr uint32_t kModeTiePercent = 10;
 // CRC-32 as zlib computes it (polynomial 0xEDB88320); the model and token files checksum their payload.
 uint32_t crc32(uint32_t crc, const void* data, size_t size_bytes);
 
-// The lifetime size class of a request (the model's <size:k> token is kFirstSizeToken + this).
-inline unsigned size_class(size_t size_bytes) { return request_size_class(size_bytes); }
-static_assert(kRequestSizeClasses == kNumSizeClasses, "the heap's fast path keys its cache on the same classes");
+// The model's size bucket of a request (vocabulary.h; its <size:k> token is kFirstSizeToken + this). The old name
+// stays until its callers are renamed.
+inline unsigned size_class(size_t size_bytes) { return model_size_bucket(size_bytes); }
+static_assert(kModelSizeBuckets == kNumSizeClasses, "the heap's fast path keys its cache on the same buckets");
 
 // The key of a context's token ids in section `train.token_contexts`: 64-bit FNV-1a, one u32 id a step
 // (llamalloc.model.modelfile.token_context_keys).

@@ -70,13 +70,13 @@ alignas(64) char g_bootstrap[64 * 1024];
 std::atomic<size_t> g_bootstrap_used{0};
 constexpr size_t kBootstrapHeader = 16;
 
-bool IsBootstrap(const void* p) {
+bool is_bootstrap(const void* p) {
   auto a = reinterpret_cast<uintptr_t>(p);
   auto base = reinterpret_cast<uintptr_t>(g_bootstrap);
   return a >= base && a < base + sizeof(g_bootstrap);
 }
 
-void* BootstrapAlloc(size_t size, size_t alignment) {
+void* bootstrap_alloc(size_t size, size_t alignment) {
   if (alignment < kBootstrapHeader) alignment = kBootstrapHeader;
   size_t used = g_bootstrap_used.load();
   while (true) {
@@ -90,36 +90,36 @@ void* BootstrapAlloc(size_t size, size_t alignment) {
   }
 }
 
-size_t BootstrapSize(const void* p) {
+size_t bootstrap_size(const void* p) {
   size_t size;
   memcpy(&size, static_cast<const char*>(p) - sizeof(size_t), sizeof(size_t));
   return size;
 }
 
 template <typename T>
-T Resolve(const char* name) {
+T resolve(const char* name) {
   return reinterpret_cast<T>(dlsym(RTLD_NEXT, name));
 }
 
-void Initialise() {
+void initialise() {
   int expected = 0;
   if (g_state.compare_exchange_strong(expected, 1)) {
     t_initialising = true;
     Guard guard;
     Next n;
-    n.malloc = Resolve<MallocFn>("malloc");
-    n.free = Resolve<FreeFn>("free");
-    n.calloc = Resolve<CallocFn>("calloc");
-    n.realloc = Resolve<ReallocFn>("realloc");
-    n.memalign = Resolve<MemalignFn>("memalign");
-    n.posix_memalign = Resolve<PosixMemalignFn>("posix_memalign");
-    n.aligned_alloc = Resolve<MemalignFn>("aligned_alloc");
-    n.valloc = Resolve<MallocFn>("valloc");
-    n.pvalloc = Resolve<MallocFn>("pvalloc");
-    n.usable_size = Resolve<UsableSizeFn>("malloc_usable_size");
+    n.malloc = resolve<MallocFn>("malloc");
+    n.free = resolve<FreeFn>("free");
+    n.calloc = resolve<CallocFn>("calloc");
+    n.realloc = resolve<ReallocFn>("realloc");
+    n.memalign = resolve<MemalignFn>("memalign");
+    n.posix_memalign = resolve<PosixMemalignFn>("posix_memalign");
+    n.aligned_alloc = resolve<MemalignFn>("aligned_alloc");
+    n.valloc = resolve<MallocFn>("valloc");
+    n.pvalloc = resolve<MallocFn>("pvalloc");
+    n.usable_size = resolve<UsableSizeFn>("malloc_usable_size");
     g_next = n;
     g_state.store(2, std::memory_order_release);
-    InitProfiler();  // after g_state: from here on, its own allocations go to the allocator underneath
+    init_profiler();  // after g_state: from here on, its own allocations go to the allocator underneath
     t_initialising = false;
     return;
   }
@@ -127,63 +127,63 @@ void Initialise() {
   while (g_state.load(std::memory_order_acquire) != 2) __builtin_ia32_pause();
 }
 
-inline bool Ready() {
+inline bool ready() {
   if (LLPROF_LIKELY(g_state.load(std::memory_order_acquire) == 2)) return true;
-  Initialise();
+  initialise();
   return g_state.load(std::memory_order_acquire) == 2;
 }
 
 constexpr size_t kDefaultAlignment = alignof(std::max_align_t);
 
-inline void* Allocated(void* p, size_t size, size_t alignment) {
-  if (p != nullptr) OnAlloc(p, size, alignment, 0);
+inline void* allocated(void* p, size_t size, size_t alignment) {
+  if (p != nullptr) on_alloc(p, size, alignment, 0);
   return p;
 }
 
-inline void RecordedFree(void* p, void (*release)(void*)) {
+inline void recorded_free(void* p, void (*release)(void*)) {
   FreeTicket ticket;
-  BeginFree(p, &ticket);
+  begin_free(p, &ticket);
   release(p);
-  CommitFree(p, ticket, 0);
+  commit_free(p, ticket, 0);
 }
 
-void* ReallocImpl(void* old, size_t size) {
-  if (old != nullptr && IsBootstrap(old)) {
+void* realloc_impl(void* old, size_t size) {
+  if (old != nullptr && is_bootstrap(old)) {
     void* p = malloc(size);
     if (p != nullptr) {
-      size_t old_size = BootstrapSize(old);
+      size_t old_size = bootstrap_size(old);
       memcpy(p, old, old_size < size ? old_size : size);
     }
     return p;
   }
-  if (!Ready()) return BootstrapAlloc(size, kDefaultAlignment);
+  if (!ready()) return bootstrap_alloc(size, kDefaultAlignment);
   if (t_guard) return g_next.realloc(old, size);
   Guard guard;
-  if (old == nullptr) return Allocated(g_next.realloc(nullptr, size), size, kDefaultAlignment);
+  if (old == nullptr) return allocated(g_next.realloc(nullptr, size), size, kDefaultAlignment);
   FreeTicket ticket;
-  BeginFree(old, &ticket);
+  begin_free(old, &ticket);
   // A profile records what llamalloc would do (alloc/realloc_rule.h): where its realloc keeps the object in its
   // block, the process makes no new object and the allocation context stays the first one, so the profile keeps
   // the object too, under its new address if the allocator underneath moved it. The old request's size is the
   // sampled object's; an unsampled one's is taken as the usable size underneath (a few bytes more). A trace
   // records both halves; the simulator applies the rule (docs/simulator.md).
   bool in_place = false;
-  if (size != 0 && CurrentMode() == Mode::kProfile) {
+  if (size != 0 && current_mode() == Mode::kProfile) {
     size_t old_size = ticket.sampled ? ticket.object.size_bytes
                       : g_next.usable_size != nullptr ? g_next.usable_size(old) : 0;
     in_place = old_size != 0 && llamalloc::realloc_stays_in_place(old_size, size);
   }
   void* p = g_next.realloc(old, size);
   if (p == nullptr && size != 0) {
-    AbortFree(ticket);  // the old object is still there
+    abort_free(ticket);  // the old object is still there
     return nullptr;
   }
   if (in_place) {
-    MovedInPlace(p, ticket);
+    moved_in_place(p, ticket);
     return p;
   }
-  CommitFree(old, ticket, kEventFromRealloc);
-  if (p != nullptr) OnAlloc(p, size, kDefaultAlignment, kEventFromRealloc);
+  commit_free(old, ticket, kEventFromRealloc);
+  if (p != nullptr) on_alloc(p, size, kDefaultAlignment, kEventFromRealloc);
   return p;
 }
 
@@ -194,20 +194,20 @@ extern "C" {
 // malloc, free and calloc are the hot ones: the allocator underneath is called without the guard (nothing of
 // the profiler runs inside it), and the profiler only when its inlined fast path says so.
 __attribute__((visibility("default"))) void* malloc(size_t size) {
-  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, kDefaultAlignment);
+  if (LLPROF_UNLIKELY(!ready())) return bootstrap_alloc(size, kDefaultAlignment);
   void* p = g_next.malloc(size);
-  if (LLPROF_LIKELY(t_guard || AllocIsQuiet(size)) || p == nullptr) return p;
+  if (LLPROF_LIKELY(t_guard || alloc_is_quiet(size)) || p == nullptr) return p;
   Guard guard;
-  OnAlloc(p, size, kDefaultAlignment, 0);
+  on_alloc(p, size, kDefaultAlignment, 0);
   return p;
 }
 
 __attribute__((visibility("default"))) void free(void* p) {
-  if (p == nullptr || LLPROF_UNLIKELY(IsBootstrap(p))) return;
-  if (LLPROF_UNLIKELY(!Ready())) return;  // cannot happen: p came from an allocator we found
-  if (LLPROF_LIKELY(t_guard || FreeIsQuiet(p))) return g_next.free(p);
+  if (p == nullptr || LLPROF_UNLIKELY(is_bootstrap(p))) return;
+  if (LLPROF_UNLIKELY(!ready())) return;  // cannot happen: p came from an allocator we found
+  if (LLPROF_LIKELY(t_guard || free_is_quiet(p))) return g_next.free(p);
   Guard guard;
-  RecordedFree(p, g_next.free);
+  recorded_free(p, g_next.free);
 }
 
 __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
@@ -216,15 +216,15 @@ __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
-  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(total, kDefaultAlignment);
+  if (LLPROF_UNLIKELY(!ready())) return bootstrap_alloc(total, kDefaultAlignment);
   void* p = g_next.calloc(n, size);
-  if (LLPROF_LIKELY(t_guard || AllocIsQuiet(total)) || p == nullptr) return p;
+  if (LLPROF_LIKELY(t_guard || alloc_is_quiet(total)) || p == nullptr) return p;
   Guard guard;
-  OnAlloc(p, total, kDefaultAlignment, 0);
+  on_alloc(p, total, kDefaultAlignment, 0);
   return p;
 }
 
-__attribute__((visibility("default"))) void* realloc(void* old, size_t size) { return ReallocImpl(old, size); }
+__attribute__((visibility("default"))) void* realloc(void* old, size_t size) { return realloc_impl(old, size); }
 
 __attribute__((visibility("default"))) void* reallocarray(void* old, size_t n, size_t size) {
   size_t total;
@@ -232,47 +232,47 @@ __attribute__((visibility("default"))) void* reallocarray(void* old, size_t n, s
     errno = ENOMEM;
     return nullptr;
   }
-  return ReallocImpl(old, total);
+  return realloc_impl(old, total);
 }
 
 __attribute__((visibility("default"))) void* memalign(size_t alignment, size_t size) {
-  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, alignment);
+  if (LLPROF_UNLIKELY(!ready())) return bootstrap_alloc(size, alignment);
   if (t_guard) return g_next.memalign(alignment, size);
   Guard guard;
-  return Allocated(g_next.memalign(alignment, size), size, alignment);
+  return allocated(g_next.memalign(alignment, size), size, alignment);
 }
 
 __attribute__((visibility("default"))) void* aligned_alloc(size_t alignment, size_t size) {
-  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, alignment);
+  if (LLPROF_UNLIKELY(!ready())) return bootstrap_alloc(size, alignment);
   if (t_guard) return g_next.aligned_alloc(alignment, size);
   Guard guard;
-  return Allocated(g_next.aligned_alloc(alignment, size), size, alignment);
+  return allocated(g_next.aligned_alloc(alignment, size), size, alignment);
 }
 
 __attribute__((visibility("default"))) int posix_memalign(void** out, size_t alignment, size_t size) {
-  if (LLPROF_UNLIKELY(!Ready())) {
-    *out = BootstrapAlloc(size, alignment);
+  if (LLPROF_UNLIKELY(!ready())) {
+    *out = bootstrap_alloc(size, alignment);
     return *out != nullptr ? 0 : ENOMEM;
   }
   if (t_guard) return g_next.posix_memalign(out, alignment, size);
   Guard guard;
   int rc = g_next.posix_memalign(out, alignment, size);
-  if (rc == 0) Allocated(*out, size, alignment);
+  if (rc == 0) allocated(*out, size, alignment);
   return rc;
 }
 
 __attribute__((visibility("default"))) void* valloc(size_t size) {
-  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, 4096);
+  if (LLPROF_UNLIKELY(!ready())) return bootstrap_alloc(size, 4096);
   if (t_guard) return g_next.valloc(size);
   Guard guard;
-  return Allocated(g_next.valloc(size), size, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+  return allocated(g_next.valloc(size), size, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
 }
 
 __attribute__((visibility("default"))) void* pvalloc(size_t size) {
-  if (LLPROF_UNLIKELY(!Ready())) return BootstrapAlloc(size, 4096);
+  if (LLPROF_UNLIKELY(!ready())) return bootstrap_alloc(size, 4096);
   if (t_guard) return g_next.pvalloc(size);
   Guard guard;
-  return Allocated(g_next.pvalloc(size), size, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+  return allocated(g_next.pvalloc(size), size, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
 }
 
 }  // extern "C"
@@ -284,7 +284,7 @@ __attribute__((visibility("default"))) void* pvalloc(size_t size) {
 namespace {
 
 template <typename Fn>
-Fn NextOperator(std::atomic<Fn>& slot, const char* name) {
+Fn next_operator(std::atomic<Fn>& slot, const char* name) {
   Fn f = slot.load(std::memory_order_acquire);
   if (LLPROF_UNLIKELY(f == nullptr)) {
     Guard guard;
@@ -297,32 +297,32 @@ Fn NextOperator(std::atomic<Fn>& slot, const char* name) {
 #define LLPROF_NEXT(type, name)                    \
   ([]() {                                          \
     static std::atomic<type> slot{nullptr};        \
-    return NextOperator<type>(slot, name);         \
+    return next_operator<type>(slot, name);         \
   }())
 
 template <typename Call>
-void* NewImpl(size_t size, size_t alignment, Call call) {
-  if (!Ready() || t_guard) return call();
+void* new_impl(size_t size, size_t alignment, Call call) {
+  if (!ready() || t_guard) return call();
   void* p;
   {
     Guard guard;  // libstdc++'s operator new calls malloc: that inner call is not a second allocation
     p = call();   // may throw std::bad_alloc: the guard is restored on the way out
   }
-  if (LLPROF_LIKELY(AllocIsQuiet(size)) || p == nullptr) return p;
+  if (LLPROF_LIKELY(alloc_is_quiet(size)) || p == nullptr) return p;
   Guard guard;
-  OnAlloc(p, size, alignment, 0);
+  on_alloc(p, size, alignment, 0);
   return p;
 }
 
 template <typename Call>
-void DeleteImpl(void* p, Call call) {
+void delete_impl(void* p, Call call) {
   if (p == nullptr) return;
-  if (!Ready() || t_guard || FreeIsQuiet(p)) return call();
+  if (!ready() || t_guard || free_is_quiet(p)) return call();
   Guard guard;
   FreeTicket ticket;
-  BeginFree(p, &ticket);
+  begin_free(p, &ticket);
   call();
-  CommitFree(p, ticket, 0);
+  commit_free(p, ticket, 0);
 }
 
 }  // namespace
@@ -330,34 +330,34 @@ void DeleteImpl(void* p, Call call) {
 #define LLPROF_EXPORT __attribute__((visibility("default")))
 
 LLPROF_EXPORT void* operator new(size_t size) {
-  return NewImpl(size, kDefaultAlignment, [&] { return LLPROF_NEXT(NewFn, "_Znwm")(size); });
+  return new_impl(size, kDefaultAlignment, [&] { return LLPROF_NEXT(NewFn, "_Znwm")(size); });
 }
 LLPROF_EXPORT void* operator new[](size_t size) {
-  return NewImpl(size, kDefaultAlignment, [&] { return LLPROF_NEXT(NewFn, "_Znam")(size); });
+  return new_impl(size, kDefaultAlignment, [&] { return LLPROF_NEXT(NewFn, "_Znam")(size); });
 }
 LLPROF_EXPORT void* operator new(size_t size, const std::nothrow_t& nt) noexcept {
-  return NewImpl(size, kDefaultAlignment,
+  return new_impl(size, kDefaultAlignment,
                  [&] { return LLPROF_NEXT(NewNothrowFn, "_ZnwmRKSt9nothrow_t")(size, nt); });
 }
 LLPROF_EXPORT void* operator new[](size_t size, const std::nothrow_t& nt) noexcept {
-  return NewImpl(size, kDefaultAlignment,
+  return new_impl(size, kDefaultAlignment,
                  [&] { return LLPROF_NEXT(NewNothrowFn, "_ZnamRKSt9nothrow_t")(size, nt); });
 }
 LLPROF_EXPORT void* operator new(size_t size, std::align_val_t al) {
-  return NewImpl(size, static_cast<size_t>(al),
+  return new_impl(size, static_cast<size_t>(al),
                  [&] { return LLPROF_NEXT(NewAlignFn, "_ZnwmSt11align_val_t")(size, al); });
 }
 LLPROF_EXPORT void* operator new[](size_t size, std::align_val_t al) {
-  return NewImpl(size, static_cast<size_t>(al),
+  return new_impl(size, static_cast<size_t>(al),
                  [&] { return LLPROF_NEXT(NewAlignFn, "_ZnamSt11align_val_t")(size, al); });
 }
 LLPROF_EXPORT void* operator new(size_t size, std::align_val_t al, const std::nothrow_t& nt) noexcept {
-  return NewImpl(size, static_cast<size_t>(al), [&] {
+  return new_impl(size, static_cast<size_t>(al), [&] {
     return LLPROF_NEXT(NewAlignNothrowFn, "_ZnwmSt11align_val_tRKSt9nothrow_t")(size, al, nt);
   });
 }
 LLPROF_EXPORT void* operator new[](size_t size, std::align_val_t al, const std::nothrow_t& nt) noexcept {
-  return NewImpl(size, static_cast<size_t>(al), [&] {
+  return new_impl(size, static_cast<size_t>(al), [&] {
     return LLPROF_NEXT(NewAlignNothrowFn, "_ZnamSt11align_val_tRKSt9nothrow_t")(size, al, nt);
   });
 }
@@ -369,58 +369,58 @@ using DeleteSizedAlignFn = void (*)(void*, size_t, std::align_val_t);
 using DeleteAlignNothrowFn = void (*)(void*, std::align_val_t, const std::nothrow_t&);
 
 LLPROF_EXPORT void operator delete(void* p) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteFn, "_ZdlPv")(p); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteFn, "_ZdlPv")(p); });
 }
 LLPROF_EXPORT void operator delete[](void* p) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteFn, "_ZdaPv")(p); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteFn, "_ZdaPv")(p); });
 }
 LLPROF_EXPORT void operator delete(void* p, size_t n) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteSizedFn, "_ZdlPvm")(p, n); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteSizedFn, "_ZdlPvm")(p, n); });
 }
 LLPROF_EXPORT void operator delete[](void* p, size_t n) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteSizedFn, "_ZdaPvm")(p, n); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteSizedFn, "_ZdaPvm")(p, n); });
 }
 LLPROF_EXPORT void operator delete(void* p, const std::nothrow_t& nt) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteNothrowFn, "_ZdlPvRKSt9nothrow_t")(p, nt); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteNothrowFn, "_ZdlPvRKSt9nothrow_t")(p, nt); });
 }
 LLPROF_EXPORT void operator delete[](void* p, const std::nothrow_t& nt) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteNothrowFn, "_ZdaPvRKSt9nothrow_t")(p, nt); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteNothrowFn, "_ZdaPvRKSt9nothrow_t")(p, nt); });
 }
 LLPROF_EXPORT void operator delete(void* p, std::align_val_t al) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteAlignFn, "_ZdlPvSt11align_val_t")(p, al); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteAlignFn, "_ZdlPvSt11align_val_t")(p, al); });
 }
 LLPROF_EXPORT void operator delete[](void* p, std::align_val_t al) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteAlignFn, "_ZdaPvSt11align_val_t")(p, al); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteAlignFn, "_ZdaPvSt11align_val_t")(p, al); });
 }
 LLPROF_EXPORT void operator delete(void* p, size_t n, std::align_val_t al) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteSizedAlignFn, "_ZdlPvmSt11align_val_t")(p, n, al); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteSizedAlignFn, "_ZdlPvmSt11align_val_t")(p, n, al); });
 }
 LLPROF_EXPORT void operator delete[](void* p, size_t n, std::align_val_t al) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteSizedAlignFn, "_ZdaPvmSt11align_val_t")(p, n, al); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteSizedAlignFn, "_ZdaPvmSt11align_val_t")(p, n, al); });
 }
 LLPROF_EXPORT void operator delete(void* p, std::align_val_t al, const std::nothrow_t& nt) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteAlignNothrowFn, "_ZdlPvSt11align_val_tRKSt9nothrow_t")(p, al, nt); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteAlignNothrowFn, "_ZdlPvSt11align_val_tRKSt9nothrow_t")(p, al, nt); });
 }
 LLPROF_EXPORT void operator delete[](void* p, std::align_val_t al, const std::nothrow_t& nt) noexcept {
-  DeleteImpl(p, [&] { LLPROF_NEXT(DeleteAlignNothrowFn, "_ZdaPvSt11align_val_tRKSt9nothrow_t")(p, al, nt); });
+  delete_impl(p, [&] { LLPROF_NEXT(DeleteAlignNothrowFn, "_ZdaPvSt11align_val_tRKSt9nothrow_t")(p, al, nt); });
 }
 
 namespace {
 
-// Initialise at load time as well (the first malloc usually comes earlier), and write the profile last: this
+// initialise at load time as well (the first malloc usually comes earlier), and write the profile last: this
 // library is loaded first, so its destructor runs after those of the program and the other libraries.
-__attribute__((constructor)) void LoadTime() { Ready(); }
+__attribute__((constructor)) void load_time() { ready(); }
 
-__attribute__((destructor)) void UnloadTime() {
+__attribute__((destructor)) void unload_time() {
   Guard guard;
-  ProfilerAtExit();
+  profiler_at_exit();
 }
 
 }  // namespace
 
 // ---- teardown ---------------------------------------------------------------------------------------------------
 // The program's teardown begins when main returns or exit() is called: from then on the profiler counts what is
-// freed as live at exit (profiler.h, ProfilerTeardown). Caught as libllamalloc.so catches it for its snapshot
+// freed as live at exit (profiler.h, profiler_teardown). Caught as libllamalloc.so catches it for its snapshot
 // before exit (src/llamalloc/override/start.cc), with names of our own so that both libraries may be preloaded
 // together (each chains to the next definition):
 // - exit() called by the program: interposed; teardown begins, then the C library's exit.
@@ -445,16 +445,16 @@ std::atomic<CxaAtexitFn> g_next_cxa_atexit{nullptr};
 std::atomic<bool> g_main_started{false};
 
 // The next definitions (the C library's, or another preloaded library's), looked up once as the operators are.
-ExitFn NextExit() { return NextOperator(g_next_exit, "exit"); }
-CxaAtexitFn NextCxaAtexit() { return NextOperator(g_next_cxa_atexit, "__cxa_atexit"); }
+ExitFn next_exit() { return next_operator(g_next_exit, "exit"); }
+CxaAtexitFn next_cxa_atexit() { return next_operator(g_next_cxa_atexit, "__cxa_atexit"); }
 
-void TeardownBegins() {
-  if (!Ready()) return;
+void teardown_begins() {
+  if (!ready()) return;
   Guard guard;
-  ProfilerTeardown();
+  profiler_teardown();
 }
 
-void TeardownHandler(void*) { TeardownBegins(); }
+void teardown_handler(void*) { teardown_begins(); }
 
 }  // namespace
 
@@ -462,7 +462,7 @@ extern "C" {
 extern void* __dso_handle;
 __attribute__((visibility("hidden"))) MainFn llamalloc_prof_program_main = nullptr;
 __attribute__((visibility("hidden"), used)) void llamalloc_prof_before_main() {
-  if (CxaAtexitFn next = NextCxaAtexit()) next(TeardownHandler, nullptr, &__dso_handle);
+  if (CxaAtexitFn next = next_cxa_atexit()) next(teardown_handler, nullptr, &__dso_handle);
   g_main_started.store(true, std::memory_order_release);
 }
 }
@@ -478,18 +478,18 @@ LLPROF_EXPORT int __libc_start_main(MainFn main, int argc, char** argv, void (*i
                                     void (*rtld_fini)(), void* stack_end) {
   StartFn next;
   {
-    Ready();
+    ready();
     Guard guard;
     next = reinterpret_cast<StartFn>(dlsym(RTLD_NEXT, "__libc_start_main"));
   }
   if (next == nullptr) {
     static const char kMessage[] = "llamalloc_prof: error: __libc_start_main not found\n";
-    WriteAll(2, kMessage, sizeof(kMessage) - 1);
+    write_all(2, kMessage, sizeof(kMessage) - 1);
     _exit(127);
   }
-  NextExit();  // looked up now, not in exit
-  NextCxaAtexit();
-  if (CurrentMode() != Mode::kOff) {
+  next_exit();  // looked up now, not in exit
+  next_cxa_atexit();
+  if (current_mode() != Mode::kOff) {
     llamalloc_prof_program_main = main;
     main = llamalloc_prof_main_trampoline;
   }
@@ -497,18 +497,18 @@ LLPROF_EXPORT int __libc_start_main(MainFn main, int argc, char** argv, void (*i
 }
 
 LLPROF_EXPORT int __cxa_atexit(void (*fn)(void*), void* arg, void* dso) {
-  CxaAtexitFn next = NextCxaAtexit();
+  CxaAtexitFn next = next_cxa_atexit();
   if (next == nullptr) return -1;
   int rc = next(fn, arg, dso);
-  if (rc == 0 && g_main_started.load(std::memory_order_acquire) && CurrentMode() != Mode::kOff) {
-    next(TeardownHandler, nullptr, &__dso_handle);
+  if (rc == 0 && g_main_started.load(std::memory_order_acquire) && current_mode() != Mode::kOff) {
+    next(teardown_handler, nullptr, &__dso_handle);
   }
   return rc;
 }
 
 LLPROF_EXPORT void exit(int status) noexcept {
-  TeardownBegins();
-  if (ExitFn f = NextExit()) f(status);
+  teardown_begins();
+  if (ExitFn f = next_exit()) f(status);
   _exit(status);  // (no C library exit found: cannot happen in a dynamically linked program)
 }
 

@@ -19,7 +19,7 @@ namespace llamalloc::prof {
 
 // Reserves address space without committing it: tables are sized for the worst case and only the pages that
 // are touched cost memory (MAP_NORESERVE: no swap accounting for the untouched part).
-inline void* MapZeroed(size_t bytes) {
+inline void* map_zeroed(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
@@ -28,15 +28,17 @@ inline void* MapZeroed(size_t bytes) {
 // unwinding, never around a call that may allocate or take the dynamic loader's lock.
 class SpinLock {
  public:
-  void Lock() {
+  void lock() {
     while (locked_.exchange(1, std::memory_order_acquire) != 0) {
       while (locked_.load(std::memory_order_relaxed) != 0) __builtin_ia32_pause();
     }
   }
-  bool TryLock() { return locked_.exchange(1, std::memory_order_acquire) == 0; }
-  void Unlock() { locked_.store(0, std::memory_order_release); }
+  bool try_lock() { return locked_.exchange(1, std::memory_order_acquire) == 0; }
+  void unlock() { locked_.store(0, std::memory_order_release); }
   // After fork() only the forking thread exists: a lock another thread held is simply released.
-  void ResetAfterFork() { locked_.store(0, std::memory_order_relaxed); }
+  void reset_after_fork() { locked_.store(0, std::memory_order_relaxed); }
+  // The old name, for stack_capture.cc until it is renamed.
+  void ResetAfterFork() { reset_after_fork(); }
 
  private:
   std::atomic<uint32_t> locked_{0};
@@ -44,8 +46,8 @@ class SpinLock {
 
 class SpinLockHolder {
  public:
-  explicit SpinLockHolder(SpinLock& lock) : lock_(lock) { lock_.Lock(); }
-  ~SpinLockHolder() { lock_.Unlock(); }
+  explicit SpinLockHolder(SpinLock& lock) : lock_(lock) { lock_.lock(); }
+  ~SpinLockHolder() { lock_.unlock(); }
   SpinLockHolder(const SpinLockHolder&) = delete;
   SpinLockHolder& operator=(const SpinLockHolder&) = delete;
 
@@ -53,21 +55,21 @@ class SpinLockHolder {
   SpinLock& lock_;
 };
 
-inline uint64_t MonotonicNs() {
+inline uint64_t monotonic_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-inline uint64_t RealtimeNs() {
+inline uint64_t realtime_ns() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-inline uint32_t CurrentThreadId() { return static_cast<uint32_t>(syscall(SYS_gettid)); }
+inline uint32_t current_thread_id() { return static_cast<uint32_t>(syscall(SYS_gettid)); }
 
-inline bool WriteAll(int fd, const void* data, size_t bytes) {
+inline bool write_all(int fd, const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     ssize_t n = write(fd, p, bytes);
@@ -80,5 +82,9 @@ inline bool WriteAll(int fd, const void* data, size_t bytes) {
   }
   return true;
 }
+
+// The old names, for stack_capture.cc until it is renamed.
+inline void* MapZeroed(size_t bytes) { return map_zeroed(bytes); }
+inline uint64_t MonotonicNs() { return monotonic_ns(); }
 
 }  // namespace llamalloc::prof

@@ -1,8 +1,6 @@
 #include "profiler.h"
 
-#include <elf.h>
 #include <fcntl.h>
-#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,12 +9,18 @@
 
 #include <atomic>
 
+#include "base.h"
+#include "options.h"
 #include "platform.h"
+#include "record_file.h"
 #include "sampling.h"
 #include "stack_capture.h"
 #include "trace_format.h"
 
 namespace llamalloc::prof {
+
+static_assert(SIGUSR2 == 12, "PROF_SIGNAL's default (options.h) is SIGUSR2");
+static_assert(kLifetimeClasses == int(kMaxClasses), "a profile's class counts are the lifetime classes");
 
 std::atomic<int> g_mode{static_cast<int>(Mode::kOff)};
 std::atomic<bool> g_dump_requested{false};
@@ -25,8 +29,6 @@ __thread Sampler t_sampler __attribute__((tls_model("initial-exec")));
 
 namespace {
 
-constexpr uint64_t kDefaultSampleBytes = 512 * 1024;
-constexpr int kDefaultSignal = SIGUSR2;
 constexpr size_t kPathBytes = 4096;
 constexpr size_t kWriterBytes = 1 << 20;
 constexpr uint32_t kBufferEvents = 4096;  // 160 KiB per thread
@@ -40,6 +42,7 @@ struct Options {
   UnwindMode unwind;
   uint64_t steady_start_ns;  // --steady-state: sampling stops this long after start (UINT64_MAX: never)
   uint64_t steady_end_ns;    // ... and the steady-state profile is written this long after start (UINT64_MAX: none)
+  bool debug;                // print the counts at exit
   char output_template[kPathBytes];
 };
 
@@ -68,144 +71,19 @@ struct ThreadState {
 };
 __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 
-uint32_t ThreadId() {
-  if (LLPROF_UNLIKELY(t_state.tid == 0)) t_state.tid = CurrentThreadId();
+uint32_t thread_id() {
+  if (LLPROF_UNLIKELY(t_state.tid == 0)) t_state.tid = current_thread_id();
   return t_state.tid;
 }
 
-// ---- output ------------------------------------------------------------------------------------------------
-
-// Buffered record writer over a file descriptor, with a buffer of the profiler's own memory.
-class Writer {
- public:
-  bool Open(int fd, char* buffer, size_t capacity) {
-    fd_ = fd;
-    buffer_ = buffer;
-    capacity_ = capacity;
-    used_ = 0;
-    ok_ = fd >= 0 && buffer != nullptr;
-    return ok_;
-  }
-  void Bytes(const void* data, size_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0 && ok_) {
-      if (used_ == capacity_) Flush();
-      size_t n = bytes < capacity_ - used_ ? bytes : capacity_ - used_;
-      memcpy(buffer_ + used_, p, n);
-      used_ += n;
-      p += n;
-      bytes -= n;
-    }
-  }
-  void Pad() {
-    static const char kZeros[8] = {};
-    if (size_t r = written_plus_used() % 8; r != 0) Bytes(kZeros, 8 - r);
-  }
-  void Record(RecordType type, uint32_t payload_bytes) {
-    RecordHeader h{static_cast<uint32_t>(type), payload_bytes};
-    Bytes(&h, sizeof(h));
-  }
-  void Flush() {
-    if (ok_ && used_ > 0) ok_ = WriteAll(fd_, buffer_, used_);
-    written_ += used_;
-    used_ = 0;
-  }
-  bool ok() const { return ok_; }
-
- private:
-  size_t written_plus_used() const { return written_ + used_; }
-  int fd_ = -1;
-  char* buffer_ = nullptr;
-  size_t capacity_ = 0;
-  size_t used_ = 0;
-  size_t written_ = 0;
-  bool ok_ = false;
-};
-
-uint32_t Padded(size_t bytes) { return static_cast<uint32_t>((bytes + 7) & ~size_t{7}); }
-
-void WriteHeader(Writer& w, const char magic[8], uint32_t version, uint64_t sample_bytes) {
-  FileHeader h{};
-  memcpy(h.magic, magic, 8);
-  h.version = version;
-  h.header_bytes = sizeof(FileHeader);
-  h.pid = g_pid;
-  h.start_time_ns = g_start_time_ns;
-  h.start_mono_ns = g_start_mono_ns;
-  h.sample_bytes = sample_bytes;
-  w.Bytes(&h, sizeof(h));
-  size_t n = strlen(g_exe_path);
-  w.Record(RecordType::kProgram, Padded(n));
-  w.Bytes(g_exe_path, n);
-  w.Pad();
-}
-
-void WriteStack(Writer& w, uint32_t id, const uint64_t* pcs, uint32_t depth) {
-  w.Record(RecordType::kStack, static_cast<uint32_t>(sizeof(StackRecord) + 8 * depth));
-  StackRecord s{id, depth};
-  w.Bytes(&s, sizeof(s));
-  w.Bytes(pcs, 8 * depth);
-}
-
-// The GNU build id of a loaded object, from its PT_NOTE segments.
-size_t FindBuildId(const dl_phdr_info* info, const uint8_t** id) {
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    if (ph.p_type != PT_NOTE) continue;
-    auto p = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
-    const uint8_t* end = p + ph.p_memsz;
-    while (p + sizeof(ElfW(Nhdr)) <= end) {
-      auto* note = reinterpret_cast<const ElfW(Nhdr)*>(p);
-      const uint8_t* name = p + sizeof(ElfW(Nhdr));
-      const uint8_t* desc = name + ((note->n_namesz + 3) & ~3u);
-      if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
-        *id = desc;
-        return note->n_descsz;
-      }
-      p = desc + ((note->n_descsz + 3) & ~3u);
-    }
-  }
-  return 0;
-}
-
-int WriteMapping(dl_phdr_info* info, size_t, void* arg) {
-  auto& w = *static_cast<Writer*>(arg);
-  const char* path = info->dlpi_name;
-  if (path == nullptr || path[0] == '\0') path = g_exe_path;  // the main program comes first, unnamed
-  if (strncmp(path, "linux-vdso", 10) == 0 || strncmp(path, "linux-gate", 10) == 0) return 0;
-  const uint8_t* build_id = nullptr;
-  size_t build_id_bytes = FindBuildId(info, &build_id);
-  size_t path_bytes = strlen(path);
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
-    MappingRecord m{};
-    m.memory_start = info->dlpi_addr + ph.p_vaddr;
-    m.memory_limit = m.memory_start + ph.p_memsz;
-    m.file_offset = ph.p_offset;
-    m.build_id_bytes = static_cast<uint32_t>(build_id_bytes);
-    m.path_bytes = static_cast<uint32_t>(path_bytes);
-    w.Record(RecordType::kMapping, Padded(sizeof(m) + build_id_bytes + path_bytes));
-    w.Bytes(&m, sizeof(m));
-    w.Bytes(build_id, build_id_bytes);
-    w.Bytes(path, path_bytes);
-    w.Pad();
-  }
-  return 0;
-}
-
-void WriteEnd(Writer& w, uint64_t count) {
-  EndRecord e{RealtimeNs(), MonotonicNs(), count, g_dropped.load(std::memory_order_relaxed)};
-  w.Record(RecordType::kEnd, sizeof(e));
-  w.Bytes(&e, sizeof(e));
-}
+ProcessIdentity process_identity() { return {g_pid, g_start_time_ns, g_start_mono_ns, g_exe_path}; }
 
 // The output path for this process: the template with %p replaced by the pid. A forked child whose template
 // has no %p appends ".<pid>", so that it does not overwrite its parent's file. (A program started by exec gets
 // the same template and cannot tell: `llamalloc record` and `trace` always use %p.)
 uint64_t g_first_pid;
 
-void OutputPath(char* out, size_t capacity) {
+void output_path(char* out, size_t capacity) {
   size_t n = 0;
   bool had_pid = false;
   for (const char* p = g_options.output_template; *p != '\0' && n + 24 < capacity; ++p) {
@@ -229,9 +107,9 @@ char* g_dump_buffer;
 
 // In a fatal-signal handler the interrupted thread may hold a lock for good: try for a while, then go on
 // without it (a torn read of one site beats no profile at all).
-bool LockBounded(SpinLock& lock) {
+bool lock_bounded(SpinLock& lock) {
   for (int i = 0; i < 1'000'000; ++i) {
-    if (lock.TryLock()) return true;
+    if (lock.try_lock()) return true;
     __builtin_ia32_pause();
   }
   return false;
@@ -242,11 +120,11 @@ bool LockBounded(SpinLock& lock) {
 // goes to OUTPUT.steady.
 enum class DumpKind { kFinal, kKept, kSteady };
 
-void DumpProfile(DumpKind kind, bool in_signal = false) {
+void dump_profile(DumpKind kind, bool in_signal = false) {
   char base[kPathBytes];
   char path[kPathBytes + 32];
   char tmp[kPathBytes + 48];
-  OutputPath(base, sizeof(base));
+  output_path(base, sizeof(base));
   if (kind == DumpKind::kKept) {
     snprintf(path, sizeof(path), "%s.dump%u", base, ++g_dump_seq);
   } else if (kind == DumpKind::kSteady) {
@@ -258,34 +136,34 @@ void DumpProfile(DumpKind kind, bool in_signal = false) {
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
   Writer w;
-  w.Open(fd, g_dump_buffer, kWriterBytes);
-  WriteHeader(w, kRawProfileMagic, kRawProfileVersion, g_options.sample_bytes);
-  uint32_t stacks = g_stacks.Count();
+  w.open(fd, g_dump_buffer, kWriterBytes);
+  write_header(w, kRawProfileMagic, kRawProfileVersion, g_options.sample_bytes, process_identity());
+  uint32_t stacks = g_stacks.count();
   for (uint32_t id = 0; id < stacks; ++id) {
     uint32_t depth = 0;
-    const uint64_t* pcs = g_stacks.Pcs(id, &depth);
-    WriteStack(w, id, pcs, depth);
+    const uint64_t* pcs = g_stacks.pcs(id, &depth);
+    write_stack(w, id, pcs, depth);
   }
-  uint32_t sites = g_sites.Count();
+  uint32_t sites = g_sites.count();
   for (uint32_t i = 0; i < sites; ++i) {
-    Site& site = g_sites.At(i);
+    Site& site = g_sites.at(i);
     SiteRecord r;
     if (in_signal) {
-      bool locked = LockBounded(site.lock);
+      bool locked = lock_bounded(site.lock);
       r = site.record;
-      if (locked) site.lock.Unlock();
+      if (locked) site.lock.unlock();
     } else {
       SpinLockHolder hold(site.lock);
       r = site.record;
     }
     if (r.alloc_count == 0) continue;
-    r.class_counts[kLifetimeClasses - 1] = r.live_count;
-    w.Record(RecordType::kSite, sizeof(r));
-    w.Bytes(&r, sizeof(r));
+    r.class_counts[kNeverFreedClass] = r.live_count;
+    w.record(RecordType::kSite, sizeof(r));
+    w.append(&r, sizeof(r));
   }
-  dl_iterate_phdr(WriteMapping, &w);
-  WriteEnd(w, g_sampled.load(std::memory_order_relaxed));
-  w.Flush();
+  write_mappings(w, g_exe_path);
+  write_end(w, g_sampled.load(std::memory_order_relaxed), g_dropped.load(std::memory_order_relaxed));
+  w.flush();
   bool ok = w.ok();
   ok = (close(fd) == 0) && ok;
   if (ok) {
@@ -295,62 +173,62 @@ void DumpProfile(DumpKind kind, bool in_signal = false) {
   }
 }
 
-void MaybeDump(uint64_t now_ns) {
+void maybe_dump(uint64_t now_ns) {
   bool requested = g_dump_requested.load(std::memory_order_relaxed);
   if (!requested && now_ns < g_next_dump_ns.load(std::memory_order_relaxed) &&
       now_ns < g_steady_dump_ns.load(std::memory_order_relaxed)) {
     return;
   }
-  if (!g_dump_lock.TryLock()) return;
+  if (!g_dump_lock.try_lock()) return;
   requested = g_dump_requested.exchange(false, std::memory_order_relaxed);
   if (now_ns >= g_steady_dump_ns.load(std::memory_order_relaxed)) {
     g_steady_dump_ns.store(UINT64_MAX, std::memory_order_relaxed);
-    DumpProfile(DumpKind::kSteady);
+    dump_profile(DumpKind::kSteady);
   }
   if (now_ns >= g_next_dump_ns.load(std::memory_order_relaxed)) {
     requested = true;
     g_next_dump_ns.store(g_options.interval_ns != 0 ? now_ns + g_options.interval_ns : UINT64_MAX,
                          std::memory_order_relaxed);
   }
-  if (requested) DumpProfile(DumpKind::kKept);
-  g_dump_lock.Unlock();
+  if (requested) dump_profile(DumpKind::kKept);
+  g_dump_lock.unlock();
 }
 
-void SampleAllocation(void* ptr, size_t size_bytes, size_t alignment_bytes) {
+void sample_allocation(void* ptr, size_t size_bytes, size_t alignment_bytes) {
   uint64_t pcs[kMaxStackDepth];
   int depth = CaptureStack(pcs, kMaxStackDepth);  // no lock held
   bool is_new = false;
-  uint32_t stack_id = g_stacks.Intern(pcs, depth, &is_new);
+  uint32_t stack_id = g_stacks.intern(pcs, depth, &is_new);
   uint32_t site_index = stack_id == kNoStack
                             ? UINT32_MAX
-                            : g_sites.FindOrInsert(stack_id, RequestSizeClass(size_bytes),
+                            : g_sites.find_or_insert(stack_id, profile_size_bucket(size_bytes),
                                                    static_cast<uint32_t>(alignment_bytes));
   if (site_index == UINT32_MAX) {
     g_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  uint64_t now = MonotonicNs();
-  if (!g_live.Insert({reinterpret_cast<uint64_t>(ptr), now, size_bytes, site_index, nullptr})) {
+  uint64_t now = monotonic_ns();
+  if (!g_live.insert({reinterpret_cast<uint64_t>(ptr), now, size_bytes, site_index, nullptr})) {
     g_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  Site& site = g_sites.At(site_index);
+  Site& site = g_sites.at(site_index);
   {
     SpinLockHolder hold(site.lock);
     SiteRecord& r = site.record;
     r.alloc_count += 1;
     r.alloc_bytes += size_bytes;
-    r.alloc_weight += Sampler::Weight(size_bytes, g_options.sample_bytes);
+    r.alloc_weight += Sampler::weight(size_bytes, g_options.sample_bytes);
     r.live_count += 1;
     r.live_bytes += size_bytes;
   }
   g_sampled.fetch_add(1, std::memory_order_relaxed);
 }
 
-void RecordLifetime(const LiveObject& object, uint64_t free_time_ns) {
+void record_lifetime(const LiveObject& object, uint64_t free_time_ns) {
   uint64_t lifetime_ns = free_time_ns > object.alloc_time_ns ? free_time_ns - object.alloc_time_ns : 0;
   double lifetime_ms = static_cast<double>(lifetime_ns) / 1e6;
-  Site& site = g_sites.At(object.site);
+  Site& site = g_sites.at(object.site);
   SpinLockHolder hold(site.lock);
   SiteRecord& r = site.record;
   if (r.freed_count == 0 || lifetime_ns < r.min_lifetime_ns) r.min_lifetime_ns = lifetime_ns;
@@ -359,12 +237,12 @@ void RecordLifetime(const LiveObject& object, uint64_t free_time_ns) {
   r.freed_bytes += object.size_bytes;
   r.lifetime_sum_ns += lifetime_ns;
   r.lifetime_sumsq_ms2 += lifetime_ms * lifetime_ms;
-  r.class_counts[LifetimeClass(lifetime_ns)] += 1;
+  r.class_counts[lifetime_class_of(lifetime_ns)] += 1;
   r.live_count -= 1;
   r.live_bytes -= object.size_bytes;
 }
 
-void OnDumpSignal(int) { g_dump_requested.store(true, std::memory_order_relaxed); }
+void on_dump_signal(int) { g_dump_requested.store(true, std::memory_order_relaxed); }
 
 // ---- trace mode --------------------------------------------------------------------------------------------
 
@@ -385,28 +263,28 @@ SpinLock g_buffers_lock;
 pthread_key_t g_buffer_key;
 __thread TraceBuffer* t_buffer __attribute__((tls_model("initial-exec")));
 
-void FlushBufferLocked(TraceBuffer* b) {
+void flush_buffer_locked(TraceBuffer* b) {
   if (b->count == 0) return;
   pthread_mutex_lock(&g_file_mutex);
-  g_trace_writer.Record(RecordType::kEvents, static_cast<uint32_t>(sizeof(TraceEvent) * b->count));
-  g_trace_writer.Bytes(b->events, sizeof(TraceEvent) * b->count);
-  g_trace_writer.Flush();
+  g_trace_writer.record(RecordType::kEvents, static_cast<uint32_t>(sizeof(TraceEvent) * b->count));
+  g_trace_writer.append(b->events, sizeof(TraceEvent) * b->count);
+  g_trace_writer.flush();
   pthread_mutex_unlock(&g_file_mutex);
   g_events.fetch_add(b->count, std::memory_order_relaxed);
   b->count = 0;
 }
 
-void ReleaseBuffer(void* arg) {
+void release_buffer(void* arg) {
   auto* b = static_cast<TraceBuffer*>(arg);
-  b->lock.Lock();
-  FlushBufferLocked(b);
-  b->lock.Unlock();
+  b->lock.lock();
+  flush_buffer_locked(b);
+  b->lock.unlock();
   if (t_buffer == b) t_buffer = nullptr;
   SpinLockHolder hold(g_buffers_lock);
   b->in_use = false;
 }
 
-TraceBuffer* AcquireBuffer() {
+TraceBuffer* acquire_buffer() {
   TraceBuffer* found = nullptr;
   {
     SpinLockHolder hold(g_buffers_lock);
@@ -418,7 +296,7 @@ TraceBuffer* AcquireBuffer() {
       }
     }
     if (found == nullptr && n < kMaxBuffers) {
-      found = static_cast<TraceBuffer*>(MapZeroed(sizeof(TraceBuffer)));
+      found = static_cast<TraceBuffer*>(map_zeroed(sizeof(TraceBuffer)));
       if (found != nullptr) {
         g_buffers[n] = found;
         g_buffer_count.store(n + 1, std::memory_order_release);
@@ -428,73 +306,73 @@ TraceBuffer* AcquireBuffer() {
   }
   if (found == nullptr) return nullptr;
   t_buffer = found;
-  pthread_setspecific(g_buffer_key, found);  // flushed by ReleaseBuffer when the thread exits
+  pthread_setspecific(g_buffer_key, found);  // flushed by release_buffer when the thread exits
   return found;
 }
 
-void Emit(const TraceEvent& e) {
+void emit(const TraceEvent& e) {
   TraceBuffer* b = t_buffer;
   if (LLPROF_UNLIKELY(b == nullptr)) {
-    b = AcquireBuffer();
+    b = acquire_buffer();
     if (b == nullptr) {
       g_dropped.fetch_add(1, std::memory_order_relaxed);
       return;
     }
   }
-  b->lock.Lock();
+  b->lock.lock();
   b->events[b->count++] = e;
-  if (b->count == kBufferEvents) FlushBufferLocked(b);
-  b->lock.Unlock();
+  if (b->count == kBufferEvents) flush_buffer_locked(b);
+  b->lock.unlock();
 }
 
-uint32_t TraceStack() {
+uint32_t trace_stack() {
   uint64_t pcs[kMaxStackDepth];
   int depth = CaptureStack(pcs, kMaxStackDepth);
   bool is_new = false;
-  uint32_t id = g_stacks.Intern(pcs, depth, &is_new);
+  uint32_t id = g_stacks.intern(pcs, depth, &is_new);
   if (is_new) {
     pthread_mutex_lock(&g_file_mutex);
-    WriteStack(g_trace_writer, id, pcs, static_cast<uint32_t>(depth));
-    g_trace_writer.Flush();
+    write_stack(g_trace_writer, id, pcs, static_cast<uint32_t>(depth));
+    g_trace_writer.flush();
     pthread_mutex_unlock(&g_file_mutex);
   }
   if (id == kNoStack) g_dropped.fetch_add(1, std::memory_order_relaxed);
   return id;
 }
 
-bool OpenTrace() {
+bool open_trace() {
   char path[kPathBytes];
-  OutputPath(path, sizeof(path));
+  output_path(path, sizeof(path));
   g_trace_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (g_trace_fd < 0) return false;
-  g_trace_writer.Open(g_trace_fd, g_trace_write_buffer, kWriterBytes);
-  WriteHeader(g_trace_writer, kTraceMagic, kTraceVersion, 0);
-  g_trace_writer.Flush();
+  g_trace_writer.open(g_trace_fd, g_trace_write_buffer, kWriterBytes);
+  write_header(g_trace_writer, kTraceMagic, kTraceVersion, 0, process_identity());
+  g_trace_writer.flush();
   return g_trace_writer.ok();
 }
 
-void CloseTrace(bool in_signal = false) {
+void close_trace(bool in_signal = false) {
   uint32_t n = g_buffer_count.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < n; ++i) {
     if (in_signal) {
-      if (LockBounded(g_buffers[i]->lock)) {
-        FlushBufferLocked(g_buffers[i]);
-        g_buffers[i]->lock.Unlock();
+      if (lock_bounded(g_buffers[i]->lock)) {
+        flush_buffer_locked(g_buffers[i]);
+        g_buffers[i]->lock.unlock();
       }
       continue;
     }
-    g_buffers[i]->lock.Lock();
-    FlushBufferLocked(g_buffers[i]);
-    g_buffers[i]->lock.Unlock();
+    g_buffers[i]->lock.lock();
+    flush_buffer_locked(g_buffers[i]);
+    g_buffers[i]->lock.unlock();
   }
   if (in_signal) {
     if (pthread_mutex_trylock(&g_file_mutex) != 0) return;  // the interrupted thread is writing: give up
   } else {
     pthread_mutex_lock(&g_file_mutex);
   }
-  dl_iterate_phdr(WriteMapping, &g_trace_writer);
-  WriteEnd(g_trace_writer, g_events.load(std::memory_order_relaxed));
-  g_trace_writer.Flush();
+  write_mappings(g_trace_writer, g_exe_path);
+  write_end(g_trace_writer, g_events.load(std::memory_order_relaxed), g_dropped.load(std::memory_order_relaxed));
+  g_trace_writer.flush();
   close(g_trace_fd);
   g_trace_fd = -1;
   g_trace_writer = Writer();  // not ok: a thread still flushing its buffer writes nothing (the fd may be reused)
@@ -508,14 +386,14 @@ void CloseTrace(bool in_signal = false) {
 
 constexpr int kFatalSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
 
-void OnFatalSignal(int signal_number) {
-  Mode mode = CurrentMode();
-  if (mode == Mode::kProfile && g_dump_lock.TryLock()) {
+void on_fatal_signal(int signal_number) {
+  Mode mode = current_mode();
+  if (mode == Mode::kProfile && g_dump_lock.try_lock()) {
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
-    DumpProfile(DumpKind::kFinal, /*in_signal=*/true);
+    dump_profile(DumpKind::kFinal, /*in_signal=*/true);
   } else if (mode == Mode::kTrace) {
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
-    CloseTrace(/*in_signal=*/true);
+    close_trace(/*in_signal=*/true);
   }
   struct sigaction sa {};
   sa.sa_handler = SIG_DFL;
@@ -524,13 +402,13 @@ void OnFatalSignal(int signal_number) {
   raise(signal_number);  // delivered when this handler returns (or at once, for a fault: it happens again)
 }
 
-void InstallFatalSignalHandlers() {
+void install_fatal_signal_handlers() {
   for (int signal_number : kFatalSignals) {
     if (signal_number == g_options.signal_number) continue;
     struct sigaction old {};
     if (sigaction(signal_number, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
     struct sigaction sa {};
-    sa.sa_handler = OnFatalSignal;
+    sa.sa_handler = on_fatal_signal;
     sa.sa_flags = SA_RESETHAND | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
     sigaction(signal_number, &sa, nullptr);
@@ -539,48 +417,32 @@ void InstallFatalSignalHandlers() {
 
 // ---- set-up ------------------------------------------------------------------------------------------------
 
-uint64_t EnvU64(const char* name, uint64_t fallback) {
-  const char* v = getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  unsigned long long x = strtoull(v, &end, 10);
-  return (end != nullptr && *end == '\0') ? x : fallback;
-}
-
-void ReadOptions() {
+// The LLAMALLOC_PROF_* options, from the table of options.h: a bad value warns and keeps the default, a
+// misspelled LLAMALLOC_PROF_ name warns with the closest one.
+void read_options() {
+  static_assert(int(Mode::kOff) == 0 && int(Mode::kProfile) == 1 && int(Mode::kTrace) == 2,
+                "the words of PROF_MODE, in order");
+  static_assert(int(UnwindMode::kAuto) == 0 && int(UnwindMode::kFramePointers) == 1 &&
+                    int(UnwindMode::kDwarf) == 2,
+                "the words of PROF_UNWIND, in order");
+  const ProfilerOptions p = read_profiler_options([](const char* name) -> const char* { return getenv(name); });
+  check_environment_names(environ, write_stderr, /*profiler_names=*/true);
   Options& o = g_options;
-  const char* mode = getenv("LLAMALLOC_PROF_MODE");
-  o.mode = Mode::kOff;
-  if (mode != nullptr && strcmp(mode, "profile") == 0) o.mode = Mode::kProfile;
-  if (mode != nullptr && strcmp(mode, "trace") == 0) o.mode = Mode::kTrace;
-  o.sample_bytes = EnvU64("LLAMALLOC_PROF_SAMPLE_BYTES", kDefaultSampleBytes);
-  if (o.sample_bytes == 0) o.sample_bytes = 1;
-  const char* interval = getenv("LLAMALLOC_PROF_INTERVAL_S");
-  o.interval_ns = interval != nullptr ? static_cast<uint64_t>(strtod(interval, nullptr) * 1e9) : 0;
-  o.signal_number = static_cast<int>(EnvU64("LLAMALLOC_PROF_SIGNAL", kDefaultSignal));
-  const char* unwind = getenv("LLAMALLOC_PROF_UNWIND");
-  o.unwind = UnwindMode::kAuto;
-  if (unwind != nullptr && strcmp(unwind, "fp") == 0) o.unwind = UnwindMode::kFramePointers;
-  if (unwind != nullptr && strcmp(unwind, "dwarf") == 0) o.unwind = UnwindMode::kDwarf;
-  // Seconds since start, as floating point; unset, empty, not a number or negative: none.
-  auto seconds = [](const char* name) -> uint64_t {
-    const char* v = getenv(name);
-    if (v == nullptr || *v == '\0') return UINT64_MAX;
-    char* end = nullptr;
-    double x = strtod(v, &end);
-    if (end == v || *end != '\0' || !(x >= 0) || x > 1e9) return UINT64_MAX;
-    return static_cast<uint64_t>(x * 1e9);
-  };
-  o.steady_end_ns = seconds("LLAMALLOC_PROF_STEADY_END_S");
-  o.steady_start_ns = seconds("LLAMALLOC_PROF_STEADY_START_S");
-  if (o.steady_start_ns > o.steady_end_ns) o.steady_start_ns = o.steady_end_ns;
-  const char* out = getenv("LLAMALLOC_PROF_OUTPUT");
-  if (out == nullptr || *out == '\0') out = o.mode == Mode::kTrace ? "llamalloc-%p.trace" : "llamalloc-%p.rawprof";
+  o.mode = static_cast<Mode>(p.mode);
+  o.sample_bytes = p.sample_bytes != 0 ? p.sample_bytes : 1;
+  o.interval_ns = p.interval_ns;
+  o.signal_number = static_cast<int>(p.signal);
+  o.unwind = static_cast<UnwindMode>(p.unwind);
+  o.steady_end_ns = p.steady_end_ns;
+  o.steady_start_ns = p.steady_start_ns > p.steady_end_ns ? p.steady_end_ns : p.steady_start_ns;
+  o.debug = p.debug != 0;
+  const char* out = p.output;
+  if (*out == '\0') out = o.mode == Mode::kTrace ? "llamalloc-%p.trace" : "llamalloc-%p.rawprof";
   snprintf(o.output_template, sizeof(o.output_template), "%s", out);
 }
 
 // The times of the steady-state window, from this process's start.
-void ArmTimers() {
+void arm_timers() {
   const Options& o = g_options;
   g_next_dump_ns.store(o.interval_ns != 0 ? g_start_mono_ns + o.interval_ns : UINT64_MAX);
   g_steady_dump_ns.store(o.steady_end_ns != UINT64_MAX ? g_start_mono_ns + o.steady_end_ns : UINT64_MAX);
@@ -589,145 +451,145 @@ void ArmTimers() {
   g_dump_seq = 0;
 }
 
-bool SetUpTables() {
+bool set_up_tables() {
   g_sampled.store(0);
   g_dropped.store(0);
   g_events.store(0);
-  return g_stacks.Init() && (g_options.mode != Mode::kProfile || (g_sites.Init() && g_live.Init()));
+  return g_stacks.init() && (g_options.mode != Mode::kProfile || (g_sites.init() && g_live.init()));
 }
 
-void ChildAfterFork() {
+void child_after_fork() {
   // The child is a new process with one thread: it gets tables and an output of its own.
-  Mode mode = CurrentMode();
+  Mode mode = current_mode();
   if (mode == Mode::kOff) return;
   g_pid = static_cast<uint64_t>(getpid());
   t_state.tid = 0;
-  g_start_time_ns = RealtimeNs();
-  g_start_mono_ns = MonotonicNs();
-  g_dump_lock.ResetAfterFork();
-  g_buffers_lock.ResetAfterFork();
+  g_start_time_ns = realtime_ns();
+  g_start_mono_ns = monotonic_ns();
+  g_dump_lock.reset_after_fork();
+  g_buffers_lock.reset_after_fork();
   pthread_mutex_init(&g_file_mutex, nullptr);
   StackCaptureAfterFork();
-  if (!SetUpTables()) {
+  if (!set_up_tables()) {
     g_mode.store(static_cast<int>(Mode::kOff));
     return;
   }
-  ArmTimers();
+  arm_timers();
   if (mode == Mode::kTrace) {
     uint32_t n = g_buffer_count.load(std::memory_order_relaxed);
     for (uint32_t i = 0; i < n; ++i) {
-      g_buffers[i]->lock.ResetAfterFork();
+      g_buffers[i]->lock.reset_after_fork();
       g_buffers[i]->count = 0;  // the parent writes its own events
       g_buffers[i]->in_use = g_buffers[i] == t_buffer;
     }
-    if (!OpenTrace()) g_mode.store(static_cast<int>(Mode::kOff));
+    if (!open_trace()) g_mode.store(static_cast<int>(Mode::kOff));
   }
 }
 
 }  // namespace
 
-Mode CurrentMode() { return static_cast<Mode>(g_mode.load(std::memory_order_relaxed)); }
+Mode current_mode() { return static_cast<Mode>(g_mode.load(std::memory_order_relaxed)); }
 
-void InitProfiler() {
-  ReadOptions();
+void init_profiler() {
+  read_options();
   if (g_options.mode == Mode::kOff) return;
   g_pid = static_cast<uint64_t>(getpid());
   g_first_pid = g_pid;
-  g_start_time_ns = RealtimeNs();
-  g_start_mono_ns = MonotonicNs();
+  g_start_time_ns = realtime_ns();
+  g_start_mono_ns = monotonic_ns();
   ssize_t n = readlink("/proc/self/exe", g_exe_path, sizeof(g_exe_path) - 1);
   g_exe_path[n > 0 ? n : 0] = '\0';
-  g_dump_buffer = static_cast<char*>(MapZeroed(kWriterBytes));
-  g_trace_write_buffer = static_cast<char*>(MapZeroed(kWriterBytes));
-  if (g_dump_buffer == nullptr || g_trace_write_buffer == nullptr || !SetUpTables()) return;
+  g_dump_buffer = static_cast<char*>(map_zeroed(kWriterBytes));
+  g_trace_write_buffer = static_cast<char*>(map_zeroed(kWriterBytes));
+  if (g_dump_buffer == nullptr || g_trace_write_buffer == nullptr || !set_up_tables()) return;
   InitStackCapture(g_options.unwind);
   if (g_options.mode == Mode::kTrace) {
-    if (pthread_key_create(&g_buffer_key, ReleaseBuffer) != 0 || !OpenTrace()) return;
+    if (pthread_key_create(&g_buffer_key, release_buffer) != 0 || !open_trace()) return;
   } else {
-    ArmTimers();
+    arm_timers();
     if (g_options.signal_number > 0) {
       struct sigaction sa {};
-      sa.sa_handler = OnDumpSignal;
+      sa.sa_handler = on_dump_signal;
       sa.sa_flags = SA_RESTART;
       sigemptyset(&sa.sa_mask);
       sigaction(g_options.signal_number, &sa, nullptr);
     }
   }
-  InstallFatalSignalHandlers();
-  pthread_atfork(nullptr, nullptr, ChildAfterFork);
+  install_fatal_signal_handlers();
+  pthread_atfork(nullptr, nullptr, child_after_fork);
   g_mode.store(static_cast<int>(g_options.mode), std::memory_order_release);
 }
 
-void OnAlloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t flags) {
-  Mode mode = CurrentMode();
+void on_alloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t flags) {
+  Mode mode = current_mode();
   if (mode == Mode::kProfile) {
     ThreadState& t = t_state;
     if (LLPROF_UNLIKELY(!t.sampler_ready)) {
-      t_sampler.Init(g_options.sample_bytes, MonotonicNs() ^ (uint64_t{ThreadId()} << 32));
+      t_sampler.init(g_options.sample_bytes, monotonic_ns() ^ (uint64_t{thread_id()} << 32));
       t.sampler_ready = true;
     }
-    if (t_sampler.RecordAllocation(size_bytes)) {
+    if (t_sampler.record_allocation(size_bytes)) {
       // Not sampled from the start of teardown, nor after the steady-state window's start.
-      uint64_t now = MonotonicNs();
+      uint64_t now = monotonic_ns();
       if (g_teardown_ns.load(std::memory_order_relaxed) == 0 &&
           now < g_sample_until_ns.load(std::memory_order_relaxed)) {
-        SampleAllocation(ptr, size_bytes, alignment_bytes);
+        sample_allocation(ptr, size_bytes, alignment_bytes);
       }
-      MaybeDump(now);
+      maybe_dump(now);
     } else if (LLPROF_UNLIKELY(g_dump_requested.load(std::memory_order_relaxed))) {
-      MaybeDump(MonotonicNs());
+      maybe_dump(monotonic_ns());
     }
   } else if (mode == Mode::kTrace) {
     TraceEvent e;
-    e.stack_id = TraceStack();
-    e.time_ns = MonotonicNs();
+    e.stack_id = trace_stack();
+    e.time_ns = monotonic_ns();
     e.address = reinterpret_cast<uint64_t>(ptr);
     e.size_bytes = size_bytes;
-    e.thread_id = ThreadId();
+    e.thread_id = thread_id();
     e.alignment_bytes = static_cast<uint32_t>(alignment_bytes);
     e.kind = kAlloc | flags;
-    Emit(e);
+    emit(e);
   }
 }
 
-void BeginFree(void* ptr, FreeTicket* ticket) {
+void begin_free(void* ptr, FreeTicket* ticket) {
   ticket->sampled = false;
-  Mode mode = CurrentMode();
+  Mode mode = current_mode();
   if (mode == Mode::kOff) return;
   if (mode == Mode::kProfile) {
     // From the start of teardown an object is not freed as far as the profile goes: it stays live (class 7).
     if (g_teardown_ns.load(std::memory_order_relaxed) != 0) return;
-    ticket->sampled = g_live.Remove(reinterpret_cast<uint64_t>(ptr), &ticket->object);
-    if (ticket->sampled) ticket->time_ns = MonotonicNs();
+    ticket->sampled = g_live.remove(reinterpret_cast<uint64_t>(ptr), &ticket->object);
+    if (ticket->sampled) ticket->time_ns = monotonic_ns();
   } else {
-    ticket->time_ns = MonotonicNs();
+    ticket->time_ns = monotonic_ns();
   }
 }
 
-void CommitFree(void* ptr, const FreeTicket& ticket, uint32_t flags) {
-  Mode mode = CurrentMode();
+void commit_free(void* ptr, const FreeTicket& ticket, uint32_t flags) {
+  Mode mode = current_mode();
   if (mode == Mode::kProfile) {
-    if (ticket.sampled) RecordLifetime(ticket.object, ticket.time_ns);
+    if (ticket.sampled) record_lifetime(ticket.object, ticket.time_ns);
   } else if (mode == Mode::kTrace) {
-    TraceEvent e{ticket.time_ns, reinterpret_cast<uint64_t>(ptr), 0, kNoStack, ThreadId(), 0, kFree | flags};
-    Emit(e);
+    TraceEvent e{ticket.time_ns, reinterpret_cast<uint64_t>(ptr), 0, kNoStack, thread_id(), 0, kFree | flags};
+    emit(e);
   }
 }
 
-void AbortFree(const FreeTicket& ticket) {
-  if (CurrentMode() == Mode::kProfile && ticket.sampled) g_live.Insert(ticket.object);
+void abort_free(const FreeTicket& ticket) {
+  if (current_mode() == Mode::kProfile && ticket.sampled) g_live.insert(ticket.object);
 }
 
-void MovedInPlace(void* ptr, const FreeTicket& ticket) {
-  if (CurrentMode() != Mode::kProfile || !ticket.sampled) return;
+void moved_in_place(void* ptr, const FreeTicket& ticket) {
+  if (current_mode() != Mode::kProfile || !ticket.sampled) return;
   LiveObject moved = ticket.object;
   moved.address = reinterpret_cast<uint64_t>(ptr);
-  g_live.Insert(moved);
+  g_live.insert(moved);
 }
 
 namespace {
 
-void PrintStatistics() {
+void print_counts() {
   StackCaptureStats st = GetStackCaptureStats();
   char line[256];
   int n = snprintf(line, sizeof(line),
@@ -736,40 +598,39 @@ void PrintStatistics() {
                    static_cast<unsigned long long>(g_pid),
                    static_cast<unsigned long long>(g_sampled.load()),
                    static_cast<unsigned long long>(g_events.load()),
-                   static_cast<unsigned long long>(g_dropped.load()), g_stacks.Count(),
+                   static_cast<unsigned long long>(g_dropped.load()), g_stacks.count(),
                    static_cast<unsigned long long>(st.frame_pointer_walks),
                    static_cast<unsigned long long>(st.dwarf_walks));
-  if (n > 0) WriteAll(2, line, static_cast<size_t>(n));
+  if (n > 0) write_all(2, line, static_cast<size_t>(n));
 }
 
 }  // namespace
 
-void ProfilerTeardown() {
-  Mode mode = CurrentMode();
+void profiler_teardown() {
+  Mode mode = current_mode();
   if (mode == Mode::kOff) return;
   uint64_t not_yet = 0;
-  if (!g_teardown_ns.compare_exchange_strong(not_yet, MonotonicNs())) return;
+  if (!g_teardown_ns.compare_exchange_strong(not_yet, monotonic_ns())) return;
   if (mode == Mode::kTrace) {
     // The trace ends here: every object alive now is live at the end of the trace.
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
-    CloseTrace();
+    close_trace();
   }
 }
 
-void ProfilerAtExit() {
-  Mode mode = CurrentMode();
-  const char* debug = getenv("LLAMALLOC_PROF_DEBUG");
-  bool print_statistics = g_options.mode != Mode::kOff && debug != nullptr && debug[0] == '1';
+void profiler_at_exit() {
+  Mode mode = current_mode();
+  bool print_statistics = g_options.mode != Mode::kOff && g_options.debug;
   if (mode == Mode::kProfile) {
-    g_dump_lock.Lock();
+    g_dump_lock.lock();
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
-    DumpProfile(DumpKind::kFinal);
-    g_dump_lock.Unlock();
+    dump_profile(DumpKind::kFinal);
+    g_dump_lock.unlock();
   } else if (mode == Mode::kTrace) {
     g_mode.store(static_cast<int>(Mode::kOff), std::memory_order_relaxed);
-    CloseTrace();
+    close_trace();
   }
-  if (print_statistics) PrintStatistics();
+  if (print_statistics) print_counts();
 }
 
 }  // namespace llamalloc::prof

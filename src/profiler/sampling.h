@@ -1,42 +1,32 @@
-// Pure functions of the profiler: lifetime classes, request size classes and the byte-countdown sampler.
+// Pure functions of the profiler: the byte-countdown sampler.
 // No OS calls, so tests/profiler/sampling_test.cc checks them directly.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#include "config.h"
+#include "vocabulary.h"
 #include "trace_format.h"
 
 namespace llamalloc::prof {
 
-// The lifetime class of a sampled object: llamalloc::lifetime_class_of (config.h), the heap's numbering.
-inline int LifetimeClass(uint64_t lifetime_ns) { return int(lifetime_class_of(lifetime_ns)); }
-
-// Size classes group requests of similar size into one profile sample: multiples of 16 bytes up to 1 KiB, then
-// four classes per power of two. The class is named by its upper bound, which is what `request_size` holds.
-inline uint64_t RequestSizeClass(uint64_t size_bytes) {
-  if (size_bytes <= 16) return 16;
-  if (size_bytes <= 1024) return (size_bytes + 15) & ~uint64_t{15};
-  int log2 = 63 - __builtin_clzll(size_bytes - 1);  // 2^log2 < size <= 2^(log2+1)
-  uint64_t step = uint64_t{1} << (log2 - 2);         // four classes between 2^log2 and 2^(log2+1)
-  return (size_bytes + step - 1) / step * step;
-}
+// The lifetime classes (llamalloc::lifetime_class_of) and the profile's size bucket
+// (llamalloc::profile_size_bucket) are the shared vocabulary of vocabulary.h.
 
 // TCMalloc's sampler: the bytes until the next sample are drawn from an exponential distribution of mean
 // sample_bytes, so every byte has the same chance 1/sample_bytes of being sampled whatever the allocation
 // pattern. A sampled allocation of s bytes stands for 1 / (1 - exp(-s / sample_bytes)) allocations.
 class Sampler {
  public:
-  void Init(uint64_t sample_bytes, uint64_t seed) {
+  void init(uint64_t sample_bytes, uint64_t seed) {
     sample_bytes_ = sample_bytes;
     rng_ = seed | 1;
-    bytes_until_sample_ = NextInterval();
+    bytes_until_sample_ = next_interval();
   }
 
   // The fast path: counts the allocation down and returns true when it is not to be sampled; false means
-  // "maybe sampled" (also for a sampler not initialised yet), and RecordAllocation must decide.
-  bool TryCountDown(uint64_t size_bytes) {
+  // "maybe sampled" (also for a sampler not initialised yet), and record_allocation must decide.
+  bool try_count_down(uint64_t size_bytes) {
     if (bytes_until_sample_ > static_cast<int64_t>(size_bytes)) {
       bytes_until_sample_ -= static_cast<int64_t>(size_bytes);
       return true;
@@ -45,21 +35,21 @@ class Sampler {
   }
 
   // True when this allocation is to be sampled.
-  bool RecordAllocation(uint64_t size_bytes) {
+  bool record_allocation(uint64_t size_bytes) {
     if (sample_bytes_ <= 1) return true;
-    if (TryCountDown(size_bytes)) return false;
-    bytes_until_sample_ = NextInterval();
+    if (try_count_down(size_bytes)) return false;
+    bytes_until_sample_ = next_interval();
     return true;
   }
 
-  static double Weight(uint64_t size_bytes, uint64_t sample_bytes) {
+  static double weight(uint64_t size_bytes, uint64_t sample_bytes) {
     if (sample_bytes <= 1) return 1.0;
     double s = size_bytes == 0 ? 1.0 : static_cast<double>(size_bytes);
     return 1.0 / (-std::expm1(-s / static_cast<double>(sample_bytes)));
   }
 
  private:
-  int64_t NextInterval() {
+  int64_t next_interval() {
     // xorshift64*; 53 random bits give u in (0, 1].
     rng_ ^= rng_ >> 12;
     rng_ ^= rng_ << 25;
@@ -71,7 +61,7 @@ class Sampler {
     return static_cast<int64_t>(interval) + 1;
   }
 
-  // No initialisers: the sampler lives in zero-initialised thread-local storage and Init() runs on first use.
+  // No initialisers: the sampler lives in zero-initialised thread-local storage and init() runs on first use.
   uint64_t sample_bytes_;
   uint64_t rng_;
   int64_t bytes_until_sample_;

@@ -1,4 +1,4 @@
-// The profiler's tables, all in memory of its own (platform.h MapZeroed), sized once at start:
+// The profiler's tables, all in memory of its own (platform.h map_zeroed), sized once at start:
 //  - StackTable: distinct stacks, interned to dense ids (lock-free lookup, locked insert);
 //  - SiteTable: per (stack, request size class, alignment) statistics (each site has its own lock);
 //  - LiveTable: sampled objects not yet freed, by address (a free that finds an empty bucket takes no lock).
@@ -15,7 +15,7 @@
 
 namespace llamalloc::prof {
 
-inline uint64_t HashWords(const uint64_t* words, int n, uint64_t seed) {
+inline uint64_t hash_words(const uint64_t* words, int n, uint64_t seed) {
   uint64_t h = seed ^ 0x9E3779B97F4A7C15ULL;
   for (int i = 0; i < n; ++i) {
     h ^= words[i] + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
@@ -31,22 +31,22 @@ class StackTable {
   static constexpr uint32_t kMaxStacks = kSlots / 2;  // keeps probes short
   static constexpr uint64_t kArenaWords = uint64_t{kMaxStacks} * 24;  // mean depth 24 fits; deeper ones drop
 
-  bool Init() {
-    slots_ = static_cast<Slot*>(MapZeroed(sizeof(Slot) * kSlots));
-    stacks_ = static_cast<StackRef*>(MapZeroed(sizeof(StackRef) * kMaxStacks));
-    arena_ = static_cast<uint64_t*>(MapZeroed(sizeof(uint64_t) * kArenaWords));
+  bool init() {
+    slots_ = static_cast<Slot*>(map_zeroed(sizeof(Slot) * kSlots));
+    stacks_ = static_cast<StackRef*>(map_zeroed(sizeof(StackRef) * kMaxStacks));
+    arena_ = static_cast<uint64_t*>(map_zeroed(sizeof(uint64_t) * kArenaWords));
     count_.store(0);
     arena_used_ = 0;
     return slots_ != nullptr && stacks_ != nullptr && arena_ != nullptr;
   }
 
   // Returns the stack's id, or kNoStack when the table is full. *is_new tells the caller to emit it.
-  uint32_t Intern(const uint64_t* pcs, int depth, bool* is_new) {
+  uint32_t intern(const uint64_t* pcs, int depth, bool* is_new) {
     *is_new = false;
-    uint64_t h = HashWords(pcs, depth, static_cast<uint64_t>(depth));
-    if (uint32_t id = Find(pcs, depth, h); id != kNoStack) return id;
+    uint64_t h = hash_words(pcs, depth, static_cast<uint64_t>(depth));
+    if (uint32_t id = find(pcs, depth, h); id != kNoStack) return id;
     SpinLockHolder hold(lock_);
-    if (uint32_t id = Find(pcs, depth, h); id != kNoStack) return id;
+    if (uint32_t id = find(pcs, depth, h); id != kNoStack) return id;
     uint32_t id = count_.load(std::memory_order_relaxed);
     if (id >= kMaxStacks || arena_used_ + static_cast<uint64_t>(depth) > kArenaWords) return kNoStack;
     uint64_t* words = arena_ + arena_used_;
@@ -66,12 +66,12 @@ class StackTable {
     return id;
   }
 
-  uint32_t Count() const { return count_.load(std::memory_order_acquire); }
-  const uint64_t* Pcs(uint32_t id, uint32_t* depth) const {
+  uint32_t count() const { return count_.load(std::memory_order_acquire); }
+  const uint64_t* pcs(uint32_t id, uint32_t* depth) const {
     *depth = stacks_[id].depth;
     return stacks_[id].pcs;
   }
-  void ResetAfterFork() { lock_.ResetAfterFork(); }
+  void reset_after_fork() { lock_.reset_after_fork(); }
 
  private:
   struct Slot {
@@ -83,7 +83,7 @@ class StackTable {
     uint32_t depth;
   };
 
-  uint32_t Find(const uint64_t* pcs, int depth, uint64_t h) const {
+  uint32_t find(const uint64_t* pcs, int depth, uint64_t h) const {
     for (uint32_t i = static_cast<uint32_t>(h);; ++i) {
       const Slot& s = slots_[i & (kSlots - 1)];
       uint64_t sh = s.hash.load(std::memory_order_acquire);
@@ -115,20 +115,20 @@ class SiteTable {
   static constexpr uint32_t kSlots = 1u << 17;
   static constexpr uint32_t kMaxSites = kSlots / 2;
 
-  bool Init() {
-    slots_ = static_cast<Slot*>(MapZeroed(sizeof(Slot) * kSlots));
-    sites_ = static_cast<Site*>(MapZeroed(sizeof(Site) * kMaxSites));
+  bool init() {
+    slots_ = static_cast<Slot*>(map_zeroed(sizeof(Slot) * kSlots));
+    sites_ = static_cast<Site*>(map_zeroed(sizeof(Site) * kMaxSites));
     count_.store(0);
     return slots_ != nullptr && sites_ != nullptr;
   }
 
   // Index of the site, created empty if new; UINT32_MAX when the table is full.
-  uint32_t FindOrInsert(uint32_t stack_id, uint64_t size_class, uint32_t alignment_bytes) {
+  uint32_t find_or_insert(uint32_t stack_id, uint64_t size_class, uint32_t alignment_bytes) {
     uint64_t key[2] = {(uint64_t{stack_id} << 32) | alignment_bytes, size_class};
-    uint64_t h = HashWords(key, 2, 7);
-    if (uint32_t i = Find(key, h); i != UINT32_MAX) return i;
+    uint64_t h = hash_words(key, 2, 7);
+    if (uint32_t i = find(key, h); i != UINT32_MAX) return i;
     SpinLockHolder hold(lock_);
-    if (uint32_t i = Find(key, h); i != UINT32_MAX) return i;
+    if (uint32_t i = find(key, h); i != UINT32_MAX) return i;
     uint32_t index = count_.load(std::memory_order_relaxed);
     if (index >= kMaxSites) return UINT32_MAX;
     SiteRecord& r = sites_[index].record;
@@ -149,11 +149,11 @@ class SiteTable {
     return index;
   }
 
-  uint32_t Count() const { return count_.load(std::memory_order_acquire); }
-  Site& At(uint32_t index) { return sites_[index]; }
-  void ResetAfterFork() {
-    lock_.ResetAfterFork();
-    for (uint32_t i = 0; i < Count(); ++i) sites_[i].lock.ResetAfterFork();
+  uint32_t count() const { return count_.load(std::memory_order_acquire); }
+  Site& at(uint32_t index) { return sites_[index]; }
+  void reset_after_fork() {
+    lock_.reset_after_fork();
+    for (uint32_t i = 0; i < count(); ++i) sites_[i].lock.reset_after_fork();
   }
 
  private:
@@ -163,7 +163,7 @@ class SiteTable {
     uint32_t index;
   };
 
-  uint32_t Find(const uint64_t* key, uint64_t h) const {
+  uint32_t find(const uint64_t* key, uint64_t h) const {
     for (uint32_t i = static_cast<uint32_t>(h);; ++i) {
       const Slot& s = slots_[i & (kSlots - 1)];
       uint64_t sh = s.hash.load(std::memory_order_acquire);
@@ -191,21 +191,21 @@ class LiveTable {
   static constexpr uint32_t kBuckets = 1u << 16;
   static constexpr uint64_t kMaxObjects = uint64_t{1} << 22;
 
-  bool Init() {
-    buckets_ = static_cast<Bucket*>(MapZeroed(sizeof(Bucket) * kBuckets));
-    occupied_ = static_cast<std::atomic<uint64_t>*>(MapZeroed(sizeof(uint64_t) * (kBuckets / 64)));
-    pool_ = static_cast<LiveObject*>(MapZeroed(sizeof(LiveObject) * kMaxObjects));
+  bool init() {
+    buckets_ = static_cast<Bucket*>(map_zeroed(sizeof(Bucket) * kBuckets));
+    occupied_ = static_cast<std::atomic<uint64_t>*>(map_zeroed(sizeof(uint64_t) * (kBuckets / 64)));
+    pool_ = static_cast<LiveObject*>(map_zeroed(sizeof(LiveObject) * kMaxObjects));
     pool_used_ = 0;
     free_list_ = nullptr;
     count_.store(0);
     return buckets_ != nullptr && occupied_ != nullptr && pool_ != nullptr;
   }
 
-  bool Insert(const LiveObject& object) {
-    LiveObject* node = NewNode();
+  bool insert(const LiveObject& object) {
+    LiveObject* node = new_node();
     if (node == nullptr) return false;
     *node = object;
-    uint32_t i = BucketOf(object.address);
+    uint32_t i = bucket_of(object.address);
     Bucket& b = buckets_[i];
     SpinLockHolder hold(b.lock);
     node->next = b.head.load(std::memory_order_relaxed);
@@ -219,16 +219,16 @@ class LiveTable {
   // returning the pointer, and the program ordered that return before this free: an empty bucket here means
   // the object was not sampled. Most frees stop at this bitmap (8 KiB, stays in cache) instead of missing the
   // cache on the bucket array.
-  bool MaybeContains(uint64_t address) const {
+  bool maybe_contains(uint64_t address) const {
     if (count_.load(std::memory_order_relaxed) == 0) return false;
-    uint32_t i = BucketOf(address);
+    uint32_t i = bucket_of(address);
     return (occupied_[i / 64].load(std::memory_order_acquire) & (uint64_t{1} << (i % 64))) != 0;
   }
 
   // Moves the object at address into *out and forgets it; false when it was not sampled.
-  bool Remove(uint64_t address, LiveObject* out) {
-    if (!MaybeContains(address)) return false;
-    uint32_t i = BucketOf(address);
+  bool remove(uint64_t address, LiveObject* out) {
+    if (!maybe_contains(address)) return false;
+    uint32_t i = bucket_of(address);
     Bucket& b = buckets_[i];
     LiveObject* found = nullptr;
     {
@@ -252,13 +252,13 @@ class LiveTable {
     if (found == nullptr) return false;
     *out = *found;
     count_.fetch_sub(1, std::memory_order_relaxed);
-    FreeNode(found);
+    free_node(found);
     return true;
   }
 
-  void ResetAfterFork() {
-    pool_lock_.ResetAfterFork();
-    for (uint32_t i = 0; i < kBuckets; ++i) buckets_[i].lock.ResetAfterFork();
+  void reset_after_fork() {
+    pool_lock_.reset_after_fork();
+    for (uint32_t i = 0; i < kBuckets; ++i) buckets_[i].lock.reset_after_fork();
   }
 
  private:
@@ -267,11 +267,11 @@ class LiveTable {
     SpinLock lock;
   };
 
-  static uint32_t BucketOf(uint64_t address) {
+  static uint32_t bucket_of(uint64_t address) {
     return static_cast<uint32_t>((address >> 4) * 0x9E3779B97F4A7C15ULL >> 48) & (kBuckets - 1);
   }
 
-  LiveObject* NewNode() {
+  LiveObject* new_node() {
     SpinLockHolder hold(pool_lock_);
     if (free_list_ != nullptr) {
       LiveObject* n = free_list_;
@@ -282,7 +282,7 @@ class LiveTable {
     return &pool_[pool_used_++];
   }
 
-  void FreeNode(LiveObject* n) {
+  void free_node(LiveObject* n) {
     SpinLockHolder hold(pool_lock_);
     n->next = free_list_;
     free_list_ = n;

@@ -1,4 +1,4 @@
-// Options (one table, LLAMALLOC_<NAME>, one-line warnings) and the statistics JSON of DESIGN.md.
+// Options (one table, LLAMALLOC_<NAME>, one-line warnings) and the statistics JSON (docs/heap.md).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "alloc/alloc.h"
+#include "alloc/heap_config.h"
 #include "options.h"
 #include "stats.h"
 
@@ -106,7 +107,7 @@ class JsonReader {
   size_t pos_ = 0;
 };
 
-// Every field DESIGN.md names for the statistics file.
+// Every field of the statistics file (docs/heap.md).
 void expect_complete_and_sane(const Json& j) {
   ASSERT_EQ(j.kind, Json::kObject);
   EXPECT_EQ(j.fields.at("format").text, "llamalloc-stats");
@@ -269,6 +270,39 @@ TEST(OptionsTest, DefaultsWithoutEnvironment) {
   EXPECT_EQ(o.classes, 8u);
   EXPECT_EQ(o.default_class, 1u);
   EXPECT_STREQ(o.stats, "");
+}
+
+// Each option of the heap's placement reaches the heap's configuration (the heap's tests show what each field
+// changes): a value other than the default, read from the environment, is the value the heap is built with.
+TEST(OptionsTest, EveryPlacementOptionReachesTheHeapConfig) {
+  static const std::map<std::string, std::string> env = {
+      {"LLAMALLOC_CLASSES", "6"},           {"LLAMALLOC_DEADLINE_K", "7"},  {"LLAMALLOC_SAME_CLASS_RECYCLING", "0"},
+      {"LLAMALLOC_SMALL_HEAP_PAGES", "3"},  {"LLAMALLOC_SHARED_CLASS", "5"}, {"LLAMALLOC_SUBRELEASE", "20"},
+      {"LLAMALLOC_LONG_CLASS", "2"},        {"LLAMALLOC_SPAN_RECYCLING", "0"}, {"LLAMALLOC_DENSE_FIRST", "0"},
+      {"LLAMALLOC_DEFAULT_CLASS", "0"}};
+  HeapConfig defaults = heap_config_of(read_options([](const char*) -> const char* { return nullptr; }));
+  HeapConfig c = heap_config_of(read_options([](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  }));
+  EXPECT_EQ(c.num_classes, 6u);
+  EXPECT_EQ(c.deadline_k, 7u);
+  EXPECT_FALSE(c.same_class_recycling);
+  EXPECT_EQ(c.small_heap_pages, 3u);
+  EXPECT_EQ(c.shared_class_min, 5u);
+  EXPECT_EQ(c.subrelease_percent, 20u);
+  EXPECT_EQ(c.long_class_min, 2u);
+  EXPECT_FALSE(c.span_recycling);
+  EXPECT_FALSE(c.dense_first);
+  EXPECT_NE(defaults.num_classes, c.num_classes);
+  EXPECT_NE(defaults.deadline_k, c.deadline_k);
+  EXPECT_NE(defaults.same_class_recycling, c.same_class_recycling);
+  EXPECT_NE(defaults.small_heap_pages, c.small_heap_pages);
+  EXPECT_NE(defaults.shared_class_min, c.shared_class_min);
+  EXPECT_NE(defaults.subrelease_percent, c.subrelease_percent);
+  EXPECT_NE(defaults.long_class_min, c.long_class_min);
+  EXPECT_NE(defaults.span_recycling, c.span_recycling);
+  EXPECT_NE(defaults.dense_first, c.dense_first);
 }
 
 TEST(OptionsTest, MarkdownListsEveryOption) {

@@ -25,9 +25,9 @@ namespace {
 // Keeps the compiler from removing an allocation whose result is not otherwise used.
 void* volatile g_sink;
 
-void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-uint64_t NowNs() {
+uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
@@ -43,7 +43,7 @@ struct LifetimeBounds {
 LifetimeBounds g_tens_bounds;
 LifetimeBounds g_medium_bounds;
 
-struct Record120 {
+struct record_120 {
   char bytes[120];
 };
 
@@ -52,7 +52,7 @@ struct Record120 {
 // site               calls                     count  size  lifetime   class
 // site_short         malloc(40), free          200    40    ~0         0
 // site_tens          calloc(10, 100)           10     1000  30 ms      1
-// site_medium        new Record120             30     120   150 ms     2
+// site_medium        new record_120             30     120   150 ms     2
 // site_never         malloc(5000)              7      5000  never      7
 // site_aligned       aligned_alloc(256, 512)   5      512   ~0         0
 // site_inlined       (inlined_helper) malloc   3      64    ~0         0
@@ -68,24 +68,24 @@ extern "C" NOINLINE void site_short() {
 
 extern "C" NOINLINE void site_tens() {
   void* held[10];
-  uint64_t t0 = NowNs();
+  uint64_t t0 = now_ns();
   for (auto& p : held) p = calloc(10, 100);
-  uint64_t t1 = NowNs();
-  SleepMs(30);
-  uint64_t t2 = NowNs();
+  uint64_t t1 = now_ns();
+  sleep_ms(30);
+  uint64_t t2 = now_ns();
   for (auto& p : held) free(p);
-  g_tens_bounds = {t2 - t1, NowNs() - t0};
+  g_tens_bounds = {t2 - t1, now_ns() - t0};
 }
 
 extern "C" NOINLINE void site_medium() {
-  Record120* held[30];
-  uint64_t t0 = NowNs();
-  for (auto& p : held) p = new Record120();
-  uint64_t t1 = NowNs();
-  SleepMs(150);
-  uint64_t t2 = NowNs();
+  record_120* held[30];
+  uint64_t t0 = now_ns();
+  for (auto& p : held) p = new record_120();
+  uint64_t t1 = now_ns();
+  sleep_ms(150);
+  uint64_t t2 = now_ns();
   for (auto& p : held) delete p;
-  g_medium_bounds = {t2 - t1, NowNs() - t0};
+  g_medium_bounds = {t2 - t1, now_ns() - t0};
 }
 
 extern "C" NOINLINE void site_never() {
@@ -159,7 +159,7 @@ static int RunSites() {
   return 0;
 }
 
-static int RunThreads() {
+static int run_threads() {
   constexpr int kObjects = 2000;
   std::vector<void*> objects(kObjects);
   std::thread producer([&] {
@@ -207,7 +207,7 @@ static int RunSequence() {
   return 0;
 }
 
-static int RunFork(const char* self) {
+static int run_fork(const char* self) {
   pid_t forked = fork();
   if (forked == 0) {
     site_child();
@@ -237,9 +237,9 @@ int main(int argc, char** argv) {
     site_scale(argc > 2 ? atoi(argv[2]) : 200000);
     rc = 0;
   }
-  if (strcmp(mode, "threads") == 0) rc = RunThreads();
+  if (strcmp(mode, "threads") == 0) rc = run_threads();
   if (strcmp(mode, "sequence") == 0) rc = RunSequence();
-  if (strcmp(mode, "fork") == 0) rc = RunFork(argv[0]);
+  if (strcmp(mode, "fork") == 0) rc = run_fork(argv[0]);
   if (argc > 2 && strcmp(mode, "sites") == 0) rc = atoi(argv[2]);  // exit status for the pass-through test
   return rc;
 }

@@ -6,7 +6,7 @@
 //   steady    10 sessions at start, then a request (malloc + free) every 2 ms for 2 s, then frees the sessions
 //             in main and returns (a server's run with a load peak at the start)
 //
-// site                 count  size  freed by                                        class (issue 12)
+// site                 count  size  freed by                                        class in the profile
 // site_global          20     200   the destructor of a global object               7
 // site_local_static    15     300   the destructor of a function-local static       7
 // site_atexit          12     400   an atexit handler registered in main            7
@@ -25,7 +25,7 @@ namespace {
 
 void* volatile g_sink;
 
-void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 struct Holder {
   void* held[32];
@@ -37,13 +37,13 @@ struct Holder {
 
 Holder g_global_holder;  // constructed before main: its destructor is registered before main runs
 
-NOINLINE Holder& LocalStatic() {
+NOINLINE Holder& local_static() {
   static Holder holder;  // constructed in main: its destructor is registered while main runs
   return holder;
 }
 
 void* g_atexit_held[16];
-void FreeAtExit() {
+void free_at_exit() {
   for (void* p : g_atexit_held) free(p);
 }
 
@@ -54,13 +54,13 @@ extern "C" NOINLINE void site_global() {
 }
 
 extern "C" NOINLINE void site_local_static() {
-  Holder& h = LocalStatic();
+  Holder& h = local_static();
   for (int i = 0; i < 15; ++i) h.held[h.n++] = malloc(300);
 }
 
 extern "C" NOINLINE void site_atexit() {
   for (int i = 0; i < 12; ++i) g_atexit_held[i] = malloc(400);
-  atexit(FreeAtExit);
+  atexit(free_at_exit);
 }
 
 extern "C" NOINLINE void site_main_freed() {
@@ -88,7 +88,7 @@ extern "C" NOINLINE void site_request() {
   free(g_sink);
 }
 
-extern "C" NOINLINE void LeaveByExit() { exit(0); }
+extern "C" NOINLINE void leave_by_exit() { exit(0); }
 
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "return";
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     site_before(h);
     raise(SIGUSR2);  // the profile is written by the next allocation
     site_mid(h);
-    SleepMs(20);
+    sleep_ms(20);
     raise(SIGUSR2);
     site_after(h);
     return 0;
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
     auto start = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {
       site_request();
-      SleepMs(2);
+      sleep_ms(2);
     }
     for (int i = 0; i < sessions.n; ++i) free(sessions.held[i]);  // the server's own cleanup, inside main
     sessions.n = 0;
@@ -118,9 +118,9 @@ int main(int argc, char** argv) {
   site_local_static();
   site_atexit();
   site_main_freed();
-  SleepMs(50);  // what the teardown frees lived at least this long: class 1 or more, were it counted as freed
+  sleep_ms(50);  // what the teardown frees lived at least this long: class 1 or more, were it counted as freed
   printf("teardown\n");
   fflush(stdout);
-  if (strcmp(mode, "exit") == 0) LeaveByExit();
+  if (strcmp(mode, "exit") == 0) leave_by_exit();
   return 0;
 }

@@ -1,4 +1,4 @@
-// The profiler's pure parts: lifetime classes, request size classes, the sampler's intervals and weights.
+// The profiler's pure parts: lifetime classes, the profile's size buckets, the sampler's intervals and weights.
 #include "sampling.h"
 
 #include <gtest/gtest.h>
@@ -8,55 +8,55 @@
 namespace llamalloc::prof {
 namespace {
 
-TEST(LifetimeClass, FollowsTheArchitectureTable) {
-  EXPECT_EQ(LifetimeClass(0), 0);
-  EXPECT_EQ(LifetimeClass(9'999'999), 0);
-  EXPECT_EQ(LifetimeClass(10'000'000), 1);
-  EXPECT_EQ(LifetimeClass(99'999'999), 1);
-  EXPECT_EQ(LifetimeClass(100'000'000), 2);
-  EXPECT_EQ(LifetimeClass(1'000'000'000), 3);
-  EXPECT_EQ(LifetimeClass(10'000'000'000), 4);
-  EXPECT_EQ(LifetimeClass(100'000'000'000), 5);
-  EXPECT_EQ(LifetimeClass(999'999'999'999), 5);
-  EXPECT_EQ(LifetimeClass(1'000'000'000'000), 6);
-  EXPECT_EQ(LifetimeClass(UINT64_MAX), 6);
+TEST(LifetimeClassOf, FollowsTheArchitectureTable) {
+  EXPECT_EQ(lifetime_class_of(0), 0u);
+  EXPECT_EQ(lifetime_class_of(9'999'999), 0u);
+  EXPECT_EQ(lifetime_class_of(10'000'000), 1u);
+  EXPECT_EQ(lifetime_class_of(99'999'999), 1u);
+  EXPECT_EQ(lifetime_class_of(100'000'000), 2u);
+  EXPECT_EQ(lifetime_class_of(1'000'000'000), 3u);
+  EXPECT_EQ(lifetime_class_of(10'000'000'000), 4u);
+  EXPECT_EQ(lifetime_class_of(100'000'000'000), 5u);
+  EXPECT_EQ(lifetime_class_of(999'999'999'999), 5u);
+  EXPECT_EQ(lifetime_class_of(1'000'000'000'000), 6u);
+  EXPECT_EQ(lifetime_class_of(UINT64_MAX), 6u);
 }
 
-TEST(RequestSizeClass, RoundsUpToTheClassBound) {
-  EXPECT_EQ(RequestSizeClass(0), 16u);
-  EXPECT_EQ(RequestSizeClass(1), 16u);
-  EXPECT_EQ(RequestSizeClass(40), 48u);
-  EXPECT_EQ(RequestSizeClass(1024), 1024u);
-  EXPECT_EQ(RequestSizeClass(1025), 1280u);
-  EXPECT_EQ(RequestSizeClass(5000), 5120u);
-  EXPECT_EQ(RequestSizeClass(8192), 8192u);
+TEST(ProfileSizeBucket, RoundsUpToTheBucketBound) {
+  EXPECT_EQ(profile_size_bucket(0), 16u);
+  EXPECT_EQ(profile_size_bucket(1), 16u);
+  EXPECT_EQ(profile_size_bucket(40), 48u);
+  EXPECT_EQ(profile_size_bucket(1024), 1024u);
+  EXPECT_EQ(profile_size_bucket(1025), 1280u);
+  EXPECT_EQ(profile_size_bucket(5000), 5120u);
+  EXPECT_EQ(profile_size_bucket(8192), 8192u);
   for (uint64_t s = 1; s < (1u << 22); s = s * 3 / 2 + 1) {
-    uint64_t c = RequestSizeClass(s);
+    uint64_t c = profile_size_bucket(s);
     EXPECT_GE(c, s);
     EXPECT_LE(c, s <= 1024 ? s + 15 : s + s / 4) << s;
-    EXPECT_EQ(RequestSizeClass(c), c) << "a class bound is its own class";
+    EXPECT_EQ(profile_size_bucket(c), c) << "a bucket bound is its own bucket";
   }
 }
 
 TEST(Sampler, EveryAllocationAtOneByte) {
   Sampler s;
-  s.Init(1, 42);
-  for (int i = 0; i < 100; ++i) EXPECT_TRUE(s.RecordAllocation(1 + i));
-  EXPECT_DOUBLE_EQ(Sampler::Weight(40, 1), 1.0);
+  s.init(1, 42);
+  for (int i = 0; i < 100; ++i) EXPECT_TRUE(s.record_allocation(1 + i));
+  EXPECT_DOUBLE_EQ(Sampler::weight(40, 1), 1.0);
 }
 
 TEST(Sampler, SamplesOnePerMeanIntervalOfBytes) {
   constexpr uint64_t kMean = 64 * 1024;
   Sampler s;
-  s.Init(kMean, 7);
+  s.init(kMean, 7);
   constexpr int kAllocs = 2'000'000;
   constexpr uint64_t kSize = 128;
   double estimated = 0;
   int sampled = 0;
   for (int i = 0; i < kAllocs; ++i) {
-    if (s.RecordAllocation(kSize)) {
+    if (s.record_allocation(kSize)) {
       ++sampled;
-      estimated += Sampler::Weight(kSize, kMean);
+      estimated += Sampler::weight(kSize, kMean);
     }
   }
   double expected_samples = double(kAllocs) * kSize / kMean;  // 3906
@@ -66,11 +66,11 @@ TEST(Sampler, SamplesOnePerMeanIntervalOfBytes) {
 
 TEST(Sampler, LargeAllocationsAreAlwaysSampledWithWeightOne) {
   Sampler s;
-  s.Init(512 * 1024, 3);
+  s.init(512 * 1024, 3);
   int sampled = 0;
-  for (int i = 0; i < 100; ++i) sampled += s.RecordAllocation(64 << 20);
+  for (int i = 0; i < 100; ++i) sampled += s.record_allocation(64 << 20);
   EXPECT_EQ(sampled, 100);
-  EXPECT_NEAR(Sampler::Weight(64 << 20, 512 * 1024), 1.0, 1e-9);
+  EXPECT_NEAR(Sampler::weight(64 << 20, 512 * 1024), 1.0, 1e-9);
 }
 
 }  // namespace

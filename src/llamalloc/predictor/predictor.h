@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "vocabulary.h"
+
 #define LLAMALLOC_PREDICTOR_INLINE inline __attribute__((always_inline))
 
 namespace llamalloc {
@@ -72,17 +74,11 @@ LLAMALLOC_PREDICTOR_INLINE uint64_t prediction_cache_key(uintptr_t return_addres
   return k | 1;
 }
 
-// The size class a model sees (its <size:k> token): ceil(log2(size)), capped at kRequestSizeClasses - 1, and 4
-// for every size up to 16 bytes: the profiler records a request of 16 bytes or less as 16 (its sample sizes
-// are bucket bounds, src/profiler/sampling.h), so training never sees a smaller class, and the process must
-// give such a request the class training gave it (llamalloc.model.classes.size_class is the same).
-inline constexpr unsigned kRequestSizeClasses = 48;
-inline constexpr unsigned kSmallestRequestSizeClass = 4;
-LLAMALLOC_PREDICTOR_INLINE unsigned request_size_class(size_t size_bytes) {
-  if (size_bytes <= 16) return kSmallestRequestSizeClass;
-  unsigned k = 64 - unsigned(__builtin_clzll(uint64_t(size_bytes) - 1));
-  return k < kRequestSizeClasses - 1 ? k : kRequestSizeClasses - 1;
-}
+// The model's size bucket is llamalloc::model_size_bucket (vocabulary.h). The old names stay until their
+// callers are renamed.
+inline constexpr unsigned kRequestSizeClasses = kModelSizeBuckets;
+inline constexpr unsigned kSmallestRequestSizeClass = kSmallestModelSizeBucket;
+LLAMALLOC_PREDICTOR_INLINE unsigned request_size_class(size_t size_bytes) { return model_size_bucket(size_bytes); }
 
 class Predictor {
  public:

@@ -1,11 +1,51 @@
-// llamalloc-options: prints the options table as Markdown (docs/options.md), or checks a file against it.
+// llamalloc-options: prints the options table as Markdown (docs/options.md), or checks a file against it; prints
+// the shared vocabulary (vocabulary.h) as JSON for python/tests/test_vocabulary.py.
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "options.h"
+#include "vocabulary.h"
+
+namespace {
+
+// The values of vocabulary.h, and each bucket function at the sizes where its buckets change, as JSON.
+void print_vocabulary() {
+  using namespace llamalloc;
+  printf("{\n  \"max_classes\": %u,\n  \"never_freed_class\": %u,\n  \"longest_lifetime_class\": %u,\n",
+         kMaxClasses, kNeverFreedClass, kLongestLifetimeClass);
+  printf("  \"class_bounds_ns\": [");
+  for (unsigned c = 0; c < kLongestLifetimeClass; ++c)
+    printf("%s%llu", c ? ", " : "", (unsigned long long)lifetime_class_bound_ns(c));
+  printf("],\n  \"model_size_buckets\": %u,\n  \"smallest_model_size_bucket\": %u,\n", kModelSizeBuckets,
+         kSmallestModelSizeBucket);
+  // Sizes around every power of two up to 2^62, and small sizes one by one.
+  std::string sizes, model, profile;
+  auto add = [&](uint64_t size) {
+    char text[96];
+    snprintf(text, sizeof(text), "%s%llu", sizes.empty() ? "" : ", ", (unsigned long long)size);
+    sizes += text;
+    snprintf(text, sizeof(text), "%s%u", model.empty() ? "" : ", ", model_size_bucket(size));
+    model += text;
+    snprintf(text, sizeof(text), "%s%llu", profile.empty() ? "" : ", ",
+             (unsigned long long)profile_size_bucket(size));
+    profile += text;
+  };
+  for (uint64_t s = 0; s <= 1100; ++s) add(s);
+  for (unsigned k = 11; k < 63; ++k)
+    for (uint64_t s : {(uint64_t{1} << k) - 1, uint64_t{1} << k, (uint64_t{1} << k) + 1, (uint64_t{3} << (k - 1))})
+      add(s);
+  printf("  \"sizes\": [%s],\n  \"model_size_bucket\": [%s],\n  \"profile_size_bucket\": [%s]\n}\n",
+         sizes.c_str(), model.c_str(), profile.c_str());
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "--vocabulary") == 0) {
+    print_vocabulary();
+    return 0;
+  }
   static char buf[1 << 16];
   size_t n = llamalloc::format_options_markdown(buf, sizeof(buf));
   if (n >= sizeof(buf)) {
@@ -36,6 +76,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  fprintf(stderr, "usage: llamalloc-options --markdown | --check FILE\n");
+  fprintf(stderr, "usage: llamalloc-options --markdown | --check FILE | --vocabulary\n");
   return 2;
 }

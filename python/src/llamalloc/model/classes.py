@@ -1,4 +1,7 @@
-"""Lifetime classes and size classes, numbered as docs/architecture.md fixes them for every part."""
+"""Lifetime classes and the model's size bucket: the Python copy of src/llamalloc/vocabulary.h.
+
+python/tests/test_vocabulary.py checks that the two agree (docs/architecture.md fixes the numbering).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -13,15 +16,15 @@ NEVER_FREED = 7
 #: The same classes written as lifetimes, for what people read (`--list`).
 LIFETIME_NAMES = ("<10 ms", "<100 ms", "<1 s", "<10 s", "<100 s", "<1000 s", ">=1000 s", "never freed")
 
-#: The paper labels a context by the class of the 95th percentile of its lifetimes (papers/000 section 5.1);
+#: The LLAMA paper labels a context by the class of the 95th percentile of its lifetimes (section 5.1);
 #: `--label p95` still does.
 LABEL_PERCENTILE = 0.95
-#: The label rule `train` uses unless told otherwise (docs/model.md, "Labels", "Distribution targets" and "The
-#: mode again", has the measurements): "mode" is the class holding most of the context's objects (ties: the
-#: longer class); "shareNN" the longest class holding at least NN% of them, or the mode where that is longer;
-#: "pNN" the class of the NN-th percentile of its lifetimes ("median" = p50). share20 was the default until
-#: 2026-11-26: it put word-count's task-local hash nodes (68% under 1 s) in "< 10 s" with the job-log lines that
-#: outlive the peak, and kept 275 MiB of steady footprint for 19 MiB live, against 41 with the mode.
+#: The label rule `train` uses unless told otherwise: "mode" is the class holding most of the context's objects
+#: (ties: the longer class); "shareNN" the longest class holding at least NN% of them, or the mode where that is
+#: longer; "pNN" the class of the NN-th percentile of its lifetimes ("median" = p50). The mode, because a rule that
+#: lifts a context to a longer class for a minority of its objects places the short-lived majority among
+#: long-lived objects, whose pages then stay half empty (docs/model.md, "Labels", "Distribution targets" and "The
+#: mode again", has the measurements).
 DEFAULT_LABEL_RULE = "mode"
 #: What `train` fits unless told otherwise: "distribution", each context's class distribution, the class then
 #: being the label rule applied to the predicted distribution; "label", the context's label by the rule.
@@ -31,18 +34,23 @@ TARGETS = ("label", "distribution")
 #: A context weighs count**DEFAULT_WEIGHT_POWER in the training loss (docs/model.md has the measurements).
 DEFAULT_WEIGHT_POWER = 0.5
 
-#: Request sizes are bucketed by powers of two: size class k holds sizes in (2^(k-1), 2^k], and class 4 every size
-#: up to 16 bytes (the profiler records such requests as 16: src/profiler/sampling.h, so a class below 4 would
-#: only ever come from exact sizes, which the process and a trace see and a profile does not). 48 classes reach
-#: 128 TiB; larger requests share the last class. The allocator computes the same (`request_size_class`).
-NUM_SIZE_CLASSES = 48
-SMALLEST_SIZE_CLASS = 4
+#: The model's size bucket (vocabulary.h, `model_size_bucket`): bucket k holds sizes in (2^(k-1), 2^k], and
+#: bucket 4 every size up to 16 bytes (a profile records such requests as 16, so a bucket below 4 would only ever
+#: come from exact sizes, which the process and a trace see and a profile does not). 48 buckets reach 128 TiB;
+#: larger requests share the last bucket.
+MODEL_SIZE_BUCKETS = 48
+SMALLEST_MODEL_SIZE_BUCKET = 4
 
 
-def size_class(request_size_bytes) -> np.ndarray:
-    """Power-of-two size class of each request size (vectorised, exact for sizes below 2^53)."""
-    sizes = np.maximum(np.asarray(request_size_bytes, dtype=np.int64), 1 << SMALLEST_SIZE_CLASS)
+def model_size_bucket(request_size_bytes) -> np.ndarray:
+    """The model's size bucket of each request size (vectorised, exact for sizes below 2^53)."""
+    sizes = np.maximum(np.asarray(request_size_bytes, dtype=np.int64), 1 << SMALLEST_MODEL_SIZE_BUCKET)
     minus_one = np.maximum(sizes - 1, 0).astype(np.float64)
     _, exponent = np.frexp(minus_one)  # minus_one = m * 2**exponent with m in [0.5, 1): exponent == bit_length
-    return np.minimum(exponent.astype(np.int64), NUM_SIZE_CLASSES - 1)
+    return np.minimum(exponent.astype(np.int64), MODEL_SIZE_BUCKETS - 1)
 
+
+#: The old names, until their callers are renamed.
+NUM_SIZE_CLASSES = MODEL_SIZE_BUCKETS
+SMALLEST_SIZE_CLASS = SMALLEST_MODEL_SIZE_BUCKET
+size_class = model_size_bucket
