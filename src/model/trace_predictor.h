@@ -58,8 +58,8 @@ class TracePredictor {
   std::string warning() const;
 
   // The lifetime class of one allocation of traced thread `thread`, as the in-process predictor would give it.
-  // `frames`: the trace's stack, innermost first, each a return address - 1 (frame 0 is the allocator's
-  // caller). The cache key is cache_key(return address of frame 0, stand-in stack height, size class): a trace
+  // `frames`: the trace's stack, innermost first, each a pc (src/common/stack_walk.h: return address - 1; frame
+  // 0 is the allocator's caller). The cache key is cache_key(return address of frame 0, stand-in stack height, size class): a trace
   // has no stack height, so the stand-in is a hash of the return addresses of the whole stack (the frames that
   // make the height in the process; see docs/simulator.md).
   unsigned predict(uint32_t thread, const uint64_t* frames, uint32_t depth, uint64_t size_bytes) {

@@ -14,13 +14,14 @@
 #include "learned_predictor.h"
 #include "model_file.h"
 #include "prediction_cache.h"
+#include "stack_walk.h"
 #include "token_table.h"
 
 using namespace llamalloc::model;
 
 namespace {
 
-// ---------------------------------------------------------------- prediction cache (papers/000 section 7)
+// ---------------------------------------------------------------- prediction cache (the LLAMA paper, section 7)
 
 struct FakeModel {
   unsigned answer = 0;
@@ -612,12 +613,13 @@ TEST(StackWalk, FollowsTheFramePointersOfTheCallersInnermostFirst) {
   uintptr_t pcs[kMaxFrames];
   size_t n = level1(p, pcs);
   ASSERT_GE(n, 3u);
-  // pcs[0] is in level2 (the caller of the fake malloc), pcs[1] in level1 (level2's return address).
-  EXPECT_EQ(pcs[1], g_expected[0]);
+  // pcs[0] is in level2 (the caller of the fake malloc), pcs[1] in level1 (at level2's return address - 1: the
+  // pc convention of src/common/stack_walk.h, as profiles record them).
+  EXPECT_EQ(pcs[1], llamalloc::stack_walk::pc_of(g_expected[0]));
   EXPECT_LE(n, size_t(kMaxFrames));
   for (size_t i = 0; i < n; ++i) {
     Module m;
-    EXPECT_TRUE(p.modules().find(pcs[i] - 1, &m));
+    EXPECT_TRUE(p.modules().find(pcs[i], &m));
   }
 }
 
@@ -645,14 +647,15 @@ TEST(StackWalk, TheDwarfWalkKeepsTheCallerOfAFunctionWithoutFramePointer) {
   uintptr_t pcs[kMaxFrames];
   size_t n = level1_above_frameless(p, pcs);  // the default: the DWARF unwinder, as the profiler's
   ASSERT_GE(n, 3u);
-  EXPECT_EQ(pcs[1], g_expected[1]);  // level1_above_frameless, the frameless function's caller
-  EXPECT_EQ(pcs[2], g_expected[2]);
+  EXPECT_EQ(pcs[1], llamalloc::stack_walk::pc_of(g_expected[1]));  // level1_above_frameless, the frameless
+                                                                   // function's caller
+  EXPECT_EQ(pcs[2], llamalloc::stack_walk::pc_of(g_expected[2]));
   p.set_dwarf_unwind(false);
   n = level1_above_frameless(p, pcs);
   p.set_dwarf_unwind(true);
   ASSERT_GE(n, 2u);
   // Frame pointers alone skip it: the frame record after the allocator's is its caller's.
-  EXPECT_EQ(pcs[1], g_expected[2]);
+  EXPECT_EQ(pcs[1], llamalloc::stack_walk::pc_of(g_expected[2]));
 }
 
 // One call site for both walks.
@@ -740,8 +743,8 @@ void run_on_stack(void* stack, size_t bytes, const std::function<void()>& fn) {
   pthread_attr_destroy(&attr);
 }
 
-// A thread's cache outlives it for the next thread on the same stack (programs that start a thread per task ran
-// the model on every context of every new thread: word-count, 3,072 threads), and leaves the resident set after
+// A thread's cache outlives it for the next thread on the same stack (a program that starts a thread per task
+// would otherwise run the model on every context of every new thread), and leaves the resident set after
 // four trims (the sweeper's passes, about a second) if no such thread comes. A thread on another stack starts
 // from an empty cache and does not take it.
 TEST(PredictionCaches, AnExitedThreadsCacheGoesToTheNextThreadOnItsStackThenLeavesTheResidentSet) {
@@ -899,9 +902,8 @@ size_t stack_used(const unsigned char* stack, size_t bytes) {
 }
 
 // A model run needs little stack below the allocation that asked for it (the DWARF walk, the tokens, the LSTM),
-// so that a thread with a small stack can allocate: with a token array sized for the largest model (4,096
-// tokens, 16 KiB) and LSTM buffers sized for the largest hidden state (6 KiB) it took 24-26 KiB; sized by the
-// model, 9-10 KiB (the first run of a thread also reads its stack's bounds).
+// so that a thread with a small stack can allocate: the token array and the LSTM buffers are sized by the model
+// in use, not by the largest model (4,096 tokens, 16 KiB; a 6 KiB hidden state).
 TEST(PredictionCaches, AModelRunNeedsLittleStack) {
   LearnedPredictor& p = cache_test_predictor();
   constexpr size_t kStack = 1 << 20;
