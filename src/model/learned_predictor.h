@@ -13,6 +13,7 @@
 
 #include "model_file.h"
 #include "module_map.h"
+#include "options.h"
 #include "prediction_cache.h"
 #include "predictor/predictor.h"
 #include "thread_state_pool.h"
@@ -26,7 +27,17 @@ inline constexpr int kMaxHeapFrames = 16;
 // Callers' return addresses in the key of a shared entry (deep_key): redis's allocations return into
 // ztrymalloc_usable_internal, called by zmalloc, called by the function that wants the memory.
 inline constexpr int kDeepKeyFrames = 4;
-inline constexpr uint32_t kDefaultRepredictEvery = 1000;
+
+// The settings of a predictor that is not told otherwise: the defaults of the heap's options table (options.h:
+// REPREDICT_EVERY, REPREDICT_BACKOFF, UNSEEN_TRIAL, MIN_CONFIDENCE, DEFAULT_CLASS, MIN_CLASS), the one place
+// they are written.
+inline constexpr Options kOptionDefaults{};
+inline constexpr uint32_t kDefaultRepredictEvery = uint32_t(kOptionDefaults.repredict_every);
+inline constexpr unsigned kDefaultRepredictBackoff = unsigned(kOptionDefaults.repredict_backoff);
+inline constexpr uint32_t kDefaultUnseenTrial = uint32_t(kOptionDefaults.unseen_trial);
+inline constexpr ConfidenceRule kDefaultConfidenceRule{unsigned(kOptionDefaults.min_confidence),
+                                                       unsigned(kOptionDefaults.default_class),
+                                                       unsigned(kOptionDefaults.min_class)};
 
 struct PredictionTotals {
   uint64_t hits = 0, misses = 0, model_runs = 0, prediction_ns = 0, repredictions = 0, repredictions_changed = 0,
@@ -39,7 +50,7 @@ class LearnedPredictor final : public Predictor {
   // Maps the model and the token tables (tokens_path may be null: every frame is then <unsymbolized>, the
   // model sees only the size). On failure: false and a reason naming the file in `error`.
   bool init(const char* model_path, const char* tokens_path, uint32_t repredict_every, char* error,
-            size_t error_capacity, unsigned repredict_backoff = 0);
+            size_t error_capacity, unsigned repredict_backoff = kDefaultRepredictBackoff);
 
   Consult consult() const override { return Consult::kEveryAllocation; }
   unsigned predict(const AllocationContext& context) override;
@@ -97,12 +108,12 @@ class LearnedPredictor final : public Predictor {
   void log_run(unsigned lc, const uint32_t* tokens, size_t n);
 
   ModelFile model_;
-  ConfidenceRule confidence_;
+  ConfidenceRule confidence_ = kDefaultConfidenceRule;
   TokenTables tables_;
   ModuleMap modules_;
   uint32_t repredict_every_ = kDefaultRepredictEvery;
-  unsigned repredict_backoff_ = 0;
-  uint32_t unseen_trial_ = 0;
+  unsigned repredict_backoff_ = kDefaultRepredictBackoff;
+  uint32_t unseen_trial_ = kDefaultUnseenTrial;
   int log_fd_ = -1;
   bool dwarf_ = true;
   int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any

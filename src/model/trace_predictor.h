@@ -44,7 +44,7 @@ class TracePredictor {
   // sees only the size). On failure: false and one line "FILE: problem" in *error.
   // repredict_every and repredict_backoff: as LLAMALLOC_REPREDICT_EVERY and LLAMALLOC_REPREDICT_BACKOFF.
   bool init(const std::string& model_path, const std::string& tokens_path, uint32_t repredict_every,
-            std::string* error, unsigned repredict_backoff = 0);
+            std::string* error, unsigned repredict_backoff = kDefaultRepredictBackoff);
 
   // Places the trace's executable mappings over the binaries of the token tables: a frame's ELF virtual
   // address is found as the process's module map finds it (path, then the PT_LOAD segment holding the mapping's
@@ -100,9 +100,9 @@ class TracePredictor {
 
   std::unique_ptr<LearnedPredictor> predictor_;  // model, token tables, the trace's module map, tokens_of
   uint32_t repredict_every_ = kDefaultRepredictEvery;
-  ConfidenceRule confidence_;
-  unsigned repredict_backoff_ = 0;
-  uint32_t unseen_trial_ = 0;
+  ConfidenceRule confidence_ = kDefaultConfidenceRule;
+  unsigned repredict_backoff_ = kDefaultRepredictBackoff;
+  uint32_t unseen_trial_ = kDefaultUnseenTrial;
   CacheCounters counters_;
   uint64_t inferences_ = 0, threads_ = 0;
   int log_fd_ = -1;
