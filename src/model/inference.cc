@@ -1,4 +1,4 @@
-// The LSTM forward pass of docs/formats/model.md on the folded table (papers/000 section 10): per token, one
+// The LSTM forward pass of docs/formats/model.md on the folded table (the LLAMA paper, section 10): per token, one
 // H x 4H matrix-vector product and 4H activations, all in float32, on stack buffers. Compiled for x86-64-v3 (AVX2, FMA) with
 // a generic fallback chosen at load time (GCC target_clones), so one library runs on any x86-64.
 #include <cstring>

@@ -1,8 +1,10 @@
-// The learned predictor (papers/000 section 7): prediction cache -> on a miss, a walk of the caller's stack (the
-// DWARF unwinder, as the profiler's, else frame pointers), token tables, the LSTM -> lifetime class. Everything
-// it needs is mapped at init; the allocation path never allocates, takes no lock of its own and calls nothing
-// that takes the loader's lock (libgcc's unwinder finds frames with the lock-free _dl_find_object; its one lock
-// guards frames registered at run time: docs/prediction.md, step 2).
+// The learned predictor, the model run of the LLAMA paper ("Learning-based Memory Allocation for C++ Server
+// Workloads", section 7): prediction cache -> on a miss, a walk of the caller's stack (caller_stack.cc, the
+// profiler's walker), token tables, the LSTM -> lifetime class. Rules: everything it needs is mapped at init;
+// the allocation path never allocates, takes no lock of its own and calls nothing that takes the loader's lock
+// (libgcc's unwinder finds frames with the lock-free _dl_find_object; its one lock guards frames registered at
+// run time: docs/prediction.md, step 2). The module map (module_map.h) and the per-thread states
+// (thread_state_pool.h) are its own files.
 #pragma once
 
 #include <atomic>
@@ -10,8 +12,11 @@
 #include <cstdint>
 
 #include "model_file.h"
+#include "module_map.h"
+#include "options.h"
 #include "prediction_cache.h"
 #include "predictor/predictor.h"
+#include "thread_state_pool.h"
 #include "token_table.h"
 
 namespace llamalloc::model {
@@ -22,60 +27,17 @@ inline constexpr int kMaxHeapFrames = 16;
 // Callers' return addresses in the key of a shared entry (deep_key): redis's allocations return into
 // ztrymalloc_usable_internal, called by zmalloc, called by the function that wants the memory.
 inline constexpr int kDeepKeyFrames = 4;
-inline constexpr uint32_t kDefaultRepredictEvery = 1000;
 
-// Executable mappings of the process, from /proc/self/maps, each with its binary in the token tables.
-struct Module {
-  uintptr_t start, end;
-  uintptr_t vaddr_bias;  // ELF virtual address = pc - vaddr_bias
-  int32_t binary;        // index in the token tables, or -1
-};
-
-class ModuleMap {
- public:
-  static constexpr unsigned kMaxModules = 2048;
-  // Re-reads /proc/self/maps (open/read syscalls only). Safe while other threads look up: two tables, the new
-  // one is published with a release store; a refresh happens at most every kMinRefreshNs.
-  void refresh(const TokenTables& tables);
-  // Asks for a refresh when `pc` is outside every known module (a library loaded by dlopen since).
-  bool maybe_refresh(const TokenTables& tables, uint64_t now_ns);
-  // The module holding pc, copied out (a torn read after two refreshes gives a wrong module, never a fault).
-  bool find(uintptr_t pc, Module* out) const;
-  // Installs a fixed list of modules (sorted by start, not overlapping) instead of this process's mappings,
-  // and stops refreshes: the trace simulator maps another process's addresses (src/model/trace_predictor.h).
-  // Not for use while other threads look up.
-  void load(const Module* modules, uint32_t count);
-
-  static constexpr uint64_t kMinRefreshNs = 50'000'000;
-
- private:
-  struct Table {
-    uint32_t count;
-    Module modules[kMaxModules];
-  };
-  Table tables_[2];
-  std::atomic<Table*> current_{nullptr};
-  std::atomic<int> refreshing_pid_{0};
-  std::atomic<uint64_t> last_refresh_ns_{0};
-  bool frozen_ = false;  // load() was used: the table is not this process's
-};
-
-// Per-thread state, from a pool mapped once (never malloc): the cache and its counters. Page-aligned, so that the
-// cache is whole pages that can be given back (MADV_DONTNEED, reading back as an empty cache) when the thread
-// stays idle (drop_thread_cache) and about a second after it exits (trim); the counters and the rest are on the
-// page after it. An exited thread's cache stays warm for that second and goes to the next thread that runs on
-// the same stack (docs/prediction.md).
-struct alignas(4096) ThreadState {
-  static constexpr unsigned kLogCacheEntries = 11;  // 2048 entries x 16 B = 32 KiB per thread
-  PredictionCache<kLogCacheEntries> cache;
-  CacheCounters counters;
-  // The mapping holding this thread's stack, [stack_low, stack_top); 0 until its first model run. Atomic (relaxed)
-  // because a thread being created reads them in states it has not claimed yet, to find its stack's warm cache.
-  std::atomic<uintptr_t> stack_low{0}, stack_top{0};
-  bool main_thread = false; // its stack is the process's [stack]
-  bool busy = false;        // a prediction is running (a signal handler that allocates gets the default)
-  uint8_t warm_passes = 0;  // trim passes since its thread exited with the cache warm
-};
+// The settings of a predictor that is not told otherwise: the defaults of the heap's options table (options.h:
+// REPREDICT_EVERY, REPREDICT_BACKOFF, UNSEEN_TRIAL, MIN_CONFIDENCE, DEFAULT_CLASS, MIN_CLASS), the one place
+// they are written.
+inline constexpr Options kOptionDefaults{};
+inline constexpr uint32_t kDefaultRepredictEvery = uint32_t(kOptionDefaults.repredict_every);
+inline constexpr unsigned kDefaultRepredictBackoff = unsigned(kOptionDefaults.repredict_backoff);
+inline constexpr uint32_t kDefaultUnseenTrial = uint32_t(kOptionDefaults.unseen_trial);
+inline constexpr ConfidenceRule kDefaultConfidenceRule{unsigned(kOptionDefaults.min_confidence),
+                                                       unsigned(kOptionDefaults.default_class),
+                                                       unsigned(kOptionDefaults.min_class)};
 
 struct PredictionTotals {
   uint64_t hits = 0, misses = 0, model_runs = 0, prediction_ns = 0, repredictions = 0, repredictions_changed = 0,
@@ -88,7 +50,7 @@ class LearnedPredictor final : public Predictor {
   // Maps the model and the token tables (tokens_path may be null: every frame is then <unsymbolized>, the
   // model sees only the size). On failure: false and a reason naming the file in `error`.
   bool init(const char* model_path, const char* tokens_path, uint32_t repredict_every, char* error,
-            size_t error_capacity, unsigned repredict_backoff = 0);
+            size_t error_capacity, unsigned repredict_backoff = kDefaultRepredictBackoff);
 
   Consult consult() const override { return Consult::kEveryAllocation; }
   unsigned predict(const AllocationContext& context) override;
@@ -106,10 +68,11 @@ class LearnedPredictor final : public Predictor {
   PredictionTotals totals() const;
 
   // The pieces of a model run, public for tests and benchmarks.
-  // Return addresses of the caller's stack, innermost first: context.return_address, then its callers, from
-  // the DWARF unwinder (set_dwarf_unwind) or else the frame-pointer chain above the frame that returns to it
-  // (see docs/prediction.md). Must be called from the allocation path itself (its own frames lead to the
-  // caller). *broken: the frame-pointer walk ended before `max` frames (never set by the DWARF walk).
+  // The pcs of the caller's stack (src/common/stack_walk.h: return address - 1), innermost first: the caller's
+  // (context.return_address - 1), then its callers', from the DWARF unwinder (set_dwarf_unwind) or else the
+  // frame-pointer chain above the frame that returns to it (see docs/prediction.md). Must be called from the
+  // allocation path itself (its own frames lead to the caller). *broken: the frame-pointer walk ended before
+  // `max` frames (never set by the DWARF walk).
   size_t capture_stack(const AllocationContext& context, uintptr_t stack_top, uintptr_t* pcs, size_t max,
                        bool* broken = nullptr);
   // The DWARF unwinder (libgcc's, from the .eh_frame tables) for the walk of a model run, as the profiler and
@@ -118,7 +81,8 @@ class LearnedPredictor final : public Predictor {
   void set_dwarf_unwind(bool on) { dwarf_ = on; }
   // Whether a model run for an allocation returning to `return_address` may use the DWARF unwinder.
   bool dwarf_allowed(uintptr_t return_address);
-  // Tokens of a context as training encodes it: <size:k>, then each frame's tokens separated by '@'.
+  // Tokens of a context as training encodes it: <size:k>, then each frame's tokens separated by '@'. `pcs` as
+  // capture_stack gives them (and as profiles record them).
   // `thread_root`: the walk broke in a thread's outermost frames (code without frame pointers, such as
   // libstdc++'s thread trampoline): the thread root frames of the tables (start_thread @ __clone3) follow.
   size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max,
@@ -141,25 +105,20 @@ class LearnedPredictor final : public Predictor {
   ModuleMap& modules() { return modules_; }
 
  private:
-  ThreadState* thread_state();
   void log_run(unsigned lc, const uint32_t* tokens, size_t n);
 
   ModelFile model_;
-  ConfidenceRule confidence_;
+  ConfidenceRule confidence_ = kDefaultConfidenceRule;
   TokenTables tables_;
   ModuleMap modules_;
   uint32_t repredict_every_ = kDefaultRepredictEvery;
-  unsigned repredict_backoff_ = 0;
-  uint32_t unseen_trial_ = 0;
+  unsigned repredict_backoff_ = kDefaultRepredictBackoff;
+  uint32_t unseen_trial_ = kDefaultUnseenTrial;
   int log_fd_ = -1;
   bool dwarf_ = true;
   int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any
   std::atomic<uint64_t> runs_at_trim_{~uint64_t{0}};  // model runs at the previous trim() (never: all ones)
 };
-
-// The end of the mapping holding `address` (a thread's stack top), from /proc/self/maps; 0 if not found.
-// *is_main_stack: the mapping is the process's [stack]; *start: where the mapping begins.
-uintptr_t mapping_end(uintptr_t address, bool* is_main_stack = nullptr, uintptr_t* start = nullptr);
 
 }  // namespace llamalloc::model
 

@@ -60,7 +60,7 @@ class ModelFile {
   uint32_t hidden_dim() const { return hidden_dim_; }
   uint32_t max_tokens() const { return max_tokens_; }
   uint32_t default_class() const { return default_class_; }
-  // [V, 4H]: embedding @ w_input + bias, one row per token (papers/000 section 10).
+  // [V, 4H]: embedding @ w_input + bias, one row per token (the LLAMA paper, section 10).
   const float* folded() const { return folded_; }
   const float* w_hidden() const { return w_hidden_; }  // [H, 4H]
   const float* dense_w() const { return dense_w_; }    // [H, 8]
@@ -154,8 +154,8 @@ bool map_readonly_file(const char* path, size_t min_bytes, const unsigned char**
 void unmap_file(const unsigned char* base, size_t size_bytes);
 // Drops the pages of a file mapped by map_readonly_file from the process's resident set (MADV_DONTNEED; they
 // stay in the page cache and come back on the next read, unchanged): validation reads the whole file (its
-// checksum), and without this every page of it counted in the program's RSS for the rest of its life, where
-// predictions read a few (measured on image-server's demo model: 1.3 MiB of token tables and 0.36 MiB of model).
+// checksum), and without this every page of it would count in the program's RSS for the rest of its life, where
+// predictions read a few.
 void drop_resident_pages(const unsigned char* base, size_t size_bytes);
 
 }  // namespace llamalloc::model

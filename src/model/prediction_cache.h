@@ -1,5 +1,5 @@
-// The prediction cache of papers/000 section 7 (Figure 7): a thread-local table (two-way set associative) keyed by a
-// hash of the return address, the stack height and the size class of the request. A hit returns the cached
+// The prediction cache of the LLAMA paper (section 7, Figure 7): a thread-local table (two-way set associative)
+// keyed by a hash of the return address, the stack height and the size class of the request. A hit returns the cached
 // lifetime class; a miss runs the model and stores its answer. Every `repredict_every` hits of an entry the
 // model runs again (0: never) and the entry keeps the longer of the old and new class (the allocator tolerates an
 // under-predicted lifetime better than an over-predicted one). Header-only so that tests drive it with a fake.
@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "config.h"
 #include "predictor/predictor.h"
 
 namespace llamalloc::model {
@@ -47,8 +48,8 @@ inline uint64_t cache_key(uintptr_t return_address, uintptr_t stack_address, uns
 // Two-way set associative: a key may sit in either entry of its set (index_of(key) with the low bit cleared,
 // and the entry after it; 32 bytes, one cache line). A newcomer takes the set's first entry and the entry it
 // displaces moves to the second, so two contexts that alternate (a request's parse and its reply, redis) both
-// stay. Direct-mapped, two hot keys of one slot evicted each other on every allocation: depending on the stack
-// layout, a redis run ran the model 800,000 times instead of 1,350 (docs/prediction.md).
+// stay. Direct-mapped, two hot keys of one slot would evict each other on every allocation, and the model would
+// run on each (docs/prediction.md).
 template <unsigned kLogEntries>
 class PredictionCache {
  public:

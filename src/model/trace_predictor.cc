@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "stack_walk.h"
+
 namespace llamalloc::model {
 
 namespace {
@@ -173,8 +175,8 @@ size_t TracePredictor::tokens(const uint64_t* frames, uint32_t depth, uint64_t s
                               size_t max) {
   uintptr_t pcs[kMaxFrames];
   size_t n = depth < kMaxFrames ? depth : kMaxFrames;
-  // The trace holds return address - 1 (inside the call); the process's walk holds return addresses.
-  for (size_t i = 0; i < n; ++i) pcs[i] = uintptr_t(frames[i] + 1);
+  // The trace's pcs follow the convention of the process's walk (stack_walk.h): the same tokens.
+  for (size_t i = 0; i < n; ++i) pcs[i] = uintptr_t(frames[i]);
   // The profiler's DWARF unwinder reaches the thread's root frames itself (as training's stacks do), so the
   // process's <thread-root> completion of a broken walk does not apply.
   return predictor_->tokens_of(pcs, n, size_t(size_bytes), out, max, false);
@@ -208,7 +210,7 @@ unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32
     last_cache_ = it->second.get();
   }
   unsigned sc = size_class(size_bytes);
-  uintptr_t return_address = depth > 0 ? uintptr_t(frames[0] + 1) : 0;
+  uintptr_t return_address = depth > 0 ? stack_walk::return_address_of(uintptr_t(frames[0])) : 0;
   uint64_t key = cache_key(return_address, uintptr_t(height), sc);
   return last_cache_->lookup(key, repredict_every_, counters_, [&] {
     CacheCounters::bump(counters_.model_runs);

@@ -44,7 +44,7 @@ class TracePredictor {
   // sees only the size). On failure: false and one line "FILE: problem" in *error.
   // repredict_every and repredict_backoff: as LLAMALLOC_REPREDICT_EVERY and LLAMALLOC_REPREDICT_BACKOFF.
   bool init(const std::string& model_path, const std::string& tokens_path, uint32_t repredict_every,
-            std::string* error, unsigned repredict_backoff = 0);
+            std::string* error, unsigned repredict_backoff = kDefaultRepredictBackoff);
 
   // Places the trace's executable mappings over the binaries of the token tables: a frame's ELF virtual
   // address is found as the process's module map finds it (path, then the PT_LOAD segment holding the mapping's
@@ -58,8 +58,8 @@ class TracePredictor {
   std::string warning() const;
 
   // The lifetime class of one allocation of traced thread `thread`, as the in-process predictor would give it.
-  // `frames`: the trace's stack, innermost first, each a return address - 1 (frame 0 is the allocator's
-  // caller). The cache key is cache_key(return address of frame 0, stand-in stack height, size class): a trace
+  // `frames`: the trace's stack, innermost first, each a pc (src/common/stack_walk.h: return address - 1; frame
+  // 0 is the allocator's caller). The cache key is cache_key(return address of frame 0, stand-in stack height, size class): a trace
   // has no stack height, so the stand-in is a hash of the return addresses of the whole stack (the frames that
   // make the height in the process; see docs/simulator.md).
   unsigned predict(uint32_t thread, const uint64_t* frames, uint32_t depth, uint64_t size_bytes) {
@@ -100,9 +100,9 @@ class TracePredictor {
 
   std::unique_ptr<LearnedPredictor> predictor_;  // model, token tables, the trace's module map, tokens_of
   uint32_t repredict_every_ = kDefaultRepredictEvery;
-  ConfidenceRule confidence_;
-  unsigned repredict_backoff_ = 0;
-  uint32_t unseen_trial_ = 0;
+  ConfidenceRule confidence_ = kDefaultConfidenceRule;
+  unsigned repredict_backoff_ = kDefaultRepredictBackoff;
+  uint32_t unseen_trial_ = kDefaultUnseenTrial;
   CacheCounters counters_;
   uint64_t inferences_ = 0, threads_ = 0;
   int log_fd_ = -1;

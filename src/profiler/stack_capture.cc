@@ -3,12 +3,12 @@
 #include <elf.h>
 #include <link.h>
 #include <pthread.h>
-#include <unwind.h>
 
 #include <atomic>
 #include <cstring>
 
 #include "platform.h"
+#include "stack_walk.h"
 
 namespace llamalloc::prof {
 namespace {
@@ -37,7 +37,7 @@ CodeRange g_self{0, 0};
 constexpr int kMaxDepthBound = 64;
 constexpr int kRootFrames = 2;
 
-uint64_t HashStack(const uint64_t* pcs, int depth) {
+uint64_t hash_stack(const uint64_t* pcs, int depth) {
   uint64_t h = 0x9E3779B97F4A7C15ULL ^ static_cast<uint64_t>(depth);
   for (int i = 0; i < depth; ++i) {
     h ^= pcs[i] + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
@@ -60,14 +60,14 @@ class ConfirmedStacks {
   static constexpr uint32_t kMaxEntries = kSlots / 2;
   static constexpr uint64_t kArenaWords = uint64_t{kMaxEntries} * 32;
 
-  bool Init() {
+  bool init() {
     slots_ = static_cast<Slot*>(MapZeroed(sizeof(Slot) * kSlots));
     arena_ = static_cast<uint64_t*>(MapZeroed(sizeof(uint64_t) * kArenaWords));
     return slots_ != nullptr && arena_ != nullptr;
   }
 
   // The confirmed DWARF stack of this frame-pointer walk, copied into pcs; -1 if unknown.
-  int Find(uint64_t h, const uint64_t* fp_pcs, int fp_depth, uint64_t* pcs, int max_depth) const {
+  int find(uint64_t h, const uint64_t* fp_pcs, int fp_depth, uint64_t* pcs, int max_depth) const {
     if (slots_ == nullptr) return -1;
     for (uint32_t i = 0; i < kSlots; ++i) {
       const Slot& s = slots_[(static_cast<uint32_t>(h) + i) & (kSlots - 1)];
@@ -83,7 +83,7 @@ class ConfirmedStacks {
     return -1;
   }
 
-  void Insert(uint64_t h, int fp_depth, const uint64_t* pcs, int depth) {
+  void insert(uint64_t h, int fp_depth, const uint64_t* pcs, int depth) {
     if (slots_ == nullptr) return;
     SpinLockHolder hold(lock_);
     if (count_ >= kMaxEntries || used_ + static_cast<uint64_t>(depth) > kArenaWords) return;
@@ -106,7 +106,7 @@ class ConfirmedStacks {
     }
   }
 
-  void ResetAfterFork() { lock_.ResetAfterFork(); }
+  void reset_after_fork() { lock_.ResetAfterFork(); }
 
  private:
   struct Slot {
@@ -131,7 +131,7 @@ std::atomic<uint64_t> g_dwarf_walks{0};
 __thread uintptr_t t_stack_limit __attribute__((tls_model("initial-exec")));
 __thread bool t_stack_known __attribute__((tls_model("initial-exec")));
 
-int CollectRanges(dl_phdr_info* info, size_t, void* data) {
+int collect_ranges(dl_phdr_info* info, size_t, void* data) {
   auto* out = static_cast<CodeRanges*>(data);
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
@@ -143,18 +143,18 @@ int CollectRanges(dl_phdr_info* info, size_t, void* data) {
   return 0;
 }
 
-void RefreshCodeRanges() {
+void refresh_code_ranges() {
   uint64_t now = MonotonicNs();
   uint64_t last = g_last_refresh_ns.load(std::memory_order_relaxed);
   if (g_code_ranges.load(std::memory_order_acquire) != nullptr && now - last < kRefreshIntervalNs) return;
   if (!g_last_refresh_ns.compare_exchange_strong(last, now)) return;
   auto* fresh = static_cast<CodeRanges*>(MapZeroed(sizeof(CodeRanges) + sizeof(CodeRange) * kMaxCodeRanges));
   if (fresh == nullptr) return;
-  dl_iterate_phdr(CollectRanges, fresh);
+  dl_iterate_phdr(collect_ranges, fresh);
   g_code_ranges.store(fresh, std::memory_order_release);
 }
 
-bool InCode(uintptr_t pc) {
+bool in_code(uintptr_t pc) {
   const CodeRanges* r = g_code_ranges.load(std::memory_order_acquire);
   if (r == nullptr) return false;
   for (int i = 0; i < r->count; ++i) {
@@ -163,10 +163,10 @@ bool InCode(uintptr_t pc) {
   return false;
 }
 
-bool InSelf(uintptr_t pc) { return pc >= g_self.start && pc < g_self.limit; }
+bool in_self(uintptr_t pc) { return pc >= g_self.start && pc < g_self.limit; }
 
-int FindSelf(dl_phdr_info* info, size_t, void*) {
-  auto here = reinterpret_cast<uintptr_t>(&FindSelf);
+int find_self(dl_phdr_info* info, size_t, void*) {
+  auto here = reinterpret_cast<uintptr_t>(&find_self);
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
@@ -179,7 +179,7 @@ int FindSelf(dl_phdr_info* info, size_t, void*) {
   return 0;
 }
 
-void LearnStackLimit() {
+void learn_stack_limit() {
   pthread_attr_t attr;
   if (pthread_getattr_np(pthread_self(), &attr) == 0) {
     void* base = nullptr;
@@ -192,96 +192,68 @@ void LearnStackLimit() {
   t_stack_known = true;
 }
 
-// Walks the rbp chain. Returns the depth, and sets *intact when the chain ended where a chain should end
-// (a zero frame pointer, as set by _start and clone, or the top of the stack) with every return address
-// inside loaded code. (A zero return address does not count as an end: a function without frame pointer may
-// leave rbp pointing at any zero word of its frame.) A broken chain means some caller keeps no frame pointer: the DWARF unwinder is needed.
-int WalkFramePointers(uint64_t* pcs, int max_depth, bool* intact) {
+// Walks the rbp chain from this function's frame. Returns the depth, and sets *intact when the chain ended where
+// a chain should end (a zero frame pointer, as set by _start and clone, or the top of the stack) with every
+// return address inside loaded code. (A zero return address does not count as an end: a function without frame
+// pointer may leave rbp pointing at any zero word of its frame.) A broken chain means some caller keeps no frame
+// pointer: the DWARF unwinder is needed.
+int walk_frame_pointers(uint64_t* pcs, int max_depth, bool* intact) {
   *intact = false;
-  if (!t_stack_known) LearnStackLimit();
-  auto sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (!t_stack_known) learn_stack_limit();
+  auto fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   uintptr_t limit = t_stack_limit;
   if (limit == 0) return 0;  // unknown stack: reading through rbp could fault
-  auto fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   int depth = 0;
-  while (true) {
-    if (fp == 0) {
-      *intact = true;
-      break;
-    }
-    if (fp < sp || (fp & 7) != 0 || fp + 16 > limit) break;
-    const auto* frame = reinterpret_cast<const uintptr_t*>(fp);
-    uintptr_t next = frame[0];
-    uintptr_t ret = frame[1];
-    if (!InCode(ret)) break;  // a saved rbp that was not a frame pointer
-    if (!InSelf(ret)) {
-      if (depth == max_depth) {
-        *intact = true;
-        break;
-      }
-      pcs[depth++] = ret - 1;
-    }
-    if (next != 0 && next <= fp) break;
-    if (next >= limit) {
-      *intact = true;
-      break;
-    }
-    fp = next;
-  }
+  stack_walk::ChainEnd end = stack_walk::walk_frame_pointers(fp, fp, limit, [&](uintptr_t pc, const uintptr_t*) {
+    if (!in_code(pc)) return stack_walk::Visit::kBroken;  // a saved rbp that was not a frame pointer
+    if (in_self(pc)) return stack_walk::Visit::kNext;
+    if (depth == max_depth) return stack_walk::Visit::kStop;
+    pcs[depth++] = pc;
+    return stack_walk::Visit::kNext;
+  });
+  *intact = end != stack_walk::ChainEnd::kBroken;
   return depth;
 }
 
-struct DwarfState {
-  uint64_t* pcs;
-  int max_depth;
-  int depth;
-};
-
-_Unwind_Reason_Code DwarfFrame(_Unwind_Context* ctx, void* arg) {
-  auto* st = static_cast<DwarfState*>(arg);
-  int before = 0;
-  uintptr_t ip = _Unwind_GetIPInfo(ctx, &before);
-  if (ip == 0) return _URC_END_OF_STACK;
-  if (InSelf(ip)) return _URC_NO_REASON;
-  if (st->depth >= st->max_depth) return _URC_END_OF_STACK;
-  // A signal frame's ip is the interrupted instruction itself, not a return address.
-  st->pcs[st->depth++] = before ? ip : ip - 1;
-  return _URC_NO_REASON;
-}
-
-int WalkDwarf(uint64_t* pcs, int max_depth) {
-  DwarfState st{pcs, max_depth, 0};
-  _Unwind_Backtrace(DwarfFrame, &st);
-  return st.depth;
+int walk_dwarf(uint64_t* pcs, int max_depth) {
+  int depth = 0;
+  auto on_frame = [&](uintptr_t pc) {
+    if (in_self(pc)) return true;
+    if (depth >= max_depth) return false;
+    pcs[depth++] = pc;
+    return true;
+  };
+  stack_walk::unwind_dwarf(on_frame);
+  return depth;
 }
 
 }  // namespace
 
 void InitStackCapture(UnwindMode mode) {
   g_mode = mode;
-  if (mode == UnwindMode::kAuto) g_confirmed.Init();
-  dl_iterate_phdr(FindSelf, nullptr);
+  if (mode == UnwindMode::kAuto) g_confirmed.init();
+  dl_iterate_phdr(find_self, nullptr);
   g_last_refresh_ns.store(0);
-  RefreshCodeRanges();
+  refresh_code_ranges();
   uint64_t warm[kMaxWarmDepth];
-  WalkDwarf(warm, kMaxWarmDepth);  // libgcc's unwinder sets up its caches on first use
-  LearnStackLimit();
+  walk_dwarf(warm, kMaxWarmDepth);  // libgcc's unwinder sets up its caches on first use
+  learn_stack_limit();
 }
 
 int CaptureStack(uint64_t* pcs, int max_depth) {
   if (g_mode == UnwindMode::kFramePointers) {
     bool intact = false;
     g_fp_walks.fetch_add(1, std::memory_order_relaxed);
-    return WalkFramePointers(pcs, max_depth, &intact);
+    return walk_frame_pointers(pcs, max_depth, &intact);
   }
   if (g_mode == UnwindMode::kAuto) {
     uint64_t fp_pcs[kMaxDepthBound];
     int limit = max_depth < kMaxDepthBound ? max_depth : kMaxDepthBound;
     bool intact = false;
-    int fp_depth = WalkFramePointers(fp_pcs, limit, &intact);
-    uint64_t h = HashStack(fp_pcs, fp_depth);
+    int fp_depth = walk_frame_pointers(fp_pcs, limit, &intact);
+    uint64_t h = hash_stack(fp_pcs, fp_depth);
     if (fp_depth > 0) {
-      int depth = g_confirmed.Find(h, fp_pcs, fp_depth, pcs, limit);
+      int depth = g_confirmed.find(h, fp_pcs, fp_depth, pcs, limit);
       if (depth >= 0) {
         g_fp_walks.fetch_add(1, std::memory_order_relaxed);
         return depth;
@@ -292,18 +264,18 @@ int CaptureStack(uint64_t* pcs, int max_depth) {
     // and the C library's thread start begins (__libc_start_main and _start, or clone3 after start_thread).
     // A walk that broke higher up, in a caller without frame pointers, is never trusted: the frames above
     // the break could differ from one call to the next.
-    int depth = WalkDwarf(pcs, limit);
+    int depth = walk_dwarf(pcs, limit);
     g_dwarf_walks.fetch_add(1, std::memory_order_relaxed);
     if (fp_depth > 0 && fp_depth <= depth && depth - fp_depth <= kRootFrames &&
         memcmp(fp_pcs, pcs, sizeof(uint64_t) * fp_depth) == 0) {
-      g_confirmed.Insert(h, fp_depth, pcs, depth);
+      g_confirmed.insert(h, fp_depth, pcs, depth);
     } else if (!intact) {
-      RefreshCodeRanges();  // perhaps a newly loaded object; rate-limited
+      refresh_code_ranges();  // perhaps a newly loaded object; rate-limited
     }
     return depth;
   }
   g_dwarf_walks.fetch_add(1, std::memory_order_relaxed);
-  return WalkDwarf(pcs, max_depth);
+  return walk_dwarf(pcs, max_depth);
 }
 
 StackCaptureStats GetStackCaptureStats() {
@@ -312,7 +284,7 @@ StackCaptureStats GetStackCaptureStats() {
 
 void StackCaptureAfterFork() {
   g_last_refresh_ns.store(0, std::memory_order_relaxed);
-  g_confirmed.ResetAfterFork();
+  g_confirmed.reset_after_fork();
 }
 
 }  // namespace llamalloc::prof

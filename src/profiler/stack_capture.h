@@ -1,6 +1,8 @@
-// Stack capture for the profiler and the tracer: a frame-pointer walk where the frame chain is intact (fast),
-// else the DWARF unwinder (_Unwind_Backtrace, from the .eh_frame tables, for code built without frame
-// pointers). Bounded depth; the profiler's own frames are left out; no lock of the profiler is held.
+// Stack capture for the profiler and the tracer, with the walker the learned predictor uses as well
+// (src/common/stack_walk.h, which also states the pc convention): a frame-pointer walk where the frame chain is
+// intact (fast), else the DWARF unwinder (for code built without frame pointers). LLAMALLOC_PROF_UNWIND picks
+// one technique instead (UnwindMode). Bounded depth; the profiler's own frames are left out; no lock of the
+// profiler is held.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,8 @@ struct StackCaptureStats {
 // the executable ranges of the loaded objects, and warms the DWARF unwinder up (its first use may allocate).
 void InitStackCapture(UnwindMode mode);
 
-// Fills pcs with return addresses minus one, innermost first; returns the depth (0 .. max_depth).
+// Fills pcs with the pcs of the stack (stack_walk.h: return address - 1; a signal frame's interrupted
+// instruction), innermost first; returns the depth (0 .. max_depth).
 int CaptureStack(uint64_t* pcs, int max_depth);
 
 StackCaptureStats GetStackCaptureStats();

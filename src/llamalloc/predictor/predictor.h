@@ -1,4 +1,4 @@
-// The one predictor interface: where the lifetime class of an allocation comes from (papers/000 section 7).
+// The one predictor interface: where the lifetime class of an allocation comes from (the LLAMA paper, section 7).
 #pragma once
 
 #include <atomic>
@@ -14,7 +14,8 @@ namespace llamalloc {
 struct Counters;
 
 // What the allocation path knows about an allocation without unwinding: the caller's return address, the
-// stack height (the frame address) and the size. The learned predictor hashes these into its cache (Figure 7).
+// stack height (the frame address) and the size. The learned predictor hashes these into its cache (the LLAMA
+// paper, Figure 7).
 struct AllocationContext {
   uintptr_t return_address;
   uintptr_t stack_address;
@@ -31,9 +32,9 @@ enum class Consult : uint8_t {
   kEveryAllocation,
 };
 
-// One entry of a context-sensitive predictor's per-thread prediction cache (papers/000 Figure 7), laid out for
-// the allocation fast path, which probes it inline (see heap_malloc) and only calls the predictor on a miss or
-// when an entry is due for re-prediction.
+// One entry of a context-sensitive predictor's per-thread prediction cache (the LLAMA paper, Figure 7), laid out
+// for the allocation fast path, which probes it inline (see heap_malloc) and only calls the predictor on a miss
+// or when an entry is due for re-prediction.
 struct PredictionCacheEntry {
   uint64_t key;  // prediction_cache_key(); 0 = empty
   uint32_t hits;  // since the last model run for this entry; kDeepEntryHits: a key of several call paths
@@ -104,9 +105,9 @@ class Predictor {
   ~Predictor() = default;
 };
 
-// Without a model: every allocation gets one configured class (LLAMALLOC_DEFAULT_CLASS, default 1, < 100 ms).
-// With class 0 the heap starts from the assumption that objects die young; huge pages whose objects outlive
-// their deadline are promoted class by class (section 6.4), so long-lived data finds its class by itself, while
+// Without a model: every allocation gets one configured class (LLAMALLOC_DEFAULT_CLASS). With a short class the
+// heap starts from the assumption that objects die young; huge pages whose objects outlive their deadline are
+// promoted class by class (the LLAMA paper, section 6.4), so long-lived data finds its class by itself, while
 // the short-lived majority of a server's allocations is freed with its huge pages.
 class DefaultPredictor final : public Predictor {
  public:

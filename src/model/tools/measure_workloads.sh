@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prediction on the bundled workloads (issue 6 closing note): for each workload, record a profile, symbolize,
+# Prediction on the bundled workloads: for each workload, record a profile, symbolize,
 # train, then run it without and with the model (llamalloc run --stats) and print the footprint and the
 # prediction counters (cache hit ratio, model runs, mean ns per model run).
 #   usage: src/model/tools/measure_workloads.sh OUTDIR [SCALE] [WORKLOAD...]

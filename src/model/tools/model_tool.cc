@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
   if (cmd == "time-predict" && (argc == 5 || argc == 6)) {
     static LearnedPredictor predictor;
     char err[512];
-    if (!predictor.init(argv[2], argc == 6 ? argv[5] : nullptr, 1, err, sizeof err)) {
+    // A model run on every call: re-prediction after each hit, never backed off.
+    if (!predictor.init(argv[2], argc == 6 ? argv[5] : nullptr, 1, err, sizeof err, /*repredict_backoff=*/0)) {
       fprintf(stderr, "%s\n", err);
       return 2;
     }

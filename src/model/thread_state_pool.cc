@@ -1,0 +1,187 @@
+// The pool of per-thread prediction states (thread_state_pool.h): claimed and released without a lock, warm
+// caches of exited threads kept for the next thread on the same stack.
+#include "thread_state_pool.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include <cstddef>
+
+#include "module_map.h"
+
+namespace llamalloc::model {
+
+__thread ThreadState* t_thread_state = nullptr;
+
+namespace {
+
+// An exited thread's warm cache is dropped after this many trim passes (the sweeper's: about a second at the
+// default LLAMALLOC_SWEEP_MS, as an idle thread's).
+constexpr uint8_t kWarmPasses = 4;
+// The states, mapped once (MAP_NORESERVE: pages cost only when a thread touches them); zero pages are valid
+// empty states.
+ThreadState* g_states = nullptr;
+std::atomic<uint64_t> g_claimed[kMaxThreads / 64];
+// States whose thread exited with its cache warm (set before the claimed bit is cleared, cleared by whoever
+// claims the state next).
+std::atomic<uint64_t> g_warm[kMaxThreads / 64];
+std::atomic<uint32_t> g_states_used{0};  // high-water mark, for thread_states_used()
+pthread_key_t g_state_key;
+bool g_key_ok = false;
+static_assert(offsetof(ThreadState, cache) == 0 && sizeof(ThreadState::cache) % 4096 == 0,
+              "the prediction cache must be whole pages");
+
+// The cache's pages leave the resident set and read back as zeros: empty entries (key 0). Where madvise fails,
+// the entries are cleared instead.
+void drop_cache_pages(ThreadState* s) {
+  if (madvise(&s->cache, sizeof s->cache, MADV_DONTNEED) != 0) s->cache.clear();
+}
+
+void release_state(void* arg) {
+  auto* s = static_cast<ThreadState*>(arg);
+  size_t i = size_t(s - g_states);
+  if (t_thread_state == s) t_thread_state = nullptr;
+  // The cache stays as it is for the next thread on the same stack (its keys hold this stack's frame addresses,
+  // so they mean the same call paths there): a program that starts a thread per task would otherwise run the
+  // model on every context of every new thread. drop_cold_warm_states() drops it if no such thread comes within
+  // about a second. A thread that never ran the model has nothing worth keeping.
+  if (s->stack_top.load(std::memory_order_relaxed) != 0) {
+    s->warm_passes = 0;
+    g_warm[i / 64].fetch_or(uint64_t{1} << (i % 64), std::memory_order_relaxed);
+  } else {
+    drop_cache_pages(s);
+  }
+  g_claimed[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_release);
+}
+
+// Takes state i if it is unclaimed; true when taken.
+bool try_claim(unsigned i) {
+  uint64_t bit = uint64_t{1} << (i % 64);
+  uint64_t bits = g_claimed[i / 64].load(std::memory_order_relaxed);
+  while ((bits & bit) == 0) {
+    if (g_claimed[i / 64].compare_exchange_weak(bits, bits | bit, std::memory_order_acquire)) {
+      uint32_t used = g_states_used.load(std::memory_order_relaxed);
+      while (used < i + 1 && !g_states_used.compare_exchange_weak(used, i + 1)) {
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+// State i, just claimed, for a new thread whose stack holds `here`: kept as it is when it is warm from a thread
+// that ran on the very mapping this thread's stack is (read again from /proc/self/maps, as the thread's first
+// model run would: stale bounds would let the frame walks read past the stack); otherwise from an empty cache
+// (a warm one dropped) and no stack bounds yet.
+ThreadState* start_state(unsigned i, uintptr_t here) {
+  ThreadState& s = g_states[i];
+  s.busy = false;
+  bool warm = (g_warm[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed) >> (i % 64) & 1) != 0;
+  if (warm) {
+    uintptr_t low = 0;
+    bool main_thread = false;
+    uintptr_t top = mapping_end(here, &main_thread, &low);
+    if (top != 0 && top == s.stack_top.load(std::memory_order_relaxed) &&
+        low == s.stack_low.load(std::memory_order_relaxed) && main_thread == s.main_thread)
+      return &s;
+    drop_cache_pages(&s);
+  }
+  s.stack_low.store(0, std::memory_order_relaxed);
+  s.stack_top.store(0, std::memory_order_relaxed);
+  s.main_thread = false;
+  return &s;
+}
+
+// A claimed state for a new thread whose stack holds `here`. First a warm state of an exited thread that ran on
+// the same stack mapping (glibc reuses the stacks of joined threads, and a new mapping usually lands where the
+// old one was): its cache and stack bounds are kept. Otherwise the first free state, from an empty cache: never
+// used, or dropped (an exited thread's warm cache from another stack is dropped here; clearing a never-used one
+// would make all 32 KiB resident). The counters are kept (they are totals of the process).
+ThreadState* claim_state(uintptr_t here) {
+  if (g_states == nullptr) return nullptr;
+  for (unsigned w = 0; w < kMaxThreads / 64; ++w) {
+    uint64_t warm = g_warm[w].load(std::memory_order_relaxed) & ~g_claimed[w].load(std::memory_order_relaxed);
+    while (warm != 0) {
+      unsigned i = w * 64 + unsigned(__builtin_ctzll(warm));
+      warm &= warm - 1;
+      ThreadState& s = g_states[i];
+      if (here < s.stack_low.load(std::memory_order_relaxed) || here >= s.stack_top.load(std::memory_order_relaxed))
+        continue;
+      if (!try_claim(i)) continue;
+      // Ours now; still the warm state we matched unless it was claimed, used and released between the two.
+      return start_state(i, here);
+    }
+  }
+  // A cold state first, so that the warm ones stay for their stacks' next threads; a warm one only if all are.
+  for (bool take_warm : {false, true}) {
+    for (unsigned w = 0; w < kMaxThreads / 64; ++w) {
+      uint64_t skip = g_claimed[w].load(std::memory_order_relaxed) |
+                      (take_warm ? 0 : g_warm[w].load(std::memory_order_relaxed));
+      while (~skip != 0) {
+        unsigned i = w * 64 + unsigned(__builtin_ctzll(~skip));
+        skip |= uint64_t{1} << (i % 64);
+        if (!try_claim(i)) continue;
+        return start_state(i, here);
+      }
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// Drops the caches of exited threads that no new thread took within kWarmPasses calls (the sweeper's passes).
+// Each is claimed while it is dropped, so a thread being created cannot take it half-dropped.
+void drop_cold_warm_states() {
+  if (g_states == nullptr) return;
+  uint32_t used = g_states_used.load(std::memory_order_acquire);
+  for (unsigned w = 0; w * 64 < used; ++w) {
+    uint64_t warm = g_warm[w].load(std::memory_order_relaxed) & ~g_claimed[w].load(std::memory_order_relaxed);
+    while (warm != 0) {
+      unsigned i = w * 64 + unsigned(__builtin_ctzll(warm));
+      warm &= warm - 1;
+      if (!try_claim(i)) continue;
+      ThreadState& s = g_states[i];
+      if ((g_warm[w].load(std::memory_order_relaxed) >> (i % 64) & 1) != 0 && ++s.warm_passes >= kWarmPasses) {
+        g_warm[w].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed);
+        drop_cache_pages(&s);
+        s.stack_low.store(0, std::memory_order_relaxed);
+        s.stack_top.store(0, std::memory_order_relaxed);
+      }
+      g_claimed[w].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_release);
+    }
+  }
+}
+
+bool map_thread_states() {
+  if (g_states != nullptr) return true;
+  void* p = mmap(nullptr, sizeof(ThreadState) * kMaxThreads, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  g_states = static_cast<ThreadState*>(p);  // zero pages are valid empty states
+  g_key_ok = pthread_key_create(&g_state_key, release_state) == 0;
+  return true;
+}
+
+ThreadState* claim_thread_state(uintptr_t here) {
+  ThreadState* s = claim_state(here);
+  if (s == nullptr) return nullptr;
+  t_thread_state = s;
+  if (g_key_ok) pthread_setspecific(g_state_key, s);
+  return s;
+}
+
+const ThreadState* thread_states() { return g_states; }
+
+uint32_t thread_states_used() { return g_states_used.load(std::memory_order_acquire); }
+
+bool drop_thread_state_cache(const void* entries) {
+  if (g_states == nullptr || entries == nullptr) return false;
+  uintptr_t at = reinterpret_cast<uintptr_t>(entries), base = reinterpret_cast<uintptr_t>(g_states);
+  if (at < base || (at - base) % sizeof(ThreadState) != 0 || (at - base) / sizeof(ThreadState) >= kMaxThreads)
+    return false;  // not one of ours
+  drop_cache_pages(reinterpret_cast<ThreadState*>(at));
+  return true;
+}
+
+}  // namespace llamalloc::model

@@ -1,0 +1,413 @@
+// The learned predictor in this process: the walk of the caller's stack, the module map, the per-thread caches'
+// memory and keys shared by call paths.
+#include <gtest/gtest.h>
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "learned_predictor.h"
+#include "stack_walk.h"
+#include "test_images.h"
+
+using namespace llamalloc::model;
+using namespace llamalloc::model::test;
+
+namespace {
+
+// ---------------------------------------------------------------- the stack walk
+
+uintptr_t g_expected[4];
+
+__attribute__((noinline)) size_t fake_malloc_walk(LearnedPredictor& p, uintptr_t* pcs) {
+  // As the heap calls the predictor: the caller's return address and the heap function's own frame.
+  llamalloc::AllocationContext ctx{reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+                                   reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), 64};
+  uintptr_t top = mapping_end(ctx.stack_address);
+  return p.capture_stack(ctx, top, pcs, kMaxFrames);
+}
+
+__attribute__((noinline)) size_t level2(LearnedPredictor& p, uintptr_t* pcs) {
+  size_t n = fake_malloc_walk(p, pcs);
+  g_expected[0] = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+__attribute__((noinline)) size_t level1(LearnedPredictor& p, uintptr_t* pcs) {
+  size_t n = level2(p, pcs);
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+TEST(StackWalk, FollowsTheFramePointersOfTheCallersInnermostFirst) {
+  static LearnedPredictor p;  // no model: only the module map is needed for the walk
+  p.modules().refresh(p.tables());
+  uintptr_t pcs[kMaxFrames];
+  size_t n = level1(p, pcs);
+  ASSERT_GE(n, 3u);
+  // pcs[0] is in level2 (the caller of the fake malloc), pcs[1] in level1 (at level2's return address - 1: the
+  // pc convention of src/common/stack_walk.h, as profiles record them).
+  EXPECT_EQ(pcs[1], llamalloc::stack_walk::pc_of(g_expected[0]));
+  EXPECT_LE(n, size_t(kMaxFrames));
+  for (size_t i = 0; i < n; ++i) {
+    Module m;
+    EXPECT_TRUE(p.modules().find(pcs[i], &m));
+  }
+}
+
+// A function built without a frame pointer between the program and the allocator, as libstdc++'s and glibc's
+// internals are: it keeps rbp as its caller left it, so the frame-pointer chain goes from the allocator's
+// frame straight to its caller's caller.
+__attribute__((noinline, optimize("omit-frame-pointer"))) size_t level2_without_frame_pointer(LearnedPredictor& p,
+                                                                                              uintptr_t* pcs) {
+  size_t n = fake_malloc_walk(p, pcs);
+  g_expected[1] = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+__attribute__((noinline)) size_t level1_above_frameless(LearnedPredictor& p, uintptr_t* pcs) {
+  size_t n = level2_without_frame_pointer(p, pcs);
+  g_expected[2] = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+TEST(StackWalk, TheDwarfWalkKeepsTheCallerOfAFunctionWithoutFramePointer) {
+  static LearnedPredictor p;
+  p.modules().refresh(p.tables());
+  uintptr_t pcs[kMaxFrames];
+  size_t n = level1_above_frameless(p, pcs);  // the default: the DWARF unwinder, as the profiler's
+  ASSERT_GE(n, 3u);
+  EXPECT_EQ(pcs[1], llamalloc::stack_walk::pc_of(g_expected[1]));  // level1_above_frameless, the frameless
+                                                                   // function's caller
+  EXPECT_EQ(pcs[2], llamalloc::stack_walk::pc_of(g_expected[2]));
+  p.set_dwarf_unwind(false);
+  n = level1_above_frameless(p, pcs);
+  p.set_dwarf_unwind(true);
+  ASSERT_GE(n, 2u);
+  // Frame pointers alone skip it: the frame record after the allocator's is its caller's.
+  EXPECT_EQ(pcs[1], llamalloc::stack_walk::pc_of(g_expected[2]));
+}
+
+// One call site for both walks.
+__attribute__((noinline)) size_t walk_with(LearnedPredictor& p, bool dwarf, uintptr_t* pcs) {
+  p.set_dwarf_unwind(dwarf);
+  size_t n = level1(p, pcs);
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+TEST(StackWalk, TheFramePointerWalkGivesTheSameStackWhereEveryFrameKeepsOne) {
+  static LearnedPredictor p;
+  p.modules().refresh(p.tables());
+  uintptr_t walks[2][kMaxFrames];
+  size_t n[2] = {walk_with(p, true, walks[0]), walk_with(p, false, walks[1])};
+  p.set_dwarf_unwind(true);
+  const uintptr_t* dwarf = walks[0];
+  const uintptr_t* fp = walks[1];
+  size_t n_dwarf = n[0], n_fp = n[1];
+  // The test's own frames (level2, level1, walk_with) are the same; past them GoogleTest's and libc's frames
+  // may lack frame pointers.
+  ASSERT_GE(n_dwarf, 3u);
+  ASSERT_GE(n_fp, 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(dwarf[i], fp[i]) << "frame " << i;
+}
+
+TEST(StackWalk, NoFrameGivesOnlyTheReturnAddress) {
+  static LearnedPredictor p;
+  p.modules().refresh(p.tables());
+  uintptr_t pcs[kMaxFrames];
+  llamalloc::AllocationContext ctx{0x401000, 0, 16};
+  EXPECT_EQ(p.capture_stack(ctx, 0, pcs, kMaxFrames), 1u);
+  uintptr_t garbage[4] = {0x10, 0x20, 0, 0};  // a "frame" whose saved rbp is no frame pointer
+  ctx.stack_address = reinterpret_cast<uintptr_t>(garbage);
+  EXPECT_EQ(p.capture_stack(ctx, mapping_end(ctx.stack_address), pcs, kMaxFrames), 1u);
+}
+
+TEST(ModuleMap, KnowsThisProgramsCodeAndNotItsData) {
+  static LearnedPredictor p;
+  p.modules().refresh(p.tables());
+  Module m;
+  EXPECT_TRUE(p.modules().find(reinterpret_cast<uintptr_t>(&fake_malloc_walk), &m));
+  EXPECT_EQ(m.binary, -1);  // no token tables loaded
+  static int data_word;
+  EXPECT_FALSE(p.modules().find(reinterpret_cast<uintptr_t>(&data_word), &m));
+  EXPECT_FALSE(p.modules().find(0x10, &m));
+}
+
+// ---------------------------------------------------------------- the per-thread caches' memory
+
+// A predictor with a small model file (no token tables: every frame is <unsymbolized>).
+LearnedPredictor& cache_test_predictor() {
+  static LearnedPredictor p;
+  static bool ready = [] {
+    static Image img;
+    build_model(img);
+    std::string path = ::testing::TempDir() + "/caches." + std::to_string(getpid()) + ".model";
+    FILE* f = fopen(path.c_str(), "wb");
+    if (f == nullptr || fwrite(img.bytes, 1, img.size, f) != img.size) return false;
+    fclose(f);
+    char err[256];
+    return p.init(path.c_str(), nullptr, 0, err, sizeof err);
+  }();
+  EXPECT_TRUE(ready);
+  return p;
+}
+
+// Predicts 4096 contexts (distinct return addresses): enough to touch every page of the 2,048-entry cache.
+void predict_many(LearnedPredictor& p) {
+  for (uintptr_t i = 0; i < 4096; ++i) p.predict({0x401000 + 16 * i, 0, 64});
+}
+
+// Runs fn on a thread whose stack is `stack` (bytes), and joins it.
+void run_on_stack(void* stack, size_t bytes, const std::function<void()>& fn) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstack(&attr, stack, bytes), 0);
+  pthread_t t;
+  auto trampoline = [](void* arg) -> void* {
+    (*static_cast<const std::function<void()>*>(arg))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&t, &attr, trampoline, const_cast<std::function<void()>*>(&fn)), 0);
+  pthread_join(t, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+// A thread's cache outlives it for the next thread on the same stack (a program that starts a thread per task
+// would otherwise run the model on every context of every new thread), and leaves the resident set after
+// four trims (the sweeper's passes, about a second) if no such thread comes. A thread on another stack starts
+// from an empty cache and does not take it.
+TEST(PredictionCaches, AnExitedThreadsCacheGoesToTheNextThreadOnItsStackThenLeavesTheResidentSet) {
+  LearnedPredictor& p = cache_test_predictor();
+  constexpr size_t kStack = 1 << 20;
+  void* stacks = mmap(nullptr, 2 * kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(stacks, MAP_FAILED);
+  // Two mappings, so that each stack is a mapping of its own (as glibc's thread stacks are).
+  ASSERT_EQ(mprotect(static_cast<char*>(stacks) + kStack, 4096, PROT_NONE), 0);
+  void* stack_a = stacks;
+  void* stack_b = static_cast<char*>(stacks) + kStack + 4096;
+  // Contexts with a stack height inside stack A, as the heap's entry point gives them.
+  auto predict_on_a = [&] {
+    for (uintptr_t i = 0; i < 256; ++i) p.predict({0x401000 + 16 * i, reinterpret_cast<uintptr_t>(stack_a) + 4096, 64});
+  };
+  llamalloc::PredictionCacheEntry* first = nullptr;
+  uint64_t runs_first = 0, runs_again = 0;
+  run_on_stack(stack_a, kStack, [&] {
+    uint64_t before = p.totals().model_runs;
+    predict_on_a();
+    runs_first = p.totals().model_runs - before;
+    // Again on the same thread: what misses now are the contexts that evict each other in the direct-mapped cache.
+    before = p.totals().model_runs;
+    predict_on_a();
+    runs_again = p.totals().model_runs - before;
+    llamalloc::PredictionCacheView view;
+    ASSERT_TRUE(p.thread_cache(&view));
+    first = view.entries;
+  });
+  ASSERT_EQ(runs_first, 256u);
+  ASSERT_LT(runs_again, 64u);
+  long warm = resident_kib(first);
+  EXPECT_GE(warm, 32) << "the exited thread's cache stays resident for now";
+
+  run_on_stack(stack_b, kStack - 4096, [&] {
+    uint64_t before = p.totals().model_runs;
+    predict_on_a();  // the same keys, from a thread on another stack
+    EXPECT_EQ(p.totals().model_runs - before, 256u) << "a thread on another stack starts from an empty cache";
+    llamalloc::PredictionCacheView view;
+    ASSERT_TRUE(p.thread_cache(&view));
+    EXPECT_NE(view.entries, first) << "it does not take the warm cache of stack A";
+  });
+  run_on_stack(stack_a, kStack, [&] {
+    uint64_t before = p.totals().model_runs;
+    predict_on_a();
+    EXPECT_EQ(p.totals().model_runs - before, runs_again)
+        << "the next thread on stack A finds its contexts cached, as its previous thread would have";
+    llamalloc::PredictionCacheView view;
+    ASSERT_TRUE(p.thread_cache(&view));
+    EXPECT_EQ(view.entries, first);
+  });
+  for (int pass = 0; pass < 3; ++pass) p.trim();
+  EXPECT_GE(resident_kib(first), 32) << "three trims: still warm";
+  p.trim();
+  long after = resident_kib(first);
+  // (What stays is the counters' page of each state used, A's and B's.)
+  EXPECT_LT(after, 32) << "resident KiB of the caches' pool: " << warm << " -> " << after;
+  run_on_stack(stack_a, kStack, [&] {
+    uint64_t before = p.totals().model_runs;
+    predict_on_a();
+    EXPECT_EQ(p.totals().model_runs - before, 256u) << "after the drop the contexts miss again";
+  });
+  munmap(stacks, 2 * kStack);
+}
+
+// ---------------------------------------------------------------- keys shared by call paths
+
+// An allocation entry point as the heap's: the caller's return address and this function's own frame.
+#define LLAMALLOC_FRAMED __attribute__((noinline, optimize("no-omit-frame-pointer")))
+volatile int g_path_a, g_path_b;
+
+LLAMALLOC_FRAMED unsigned fake_entry(LearnedPredictor& p, size_t size) {
+  unsigned lc = p.predict({reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+                           reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), size});
+  asm volatile("" ::: "memory");
+  return lc;
+}
+// A wrapper (redis's zmalloc): every allocation returns into it, at the same stack height from both paths.
+LLAMALLOC_FRAMED unsigned wrapper(LearnedPredictor& p, size_t size) {
+  unsigned lc = fake_entry(p, size);
+  asm volatile("" ::: "memory");
+  return lc;
+}
+LLAMALLOC_FRAMED unsigned path_a(LearnedPredictor& p, size_t size) {
+  g_path_a = 1;
+  unsigned lc = wrapper(p, size);
+  asm volatile("" ::: "memory");
+  return lc;
+}
+LLAMALLOC_FRAMED unsigned path_b(LearnedPredictor& p, size_t size) {
+  g_path_b = 2;
+  unsigned lc = wrapper(p, size);
+  asm volatile("" ::: "memory");
+  return lc;
+}
+
+// Path a or b, always from the same two call sites (a call site is part of a context).
+LLAMALLOC_FRAMED unsigned step(LearnedPredictor& p, bool b, size_t size) {
+  unsigned lc = b ? path_b(p, size) : path_a(p, size);
+  asm volatile("" ::: "memory");
+  return lc;
+}
+
+// Paths a (0) and b (1) in turn, each from the same call sites whichever test line asks: the key of a shared entry
+// takes kDeepKeyFrames (4) callers' return addresses, here path_x, step, steps_inner and steps.
+LLAMALLOC_FRAMED void steps_inner(LearnedPredictor& p, const int* paths, size_t n, size_t size) {
+  for (size_t i = 0; i < n; ++i) step(p, paths[i] != 0, size);
+  asm volatile("" ::: "memory");
+}
+LLAMALLOC_FRAMED void steps(LearnedPredictor& p, std::initializer_list<int> paths, size_t size) {
+  steps_inner(p, paths.begin(), paths.size(), size);
+  asm volatile("" ::: "memory");
+}
+
+// Two call paths of the same depth through a wrapper share one cache key (return address, stack height, size
+// class): the first path's class answered for both. The predictor (every miss, re-prediction, and every
+// kPredictionCheckEvery-th hit on the fast path) compares the callers' tag of the entry with the allocation's:
+// another path marks the key shared, and from then on each path is keyed with its callers too, so each gets its
+// own model run and entry. One path alone never marks its key shared.
+TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
+  static LearnedPredictor p;
+  cache_test_predictor();  // writes the model file
+  std::string path = ::testing::TempDir() + "/caches." + std::to_string(getpid()) + ".model";
+  char err[256];
+  ASSERT_TRUE(p.init(path.c_str(), nullptr, /*repredict_every=*/0, err, sizeof err)) << err;
+  std::thread t([&] {
+    auto runs = [&] { return p.totals().model_runs; };
+    auto shared = [&] { return p.totals().shared_keys; };
+    // One path: one model run, then hits; never shared.
+    uint64_t r0 = runs(), s0 = shared();
+    steps(p, {0, 0, 0, 0, 0, 0}, 256);
+    EXPECT_EQ(runs() - r0, 1u);
+    EXPECT_EQ(shared() - s0, 0u);
+    // Two paths, another size class: a's miss; b comes with other callers, so the key is shared and b gets its
+    // own entry (a model run).
+    r0 = runs();
+    steps(p, {0, 1}, 64);
+    EXPECT_EQ(runs() - r0, 2u) << "b is not served a's entry";
+    EXPECT_EQ(shared() - s0, 1u) << "the key was found shared";
+    steps(p, {0, 1}, 64);
+    EXPECT_EQ(runs() - r0, 3u) << "a gets its own entry too";
+    steps(p, {0, 1, 0, 1}, 64);
+    EXPECT_EQ(runs() - r0, 3u) << "each path hits its own entry";
+    EXPECT_EQ(shared() - s0, 1u);
+  });
+  t.join();
+}
+
+// Bytes of `stack` (filled with 0xA5 before the thread ran) that the thread wrote: from the lowest changed
+// byte to the top.
+size_t stack_used(const unsigned char* stack, size_t bytes) {
+  size_t i = 0;
+  while (i < bytes && stack[i] == 0xA5) ++i;
+  return bytes - i;
+}
+
+// A model run needs little stack below the allocation that asked for it (the DWARF walk, the tokens, the LSTM),
+// so that a thread with a small stack can allocate: the token array and the LSTM buffers are sized by the model
+// in use, not by the largest model (4,096 tokens, 16 KiB; a 6 KiB hidden state).
+TEST(PredictionCaches, AModelRunNeedsLittleStack) {
+  LearnedPredictor& p = cache_test_predictor();
+  constexpr size_t kStack = 1 << 20;
+  uintptr_t first_address = 0x9a1000;  // contexts no other test predicts, new for each thread
+  auto used = [&](bool predict) {
+    void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (stack == MAP_FAILED) {
+      ADD_FAILURE() << "mmap of a " << kStack << "-byte stack failed";
+      return size_t(0);
+    }
+    memset(stack, 0xA5, kStack);
+    uint64_t runs = 0;
+    run_on_stack(stack, kStack, [&] {
+      if (!predict) return;
+      uint64_t before = p.totals().model_runs;
+      for (uintptr_t i = 0; i < 64; ++i) p.predict({first_address + 16 * i, 0, 64});
+      runs = p.totals().model_runs - before;
+    });
+    first_address += 0x10000;
+    if (predict) EXPECT_GE(runs, 32u) << "the contexts ran the model";
+    size_t bytes = stack_used(static_cast<const unsigned char*>(stack), kStack);
+    munmap(stack, kStack);
+    return bytes;
+  };
+  size_t idle = used(false);
+  for (bool dwarf : {false, true}) {
+    p.set_dwarf_unwind(dwarf);
+    size_t predicting = used(true);
+    EXPECT_LE(predicting, idle + 16 * 1024) << (dwarf ? "DWARF walk" : "frame pointers") << ": a thread that only "
+                                            << "starts writes " << idle << " bytes of its stack, with model runs "
+                                            << predicting;
+  }
+  p.set_dwarf_unwind(true);  // the predictor's default, which the other tests expect
+}
+
+// drop_thread_cache (the sweeper, for an idle thread): the pages go, the cache reads as empty (the next
+// prediction of a context runs the model again), and the thread goes on using it.
+TEST(PredictionCaches, ADroppedCacheIsEmptyAndNotResident) {
+  LearnedPredictor& p = cache_test_predictor();
+  std::thread t([&] {
+    predict_many(p);
+    llamalloc::PredictionCacheView view;
+    ASSERT_TRUE(p.thread_cache(&view));
+    const llamalloc::AllocationContext context{0x400000, 0, 64};  // (not among predict_many's)
+    p.predict(context);
+    uint64_t runs = p.totals().model_runs;
+    p.predict(context);
+    EXPECT_EQ(p.totals().model_runs, runs) << "a context seen before is a hit";
+    long before = resident_kib(view.entries);
+    EXPECT_TRUE(p.drop_thread_cache(view));
+    long after = resident_kib(view.entries);
+    EXPECT_GE(before - after, 32) << "resident KiB of the caches' pool: " << before << " -> " << after;
+    for (unsigned i = 0; i < 2048; ++i) EXPECT_EQ(view.entries[i].key, 0u);
+    p.predict(context);
+    EXPECT_EQ(p.totals().model_runs, runs + 1) << "after the drop the context misses";
+    p.predict(context);
+    EXPECT_EQ(p.totals().model_runs, runs + 1) << "and is cached again";
+    static llamalloc::PredictionCacheEntry not_ours[2048];
+    llamalloc::PredictionCacheView foreign = view;
+    foreign.entries = not_ours;
+    EXPECT_FALSE(p.drop_thread_cache(foreign));
+  });
+  t.join();
+}
+
+}  // namespace
