@@ -18,7 +18,7 @@ def popcount(bitmap):
 
 
 def main():
-    heap = gdb.parse_and_eval("'llamalloc::g_global'")
+    heap = gdb.parse_and_eval("'llamalloc::g_page_heap'")
     meta_type = gdb.lookup_type("llamalloc::HugePageMeta")
     stride = (meta_type.sizeof + 4095) // 4096 * 4096  # kPageMetaStride
     total_pages = total_used = total_spans = 0

@@ -21,7 +21,7 @@ inline constexpr size_t kBlockShift = 13;
 inline constexpr size_t kBlockBytes = size_t{1} << kBlockShift;
 inline constexpr size_t kBlocksPerHugePage = kHugePageBytes / kBlockBytes;
 // Slack donation: a huge object whose last huge page would keep at least this many blocks free ends on a page
-// of blocks instead, whose free blocks serve other objects (GlobalAllocator::alloc_huge_locked).
+// of blocks instead, whose free blocks serve other objects (PageHeap::alloc_huge_locked).
 inline constexpr size_t kMinSlackBlocks = 16;
 
 // Size-class spans are whole 16 KiB units of M = 2 blocks (the paper's block span, section 6.1), 16 KiB aligned:
@@ -32,7 +32,7 @@ inline constexpr size_t kBlocksPerSpan = kBlockSpanBytes / kBlockBytes;
 inline constexpr size_t kSpansPerHugePage = kHugePageBytes / kBlockSpanBytes;
 
 // Every object is aligned to 16 bytes because glibc guarantees alignof(max_align_t) == 16 and SSE code
-// depends on it. Small objects (up to 32 KiB) come from size-class spans (local/size_class.h).
+// depends on it. Small objects (up to 32 KiB) come from size-class spans (thread_heap/size_class.h).
 inline constexpr size_t kMinAlignBytes = 16;
 
 // Regions of address space of up to 16 GiB, as in the paper (section 6.1), shared by every lifetime class. They

@@ -51,7 +51,7 @@ struct Out {
 
 }  // namespace
 
-size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
+size_t format_stats_json(PageHeap& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
   return format_stats_json(read_heap_stats(heap, in_signal, unflushed_live), buf, capacity);
 }
 
@@ -111,7 +111,7 @@ bool expand_stats_path(const char* pattern, char* out, size_t capacity) {
   return true;
 }
 
-void print_stats(GlobalAllocator& heap) {
+void print_stats(PageHeap& heap) {
   char json[8192];
   size_t n = format_stats_json(heap, json, sizeof(json) - 1);
   if (n == 0) return;
@@ -124,7 +124,7 @@ void print_stats(GlobalAllocator& heap) {
   }
 }
 
-bool write_stats_file(GlobalAllocator& heap, const char* pattern) {
+bool write_stats_file(PageHeap& heap, const char* pattern) {
   char json[8192];
   size_t n = format_stats_json(heap, json, sizeof(json));
   if (n == 0) return false;

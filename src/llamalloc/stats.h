@@ -1,6 +1,6 @@
 // Statistics: every counter is declared once, here (as mimalloc's MI_STAT_FIELDS), and the statistics JSON
 // (docs/heap.md, "Statistics file") is written from them at exit (LLAMALLOC_STATS=path) without calling malloc.
-// The page heap fills a HeapStats (read_heap_stats, in heap/introspection.cc); this file's formatting reads
+// The page heap fills a HeapStats (read_heap_stats, in page_heap/introspection.cc); this file's formatting reads
 // only that struct, never the page heap itself.
 #pragma once
 
@@ -64,7 +64,7 @@ inline void add_live_bytes(Gauges& g, int64_t delta) {
   }
 }
 
-class GlobalAllocator;
+class PageHeap;
 
 // The gauges of a page heap read together, with the live bytes not yet flushed added (clamped at zero).
 struct GaugeSnapshot {
@@ -84,9 +84,9 @@ struct HeapStats {
 // The statistics of `heap`, its gauges read together under its lock (in a signal handler, which may have
 // interrupted a thread that holds it: the lock is tried for about 10 ms, then the gauges are read without it),
 // with `unflushed_live` (live bytes not yet flushed into the gauges: a signal handler's own thread's delta) added
-// to the live bytes. Defined by the page heap (heap/introspection.cc).
-HeapStats read_heap_stats(GlobalAllocator& heap, bool in_signal = false, int64_t unflushed_live = 0);
-inline GaugeSnapshot read_gauges(GlobalAllocator& heap, bool in_signal = false, int64_t unflushed_live = 0) {
+// to the live bytes. Defined by the page heap (page_heap/introspection.cc).
+HeapStats read_heap_stats(PageHeap& heap, bool in_signal = false, int64_t unflushed_live = 0);
+inline GaugeSnapshot read_gauges(PageHeap& heap, bool in_signal = false, int64_t unflushed_live = 0) {
   return read_heap_stats(heap, in_signal, unflushed_live).gauges;
 }
 
@@ -94,13 +94,13 @@ inline GaugeSnapshot read_gauges(GlobalAllocator& heap, bool in_signal = false, 
 // does not fit. No allocation.
 size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity);
 // The same for `heap` read now (read_heap_stats says what in_signal and unflushed_live do).
-size_t format_stats_json(GlobalAllocator& heap, char* buf, size_t capacity, bool in_signal = false,
+size_t format_stats_json(PageHeap& heap, char* buf, size_t capacity, bool in_signal = false,
                          int64_t unflushed_live = 0);
 // Writes the JSON to `path` through a temporary file and rename(2). false (and errno) on failure. "%p" in the
 // path becomes the process id (every process that inherits LLAMALLOC_STATS writes the file at its exit).
-bool write_stats_file(GlobalAllocator& heap, const char* path);
+bool write_stats_file(PageHeap& heap, const char* path);
 // Writes the JSON, and a newline, to stderr (llamalloc_stats_print). No allocation.
-void print_stats(GlobalAllocator& heap);
+void print_stats(PageHeap& heap);
 // `pattern` with %p replaced by the process id; false if it does not fit.
 bool expand_stats_path(const char* pattern, char* out, size_t capacity);
 // The path of a snapshot beside the file at exit: `pattern` expanded, with ".TAG" before a final ".json" (or

@@ -3,7 +3,7 @@
 // Python copy; python/tests/test_vocabulary.py checks the two agree (llamalloc-options --vocabulary prints
 // this header's values as JSON).
 //
-// Not here: the heap's own size classes (local/size_class.h: the sizes of the blocks a span is cut into) and the
+// Not here: the heap's own size classes (thread_heap/size_class.h: the sizes of the blocks a span is cut into) and the
 // simulator's (src/sim/size_classes.h: the size classes of the simulated TCMalloc- and Mesh-like heaps).
 #pragma once
 

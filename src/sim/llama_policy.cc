@@ -11,8 +11,8 @@
 
 #include "alloc/heap_config.h"
 #include "alloc/realloc_rule.h"
-#include "heap/heap.h"
-#include "local/local.h"
+#include "page_heap/page_heap.h"
+#include "thread_heap/thread_heap.h"
 #include "pal/pal.h"
 #include "sim/heap_options.h"
 
@@ -111,16 +111,16 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
       placed_(1 << 16) {
   HeapConfig config = heap_config_of(options_.heap_options);
   config.num_classes = kMaxClasses;
-  global_ = std::make_unique<GlobalAllocator>(*platform_, *clock_, config);
+  global_ = std::make_unique<PageHeap>(*platform_, *clock_, config);
   // Long-lived classes from one heap for all threads, as in the library (LLAMALLOC_SHARED_CLASS): from the
   // trace's second thread on (heap_for).
-  shared_heap_ = std::make_unique<LocalHeap>();
+  shared_heap_ = std::make_unique<ThreadHeap>();
   std::sort(options_.snapshot_times_ns.begin(), options_.snapshot_times_ns.end());
 }
 
 LlamaPolicy::~LlamaPolicy() = default;
 
-LocalHeap& LlamaPolicy::heap_for(uint32_t thread) {
+ThreadHeap& LlamaPolicy::heap_for(uint32_t thread) {
   // Each traced thread allocates from its own thread-local heap, as it did in the process.
   uint64_t key = uint64_t{thread} + 1;
   uint32_t index;
@@ -128,7 +128,7 @@ LocalHeap& LlamaPolicy::heap_for(uint32_t thread) {
     index = *i;
   } else {
     index = static_cast<uint32_t>(threads_.size());
-    threads_.push_back(ThreadState{std::make_unique<LocalHeap>(), 0, false});
+    threads_.push_back(ThreadState{std::make_unique<ThreadHeap>(), 0, false});
     heaps_.put(key, index);
     if (threads_.size() == 2 && global_->shared_class_min() < kMaxClasses) global_->set_shared_heap(shared_heap_.get());
   }
@@ -149,7 +149,7 @@ void LlamaPolicy::release_idle_threads() {
   }
   // The shared heap of long-lived classes: swept like a thread heap after an idle period (the sweeper thread).
   if (shared_holds_spans_ && now_ns_ - shared_last_alloc_ns_ >= options_.thread_idle_ns) {
-    LocalAllocator::release_all(*global_, *shared_heap_);
+    ThreadHeapOps::release_all(*global_, *shared_heap_);
     shared_holds_spans_ = false;
   }
   for (ThreadState& t : threads_) {
@@ -168,7 +168,7 @@ void LlamaPolicy::release_idle_threads() {
     if (idle || swept) {
       // What the library's sweeper does to a heap (and its thread destructor at exit).
       tl_heap = t.heap.get();
-      LocalAllocator::release_all(*global_, *t.heap);
+      ThreadHeapOps::release_all(*global_, *t.heap);
       tl_heap = &g_empty_heap;
       if (idle) {
         ++idle_threads_released_;
@@ -188,10 +188,10 @@ void LlamaPolicy::at_exit() {
   for (ThreadState& t : threads_) {
     if (!t.holds_spans) continue;
     tl_heap = t.heap.get();
-    LocalAllocator::release_all(*global_, *t.heap);
+    ThreadHeapOps::release_all(*global_, *t.heap);
     t.holds_spans = false;
   }
-  LocalAllocator::release_all(*global_, *shared_heap_);
+  ThreadHeapOps::release_all(*global_, *shared_heap_);
   shared_holds_spans_ = false;
   tl_heap = &g_empty_heap;
 }
@@ -215,19 +215,19 @@ void LlamaPolicy::allocate(const ObjectAlloc& object) {
   size_t size = object.size_bytes;
   size_t alignment = std::max<size_t>(object.alignment_bytes, kMinAlignBytes);
   if (alignment & (alignment - 1)) alignment = kMinAlignBytes;  // not a power of two: malloc's default
-  // The library's one allocation entry point below its fast path (src/llamalloc/local/local.h).
-  LocalHeap& heap = heap_for(object.thread);
+  // The library's one allocation entry point below its fast path (src/llamalloc/thread_heap/thread_heap.h).
+  ThreadHeap& heap = heap_for(object.thread);
   tl_heap = &heap;
   unsigned sc = classify(size, alignment);
-  bool shared = sc != kLargeRequest && LocalAllocator::uses_shared_heap(*global_, heap, lc);
+  bool shared = sc != kLargeRequest && ThreadHeapOps::uses_shared_heap(*global_, heap, lc);
   if (shared) {
     shared_last_alloc_ns_ = now_ns_;
     shared_holds_spans_ = true;
   }
-  // The library's slow path (malloc_slow) runs when its fast path misses (misses_fast_path, local/local.h), and
+  // The library's slow path (malloc_slow) runs when its fast path misses (misses_fast_path, thread_heap/thread_heap.h), and
   // for a long-lived class that the shared thread heap serves. The sweeper sees it (slow_ops).
   if (shared || misses_fast_path(heap, lc, sc, alignment)) owner_count_slow(&heap);
-  void* p = LocalAllocator::allocate(*global_, heap, lc, size, alignment);
+  void* p = ThreadHeapOps::allocate(*global_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
   placed_.put(object.address, Placed{reinterpret_cast<uint64_t>(p), object.size_bytes, object.stack_id});
 }
@@ -240,7 +240,7 @@ void LlamaPolicy::free(uint64_t, uint64_t address, uint64_t, uint32_t thread) {
   Placed placed;
   if (!placed_.erase(address, &placed)) return;
   tl_heap = &heap_for(thread);  // the freeing thread, as in the process
-  LocalAllocator::deallocate(*global_, tl_heap, reinterpret_cast<void*>(placed.address));
+  ThreadHeapOps::deallocate(*global_, tl_heap, reinterpret_cast<void*>(placed.address));
 }
 
 uint64_t LlamaPolicy::footprint_bytes() const { return global_->gauges().footprint_bytes; }

@@ -1,5 +1,5 @@
 // llama-oracle: the traced objects replayed through the real llamalloc heap (src/llamalloc: the same
-// GlobalAllocator and thread-local LocalAllocator code as libllamalloc.so) on a simulation platform and
+// PageHeap and thread-local ThreadHeapOps code as libllamalloc.so) on a simulation platform and
 // the trace's clock, each object allocated in its true lifetime class (from its own free time in the
 // trace; never freed = kNeverFreedClass). Footprint is the heap's own: huge pages open or active in its
 // bookkeeping, i.e. the bytes the platform has backed and not yet released.
@@ -16,8 +16,8 @@
 #include "sim/policy.h"
 
 namespace llamalloc {
-class GlobalAllocator;
-struct LocalHeap;
+class PageHeap;
+struct ThreadHeap;
 }  // namespace llamalloc
 
 namespace llamalloc::sim {
@@ -80,20 +80,20 @@ class LlamaPolicy final : public Policy {
 
   // Bytes the simulation platform has backed (must equal footprint_bytes(): a cross-check).
   uint64_t platform_backed_bytes() const;
-  GlobalAllocator& heap() { return *global_; }
+  PageHeap& heap() { return *global_; }
   // Appends a snapshot of every huge page in use (JSON) to the summary's "snapshots".
   void take_snapshot(uint64_t time_ns);
 
  private:
-  LocalHeap& heap_for(uint32_t thread);
+  ThreadHeap& heap_for(uint32_t thread);
   void release_idle_threads();
 
   LlamaOptions options_;
   std::unique_ptr<SimPlatform> platform_;
   std::unique_ptr<TraceClock> clock_;
-  std::unique_ptr<GlobalAllocator> global_;
+  std::unique_ptr<PageHeap> global_;
   struct ThreadState {
-    std::unique_ptr<LocalHeap> heap;
+    std::unique_ptr<ThreadHeap> heap;
     uint64_t last_event_ns = 0;
     bool holds_spans = false;
     // The sweeper's bookkeeping (sweep_idle_heaps): slow paths at the last pass, passes since one changed them.
@@ -102,7 +102,7 @@ class LlamaPolicy final : public Policy {
   };
   FlatMap<uint32_t> heaps_;                // trace thread id + 1 -> index in threads_
   std::vector<ThreadState> threads_;
-  std::unique_ptr<LocalHeap> shared_heap_;
+  std::unique_ptr<ThreadHeap> shared_heap_;
   uint64_t shared_last_alloc_ns_ = 0;
   bool shared_holds_spans_ = false;
   uint64_t idle_threads_released_ = 0;

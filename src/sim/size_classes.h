@@ -1,7 +1,7 @@
 // The size classes of the comparison heaps (mesh-*, tcmalloc-*): a size class is a block size, and an object
 // takes the block of the smallest class that holds it. 16-byte steps up to 1 KiB (so that no class wastes more
 // than 15 bytes where most objects are), then four classes per power of two up to 256 KiB (at most 25% waste),
-// TCMalloc's and jemalloc's shape. These are not the library's size classes (local/size_class.h, which
+// TCMalloc's and jemalloc's shape. These are not the library's size classes (thread_heap/size_class.h, which
 // llama-* replays through the real heap): the comparison heaps stand for other allocators, with their tables.
 #pragma once
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "heap/heap.h"
+#include "page_heap/page_heap.h"
 #include "pal/pal.h"
 
 namespace llamalloc::testing {

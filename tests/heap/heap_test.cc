@@ -278,10 +278,10 @@ TEST(HeapTest, AWindowOfLiveObjectsThatFillsItsSpanStaysOnTheFastPath) {
 // Without a sweeper, the slow path is where a single-threaded program runs its page passes, so one such free in
 // kEmptyFreesPerSlowPath still takes it. (Both cases set the flag the library sets when its sweeper starts.)
 TEST(HeapTest, APairThatEmptiesItsSpanStaysOnTheFastPath) {
-  const bool sweeper = LocalAllocator::sweeper_running_.load();
+  const bool sweeper = ThreadHeapOps::sweeper_running_.load();
   std::thread([] {
     for (bool with_sweeper : {true, false}) {
-      LocalAllocator::set_sweeper_running(with_sweeper);
+      ThreadHeapOps::set_sweeper_running(with_sweeper);
       for (size_t size : {1024, 4096, 8000}) {
         for (int i = 0; i < 100; ++i) heap_free(heap_malloc(size));  // (warm-up: the thread's heap, its span)
         uint32_t before = tl_heap->slow_ops.load();
@@ -302,7 +302,7 @@ TEST(HeapTest, APairThatEmptiesItsSpanStaysOnTheFastPath) {
     }
     check_heap();
   }).join();
-  LocalAllocator::set_sweeper_running(sweeper);
+  ThreadHeapOps::set_sweeper_running(sweeper);
 }
 
 TEST(HeapTest, MallocZeroAndUsableSize) {
@@ -413,16 +413,16 @@ TEST(HeapTest, AlignedEntryPoints) {
 }
 
 TEST(HeapTest, ExplicitLifetimeClassPlacesObjectsOnPagesOfThatClassOrLonger) {
-  for (unsigned c = 0; c < g_global.num_classes(); ++c) {
+  for (unsigned c = 0; c < g_page_heap.num_classes(); ++c) {
     void* p = heap_malloc_class(64, c);
     void* big = heap_malloc_class(100000, c);
-    EXPECT_GE(g_global.page_info(reinterpret_cast<uintptr_t>(p)).lifetime_class, c);
-    EXPECT_GE(g_global.page_info(reinterpret_cast<uintptr_t>(big)).lifetime_class, c);
+    EXPECT_GE(g_page_heap.page_info(reinterpret_cast<uintptr_t>(p)).lifetime_class, c);
+    EXPECT_GE(g_page_heap.page_info(reinterpret_cast<uintptr_t>(big)).lifetime_class, c);
     heap_free(p);
     heap_free(big);
   }
   void* never = heap_malloc_class(64, 1000);  // beyond the classes: never freed
-  EXPECT_EQ(g_global.page_info(reinterpret_cast<uintptr_t>(never)).lifetime_class, g_global.num_classes() - 1);
+  EXPECT_EQ(g_page_heap.page_info(reinterpret_cast<uintptr_t>(never)).lifetime_class, g_page_heap.num_classes() - 1);
   heap_free(never);
 }
 
@@ -448,23 +448,23 @@ TEST(HeapTest, ExhaustionGivesEnomemAndBadAlloc) {
 
 TEST(HeapTest, SpansOfAnExitedThreadGoBackOnceOtherThreadsFreeTheirObjects) {
   std::vector<void*> objects;
-  uint64_t spans_before = g_global.counters().block_spans_handed_out.load();
+  uint64_t spans_before = g_page_heap.counters().block_spans_handed_out.load();
   std::thread t([&] {
     for (int i = 0; i < 20000; ++i) objects.push_back(heap_malloc(100));
   });
   t.join();
-  EXPECT_GT(g_global.counters().block_spans_handed_out.load(), spans_before);
+  EXPECT_GT(g_page_heap.counters().block_spans_handed_out.load(), spans_before);
   std::set<SmallSpan*> spans;
-  for (void* p : objects) spans.insert(LocalAllocator::span_of(g_global, p));
+  for (void* p : objects) spans.insert(ThreadHeapOps::span_of(g_page_heap, p));
   for (SmallSpan* s : spans) {
     EXPECT_FALSE(s->queued) << "the exited thread's spans are off its queues";
     EXPECT_EQ(s->xfree.load() & kXfreeStateMask, kXfreeFull) << "and marked, so that a free into them notifies";
   }
   for (void* p : objects) heap_free(p);  // every one a free into an abandoned heap
-  EXPECT_TRUE(LocalAllocator::reclaim_pending.load());
+  EXPECT_TRUE(ThreadHeapOps::reclaim_pending.load());
   // The next slow path that takes new memory reclaims; here, directly.
-  LocalAllocator::reclaim_abandoned(g_global, *LocalAllocator::pool_);
-  for (void* p : objects) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "span given back";
+  ThreadHeapOps::reclaim_abandoned(g_page_heap, *ThreadHeapOps::pool_);
+  for (void* p : objects) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "span given back";
   check_heap();
 }
 
@@ -483,14 +483,14 @@ TEST(HeapTest, CollectGivesBackTheCallingThreadsEmptySpansAndItsRemoteFrees) {
     step = 1;
     while (step.load() != 2) std::this_thread::yield();
     std::set<SmallSpan*> held;
-    for (void* p : mine) held.insert(LocalAllocator::span_of(g_global, p));
-    for (void* p : theirs) held.insert(LocalAllocator::span_of(g_global, p));
+    for (void* p : mine) held.insert(ThreadHeapOps::span_of(g_page_heap, p));
+    for (void* p : theirs) held.insert(ThreadHeapOps::span_of(g_page_heap, p));
     held.erase(nullptr);
     EXPECT_FALSE(held.empty()) << "before: the thread still holds spans with no live object";
     heap_collect();
-    for (void* p : mine) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "empty span given back";
-    for (void* p : theirs) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "remotely emptied, given back";
-    EXPECT_NE(LocalAllocator::span_of(g_global, kept), nullptr) << "a span with a live object stays";
+    for (void* p : mine) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "empty span given back";
+    for (void* p : theirs) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "remotely emptied, given back";
+    EXPECT_NE(ThreadHeapOps::span_of(g_page_heap, kept), nullptr) << "a span with a live object stays";
     check_heap();
     step = 3;
   });
@@ -527,17 +527,17 @@ TEST(HeapTest, SweepGivesBackTheSpansOfAnIdleThreadFromAnotherThread) {
   while (step.load() != 1) std::this_thread::yield();
   for (void* p : theirs) heap_free(p);  // remote frees into the sleeper's spans
   std::set<SmallSpan*> held;
-  for (void* p : mine) held.insert(LocalAllocator::span_of(g_global, p));
-  for (void* p : theirs) held.insert(LocalAllocator::span_of(g_global, p));
+  for (void* p : mine) held.insert(ThreadHeapOps::span_of(g_page_heap, p));
+  for (void* p : theirs) held.insert(ThreadHeapOps::span_of(g_page_heap, p));
   held.erase(nullptr);
   EXPECT_FALSE(held.empty()) << "before: the sleeping thread holds spans with no live object";
-  uint64_t sweeps = g_global.counters().idle_heap_sweeps.load();
+  uint64_t sweeps = g_page_heap.counters().idle_heap_sweeps.load();
   // The worker has run slow paths since it was last swept (never): this pass sweeps it.
   EXPECT_GE(sweep_idle_heaps(), 1u);
-  EXPECT_GT(g_global.counters().idle_heap_sweeps.load(), sweeps);
-  for (void* p : mine) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "empty span given back";
-  for (void* p : theirs) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "remotely emptied, given back";
-  EXPECT_NE(LocalAllocator::span_of(g_global, kept), nullptr) << "a span with a live object stays";
+  EXPECT_GT(g_page_heap.counters().idle_heap_sweeps.load(), sweeps);
+  for (void* p : mine) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "empty span given back";
+  for (void* p : theirs) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "remotely emptied, given back";
+  EXPECT_NE(ThreadHeapOps::span_of(g_page_heap, kept), nullptr) << "a span with a live object stays";
   // A heap already swept and still idle is left alone on the next pass.
   EXPECT_EQ(sweep_idle_heaps(), 0u);
   step = 2;
@@ -607,7 +607,7 @@ TEST(HeapTest, TheSweeperDropsThePredictionCacheOfAThreadIdleForASecond) {
     check_heap();
   });
   while (entries.load() == nullptr) std::this_thread::yield();
-  uint64_t dropped = g_global.counters().prediction_caches_dropped.load();
+  uint64_t dropped = g_page_heap.counters().prediction_caches_dropped.load();
   for (int s = 1; s <= 6; ++s) {
     sweep_idle_heaps();
     step = s;
@@ -620,7 +620,7 @@ TEST(HeapTest, TheSweeperDropsThePredictionCacheOfAThreadIdleForASecond) {
     EXPECT_EQ(predictor_with_cache.drops.load(), pass == idle_passes ? 1 : 0) << "idle pass " << pass;
   }
   EXPECT_EQ(predictor_with_cache.dropped_entries.load(), entries.load());
-  EXPECT_EQ(g_global.counters().prediction_caches_dropped.load(), dropped + 1);
+  EXPECT_EQ(g_page_heap.counters().prediction_caches_dropped.load(), dropped + 1);
   for (int pass = 1; pass <= 8; ++pass) sweep_idle_heaps();
   EXPECT_EQ(predictor_with_cache.drops.load(), 1) << "dropped once, not at every pass";
   step = 100;
@@ -653,11 +653,11 @@ TEST(HeapTest, SweepsOfBusyThreadsBetweenTheirCallsLoseNothing) {
 // each make a few long-lived objects of a few sizes share one span per size class instead of having one each,
 // and any thread frees them; once all are freed the sweep gives the spans back.
 TEST(HeapTest, LongLivedClassesComeFromOneHeapSharedByAllThreads) {
-  ASSERT_EQ(g_global.shared_class_min(), 3u);
+  ASSERT_EQ(g_page_heap.shared_class_min(), 3u);
   // The shared heap is used from the process's second thread heap on.
   heap_free(heap_malloc(16));
   std::thread([] { heap_free(heap_malloc(16)); }).join();
-  LocalHeap* shared = g_global.shared_heap();
+  ThreadHeap* shared = g_page_heap.shared_heap();
   ASSERT_NE(shared, nullptr);
   std::mutex mu;
   std::vector<std::pair<unsigned char*, size_t>> objects;
@@ -672,7 +672,7 @@ TEST(HeapTest, LongLivedClassesComeFromOneHeapSharedByAllThreads) {
       }
     // A short-lived object still comes from the thread's own spans.
     void* mine = heap_malloc_class(100, 0);
-    EXPECT_EQ(LocalAllocator::span_of(g_global, mine)->owner, tl_heap);
+    EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, mine)->owner, tl_heap);
     heap_free(mine);
   };
   std::vector<std::thread> threads;
@@ -681,7 +681,7 @@ TEST(HeapTest, LongLivedClassesComeFromOneHeapSharedByAllThreads) {
   // Per (class, size class): as few spans as the objects need (the threads' objects packed together).
   std::map<std::pair<unsigned, unsigned>, std::pair<std::set<SmallSpan*>, uint32_t>> groups;
   for (auto& [p, size] : objects) {
-    SmallSpan* s = LocalAllocator::span_of(g_global, p);
+    SmallSpan* s = ThreadHeapOps::span_of(g_page_heap, p);
     ASSERT_NE(s, nullptr);
     EXPECT_EQ(s->owner, shared) << "a long-lived object in a thread's own span";
     EXPECT_GE(s->lifetime_class, 4u);
@@ -701,7 +701,7 @@ TEST(HeapTest, LongLivedClassesComeFromOneHeapSharedByAllThreads) {
   }).join();
   for (size_t i = 1; i < objects.size(); i += 2) heap_free(objects[i].first);
   heap_collect();
-  for (auto& [p, size] : objects) EXPECT_EQ(LocalAllocator::span_of(g_global, p), nullptr) << "span given back";
+  for (auto& [p, size] : objects) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "span given back";
   check_heap();
 }
 
@@ -711,7 +711,7 @@ TEST(HeapTest, LongLivedClassesComeFromOneHeapSharedByAllThreads) {
 TEST(HeapTest, FreesIntoTheSharedHeapAreTakenInWithoutASweeper) {
   heap_free(heap_malloc(16));
   std::thread([] { heap_free(heap_malloc(16)); }).join();
-  LocalHeap* shared = g_global.shared_heap();
+  ThreadHeap* shared = g_page_heap.shared_heap();
   ASSERT_NE(shared, nullptr);
   constexpr size_t kSize = 100;
   std::vector<void*> objects(4000);
@@ -725,7 +725,7 @@ TEST(HeapTest, FreesIntoTheSharedHeapAreTakenInWithoutASweeper) {
   b.join();
   std::set<SmallSpan*> before;
   for (void* p : objects) {
-    SmallSpan* s = LocalAllocator::span_of(g_global, p);
+    SmallSpan* s = ThreadHeapOps::span_of(g_page_heap, p);
     ASSERT_NE(s, nullptr);
     EXPECT_EQ(s->owner, shared);
     before.insert(s);
@@ -737,11 +737,11 @@ TEST(HeapTest, FreesIntoTheSharedHeapAreTakenInWithoutASweeper) {
   }).join();
   std::set<SmallSpan*> after;
   for (void* p : objects)
-    if (SmallSpan* s = LocalAllocator::span_of(g_global, p)) after.insert(s);
+    if (SmallSpan* s = ThreadHeapOps::span_of(g_page_heap, p)) after.insert(s);
   EXPECT_LE(after.size(), 2u) << before.size() << " spans before the frees";
   // And the memory is used again for the same class and size.
   void* again = heap_malloc_class(kSize, 5);
-  EXPECT_TRUE(after.count(LocalAllocator::span_of(g_global, again)) == 1 || after.empty());
+  EXPECT_TRUE(after.count(ThreadHeapOps::span_of(g_page_heap, again)) == 1 || after.empty());
   heap_free(again);
   check_heap();
 }

@@ -140,13 +140,13 @@ void expect_complete_and_sane(const Json& j) {
 
 TEST(StatsTest, JsonHasEveryDesignFieldAndTracksLiveBytes) {
   flush_live_bytes();
-  double live_before = double(g_global.gauges().live_bytes.load());
+  double live_before = double(g_page_heap.gauges().live_bytes.load());
   std::vector<void*> objs;
   // 10240 B is a size class: live bytes count the usable bytes of small objects (see docs/heap.md).
   for (int i = 0; i < 1000; ++i) objs.push_back(heap_malloc(10240));  // 10 MB live
   flush_live_bytes();
   char buf[8192];
-  ASSERT_GT(format_stats_json(g_global, buf, sizeof(buf)), 0u);
+  ASSERT_GT(format_stats_json(g_page_heap, buf, sizeof(buf)), 0u);
   Json j = JsonReader(buf).parse();
   expect_complete_and_sane(j);
   EXPECT_EQ(j.fields.at("live_bytes").number, live_before + 1000 * 10240);
@@ -154,7 +154,7 @@ TEST(StatsTest, JsonHasEveryDesignFieldAndTracksLiveBytes) {
   EXPECT_GE(j.fields.at("counters").fields.at("block_spans_handed_out").number, 0);
   for (void* p : objs) heap_free(p);
   flush_live_bytes();
-  ASSERT_GT(format_stats_json(g_global, buf, sizeof(buf)), 0u);
+  ASSERT_GT(format_stats_json(g_page_heap, buf, sizeof(buf)), 0u);
   Json after = JsonReader(buf).parse();
   EXPECT_EQ(after.fields.at("live_bytes").number, live_before);
   EXPECT_GE(after.fields.at("peak_live_bytes").number, 1000 * 10000);
@@ -162,14 +162,14 @@ TEST(StatsTest, JsonHasEveryDesignFieldAndTracksLiveBytes) {
 
 TEST(StatsTest, FileIsWrittenWholeThroughRename) {
   std::string path = ::testing::TempDir() + "/llamalloc_stats_test.json";
-  ASSERT_TRUE(write_stats_file(g_global, path.c_str()));
+  ASSERT_TRUE(write_stats_file(g_page_heap, path.c_str()));
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   expect_complete_and_sane(JsonReader(ss.str()).parse());
   EXPECT_NE(access(path.c_str(), F_OK), -1);
   EXPECT_EQ(access((path + ".tmp").c_str(), F_OK), -1) << "no temporary left behind";
-  EXPECT_FALSE(write_stats_file(g_global, "/nonexistent-dir/x.json"));
+  EXPECT_FALSE(write_stats_file(g_page_heap, "/nonexistent-dir/x.json"));
   char expanded[64];
   ASSERT_TRUE(expand_stats_path("s.%p.json", expanded, sizeof(expanded)));
   EXPECT_EQ(std::string(expanded), "s." + std::to_string(getpid()) + ".json");
@@ -335,8 +335,8 @@ TEST(PredictorTest, EveryAllocationPredictorSeesEachAllocationAndPlacesByClass) 
   void* c = heap_malloc(777);
   set_predictor(before);
   EXPECT_EQ(p.calls, 3);
-  EXPECT_GE(g_global.page_info(reinterpret_cast<uintptr_t>(a)).lifetime_class, 5u);
-  EXPECT_GE(g_global.page_info(reinterpret_cast<uintptr_t>(c)).lifetime_class, 5u);
+  EXPECT_GE(g_page_heap.page_info(reinterpret_cast<uintptr_t>(a)).lifetime_class, 5u);
+  EXPECT_GE(g_page_heap.page_info(reinterpret_cast<uintptr_t>(c)).lifetime_class, 5u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(c) & ~(kBlockSpanBytes - 1), reinterpret_cast<uintptr_t>(a) & ~(kBlockSpanBytes - 1))
       << "same class, same span";
   heap_free(a);

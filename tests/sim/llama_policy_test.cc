@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "local/local.h"
+#include "thread_heap/thread_heap.h"
 #include "sim/engine.h"
 #include "test_events.h"
 
@@ -106,7 +106,7 @@ class StackIsClass final : public ClassSource {
 };
 
 // The library's options reach the replay's heap (LlamaOptions::heap_options, `simulate --heap-option`): here
-// DENSE_FIRST, replayed on the heap test's case (global_allocator_test.cc, DenseFirst): two full class-2 pages A
+// DENSE_FIRST, replayed on the heap test's case (page_heap_test.cc, DenseFirst): two full class-2 pages A
 // and B; B loses 2 objects, then A loses 28; a class-1 object recycles class 2's free blocks, then A's last 4
 // objects go. With DENSE_FIRST=1 the object lands on B, the fuller page, and A goes back whole; with 0 it lands
 // on A, which got a free block last, and keeps it.
@@ -258,9 +258,9 @@ TEST(LlamaPolicy, SpansOfAnIdleThreadThatOtherThreadsEmptyGoBackAtTheSweepersPer
 namespace llamalloc::sim {
 namespace {
 
-// The fast path's miss rule that the replay counts slow paths by (misses_fast_path, local/local.h).
+// The fast path's miss rule that the replay counts slow paths by (misses_fast_path, thread_heap/thread_heap.h).
 TEST(RefillRule, FastPathMissesOnLargeAlignedOrEmpty) {
-  LocalHeap heap;  // every span the static empty one
+  ThreadHeap heap;  // every span the static empty one
   unsigned sc = classify(64, kMinAlignBytes);
   EXPECT_TRUE(misses_fast_path(heap, 1, sc, kMinAlignBytes));
   EXPECT_TRUE(misses_fast_path(heap, 1, kLargeRequest, kMinAlignBytes));

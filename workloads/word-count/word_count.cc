@@ -70,7 +70,7 @@ inline std::uint64_t fnv1a64(std::string_view text) {
 }
 
 // Runs body(worker) on `threads` fresh threads and joins them: each stage gets its own threads, as the
-// stages of a dataflow runtime do, so thread-local allocator state comes and goes with them.
+// stages of a dataflow runtime do, so thread-thread heap state comes and goes with them.
 template <typename Body>
 void run_on_threads(int threads, Body&& body) {
   std::vector<std::thread> pool;

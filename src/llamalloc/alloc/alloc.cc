@@ -4,7 +4,7 @@
 //
 // Rules, and why:
 // - A slow path that works on the calling thread's heap enters it as its owner (owner_enter) and waits for a
-//   sweep requested before (the sweep handshake, local/local.h), so that no sweeper works on the heap meanwhile.
+//   sweep requested before (the sweep handshake, thread_heap/thread_heap.h), so that no sweeper works on the heap meanwhile.
 // - The predictor runs outside that handshake: a model run may allocate, and the nested allocation's owner_exit
 //   must not end the outer one's turn.
 // - A failure sets errno (ENOMEM when memory runs out, EINVAL for an alignment that is not allowed;
@@ -26,18 +26,18 @@
 namespace llamalloc {
 
 void check_heap() {
-  g_global.check_invariants();
-  LocalHeap* h = tl_heap;
+  g_page_heap.check_invariants();
+  ThreadHeap* h = tl_heap;
   owner_enter(h);
-  if (h != &g_empty_heap && sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
-  LLAMALLOC_CHECK(h->check(g_global), "invariant: thread heap inconsistent");
+  if (h != &g_empty_heap && sweep_requested(h)) ThreadHeapOps::wait_for_sweep(*h);
+  LLAMALLOC_CHECK(h->check(g_page_heap), "invariant: thread heap inconsistent");
   owner_exit(h);
 }
 
 namespace {
 // The allocation, once the slow path has entered the thread heap h: the prediction when the fast path had none,
 // then the thread heap's allocation.
-void* malloc_slow_entered(LocalHeap* h, size_t size, size_t alignment, unsigned lc, uintptr_t return_address,
+void* malloc_slow_entered(ThreadHeap* h, size_t size, size_t alignment, unsigned lc, uintptr_t return_address,
                           uintptr_t stack_address) {
   if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   if (lc == kPredictClass) {
@@ -47,7 +47,7 @@ void* malloc_slow_entered(LocalHeap* h, size_t size, size_t alignment, unsigned 
     owner_exit(h);
     lc = clamp_class(g_predictor_ptr->predict(context));
     owner_enter(h);
-    if (LLAMALLOC_UNLIKELY(sweep_requested(h))) LocalAllocator::wait_for_sweep(*h);
+    if (LLAMALLOC_UNLIKELY(sweep_requested(h))) ThreadHeapOps::wait_for_sweep(*h);
     h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(lc);
     // The first prediction of a thread with a cached predictor hands its cache to the fast path.
     if (g_every_allocation && h->prediction_cache.entries == nullptr)
@@ -55,7 +55,7 @@ void* malloc_slow_entered(LocalHeap* h, size_t size, size_t alignment, unsigned 
   } else {
     lc = clamp_class(lc);
   }
-  void* p = LocalAllocator::allocate(g_global, *h, lc, size, alignment);
+  void* p = ThreadHeapOps::allocate(g_page_heap, *h, lc, size, alignment);
   debug_check_heap();
   return p;
 }
@@ -63,13 +63,13 @@ void* malloc_slow_entered(LocalHeap* h, size_t size, size_t alignment, unsigned 
 
 void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_address, uintptr_t stack_address) {
   if (stack_address == 0) stack_address = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  LocalHeap* h = thread_heap();
+  ThreadHeap* h = thread_heap();
   if (h == nullptr) {
     errno = ENOMEM;
     return nullptr;
   }
   owner_enter(h);
-  if (LLAMALLOC_UNLIKELY(sweep_requested(h))) LocalAllocator::wait_for_sweep(*h);
+  if (LLAMALLOC_UNLIKELY(sweep_requested(h))) ThreadHeapOps::wait_for_sweep(*h);
   owner_count_slow(h);
   void* p = malloc_slow_entered(h, size, alignment, lc, return_address, stack_address);
   owner_exit(h);
@@ -79,16 +79,16 @@ void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_a
 
 void free_slow(void* p) {
   if (p == nullptr) return;
-  LocalAllocator::deallocate(g_global, tl_heap, p);
+  ThreadHeapOps::deallocate(g_page_heap, tl_heap, p);
   if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   debug_check_heap();
   maybe_pass_inline();
 }
 
 void* heap_malloc_class(size_t size, unsigned lifetime_class) {
-  LocalHeap* h = tl_heap;
+  ThreadHeap* h = tl_heap;
   lifetime_class = lifetime_class < kMaxClasses ? lifetime_class : kMaxClasses - 1;
-  if (size <= kSmallMaxBytes && h != &g_empty_heap && lifetime_class < g_global.num_classes()) {
+  if (size <= kSmallMaxBytes && h != &g_empty_heap && lifetime_class < g_page_heap.num_classes()) {
     owner_enter(h);
     if (!sweep_requested(h)) {
       SmallSpan* s = h->spans[lifetime_class][size_class_of(size)];
@@ -113,14 +113,14 @@ void* heap_calloc(size_t count, size_t size) {
   void* p = heap_malloc(total);
   // A huge object on fresh huge pages needs no memset: the kernel zeroed them. One on pages from the page
   // cache (HeapConfig::page_cache_pages) does.
-  if (p != nullptr && (total <= kHugePageBytes || g_global.huge_object_recycled(p))) memset(p, 0, total);
+  if (p != nullptr && (total <= kHugePageBytes || g_page_heap.huge_object_recycled(p))) memset(p, 0, total);
   return p;
 }
 
 size_t heap_usable_size(const void* p) {
   if (p == nullptr) return 0;
-  if (SmallSpan* s = LocalAllocator::span_of(g_global, p)) return LocalAllocator::usable_size(s);
-  return g_global.large_usable_size(p);
+  if (SmallSpan* s = ThreadHeapOps::span_of(g_page_heap, p)) return ThreadHeapOps::usable_size(s);
+  return g_page_heap.large_usable_size(p);
 }
 
 void* heap_realloc(void* p, size_t size) {
@@ -130,20 +130,20 @@ void* heap_realloc(void* p, size_t size) {
     return nullptr;
   }
   size_t usable;
-  if (SmallSpan* s = LocalAllocator::span_of(g_global, p)) {
-    LocalHeap* h = tl_heap;
+  if (SmallSpan* s = ThreadHeapOps::span_of(g_page_heap, p)) {
+    ThreadHeap* h = tl_heap;
     bool own = s->owner == h;  // then its lists are read while no sweeper works on them
     if (own) {
       owner_enter(h);
-      if (sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
+      if (sweep_requested(h)) ThreadHeapOps::wait_for_sweep(*h);
     }
-    LocalAllocator::check_live(s, p, "realloc of");
+    ThreadHeapOps::check_live(s, p, "realloc of");
     if (own) owner_exit(h);
-    usable = LocalAllocator::usable_size(s);
+    usable = ThreadHeapOps::usable_size(s);
     if (realloc_keeps_small(usable, s->size_class, size)) return p;  // alloc/realloc_rule.h
   } else {
-    if (!g_global.owns(p)) fatal_pointer("realloc of", p, "pointer not allocated by llamalloc");
-    usable = g_global.large_usable_size(p);
+    if (!g_page_heap.owns(p)) fatal_pointer("realloc of", p, "pointer not allocated by llamalloc");
+    usable = g_page_heap.large_usable_size(p);
     if (usable == 0) fatal_pointer("realloc of", p, "pointer not the start of a live object");
     if (realloc_keeps_large(usable, size)) return p;
   }

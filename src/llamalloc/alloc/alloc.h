@@ -5,57 +5,61 @@
 //
 // malloc and free have an inline fast path each (heap_malloc, heap_free below): it takes no lock, makes no call
 // in the common case, and ends every other case in one call to an out-of-line slow path. The thread heap
-// (LocalHeap, worked on by LocalAllocator) is the calling thread's own (tl_heap); the page heap (GlobalAllocator,
-// g_global) is the process's, and has one lock. The shape:
+// (ThreadHeap, worked on by ThreadHeapOps) is the calling thread's own (tl_heap); the page heap (PageHeap,
+// g_page_heap) is the process's, and has one lock. The shape:
 //
-//   malloc(size)                                        override/malloc.cc; operator new: heap_new, alloc/new.cc
-//   - heap_malloc(size)                                 FAST, here
-//     - owner_enter(tl_heap), sweep_requested()         FAST, local/local.h: the sweep handshake
+//   malloc(size)                                   override/malloc.cc; operator new: heap_new, alloc/new.cc
+//   - heap_malloc(size)                            FAST, here
+//     - owner_enter(tl_heap), sweep_requested()    FAST, thread_heap/thread_heap.h: the sweep handshake
 //     - with a learned predictor: probe the thread's prediction cache; a hit names the lifetime class
-//     - span_pop(spans[lifetime class][size class])     FAST, local/local.h: a block of the span's free list.
-//       Done, unless the size is not small, the span is empty, a sweep is requested, or the cache missed:
-//     - malloc_slow(...)                                slow, alloc/alloc.cc
-//       - thread_heap()                                 inline, alloc/runtime_internal.h; a thread's first
-//         - attach_thread_heap()                        allocation: alloc/thread_heap_pool.cc (process init,
-//                                                       a heap from the pool or new, the sweeper thread at the
-//                                                       second heap: alloc/sweeper.cc)
-//       - LocalAllocator::wait_for_sweep()              if a sweep is requested: local/local_allocator.cc
-//       - malloc_slow_entered()                         alloc/alloc.cc
-//         - Predictor::predict()                        if the fast path had no class (predictor/)
-//         - LocalAllocator::allocate()                  the thread heap: local/local_allocator.cc
-//           - small, long-lived class: the shared heap, under its lock
+//     - span_pop(spans[lifetime class][size class])
+//                                                  FAST, thread_heap/thread_heap.h: a block of the span's free
+//                                                  list. Done, unless the size is not small, the span is empty,
+//                                                  a sweep is requested, or the cache missed:
+//     - malloc_slow(...)                           slow, alloc/alloc.cc
+//       - thread_heap()                            inline, alloc/runtime_internal.h; a thread's first
+//         - attach_thread_heap()                   allocation: alloc/thread_heap_pool.cc (process init, a heap
+//                                                  from the pool or new, the sweeper thread at the second
+//                                                  heap: alloc/sweeper.cc)
+//       - ThreadHeapOps::wait_for_sweep()          if a sweep is requested: thread_heap/thread_heap.cc
+//       - malloc_slow_entered()                    alloc/alloc.cc
+//         - Predictor::predict()                   if the fast path had no class (predictor/)
+//         - ThreadHeapOps::allocate()              the thread heap: thread_heap/thread_heap.cc
+//           - small, long-lived class: the shared thread heap, under its lock
 //           - small: span_pop, else alloc_small(): frees from other threads, the next span of the queue, the
 //             spans of exited threads, a span of a longer class, else new_span()
-//             - GlobalAllocator::alloc_large()          the page heap: heap/global_allocator.cc, its lock
-//           - large and huge: GlobalAllocator::alloc_large()
-//       - maybe_pass_inline()                           inline, alloc/runtime_internal.h; without a sweeper
-//         - run_inline_passes()                         thread, the page passes: alloc/sweeper.cc
+//             - PageHeap::alloc_large()            the page heap: page_heap/large_objects.cc, its lock
+//           - large and huge: PageHeap::alloc_large()
+//       - maybe_pass_inline()                      inline, alloc/runtime_internal.h; without a sweeper
+//         - run_inline_passes()                    thread, the page passes: alloc/sweeper.cc
 //
-//   free(p)                                             override/malloc.cc; operator delete the same
-//   - heap_free(p)                                      FAST, here
-//     - LocalAllocator::span_of(p)                      FAST, local/local.h: the page map's span slot (null for
-//                                                       nullptr and for large and huge objects)
-//     - LocalAllocator::free_block(...)                 FAST, local/local.h: the block index and double-free
-//                                                       checks, then by who frees:
+//   free(p)                                        override/malloc.cc; operator delete the same
+//   - heap_free(p)                                 FAST, here
+//     - ThreadHeapOps::span_of(p)                  FAST, thread_heap/thread_heap.h: the page map's span slot
+//                                                  (null for nullptr and for large and huge objects)
+//     - ThreadHeapOps::free_block(...)             FAST, thread_heap/thread_heap.h: the block index and
+//                                                  double-free checks, then by who frees:
 //       - the owner: span_push. Done, unless the span emptied or was off its queue:
-//         - owner_free_slow()                           slow, local/local_allocator.cc: requeue the span, or
-//                                                       cache it and give the oldest cached one back
-//                                                       (GlobalAllocator::free_large); then maybe_pass_inline
-//       - the owner while a sweep is requested: owner_free_after_sweep()     slow, local/local_allocator.cc
-//       - another thread: remote_free()                 slow, local/local_allocator.cc: an atomic push on the
-//                                                       span's remote list; the first into a full span also
-//                                                       goes on its owner's notify list (the shared heap's
-//                                                       spans: shared_free, under the shared heap's lock)
-//       - a first word that looks like a free-list link: free_suspicious()   slow, local/local_allocator.cc
-//     - not a small object: free_slow(p)                slow, alloc/alloc.cc
-//       - LocalAllocator::deallocate()                  local/local_allocator.cc
-//         - GlobalAllocator::free_large()               the page heap: heap/global_allocator.cc, its lock
+//         - owner_free_slow()                      slow, thread_heap/thread_heap.cc: requeue the span, or cache
+//                                                  it and give the oldest cached one back
+//                                                  (PageHeap::free_large); then maybe_pass_inline
+//       - the owner while a sweep is requested: owner_free_after_sweep()
+//                                                  slow, thread_heap/thread_heap.cc
+//       - another thread: remote_free()            slow, thread_heap/thread_heap.cc: an atomic push on the
+//                                                  span's remote list; the first into a full span also goes
+//                                                  on its owner's notify list (the shared thread heap's
+//                                                  spans: shared_free, under its lock)
+//       - a first word that looks like a free-list link: free_suspicious()
+//                                                  slow, thread_heap/thread_heap.cc
+//     - not a small object: free_slow(p)           slow, alloc/alloc.cc
+//       - ThreadHeapOps::deallocate()              thread_heap/thread_heap.cc
+//         - PageHeap::free_large()                 the page heap: page_heap/large_objects.cc, its lock
 //       - maybe_pass_inline()
 //
-//   realloc(p, size)                                    no fast path of its own
-//   - heap_realloc(p, size)                             alloc/alloc.cc
+//   realloc(p, size)                               no fast path of its own
+//   - heap_realloc(p, size)                        alloc/alloc.cc
 //     - nullptr: heap_malloc; size 0: heap_free
-//     - LocalAllocator::check_live(), or the page heap's owns() and large_usable_size(): p must be a live object
+//     - ThreadHeapOps::check_live(), or the page heap's owns() and large_usable_size(): p must be a live object
 //     - it stays where it is when realloc_keeps_small or realloc_keeps_large says so (alloc/realloc_rule.h)
 //     - else heap_malloc, memcpy, heap_free: both fast paths
 //
@@ -72,8 +76,8 @@
 
 #include "alloc/runtime.h"
 #include "base.h"
-#include "heap/heap.h"
-#include "local/local.h"
+#include "page_heap/page_heap.h"
+#include "thread_heap/thread_heap.h"
 #include "predictor/predictor.h"
 
 namespace llamalloc {
@@ -92,10 +96,10 @@ LLAMALLOC_FAST void debug_check_heap() {
 }
 
 LLAMALLOC_FAST void* heap_malloc(size_t size) {
-  LocalHeap* h = tl_heap;
+  ThreadHeap* h = tl_heap;
   unsigned lc = kPredictClass;
   uintptr_t stack_address = 0;
-  // The sweep handshake (local/local.h) covers the span pop; a requested sweep sends the call to the slow path, which
+  // The sweep handshake (thread_heap/thread_heap.h) covers the span pop; a requested sweep sends the call to the slow path, which
   // waits for it.
   if (LLAMALLOC_LIKELY(size <= kSmallMaxBytes) && (owner_enter(h), LLAMALLOC_LIKELY(!sweep_requested(h)))) {
     unsigned fast = h->fast_class;
@@ -137,14 +141,14 @@ LLAMALLOC_FAST void heap_free(void* p) {
   // free() reads the block's first word (the double-free check) and writes it (the link): start the miss on a
   // block the program has not touched for a while now, so that it overlaps the metadata lookups below.
   __builtin_prefetch(p, 1);
-  SmallSpan* s = LocalAllocator::span_of(g_global, p);  // null for nullptr: region slot 0 is never ours
+  SmallSpan* s = ThreadHeapOps::span_of(g_page_heap, p);  // null for nullptr: region slot 0 is never ours
   if (LLAMALLOC_LIKELY(s != nullptr)) {
     tl_live_delta -= int64_t(s->block_size);  // before: after a remote push the owner may give the span back
     if (LLAMALLOC_DEBUG_CHECKS) {
-      LocalAllocator::free_block(g_global, tl_heap, s, p);
+      ThreadHeapOps::free_block(g_page_heap, tl_heap, s, p);
       return check_heap();
     }
-    return LocalAllocator::free_block(g_global, tl_heap, s, p);
+    return ThreadHeapOps::free_block(g_page_heap, tl_heap, s, p);
   }
   return free_slow(p);
 }

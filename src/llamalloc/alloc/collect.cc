@@ -3,7 +3,7 @@
 //
 // Rules, and why:
 // - A thread heap belongs to its thread: its owner works on it without locks or atomics. Another thread may
-//   take a heap's empty spans only through the sweep handshake (local/local.h): it asks (h->sweep), runs
+//   take a heap's empty spans only through the sweep handshake (thread_heap/thread_heap.h): it asks (h->sweep), runs
 //   membarrier so that every running thread passes a full barrier, and sweeps the heap only if its owner is not
 //   inside the allocator (h->busy). An owner that enters meanwhile sees the request and waits for it to end. A
 //   heap that is busy is left for the next pass. Without the expedited membarrier no other thread's heap is
@@ -39,11 +39,11 @@ uint32_t prediction_cache_idle_passes() {
 }
 
 unsigned sweep_idle_heaps(bool every_heap) {
-  LocalHeap* self = tl_heap;
+  ThreadHeap* self = tl_heap;
   LockGuard g(g_heap_pool.lock);
   const uint32_t cache_idle_passes = prediction_cache_idle_passes();
   unsigned requested = 0;
-  for (LocalHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
+  for (ThreadHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
     if (h == self) continue;  // (the caller's own: llamalloc_collect takes it as its owner)
     uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
     bool changed = ops != h->seen_ops;
@@ -68,59 +68,59 @@ unsigned sweep_idle_heaps(bool every_heap) {
   // owner that enters from now on sees the request (and waits until it is withdrawn).
   bool fenced = membarrier_all_threads();
   unsigned swept = 0;
-  for (LocalHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
+  for (ThreadHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
     if (h->sweep.load(std::memory_order_relaxed) == 0) continue;
     if (fenced && h->busy.load(kHandshakeLoad) == 0) {
-      LocalAllocator::release_all(g_global, *h);
+      ThreadHeapOps::release_all(g_page_heap, *h);
       // (The owner, outside the allocator, waits for the sweep before it next probes or fills its cache.)
       if (h->prediction_cache.entries != nullptr && h->cache_idle_ticks == cache_idle_passes &&
           g_predictor_ptr->drop_thread_cache(h->prediction_cache))
-        g_global.counters().prediction_caches_dropped.fetch_add(1, std::memory_order_relaxed);
+        g_page_heap.counters().prediction_caches_dropped.fetch_add(1, std::memory_order_relaxed);
       ++swept;
     } else {
       h->seen_ops = ~h->seen_ops;  // inside the allocator now: again at the next pass
     }
     h->sweep.store(0, std::memory_order_release);
   }
-  g_global.counters().idle_heap_sweeps.fetch_add(swept, std::memory_order_relaxed);
+  g_page_heap.counters().idle_heap_sweeps.fetch_add(swept, std::memory_order_relaxed);
   return swept;
 }
 
 void sweep_shared_heap(bool always) {
-  LocalHeap* h = g_global.shared_heap();
+  ThreadHeap* h = g_page_heap.shared_heap();
   if (h == nullptr) return;
-  LockGuard g(g_global.shared_lock());
+  LockGuard g(g_page_heap.shared_lock());
   uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
   bool changed = ops != h->seen_ops;
   h->seen_ops = ops;
   h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
   if (!always && !changed && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr) return;
-  LocalAllocator::release_all(g_global, *h);
-  g_global.counters().idle_heap_sweeps.fetch_add(1, std::memory_order_relaxed);
+  ThreadHeapOps::release_all(g_page_heap, *h);
+  g_page_heap.counters().idle_heap_sweeps.fetch_add(1, std::memory_order_relaxed);
 }
 
 void heap_collect() {
-  LocalHeap* h = tl_heap;
+  ThreadHeap* h = tl_heap;
   if (h != &g_empty_heap) {
     flush_live_bytes();
     // Its remote frees taken in, its empty spans (the ones it allocates from included) and its span cache given
     // back; spans that still hold objects stay with the thread.
     owner_enter(h);
-    if (sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
-    LocalAllocator::release_all(g_global, *h);
+    if (sweep_requested(h)) ThreadHeapOps::wait_for_sweep(*h);
+    ThreadHeapOps::release_all(g_page_heap, *h);
     owner_exit(h);
   }
   // The same for every other thread that is not inside the allocator now (idle or not; they take spans again
   // when they next need them), and what frees into exited threads' spans have emptied.
   sweep_idle_heaps(true);
   sweep_shared_heap(true);
-  LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
-  g_global.release_empty_open_pages(true);
-  g_global.subrelease_free_blocks(true);
+  ThreadHeapOps::reclaim_abandoned(g_page_heap, g_heap_pool, true);
+  g_page_heap.release_empty_open_pages(true);
+  g_page_heap.subrelease_free_blocks(true);
 }
 
 bool heap_trim() {
-  Counters& k = g_global.counters();
+  Counters& k = g_page_heap.counters();
   auto given_back = [&k] {
     return k.huge_pages_released.load(std::memory_order_relaxed) + k.blocks_subreleased.load(std::memory_order_relaxed);
   };

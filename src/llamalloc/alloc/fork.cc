@@ -19,21 +19,21 @@ namespace llamalloc {
 namespace {
 
 void prepare_fork() {
-  g_global.shared_lock().lock();
+  g_page_heap.shared_lock().lock();
   g_heap_pool.lock.lock();
-  g_global.lock().lock();
+  g_page_heap.lock().lock();
 }
 
 void parent_after_fork() {
-  g_global.lock().unlock();
+  g_page_heap.lock().unlock();
   g_heap_pool.lock.unlock();
-  g_global.shared_lock().unlock();
+  g_page_heap.shared_lock().unlock();
 }
 
 void child_after_fork() {
-  g_global.lock().reset_after_fork();
+  g_page_heap.lock().reset_after_fork();
   g_heap_pool.lock.reset_after_fork();
-  g_global.shared_lock().reset_after_fork();
+  g_page_heap.shared_lock().reset_after_fork();
   forget_sweeper_in_fork_child();
 }
 

@@ -3,7 +3,7 @@
 // option is the library under it.
 #pragma once
 
-#include "heap/heap.h"
+#include "page_heap/page_heap.h"
 #include "options.h"
 
 namespace llamalloc {

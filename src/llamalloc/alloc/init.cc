@@ -30,7 +30,7 @@ constinit LinuxPlatform g_platform;
 constinit MonotonicClock g_clock;
 constinit Predictor* g_predictor_ptr = &g_default_predictor;
 constinit bool g_every_allocation = false;
-constinit GlobalAllocator g_global(g_platform, g_clock, HeapConfig{});
+constinit PageHeap g_page_heap(g_platform, g_clock, HeapConfig{});
 
 }  // namespace llamalloc
 
@@ -42,16 +42,16 @@ namespace llamalloc {
 namespace {
 
 void init_once() {
-  LocalAllocator::set_pool(&g_heap_pool);
-  LocalAllocator::set_slow_free_hook(maybe_pass_inline);
+  ThreadHeapOps::set_pool(&g_heap_pool);
+  ThreadHeapOps::set_slow_free_hook(maybe_pass_inline);
   init_options();
   const Options& o = options();
   unsigned default_class = default_class_of(o);
   HeapConfig config = heap_config_of(o);
   unsigned shared_from = config.shared_class_min;
-  g_global.configure(config);
+  g_page_heap.configure(config);
   g_platform.set_huge_pages(o.huge_pages != 0);
-  g_share_long_lived = shared_from < g_global.num_classes();  // (from the second thread heap on)
+  g_share_long_lived = shared_from < g_page_heap.num_classes();  // (from the second thread heap on)
   g_default_predictor.set_class(default_class);
   if (o.model != nullptr && *o.model) {
     Predictor* model = llamalloc_make_model_predictor ? llamalloc_make_model_predictor(o.model) : nullptr;
@@ -72,7 +72,7 @@ void set_predictor(Predictor* p) {
   g_predictor_ptr = p;
   g_every_allocation = p->consult() == Consult::kEveryAllocation;
   // Threads pick this up at their next slow path; the calling thread at once.
-  LocalHeap* h = tl_heap;
+  ThreadHeap* h = tl_heap;
   if (h != &g_empty_heap)
     h->fast_class = g_every_allocation ? kMaxClasses : uint8_t(clamp_class(p->predict({0, 0, 0})));
 }
@@ -96,22 +96,22 @@ __attribute__((destructor)) static void llamalloc_finish() {
   // The main thread never passes through the thread-exit hook: hand its spans back now, as every other thread's
   // were, so that huge pages held only by its cached (empty) spans are free in the statistics. Its heap stays
   // usable for destructors that run after this one.
-  if (LocalHeap* h = tl_heap; h != &g_empty_heap) {
+  if (ThreadHeap* h = tl_heap; h != &g_empty_heap) {
     owner_enter(h);
-    if (sweep_requested(h)) LocalAllocator::wait_for_sweep(*h);
-    LocalAllocator::release_all(g_global, *h);
+    if (sweep_requested(h)) ThreadHeapOps::wait_for_sweep(*h);
+    ThreadHeapOps::release_all(g_page_heap, *h);
     owner_exit(h);
   }
   // And what frees by the threads still running have emptied in the heaps of exited ones and the shared heap.
-  LocalAllocator::reclaim_abandoned(g_global, g_heap_pool, true);
+  ThreadHeapOps::reclaim_abandoned(g_page_heap, g_heap_pool, true);
   sweep_shared_heap(true);
   // No page cache from here on: what the teardown frees goes back at once.
-  g_global.set_page_cache_pages(0);
+  g_page_heap.set_page_cache_pages(0);
   flush_live_bytes();
   const char* path = options().stats;
   if (path != nullptr && *path) {
-    g_predictor_ptr->report(g_global.counters());
-    if (!write_stats_file(g_global, path)) {
+    g_predictor_ptr->report(g_page_heap.counters());
+    if (!write_stats_file(g_page_heap, path)) {
       write_stderr("llamalloc: warning: cannot write the statistics file LLAMALLOC_STATS=");
       write_stderr(path);
       write_stderr("\n");

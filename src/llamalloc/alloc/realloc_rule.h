@@ -6,7 +6,7 @@
 #include <cstddef>
 
 #include "config.h"
-#include "local/size_class.h"
+#include "thread_heap/size_class.h"
 
 namespace llamalloc {
 

@@ -17,14 +17,14 @@
 
 #include <cstdint>
 
-#include "heap/heap.h"
+#include "page_heap/page_heap.h"
 #include "predictor/predictor.h"
 
 namespace llamalloc {
 
 // The process-wide page heap: the Linux platform, CLOCK_MONOTONIC. Constant-initialised, so it exists before any
 // constructor runs (malloc is called before them); configured from the options at the first allocation.
-extern GlobalAllocator g_global;
+extern PageHeap g_page_heap;
 
 // Initialises the heap once (options, the page heap's configuration, the predictor); safe to call any number of
 // times, from any thread.

@@ -9,7 +9,7 @@
 
 #include "alloc/runtime.h"
 #include "base.h"
-#include "local/local.h"
+#include "thread_heap/thread_heap.h"
 #include "pal/pal.h"
 #include "predictor/predictor.h"
 
@@ -26,7 +26,7 @@ extern Predictor* g_predictor_ptr;
 extern bool g_every_allocation;
 
 // A class the page heap has: a predictor's class above the configured ones is the last one.
-inline unsigned clamp_class(unsigned lc) { return lc < g_global.num_classes() ? lc : g_global.num_classes() - 1; }
+inline unsigned clamp_class(unsigned lc) { return lc < g_page_heap.num_classes() ? lc : g_page_heap.num_classes() - 1; }
 
 // ---- The thread-heap pool (alloc/thread_heap_pool.cc) ----
 
@@ -35,7 +35,7 @@ inline unsigned clamp_class(unsigned lc) { return lc < g_global.num_classes() ? 
 extern HeapPool g_heap_pool;
 // Heaps of live threads, for the idle sweep (g_heap_pool.lock; linked by live_next and live_prev). A heap is on
 // it from its creation or adoption until its thread's exit hook runs.
-extern LocalHeap* g_live_heaps;
+extern ThreadHeap* g_live_heaps;
 // LLAMALLOC_SHARED_CLASS names a class the page heap has: the shared heap of long-lived classes is used once a
 // second thread heap exists (set at start).
 extern bool g_share_long_lived;
@@ -43,11 +43,11 @@ extern bool g_share_long_lived;
 // The calling thread's first allocation (or its first after its exit hook ran): initialises the process if it is
 // not, gives the thread a heap (adopted from the pool, or new), and starts the sweeper thread at the process's
 // second heap. nullptr when no metadata memory can be had for a new heap.
-LocalHeap* attach_thread_heap();
+ThreadHeap* attach_thread_heap();
 
 // The calling thread's heap, or nullptr (attach_thread_heap).
-inline LocalHeap* thread_heap() {
-  LocalHeap* h = tl_heap;
+inline ThreadHeap* thread_heap() {
+  ThreadHeap* h = tl_heap;
   if (LLAMALLOC_LIKELY(h != &g_empty_heap)) return h;
   return attach_thread_heap();
 }

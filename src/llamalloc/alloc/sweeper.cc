@@ -62,11 +62,11 @@ void* sweeper_main(void*) {
     sweep_idle_heaps();
     sweep_shared_heap(false);
     // And what other threads' frees have emptied in the heaps of exited threads.
-    LocalAllocator::reclaim_abandoned(g_global, g_heap_pool);
+    ThreadHeapOps::reclaim_abandoned(g_page_heap, g_heap_pool);
     // Open huge pages that have stayed empty since the last pass (the sweep above often empties them), then the
     // free blocks of sparse pages that have had no block taken since (subrelease).
-    g_global.release_empty_open_pages(false);
-    g_global.subrelease_free_blocks(false);
+    g_page_heap.release_empty_open_pages(false);
+    g_page_heap.subrelease_free_blocks(false);
     g_predictor_ptr->trim();
   }
   return nullptr;
@@ -99,8 +99,8 @@ void start_sweeper() {
     write_stderr("llamalloc: warning: cannot start the sweeper thread; idle threads keep their spans\n");
   } else {
     g_sweeper_running.store(true, std::memory_order_relaxed);
-    LocalAllocator::set_sweeper_running(true);
-    g_global.set_page_cache_pages(unsigned(options().page_cache_pages));
+    ThreadHeapOps::set_sweeper_running(true);
+    g_page_heap.set_page_cache_pages(unsigned(options().page_cache_pages));
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
@@ -111,9 +111,9 @@ void forget_sweeper_in_fork_child() {
   // on the live list; that sweeper takes back their empty spans.
   g_sweeper_started.store(false, std::memory_order_relaxed);
   g_sweeper_running.store(false, std::memory_order_relaxed);
-  LocalAllocator::set_sweeper_running(false);
+  ThreadHeapOps::set_sweeper_running(false);
   // No page cache until the child starts one (this gives back what the parent had cached).
-  g_global.set_page_cache_pages(0);
+  g_page_heap.set_page_cache_pages(0);
 }
 
 void run_inline_passes() {
@@ -143,14 +143,14 @@ void run_inline_passes() {
   // queues allocate from included) and its span cache go back, so that the pages they keep can empty and the
   // passes below release them; otherwise a single-threaded program would keep, after its peak, an empty span per
   // queue it had used, on a page each.
-  LocalHeap* h = tl_heap;
+  ThreadHeap* h = tl_heap;
   if (h != &g_empty_heap) {
     owner_enter(h);
-    if (!sweep_requested(h)) LocalAllocator::release_all(g_global, *h);
+    if (!sweep_requested(h)) ThreadHeapOps::release_all(g_page_heap, *h);
     owner_exit(h);
   }
-  g_global.release_empty_open_pages(false);
-  g_global.subrelease_free_blocks(false);
+  g_page_heap.release_empty_open_pages(false);
+  g_page_heap.subrelease_free_blocks(false);
   g_predictor_ptr->trim();
 }
 

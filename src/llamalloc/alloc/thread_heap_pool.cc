@@ -6,7 +6,7 @@
 //   per thread, and a thread that never allocates costs nothing.
 // - Thread heaps come from metadata pages, never from malloc, and are never unmapped: a heap whose thread exited
 //   waits in the pool (g_heap_pool) for the next new thread, which adopts it as it is. Its queues and span cache
-//   are empty by then (LocalAllocator::abandon), and the spans that still hold objects come back through its
+//   are empty by then (ThreadHeapOps::abandon), and the spans that still hold objects come back through its
 //   notify list as other threads free into them.
 // - The exit hook is a pthread key destructor: keys below PTHREAD_KEY_2NDLEVEL_SIZE never allocate. It takes the
 //   heap off the list of live heaps before it abandons it, so that a sweep of it in progress ends first.
@@ -23,26 +23,26 @@
 namespace llamalloc {
 
 constinit HeapPool g_heap_pool;
-LocalHeap* g_live_heaps = nullptr;
+ThreadHeap* g_live_heaps = nullptr;
 bool g_share_long_lived = false;
 
 namespace {
 
-// New heaps are carved from chunks of metadata pages (g_global.lock()).
+// New heaps are carved from chunks of metadata pages (g_page_heap.lock()).
 constexpr size_t kHeapChunkBytes = 64 * 1024;
 char* g_heap_chunk = nullptr;
 size_t g_heap_chunk_left = 0;
 
 unsigned g_live_count = 0;  // g_heap_pool.lock
 
-// Small objects of long-lived classes, for every thread (HeapConfig::shared_class_min; g_global.shared_lock()).
-constinit LocalHeap g_shared_heap;
+// Small objects of long-lived classes, for every thread (HeapConfig::shared_class_min; g_page_heap.shared_lock()).
+constinit ThreadHeap g_shared_heap;
 
 pthread_key_t g_thread_key;
 std::atomic<bool> g_key_ready{false};
 
 // g_heap_pool.lock held.
-void register_live(LocalHeap* h) {
+void register_live(ThreadHeap* h) {
   h->live_prev = nullptr;
   h->live_next = g_live_heaps;
   if (g_live_heaps != nullptr) g_live_heaps->live_prev = h;
@@ -55,7 +55,7 @@ void register_live(LocalHeap* h) {
 }
 
 // g_heap_pool.lock held.
-void unregister_live(LocalHeap* h) {
+void unregister_live(ThreadHeap* h) {
   if (h->live_prev != nullptr) h->live_prev->live_next = h->live_next;
   else g_live_heaps = h->live_next;
   if (h->live_next != nullptr) h->live_next->live_prev = h->live_prev;
@@ -65,10 +65,10 @@ void unregister_live(LocalHeap* h) {
 
 // A heap from the pool, or a new one; nullptr when no metadata memory can be had. *second: the process now has
 // more than one live thread heap.
-LocalHeap* acquire_heap(bool* second) {
+ThreadHeap* acquire_heap(bool* second) {
   {
     LockGuard g(g_heap_pool.lock);
-    if (LocalHeap* h = g_heap_pool.head) {
+    if (ThreadHeap* h = g_heap_pool.head) {
       g_heap_pool.head = h->next_free;
       h->next_free = nullptr;
       h->prediction_cache = PredictionCacheView{};
@@ -78,18 +78,18 @@ LocalHeap* acquire_heap(bool* second) {
       return h;
     }
   }
-  LocalHeap* h;
+  ThreadHeap* h;
   {
-    LockGuard g(g_global.lock());
-    if (g_heap_chunk_left < sizeof(LocalHeap)) {
+    LockGuard g(g_page_heap.lock());
+    if (g_heap_chunk_left < sizeof(ThreadHeap)) {
       g_heap_chunk = static_cast<char*>(g_platform.map_metadata(kHeapChunkBytes));
       if (g_heap_chunk == nullptr) return nullptr;
       g_heap_chunk_left = kHeapChunkBytes;
     }
-    h = reinterpret_cast<LocalHeap*>(g_heap_chunk);
-    g_heap_chunk += (sizeof(LocalHeap) + 63) & ~size_t{63};
-    g_heap_chunk_left -= (sizeof(LocalHeap) + 63) & ~size_t{63};
-    new (h) LocalHeap();
+    h = reinterpret_cast<ThreadHeap*>(g_heap_chunk);
+    g_heap_chunk += (sizeof(ThreadHeap) + 63) & ~size_t{63};
+    g_heap_chunk_left -= (sizeof(ThreadHeap) + 63) & ~size_t{63};
+    new (h) ThreadHeap();
   }
   LockGuard g(g_heap_pool.lock);
   register_live(h);
@@ -99,13 +99,13 @@ LocalHeap* acquire_heap(bool* second) {
 
 // The pthread key's destructor: the thread's heap goes to the pool.
 void thread_exit(void* arg) {
-  LocalHeap* h = static_cast<LocalHeap*>(arg);
+  ThreadHeap* h = static_cast<ThreadHeap*>(arg);
   {
     // Off the sweeper's list first (a sweep of it in progress ends before this lock is had).
     LockGuard g(g_heap_pool.lock);
     unregister_live(h);
   }
-  LocalAllocator::abandon(g_global, *h);
+  ThreadHeapOps::abandon(g_page_heap, *h);
   flush_live_bytes();
   if (tl_heap == h) tl_heap = &g_empty_heap;
   LockGuard g(g_heap_pool.lock);
@@ -115,17 +115,17 @@ void thread_exit(void* arg) {
 
 }  // namespace
 
-LocalHeap* attach_thread_heap() {
+ThreadHeap* attach_thread_heap() {
   ensure_init();
   bool second = false;
-  LocalHeap* h = acquire_heap(&second);
+  ThreadHeap* h = acquire_heap(&second);
   if (h == nullptr) return nullptr;
   h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(clamp_class(g_predictor_ptr->predict({0, 0, 0})));
   tl_heap = h;
   // Registers the thread-exit hook (before the library's constructor has made the key, the first thread's heap
   // is registered there).
   if (g_key_ready.load(std::memory_order_acquire)) pthread_setspecific(g_thread_key, h);
-  if (second && g_share_long_lived && g_global.shared_heap() == nullptr) g_global.set_shared_heap(&g_shared_heap);
+  if (second && g_share_long_lived && g_page_heap.shared_heap() == nullptr) g_page_heap.set_shared_heap(&g_shared_heap);
   if (second) start_sweeper();
   return h;
 }
@@ -136,7 +136,7 @@ void install_thread_exit_hook() {
 }
 
 void flush_live_bytes() {
-  if (tl_live_delta != 0) flush_live_delta(g_global);
+  if (tl_live_delta != 0) flush_live_delta(g_page_heap);
 }
 
 }  // namespace llamalloc

@@ -37,11 +37,11 @@ LLAMALLOC_EXPORT int __posix_memalign(void** out, size_t alignment, size_t size)
 
 LLAMALLOC_EXPORT int malloc_trim(size_t) noexcept { return heap_trim() ? 1 : 0; }
 
-LLAMALLOC_EXPORT void malloc_stats() noexcept { print_stats(g_global); }
+LLAMALLOC_EXPORT void malloc_stats() noexcept { print_stats(g_page_heap); }
 
 LLAMALLOC_EXPORT struct mallinfo2 mallinfo2() noexcept {
   flush_live_bytes();
-  GaugeSnapshot g = read_gauges(g_global);
+  GaugeSnapshot g = read_gauges(g_page_heap);
   struct mallinfo2 info = {};
   info.arena = g.footprint_bytes;
   info.uordblks = g.live_bytes;

@@ -9,8 +9,8 @@ namespace llamalloc {
 size_t stats_snapshot(char* buf, size_t capacity, bool in_signal) {
   // In a signal handler the interrupted code may be updating this thread's live-byte delta: read it, and leave it.
   if (!in_signal) flush_live_bytes();
-  if (Predictor* p = predictor()) p->report(g_global.counters());  // lock-free sums of the per-thread counters
-  return format_stats_json(g_global, buf, capacity, in_signal, in_signal ? tl_live_delta : 0);
+  if (Predictor* p = predictor()) p->report(g_page_heap.counters());  // lock-free sums of the per-thread counters
+  return format_stats_json(g_page_heap, buf, capacity, in_signal, in_signal ? tl_live_delta : 0);
 }
 
 }  // namespace llamalloc

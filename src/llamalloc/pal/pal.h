@@ -109,7 +109,7 @@ bool process_has_other_threads();
 // the registration), and says whether it can be used.
 bool membarrier_ready();
 // Makes every running thread of the process execute a full memory barrier before it returns (the sweep
-// handshake's half that the owners do not pay for: local/local.h). false when unavailable.
+// handshake's half that the owners do not pay for: thread_heap/thread_heap.h). false when unavailable.
 bool membarrier_all_threads();
 
 // Whether the calling thread is the last one of this process that still runs: the main thread has exited (with

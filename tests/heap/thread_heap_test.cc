@@ -9,38 +9,38 @@
 #include <vector>
 
 #include "fake_platform.h"
-#include "local/local.h"
+#include "thread_heap/thread_heap.h"
 
 namespace llamalloc::testing {
 namespace {
 
 class LocalAllocatorTest : public ::testing::Test {
  protected:
-  LocalAllocatorTest() : global(std::make_unique<GlobalAllocator>(platform, clock, HeapConfig{8, 2})) {
-    other = std::make_unique<LocalHeap>();
+  LocalAllocatorTest() : global(std::make_unique<PageHeap>(platform, clock, HeapConfig{8, 2})) {
+    other = std::make_unique<ThreadHeap>();
   }
   ~LocalAllocatorTest() override {
-    LocalAllocator::release_all(*global, heap);
-    LocalAllocator::release_all(*global, *other);
+    ThreadHeapOps::release_all(*global, heap);
+    ThreadHeapOps::release_all(*global, *other);
   }
 
   void* alloc(unsigned lc, size_t size, size_t alignment = 16) {
-    void* p = LocalAllocator::allocate(*global, heap, lc, size, alignment);
+    void* p = ThreadHeapOps::allocate(*global, heap, lc, size, alignment);
     EXPECT_TRUE(heap.check(*global));
     return p;
   }
   // A free by the owner (heap) or by another thread (other).
-  void free(void* p, LocalHeap* by = nullptr) {
-    LocalAllocator::deallocate(*global, by ? by : &heap, p);
+  void free(void* p, ThreadHeap* by = nullptr) {
+    ThreadHeapOps::deallocate(*global, by ? by : &heap, p);
     EXPECT_TRUE(heap.check(*global));
   }
-  SmallSpan* span(const void* p) { return LocalAllocator::span_of(*global, p); }
+  SmallSpan* span(const void* p) { return ThreadHeapOps::span_of(*global, p); }
 
   LinuxPlatform platform;  // blocks need real memory: free lists are written into them
   FakeClock clock;
-  std::unique_ptr<GlobalAllocator> global;
-  LocalHeap heap;
-  std::unique_ptr<LocalHeap> other;
+  std::unique_ptr<PageHeap> global;
+  ThreadHeap heap;
+  std::unique_ptr<ThreadHeap> other;
 };
 
 TEST(SizeClasses, EveryRequestGetsABlockAtMostAQuarterLargerAndEveryAlignmentIsServed) {
@@ -71,7 +71,7 @@ TEST_F(LocalAllocatorTest, BlocksOfASizeClassAreContiguousAlignedAndHaveNoHeader
   char* b = static_cast<char*>(alloc(0, 24));
   EXPECT_EQ(b - a, 32) << "24 bytes round up to the 32-byte class, with no header";
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 16, 0u);
-  EXPECT_EQ(LocalAllocator::usable_size(span(a)), 32u);
+  EXPECT_EQ(ThreadHeapOps::usable_size(span(a)), 32u);
   EXPECT_EQ(span(a), span(b));
   EXPECT_EQ(span(a)->start % kBlockSpanBytes, 0u) << "spans are 16 KiB aligned";
   for (size_t al = 32; al <= 4096; al <<= 1) {
@@ -105,7 +105,7 @@ TEST_F(LocalAllocatorTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySp
   }
   EXPECT_EQ(again_spans, spans) << "the same spans serve again: no new memory";
   for (void* p : again) free(p);
-  LocalAllocator::release_all(*global, heap);
+  ThreadHeapOps::release_all(*global, heap);
   PageInfo page = global->page_info(reinterpret_cast<uintptr_t>(objs[0]));
   EXPECT_TRUE(page.live.none()) << "thread exit gives every empty span back";
   EXPECT_LE(global->gauges().footprint_bytes, kHugePageBytes) << "only the class's open page stays";
@@ -121,7 +121,7 @@ class LongLivedClassTest : public ::testing::Test {
   }
   LinuxPlatform platform;
   FakeClock clock;
-  GlobalAllocator global{platform, clock, config()};
+  PageHeap global{platform, clock, config()};
 };
 
 // A long-lived class (shared_class_min and up) holds few objects per size class for a long time: its spans are
@@ -129,34 +129,34 @@ class LongLivedClassTest : public ::testing::Test {
 // classes keep the larger spans (fewer trips to the slow path), and the empty-span cache never hands a span of
 // one size to a request for the other.
 TEST_F(LongLivedClassTest, SpansAreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKeepsSizesApart) {
-  LocalHeap heap;
-  auto span_bytes = [&](void* p) { return LocalAllocator::span_of(global, p)->span_bytes; };
+  ThreadHeap heap;
+  auto span_bytes = [&](void* p) { return ThreadHeapOps::span_of(global, p)->span_bytes; };
   for (size_t size : {300, 1000, 2048}) {
-    void* shortlived = LocalAllocator::allocate(global, heap, 2, size, 16);
-    void* longlived = LocalAllocator::allocate(global, heap, 3, size, 16);
-    void* never = LocalAllocator::allocate(global, heap, 7, size, 16);
+    void* shortlived = ThreadHeapOps::allocate(global, heap, 2, size, 16);
+    void* longlived = ThreadHeapOps::allocate(global, heap, 3, size, 16);
+    void* never = ThreadHeapOps::allocate(global, heap, 7, size, 16);
     EXPECT_EQ(span_bytes(shortlived), 64u * 1024) << size;
     EXPECT_EQ(span_bytes(longlived), 16u * 1024) << size;
     EXPECT_EQ(span_bytes(never), 16u * 1024) << size;
-    EXPECT_GE(16u * 1024 / LocalAllocator::usable_size(LocalAllocator::span_of(global, longlived)), 8u);
-    for (void* p : {shortlived, longlived, never}) LocalAllocator::deallocate(global, &heap, p);
+    EXPECT_GE(16u * 1024 / ThreadHeapOps::usable_size(ThreadHeapOps::span_of(global, longlived)), 8u);
+    for (void* p : {shortlived, longlived, never}) ThreadHeapOps::deallocate(global, &heap, p);
   }
-  void* big = LocalAllocator::allocate(global, heap, 3, 4000, 16);
+  void* big = ThreadHeapOps::allocate(global, heap, 3, 4000, 16);
   EXPECT_EQ(span_bytes(big), 64u * 1024) << "above 2 KiB a long-lived class keeps the usual span";
-  LocalAllocator::deallocate(global, &heap, big);
+  ThreadHeapOps::deallocate(global, &heap, big);
   // Empty spans of both sizes go through the class's cache and come back at their own size.
   for (int round = 0; round < 3; ++round) {
     std::vector<void*> objs;
     for (int i = 0; i < 40; ++i) {
-      objs.push_back(LocalAllocator::allocate(global, heap, 3, i % 2 ? 1500 : 5000, 16));
+      objs.push_back(ThreadHeapOps::allocate(global, heap, 3, i % 2 ? 1500 : 5000, 16));
       ASSERT_NE(objs.back(), nullptr);
       memset(objs.back(), 0xab, i % 2 ? 1500 : 5000);
       ASSERT_EQ(span_bytes(objs.back()), i % 2 ? 16u * 1024 : 64u * 1024);
     }
-    for (void* p : objs) LocalAllocator::deallocate(global, &heap, p);
+    for (void* p : objs) ThreadHeapOps::deallocate(global, &heap, p);
     ASSERT_TRUE(heap.check(global));
   }
-  LocalAllocator::release_all(global, heap);
+  ThreadHeapOps::release_all(global, heap);
   global.check_invariants();
 }
 
@@ -164,14 +164,14 @@ TEST_F(LongLivedClassTest, SpansAreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKee
 // (kSharedBurst within kSharedBurstNs) takes that class from its own spans from then on, off the shared lock;
 // one that makes as many slowly stays on the shared heap, and its other classes are unaffected.
 TEST_F(LongLivedClassTest, AThreadThatMakesThemFastTakesThemFromItsOwnSpansNotTheSharedHeap) {
-  LocalHeap shared, fast, slow;
+  ThreadHeap shared, fast, slow;
   global.set_shared_heap(&shared);
-  auto owner = [&](void* p) { return LocalAllocator::span_of(global, p)->owner; };
-  std::vector<std::pair<LocalHeap*, void*>> objs;
-  auto make = [&](LocalHeap& h, unsigned lc, int n, uint64_t step_ns) {
+  auto owner = [&](void* p) { return ThreadHeapOps::span_of(global, p)->owner; };
+  std::vector<std::pair<ThreadHeap*, void*>> objs;
+  auto make = [&](ThreadHeap& h, unsigned lc, int n, uint64_t step_ns) {
     void* p = nullptr;
     for (int i = 0; i < n; ++i) {
-      p = LocalAllocator::allocate(global, h, lc, 64, 16);
+      p = ThreadHeapOps::allocate(global, h, lc, 64, 16);
       objs.emplace_back(&h, p);
       clock.now += step_ns;
     }
@@ -186,10 +186,10 @@ TEST_F(LongLivedClassTest, AThreadThatMakesThemFastTakesThemFromItsOwnSpansNotTh
   // As many, one every 200 us: 1024 take 205 ms, more than the window.
   for (int round = 0; round < 3; ++round) EXPECT_EQ(owner(make(slow, 3, kSharedBurst, 200'000)), &shared);
   EXPECT_EQ(slow.own_class[3], 0);
-  for (auto& [h, p] : objs) LocalAllocator::deallocate(global, h, p);
+  for (auto& [h, p] : objs) ThreadHeapOps::deallocate(global, h, p);
   EXPECT_TRUE(fast.check(global));
   EXPECT_TRUE(slow.check(global));
-  for (LocalHeap* h : {&fast, &slow, &shared}) LocalAllocator::release_all(global, *h);
+  for (ThreadHeap* h : {&fast, &slow, &shared}) ThreadHeapOps::release_all(global, *h);
   global.check_invariants();
 }
 
@@ -200,28 +200,28 @@ TEST_F(LongLivedClassTest, AThreadThatMakesThemFastTakesThemFromItsOwnSpansNotTh
 TEST_F(LongLivedClassTest, TheSharedHeapsSpansOfEveryClassShareThePagesOfTheLongestClass) {
   HeapConfig c = config();
   c.small_heap_pages = 0;  // (no lending between the classes' pages: each span shows its page's class)
-  GlobalAllocator global{platform, clock, c};
-  LocalHeap shared, thread;
+  PageHeap global{platform, clock, c};
+  ThreadHeap shared, thread;
   global.set_shared_heap(&shared);
   auto page = [&](void* p) { return reinterpret_cast<uintptr_t>(p) >> kHugePageShift; };
   auto page_class = [&](void* p) { return global.page_info(reinterpret_cast<uintptr_t>(p)).lifetime_class; };
   std::vector<void*> objs;
   for (unsigned lc : {3u, 4u, 5u, 7u})
     for (size_t size : {48, 200, 1000}) {
-      objs.push_back(LocalAllocator::allocate(global, thread, lc, size, 16));
-      ASSERT_EQ(LocalAllocator::span_of(global, objs.back())->owner, &shared);
+      objs.push_back(ThreadHeapOps::allocate(global, thread, lc, size, 16));
+      ASSERT_EQ(ThreadHeapOps::span_of(global, objs.back())->owner, &shared);
       EXPECT_EQ(page(objs.back()), page(objs.front())) << "class " << lc << ", " << size << " B: the same page";
       EXPECT_EQ(page_class(objs.back()), 7u);
-      EXPECT_EQ(LocalAllocator::span_of(global, objs.back())->lifetime_class, lc) << "queued by its own class";
+      EXPECT_EQ(ThreadHeapOps::span_of(global, objs.back())->lifetime_class, lc) << "queued by its own class";
     }
   EXPECT_EQ(global.pages_in_use(3) + global.pages_in_use(4) + global.pages_in_use(5), 0u);
   thread.own_class[3] = 1;  // (as after a burst)
-  void* fast = LocalAllocator::allocate(global, thread, 3, 200, 16);
-  EXPECT_EQ(LocalAllocator::span_of(global, fast)->owner, &thread);
+  void* fast = ThreadHeapOps::allocate(global, thread, 3, 200, 16);
+  EXPECT_EQ(ThreadHeapOps::span_of(global, fast)->owner, &thread);
   EXPECT_NE(page(fast), page(objs.front())) << "a thread's own span of the class: not the shared heap's page";
   objs.push_back(fast);
-  for (void* p : objs) LocalAllocator::deallocate(global, &thread, p);
-  for (LocalHeap* h : {&thread, &shared}) LocalAllocator::release_all(global, *h);
+  for (void* p : objs) ThreadHeapOps::deallocate(global, &thread, p);
+  for (ThreadHeap* h : {&thread, &shared}) ThreadHeapOps::release_all(global, *h);
   global.check_invariants();
 }
 
@@ -238,7 +238,7 @@ TEST_F(LocalAllocatorTest, FreesByAnotherThreadAreCollectedInBulkByTheOwner) {
     }
   EXPECT_EQ(s->used, used) << "remote frees are not counted until the owner takes them";
   EXPECT_NE(s->xfree.load() & ~kXfreeStateMask, 0u);
-  LocalAllocator::collect_remote(s);
+  ThreadHeapOps::collect_remote(s);
   EXPECT_EQ(s->used, 0u);
   EXPECT_EQ(s->xfree.load() & ~kXfreeStateMask, 0u);
   for (void* p : objs)
@@ -317,18 +317,18 @@ TEST_F(LocalAllocatorTest, AnExitingOwnerLeavesAnEmptySpanWithANotifyInFlightToT
   for (int i = 0; i < 16; ++i)
     if (i != 1) free(objs[i]);
   EXPECT_TRUE(full->queued) << "the owner's free brought it back to its queue";
-  LocalAllocator::abandon(*global, heap);  // the owner's thread exits
+  ThreadHeapOps::abandon(*global, heap);  // the owner's thread exits
   EXPECT_EQ(span(objs[0]), full) << "empty, but kept for the drain that its notify will cause";
   // The preempted free goes on: the span on the notify list; the drain gives it back, once.
   full->notify_next = heap.notify.load();
   heap.notify.store(full);
-  LocalAllocator::drain_notify(*global, heap);
+  ThreadHeapOps::drain_notify(*global, heap);
   EXPECT_EQ(span(objs[0]), nullptr);
   EXPECT_EQ(heap.notify.load(), nullptr);
   free(objs[16], other.get());  // into the parked second span: notifies the abandoned heap
-  LocalAllocator::drain_notify(*global, heap);
+  ThreadHeapOps::drain_notify(*global, heap);
   EXPECT_EQ(span(objs[16]), nullptr);
-  LocalAllocator::reclaim_pending.store(false);
+  ThreadHeapOps::reclaim_pending.store(false);
   global->check_invariants();
 }
 
@@ -375,20 +375,20 @@ TEST(SpanRecycling, OffAShorterClassTakesNewMemoryBesideALongerClassesHoles) {
   FakeClock clock;
   HeapConfig config{8, 2};
   config.span_recycling = false;
-  GlobalAllocator global(platform, clock, config);
-  LocalHeap heap;
+  PageHeap global(platform, clock, config);
+  ThreadHeap heap;
   std::vector<void*> longlived;
-  for (int i = 0; i < 17; ++i) longlived.push_back(LocalAllocator::allocate(global, heap, 7, 4096, 16));
-  SmallSpan* a = LocalAllocator::span_of(global, longlived[0]);
-  LocalAllocator::deallocate(global, &heap, longlived[0]);
+  for (int i = 0; i < 17; ++i) longlived.push_back(ThreadHeapOps::allocate(global, heap, 7, 4096, 16));
+  SmallSpan* a = ThreadHeapOps::span_of(global, longlived[0]);
+  ThreadHeapOps::deallocate(global, &heap, longlived[0]);
   ASSERT_TRUE(a->queued);
-  void* p = LocalAllocator::allocate(global, heap, 1, 4096, 16);
-  EXPECT_NE(LocalAllocator::span_of(global, p), a) << "a new span";
-  EXPECT_EQ(LocalAllocator::span_of(global, p)->home_class, 1u);
+  void* p = ThreadHeapOps::allocate(global, heap, 1, 4096, 16);
+  EXPECT_NE(ThreadHeapOps::span_of(global, p), a) << "a new span";
+  EXPECT_EQ(ThreadHeapOps::span_of(global, p)->home_class, 1u);
   EXPECT_EQ(a->lifetime_class, 7u);
-  LocalAllocator::deallocate(global, &heap, p);
-  for (int i = 1; i < 17; ++i) LocalAllocator::deallocate(global, &heap, longlived[i]);
-  LocalAllocator::release_all(global, heap);
+  ThreadHeapOps::deallocate(global, &heap, p);
+  for (int i = 1; i < 17; ++i) ThreadHeapOps::deallocate(global, &heap, longlived[i]);
+  ThreadHeapOps::release_all(global, heap);
 }
 
 TEST_F(LocalAllocatorTest, SpansOfALifetimeClassComeFromHugePagesOfThatClassOrLonger) {
@@ -407,7 +407,7 @@ TEST_F(LocalAllocatorTest, SpansOfALifetimeClassComeFromHugePagesOfThatClassOrLo
 
 TEST_F(LocalAllocatorTest, LargeRequestsTakeWholeBlocksAndSmallOnesAbove8KiBUseSizeClasses) {
   void* v = alloc(0, 16 * 1024 + 64);  // a value just above 16 KiB
-  EXPECT_EQ(LocalAllocator::usable_size(span(v)), 20u * 1024) << "the 20 KiB class, not 24 KiB of blocks";
+  EXPECT_EQ(ThreadHeapOps::usable_size(span(v)), 20u * 1024) << "the 20 KiB class, not 24 KiB of blocks";
   void* big = alloc(0, 40 * 1024);
   EXPECT_EQ(span(big), nullptr);
   EXPECT_EQ(global->large_usable_size(big), 40u * 1024);

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "heap/page_meta.h"
+#include "page_heap/page_meta.h"
 
 namespace llamalloc {
 
@@ -17,7 +17,7 @@ struct alignas(64) SmallSpan {
   // --- read by every thread that frees into the span; written by the owner only when (re)initialised --------
   uintptr_t key;         // link encoding (a corrupted or double-freed block is told apart from a free one)
   uintptr_t start;       // address of block 0
-  void* owner;           // the LocalHeap (never freed: thread heaps are pooled)
+  void* owner;           // the ThreadHeap (never freed: thread heaps are pooled)
   uint32_t block_size;
   uint32_t reciprocal;   // ceil(2^32 / block_size): an offset's block index without a division
   uint32_t span_bytes;

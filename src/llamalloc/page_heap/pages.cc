@@ -5,23 +5,23 @@
 // class (and, in a small page heap, lends some to shorter classes); the footprint and the pages by class count
 // open and active pages (huge objects included), never cached ones; a page given back has its metadata dropped,
 // so that it reads as kUnused.
-#include "heap/heap.h"
-#include "heap/page_lists.h"
+#include "page_heap/page_heap.h"
+#include "page_heap/page_lists.h"
 
 namespace llamalloc {
 
-uint64_t GlobalAllocator::class_duration_ns(unsigned lc) const {
+uint64_t PageHeap::class_duration_ns(unsigned lc) const {
   return lc >= never_freed_class() ? kNoDeadline : lifetime_class_bound_ns(lc);
 }
 
-void GlobalAllocator::account_page(HugePageMeta* p, int64_t pages) {
+void PageHeap::account_page(HugePageMeta* p, int64_t pages) {
   gauges_.footprint_bytes += uint64_t(pages * int64_t(kHugePageBytes));
   gauges_.huge_pages_by_class[p->lifetime_class] += uint64_t(pages);
   if (gauges_.footprint_bytes > gauges_.peak_footprint_bytes) gauges_.peak_footprint_bytes = gauges_.footprint_bytes;
 }
 
 // A cached page, else the lowest free page of the address space (take_pages).
-HugePageMeta* GlobalAllocator::open_new_page(unsigned lc) {
+HugePageMeta* PageHeap::open_new_page(unsigned lc) {
   Region* r = nullptr;
   size_t index = 0;
   if (!take_cached(1, 1, &r, &index) && !take_pages(1, 1, &r, &index)) return nullptr;
@@ -39,7 +39,7 @@ HugePageMeta* GlobalAllocator::open_new_page(unsigned lc) {
 
 // Open -> active when the page has been filled, or a request of its class no longer fits (the LLAMA
 // paper, section 6.2).
-void GlobalAllocator::activate(HugePageMeta* p) {
+void PageHeap::activate(HugePageMeta* p) {
   unsigned c = p->lifetime_class;
   if (open_[c] == p) open_[c] = nullptr;
   p->state = PageState::kActive;
@@ -50,7 +50,7 @@ void GlobalAllocator::activate(HugePageMeta* p) {
   if (p->live.none()) release_page(p);
 }
 
-void GlobalAllocator::release_page(HugePageMeta* p) {
+void PageHeap::release_page(HugePageMeta* p) {
   if (p->state == PageState::kActive) {
     active_remove(p);
     recyclable_remove(p);
@@ -65,7 +65,7 @@ void GlobalAllocator::release_page(HugePageMeta* p) {
   give_back_pages(r, index, 1);
 }
 
-void GlobalAllocator::after_blocks_freed(HugePageMeta* p) {
+void PageHeap::after_blocks_freed(HugePageMeta* p) {
   if (p->state != PageState::kActive) return;  // the open page keeps its blocks for its own class
   if (p->live.none()) {
     release_page(p);
@@ -75,7 +75,7 @@ void GlobalAllocator::after_blocks_freed(HugePageMeta* p) {
   if (p->residual.none()) demote(p);
 }
 
-size_t GlobalAllocator::release_empty_open_pages(bool now) {
+size_t PageHeap::release_empty_open_pages(bool now) {
   LockGuard g(lock_);
   size_t released = 0;
   for (unsigned c = 0; c < num_classes(); ++c) {

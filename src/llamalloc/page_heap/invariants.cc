@@ -1,11 +1,11 @@
 // The page heap's invariant checker: every region, page, list, the page cache and the gauges agree. It runs after
 // every change in debug builds and in the test library (LLAMALLOC_DEBUG_CHECKS; debug_check), and on demand
 // (check_invariants); on the first broken invariant it prints it and aborts. It reads only the page heap's own
-// metadata: the thread heaps check their spans themselves (LocalHeap::check).
+// metadata: the thread heaps check their spans themselves (ThreadHeap::check).
 #include <cstddef>
 
-#include "heap/heap.h"
-#include "heap/region_bitmap.h"
+#include "page_heap/page_heap.h"
+#include "page_heap/region_bitmap.h"
 
 namespace llamalloc {
 
@@ -38,12 +38,12 @@ bool HugePageMeta::check(unsigned num_classes) const {
   return open_object_end == 256;
 }
 
-void GlobalAllocator::check_invariants() {
+void PageHeap::check_invariants() {
   LockGuard g(lock_);
   check_invariants_locked();
 }
 
-void GlobalAllocator::check_invariants_locked() {
+void PageHeap::check_invariants_locked() {
   size_t pages_by_class[kMaxClasses] = {};
   size_t total = 0, released_blocks = 0, all_used_pages = 0, unreserved_used = 0;
   for (size_t i = 0; i < region_count_; ++i) {

@@ -4,11 +4,11 @@
 // passes, sparsest pages first, and only blocks not taken since the previous pass (an idle page), so that a load
 // that comes back finds its memory still there; a subreleased page is kept from being collapsed into a huge page
 // again (at most kMaxNoHugePages of them, for the kernel's map count) until every block is backed again.
-#include "heap/heap.h"
+#include "page_heap/page_heap.h"
 
 namespace llamalloc {
 
-void GlobalAllocator::unrelease(HugePageMeta* p, size_t first, size_t count) {
+void PageHeap::unrelease(HugePageMeta* p, size_t first, size_t count) {
   if (LLAMALLOC_LIKELY(p->released.none())) return;
   size_t n = 0;
   for (size_t b = first; b < first + count; ++b)
@@ -25,7 +25,7 @@ void GlobalAllocator::unrelease(HugePageMeta* p, size_t first, size_t count) {
   }
 }
 
-size_t GlobalAllocator::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
+size_t PageHeap::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
   size_t done = 0;
   uintptr_t base = page_address(p);
   auto keep = [&](size_t b) { return p->live.test(b) || p->released.test(b) || (!now && p->taken.test(b)); };
@@ -51,7 +51,7 @@ size_t GlobalAllocator::subrelease_page(HugePageMeta* p, size_t budget, bool now
   return done;
 }
 
-size_t GlobalAllocator::subrelease_free_blocks(bool now) {
+size_t PageHeap::subrelease_free_blocks(bool now) {
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());
   // The page heap's demand now (blocks in use) and what is still backed.

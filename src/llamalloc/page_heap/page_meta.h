@@ -20,12 +20,12 @@ enum class PageState : uint8_t { kUnused = 0, kOpen = 1, kActive = 2 };
 enum class PageKind : uint8_t { kBlocks = 0, kHugeHead = 1, kHugeTail = 2 };
 
 struct Region;
-// A size-class span of a thread heap (local/small_span.h). The page heap only stores pointers to it and keeps
+// A size-class span of a thread heap (thread_heap/small_span.h). The page heap only stores pointers to it and keeps
 // room for it (SpanMeta); it never reads or writes one.
 struct SmallSpan;
 
 // Metadata room for one 16 KiB block span: when the span is the first of a thread heap's size-class span, the
-// thread heap keeps that span's SmallSpan here (local/small_span.h checks that it fits). Opaque to the page heap,
+// thread heap keeps that span's SmallSpan here (thread_heap/small_span.h checks that it fits). Opaque to the page heap,
 // so that the page heap does not depend on the thread heap's types.
 inline constexpr size_t kSpanMetaBytes = 192;
 struct alignas(64) SpanMeta {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fake_platform.h"
-#include "heap/heap.h"
+#include "page_heap/page_heap.h"
 
 namespace llamalloc::testing {
 namespace {
@@ -19,7 +19,7 @@ constexpr unsigned kK = 2;
 class GlobalAllocatorTest : public ::testing::Test {
  protected:
   // The LLAMA paper's Figure 6 has three classes (< 10 ms, < 100 ms, < 1 s); the fourth is "never freed".
-  GlobalAllocatorTest() : heap(std::make_unique<GlobalAllocator>(platform, clock, HeapConfig{4, kK})) {}
+  GlobalAllocatorTest() : heap(std::make_unique<PageHeap>(platform, clock, HeapConfig{4, kK})) {}
 
   uintptr_t blocks(unsigned lc, size_t n) {
     void* p = heap->alloc_large(lc, n * kBlockBytes, kBlockBytes);
@@ -42,7 +42,7 @@ class GlobalAllocatorTest : public ::testing::Test {
 
   FakePlatform platform;
   FakeClock clock;
-  std::unique_ptr<GlobalAllocator> heap;
+  std::unique_ptr<PageHeap> heap;
 };
 
 TEST_F(GlobalAllocatorTest, ClassDurationsRiseTenfoldAndNeverFreedHasNoDeadline) {
@@ -130,7 +130,7 @@ TEST_F(GlobalAllocatorTest, Figure6StepByStep) {
   EXPECT_TRUE(info(p7).live.test(block_of(large0)));
   EXPECT_FALSE(info(p7).residual.test(block_of(large0))) << "recycled blocks are not residual";
   EXPECT_EQ(info(p7).lifetime_class, 1u) << "the page keeps its class";
-  // The 16 KiB of a size-class span are taken as such a large object (local/ asks alloc_large): class 1 prefers
+  // The 16 KiB of a size-class span are taken as such a large object (thread_heap/ asks alloc_large): class 1 prefers
   // class 2's active pages (9 or 10), never an open page.
   uintptr_t span1 = reinterpret_cast<uintptr_t>(heap->alloc_large(1, kBlockSpanBytes, kBlockSpanBytes));
   EXPECT_TRUE(page_of(span1) == p9 || page_of(span1) == p10);
@@ -247,7 +247,7 @@ TEST_F(GlobalAllocatorTest, SameClassRecyclingFillsAnActivePageBeforeAFreshOneAn
   EXPECT_EQ(info(a).deadline_ns, clock.now + kK * heap->class_duration_ns(1));
   EXPECT_GT(info(a).deadline_ns, old_deadline);
   // With the paper's rules (same_class_recycling off) the same request takes a fresh page.
-  GlobalAllocator paper(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .same_class_recycling = false});
+  PageHeap paper(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .same_class_recycling = false});
   void* p1 = paper.alloc_large(1, 128 * kBlockBytes, kBlockBytes);
   void* p2 = paper.alloc_large(1, 128 * kBlockBytes, kBlockBytes);
   void* q1 = paper.alloc_large(1, 256 * kBlockBytes, kBlockBytes);
@@ -269,7 +269,7 @@ TEST(DenseFirst, RecycledBlocksComeFromTheFullestPageSoTheEmptierOneDrains) {
     FakeClock clock;
     HeapConfig config{4, kK};
     config.dense_first = dense;
-    GlobalAllocator heap(platform, clock, config);
+    PageHeap heap(platform, clock, config);
     auto alloc = [&](unsigned lc, size_t n) {
       void* p = heap.alloc_large(lc, n * kBlockBytes, kBlockBytes);
       EXPECT_NE(p, nullptr);
@@ -631,7 +631,7 @@ TEST_F(GlobalAllocatorTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes
   uintptr_t again = blocks(3, 1);
   EXPECT_EQ(page_of(again), page_of(c3));
   // A longer class is never placed on a shorter class's page.
-  GlobalAllocator fresh(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 8});
+  PageHeap fresh(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 8});
   void* short_first = fresh.alloc_large(0, kBlockBytes, kBlockBytes);
   void* long_next = fresh.alloc_large(2, kBlockBytes, kBlockBytes);
   EXPECT_NE(reinterpret_cast<uintptr_t>(short_first) >> kHugePageShift,
@@ -687,7 +687,7 @@ TEST_F(GlobalAllocatorTest, PageCacheReusesFreedHugeObjectsPagesAndGivesBackWhat
   EXPECT_EQ(heap->gauges().page_cache_bytes, 3 * kHugePageBytes);
   EXPECT_EQ(platform.released_bytes, 2 * kHugePageBytes);
   // Passes with nothing taken give the pages back once the demand window has passed; none is lost.
-  for (unsigned i = 0; i <= GlobalAllocator::kPageCachePasses; ++i) heap->subrelease_free_blocks(false);
+  for (unsigned i = 0; i <= PageHeap::kPageCachePasses; ++i) heap->subrelease_free_blocks(false);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
   EXPECT_EQ(platform.released_bytes, 5 * kHugePageBytes);
   EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
@@ -717,7 +717,7 @@ TEST_F(GlobalAllocatorTest, PageCacheReusesFreedHugeObjectsPagesAndGivesBackWhat
 // After a peak, a pass keeps at most an eighth of the pages in use cached, however many pages the recent
 // periods took: a server with a few MiB in use that makes a few buffers a second does not hold 20 MiB for them.
 TEST_F(GlobalAllocatorTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
-  static_assert(GlobalAllocator::kPageCacheUseShare == 8, "the figures below are for an eighth");
+  static_assert(PageHeap::kPageCacheUseShare == 8, "the figures below are for an eighth");
   HeapConfig config{4, kK, true, true, 0};
   config.page_cache_pages = 64;
   heap->configure(config);
@@ -797,7 +797,7 @@ TEST_F(GlobalAllocatorTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyond
     EXPECT_GE(address, objects[0] + 8 * kBlockBytes) << "a live object's blocks were given back";
     EXPECT_LE(address + bytes, page + kHugePageBytes);
   }
-  for (unsigned pass = 3; pass < GlobalAllocator::kDemandPasses + 1; ++pass)
+  for (unsigned pass = 3; pass < PageHeap::kDemandPasses + 1; ++pass)
     EXPECT_EQ(heap->subrelease_free_blocks(false), 0u) << "pass " << pass << ": the peak is still in the window";
   EXPECT_EQ(heap->subrelease_free_blocks(false), 192u) << "the peak left the window: every other free block";
   EXPECT_EQ(heap->subrelease_free_blocks(false), 0u);
@@ -830,7 +830,7 @@ TEST_F(GlobalAllocatorTest, SubreleaseKeepsOnlyTheBlocksTakenAgainEachPeriod) {
   heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
   uintptr_t keep = blocks(1, 8);
   uintptr_t page = page_of(keep);
-  for (unsigned pass = 0; pass < GlobalAllocator::kDemandPasses + 2; ++pass) {
+  for (unsigned pass = 0; pass < PageHeap::kDemandPasses + 2; ++pass) {
     uintptr_t churn = blocks(1, 2);  // taken and given back within each period
     ASSERT_EQ(page_of(churn), page);
     heap->subrelease_free_blocks(false);
@@ -849,10 +849,10 @@ TEST_F(GlobalAllocatorTest, SubreleaseKeepsOnlyTheBlocksTakenAgainEachPeriod) {
   EXPECT_FALSE(platform.bad_huge_page_advice);
   free(rest);
   // Filling: more than kIdleTakenBlocks taken in a period, nothing of the page goes back in it.
-  GlobalAllocator filling(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
+  PageHeap filling(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
   uint64_t before = platform.subreleased_bytes;
-  for (unsigned pass = 0; pass < GlobalAllocator::kDemandPasses + 2; ++pass) {
-    ASSERT_NE(filling.alloc_large(1, (GlobalAllocator::kIdleTakenBlocks + 1) * kBlockBytes, kBlockBytes), nullptr);
+  for (unsigned pass = 0; pass < PageHeap::kDemandPasses + 2; ++pass) {
+    ASSERT_NE(filling.alloc_large(1, (PageHeap::kIdleTakenBlocks + 1) * kBlockBytes, kBlockBytes), nullptr);
     filling.subrelease_free_blocks(false);
   }
   EXPECT_EQ(platform.subreleased_bytes, before) << "a page being filled was split";
@@ -885,12 +885,12 @@ TEST_F(GlobalAllocatorTest, SubreleaseSkipsDensePagesAndCanBeTurnedOff) {
 
 TEST_F(GlobalAllocatorTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) {
   // Off: the paper's placement, one open page per class.
-  GlobalAllocator off(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
+  PageHeap off(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
   for (unsigned c : {3u, 0u, 1u, 2u}) ASSERT_NE(off.alloc_large(c, kBlockBytes, kBlockBytes), nullptr);
   EXPECT_EQ(off.pages_in_use(kMaxClasses), 4u);
   off.check_invariants();
   // At the threshold: once that many huge pages are in use, every class opens its own.
-  GlobalAllocator big(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 1});
+  PageHeap big(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 1});
   ASSERT_NE(big.alloc_large(3, kBlockBytes, kBlockBytes), nullptr);
   ASSERT_NE(big.alloc_large(0, kBlockBytes, kBlockBytes), nullptr);
   EXPECT_EQ(big.pages_in_use(kMaxClasses), 2u);
@@ -904,7 +904,7 @@ TEST_F(GlobalAllocatorTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) 
 TEST_F(GlobalAllocatorTest, LongClassesTakeTheLongestClassPages) {
   HeapConfig config{kMaxClasses, kK, true, true, 0};
   config.long_class_min = 4;
-  GlobalAllocator shared(platform, clock, config);
+  PageHeap shared(platform, clock, config);
   auto at = [](void* p) { return reinterpret_cast<uintptr_t>(p); };
   uintptr_t c4 = at(shared.alloc_large(4, kBlockBytes, kBlockBytes));
   uintptr_t c6 = at(shared.alloc_large(6, 2 * kBlockBytes, kBlockBytes));
@@ -921,7 +921,7 @@ TEST_F(GlobalAllocatorTest, LongClassesTakeTheLongestClassPages) {
   for (uintptr_t p : {c7, c4, c6, c3}) shared.free_large(reinterpret_cast<void*>(p));
   shared.check_invariants();
 
-  GlobalAllocator off(platform, clock, HeapConfig{.num_classes = kMaxClasses, .deadline_k = kK, .small_heap_pages = 0});
+  PageHeap off(platform, clock, HeapConfig{.num_classes = kMaxClasses, .deadline_k = kK, .small_heap_pages = 0});
   for (unsigned c : {4u, 6u, 7u, 3u}) ASSERT_NE(off.alloc_large(c, kBlockBytes, kBlockBytes), nullptr);
   EXPECT_EQ(off.pages_in_use(kMaxClasses), 4u);
   EXPECT_EQ(off.pages_in_use(4), 1u);

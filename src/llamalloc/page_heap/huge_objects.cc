@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstring>
 
-#include "heap/heap.h"
-#include "heap/region_bitmap.h"
+#include "page_heap/page_heap.h"
+#include "page_heap/region_bitmap.h"
 
 namespace llamalloc {
 
@@ -20,7 +20,7 @@ constexpr size_t kHugeHeaderBytes = offsetof(HugePageMeta, large_requested_bytes
 static_assert(kHugeHeaderBytes <= kSmallPageBytes, "one small page of metadata per huge page of a huge object");
 }  // namespace
 
-void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
+void* PageHeap::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
   // A huge object must fit one region, with its alignment: regions are only kRegionBytes aligned.
   if (alignment > kRegionBytes / 2 || bytes > kRegionBytes - alignment) {
     errno = ENOMEM;
@@ -105,7 +105,7 @@ void* GlobalAllocator::alloc_huge_locked(unsigned lc, size_t bytes, size_t align
   return reinterpret_cast<void*>(address);
 }
 
-void GlobalAllocator::free_huge_locked(HugePageMeta* head) {
+void PageHeap::free_huge_locked(HugePageMeta* head) {
   Region* r = head->region;
   size_t pages = head->huge_pages, index = head->index, tail_blocks = head->huge_tail_blocks;
   size_t usable = round_up(head->huge_requested_bytes, kSmallPageBytes), end = pages * kHugePageBytes;

@@ -8,8 +8,8 @@
 
 #include <cstddef>
 
-#include "heap/heap.h"
-#include "heap/region_bitmap.h"
+#include "page_heap/page_heap.h"
+#include "page_heap/region_bitmap.h"
 
 namespace llamalloc {
 
@@ -45,7 +45,7 @@ void note_mib(const char* a, uint64_t bytes, const char* b, uint64_t bytes2, con
 }
 }  // namespace
 
-Region* GlobalAllocator::new_region(size_t pages) {
+Region* PageHeap::new_region(size_t pages) {
   if (region_count_ == kMaxRegions || pages > kHugePagesPerRegion) return nullptr;
   // Without an address-space limit the region is reserved whole (one mapping, never grown). Under RLIMIT_AS its
   // metadata is reserved for what the limit leaves, and its pages in steps of kGrowPages as the page heap grows, so
@@ -115,7 +115,7 @@ Region* GlobalAllocator::new_region(size_t pages) {
   return r;
 }
 
-bool GlobalAllocator::grow_region(Region* r, size_t pages) {
+bool PageHeap::grow_region(Region* r, size_t pages) {
   size_t room = r->capacity - r->reserved;
   if (room == 0) return false;
   size_t need = pages < room ? pages : room;
@@ -133,7 +133,7 @@ bool GlobalAllocator::grow_region(Region* r, size_t pages) {
   }
 }
 
-bool GlobalAllocator::commit_metadata(Region* r, size_t end) {
+bool PageHeap::commit_metadata(Region* r, size_t end) {
   if (end <= r->committed) return true;
   size_t to = round_up(end, kCommitPages);
   if (to > r->reserved) to = r->reserved;
@@ -146,7 +146,7 @@ bool GlobalAllocator::commit_metadata(Region* r, size_t end) {
   return true;
 }
 
-bool GlobalAllocator::take_pages(size_t pages, size_t align_pages, Region** out, size_t* index, size_t back_bytes) {
+bool PageHeap::take_pages(size_t pages, size_t align_pages, Region** out, size_t* index, size_t back_bytes) {
   for (;;) {
     Region* r = nullptr;
     size_t at = 0;
@@ -186,7 +186,7 @@ bool GlobalAllocator::take_pages(size_t pages, size_t align_pages, Region** out,
   }
 }
 
-int GlobalAllocator::reserve_again(Region* r, size_t at, size_t pages) {
+int PageHeap::reserve_again(Region* r, size_t at, size_t pages) {
   int result = 0;
   for (size_t i = next_bit(r->unreserved, at, at + pages, true); i < at + pages;) {
     size_t end = next_bit(r->unreserved, i, at + pages, false);
@@ -219,7 +219,7 @@ int GlobalAllocator::reserve_again(Region* r, size_t at, size_t pages) {
   return result;
 }
 
-void GlobalAllocator::give_back_pages(Region* r, size_t index, size_t pages, size_t mapped_bytes) {
+void PageHeap::give_back_pages(Region* r, size_t index, size_t pages, size_t mapped_bytes) {
   counters_.huge_pages_released.fetch_add(pages, std::memory_order_relaxed);
   void* address = reinterpret_cast<void*>(r->page_address(index));
   if (limited_) {

@@ -4,12 +4,12 @@
 // (no further than the longest finite class: "never freed" is not a lifetime to be promoted into); when no
 // residual block is left, the live blocks hold shorter-lived objects: the page is demoted one class and they
 // become its residual blocks. Either way it gets a new deadline at the tail of its new class's list.
-#include "heap/heap.h"
-#include "heap/page_lists.h"
+#include "page_heap/page_heap.h"
+#include "page_heap/page_lists.h"
 
 namespace llamalloc {
 
-void GlobalAllocator::change_class(HugePageMeta* p, unsigned new_class) {
+void PageHeap::change_class(HugePageMeta* p, unsigned new_class) {
   unsigned old_class = p->lifetime_class;
   active_remove(p);
   bool was_recyclable = p->in_recyclable;
@@ -26,7 +26,7 @@ void GlobalAllocator::change_class(HugePageMeta* p, unsigned new_class) {
 // Deadline expired with live residual blocks: they were under-predicted by (at least) one class (the LLAMA
 // paper, Figure 6d). "Never freed" is not a lifetime one can be promoted into; the longest finite class is the
 // end of the chain.
-void GlobalAllocator::promote(HugePageMeta* p) {
+void PageHeap::promote(HugePageMeta* p) {
   unsigned c = p->lifetime_class;
   unsigned top = never_freed_class() - 1;
   if (c < top) counters_.promotions.fetch_add(1, std::memory_order_relaxed);
@@ -35,7 +35,7 @@ void GlobalAllocator::promote(HugePageMeta* p) {
 
 // No residual block left: the live blocks hold shorter-lived objects, so the page drops one class and they
 // become its residual blocks (the LLAMA paper, Figure 6e).
-void GlobalAllocator::demote(HugePageMeta* p) {
+void PageHeap::demote(HugePageMeta* p) {
   unsigned c = p->lifetime_class;
   if (c > 0) counters_.demotions.fetch_add(1, std::memory_order_relaxed);
   p->residual = p->live;
@@ -43,7 +43,7 @@ void GlobalAllocator::demote(HugePageMeta* p) {
 }
 
 
-void GlobalAllocator::expire_due_deadlines(uint64_t now) {
+void PageHeap::expire_due_deadlines(uint64_t now) {
   for (unsigned c = 0; c < num_classes(); ++c) {
     while (active_head_[c] != nullptr && active_head_[c]->deadline_ns <= now) {
       HugePageMeta* p = active_head_[c];
@@ -59,13 +59,13 @@ void GlobalAllocator::expire_due_deadlines(uint64_t now) {
       earliest_deadline_ns_ = active_head_[c]->deadline_ns;
 }
 
-void GlobalAllocator::tick() {
+void PageHeap::tick() {
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());
   debug_check();
 }
 
-void GlobalAllocator::renew_deadline(HugePageMeta* p) {
+void PageHeap::renew_deadline(HugePageMeta* p) {
   uint64_t d = class_duration_ns(p->lifetime_class);
   if (d == kNoDeadline) return;
   // now + K x class is at least every deadline of the class set before: the page goes to the list's tail.

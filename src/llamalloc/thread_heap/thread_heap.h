@@ -12,9 +12,9 @@
 
 #include "base.h"
 #include "config.h"
-#include "heap/heap.h"
-#include "local/size_class.h"
-#include "local/small_span.h"
+#include "page_heap/page_heap.h"
+#include "thread_heap/size_class.h"
+#include "thread_heap/small_span.h"
 #include "predictor/predictor.h"
 
 namespace llamalloc {
@@ -45,23 +45,23 @@ inline constexpr std::memory_order kHandshakeLoad = std::memory_order_acquire;
 #endif
 
 // In a process without a sweeper thread, one in this many of the owner's frees that empty the span its fast
-// path allocates from takes the slow path (LocalAllocator::free_block).
+// path allocates from takes the slow path (ThreadHeapOps::free_block).
 inline constexpr unsigned kEmptyFreesPerSlowPath = 8;
 
 // A thread heap that takes this many small objects of one long-lived class from the shared thread heap within this
-// long (10,000 a second or more) takes that class from its own spans from then on (LocalHeap::own_class).
+// long (10,000 a second or more) takes that class from its own spans from then on (ThreadHeap::own_class).
 inline constexpr uint32_t kSharedBurst = 1024;
 inline constexpr uint64_t kSharedBurstNs = 100'000'000;
 
-struct alignas(64) LocalHeap {
+struct alignas(64) ThreadHeap {
   // The span each (lifetime class, size class) allocates from: the head of its queue, or the static empty
   // span (no free block) so that the fast path needs no null check. Row kMaxClasses stays empty: when the
   // predictor must see every allocation, fast_class is kMaxClasses and the fast path always misses.
   SmallSpan* spans[kMaxClasses + 1][kNumSizeClasses];
   uint8_t fast_class = kMaxClasses;
-  // A sweeper wants the heap: the owner waits until it is done (LocalAllocator::wait_for_sweep).
+  // A sweeper wants the heap: the owner waits until it is done (ThreadHeapOps::wait_for_sweep).
   std::atomic<uint8_t> sweep{0};
-  LocalHeap* next_free = nullptr;
+  ThreadHeap* next_free = nullptr;
   // With a context-sensitive predictor: this thread's prediction cache, probed by the fast path (null: none).
   PredictionCacheView prediction_cache;
   // The owner is working on its spans (set and cleared only by the owner). In 16 bytes of its own: the fast path
@@ -83,15 +83,15 @@ struct alignas(64) LocalHeap {
   // Spans taken off their queue when full that have since had a block freed by another thread (pushed by
   // that thread; taken in bulk by the owner's slow path).
   alignas(64) std::atomic<SmallSpan*> notify{nullptr};
-  // Its thread exited (LocalAllocator::abandon): every span it still has is off the queues and marked full,
+  // Its thread exited (ThreadHeapOps::abandon): every span it still has is off the queues and marked full,
   // so that any free into it comes through `notify`, which any thread may drain (reclaim_abandoned).
   std::atomic<uint8_t> abandoned{0};
   // Slow paths the owner has run (the sweeper's sign of activity; written by the owner only).
   std::atomic<uint32_t> slow_ops{0};
   // The sweeper's bookkeeping, under the heap pool's lock: the list of heaps of live threads, slow_ops at the
   // last pass, and passes in a row without a slow path.
-  LocalHeap* live_next = nullptr;
-  LocalHeap* live_prev = nullptr;
+  ThreadHeap* live_next = nullptr;
+  ThreadHeap* live_prev = nullptr;
   uint32_t seen_ops = 0;
   uint32_t idle_ticks = 0;
   // The same for the prediction cache: its hit count at the last pass, and passes in a row with neither a hit
@@ -107,30 +107,30 @@ struct alignas(64) LocalHeap {
   uint64_t shared_since[kMaxClasses] = {};
   uint8_t own_class[kMaxClasses] = {};
 
-  constexpr LocalHeap();
-  bool check(GlobalAllocator& global) const;
+  constexpr ThreadHeap();
+  bool check(PageHeap& global) const;
 };
 
 // Heaps whose threads exited, to be adopted by new threads (the process keeps one; the simulator none).
 struct HeapPool {
   Lock lock;
-  LocalHeap* head = nullptr;  // lock; linked by next_free
+  ThreadHeap* head = nullptr;  // lock; linked by next_free
 };
 
 // The span with no blocks: every empty slot of every thread heap points at it.
 extern constinit SmallSpan g_empty_span;
 
-constexpr LocalHeap::LocalHeap() : spans{} {
+constexpr ThreadHeap::ThreadHeap() : spans{} {
   for (auto& row : spans)
     for (SmallSpan*& s : row) s = &g_empty_span;
 }
 
 // The thread heap a thread allocates from. Starts (and after thread exit returns) at the static empty one, whose
 // spans are all empty: the first allocation misses into the slow path, which gives the thread its own thread heap.
-extern __thread LocalHeap* tl_heap __attribute__((tls_model("initial-exec")));
+extern __thread ThreadHeap* tl_heap __attribute__((tls_model("initial-exec")));
 // Live bytes (block sizes) allocated minus freed by this thread, not yet added to the page heap's gauge.
 extern __thread int64_t tl_live_delta __attribute__((tls_model("initial-exec")));
-extern LocalHeap g_empty_heap;
+extern ThreadHeap g_empty_heap;
 
 // A block about to be handed out whose link does not decode to a block of its span or the list's end: the
 // program wrote into it after freeing it (or freed it twice by a way free() missed). Aborts with one line, where
@@ -163,62 +163,62 @@ LLAMALLOC_FAST void span_push(SmallSpan* s, void* p) {
 }
 
 // Whether a request of size class sc (classify(); kLargeRequest for a large object) and `alignment` misses the
-// allocation fast path of `heap` (heap_malloc) when that path allocates from lifetime class lc (LocalHeap::
+// allocation fast path of `heap` (heap_malloc) when that path allocates from lifetime class lc (ThreadHeap::
 // fast_class, or a prediction cache hit's class) and takes the slow path: the fast path serves only small requests
 // of the default alignment, from the span at the head of the (lc, sc) queue, while that span has a free block.
 // Pure: it reads the thread heap and changes nothing (the simulator counts slow paths with it).
-LLAMALLOC_FAST bool misses_fast_path(const LocalHeap& heap, unsigned lc, unsigned sc, size_t alignment) {
+LLAMALLOC_FAST bool misses_fast_path(const ThreadHeap& heap, unsigned lc, unsigned sc, size_t alignment) {
   return sc == kLargeRequest || alignment > kMinAlignBytes || heap.spans[lc][sc]->free == nullptr;
 }
 
 // The owner's half of the handshake. enter: before it touches its spans; then sweep_requested() must be checked
 // (true: wait_for_sweep). exit: when it is done with them.
-LLAMALLOC_FAST void owner_enter(LocalHeap* h) {
+LLAMALLOC_FAST void owner_enter(ThreadHeap* h) {
   h->busy.store(1, kHandshakeStore);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler's half; membarrier is the CPU's
 }
-LLAMALLOC_FAST bool sweep_requested(const LocalHeap* h) { return h->sweep.load(kHandshakeLoad) != 0; }
-LLAMALLOC_FAST void owner_exit(LocalHeap* h) { h->busy.store(0, std::memory_order_release); }
-LLAMALLOC_FAST void owner_count_slow(LocalHeap* h) {
+LLAMALLOC_FAST bool sweep_requested(const ThreadHeap* h) { return h->sweep.load(kHandshakeLoad) != 0; }
+LLAMALLOC_FAST void owner_exit(ThreadHeap* h) { h->busy.store(0, std::memory_order_release); }
+LLAMALLOC_FAST void owner_count_slow(ThreadHeap* h) {
   h->slow_ops.store(h->slow_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 // Adds this thread's live-byte delta to the page heap's gauges.
-inline void flush_live_delta(GlobalAllocator& global) {
+inline void flush_live_delta(PageHeap& global) {
   add_live_bytes(global.gauges(), tl_live_delta);
   tl_live_delta = 0;
 }
 
 // Operations of one thread heap on one page heap (the library's, or a simulated one).
-class LocalAllocator {
+class ThreadHeapOps {
  public:
   // The one allocation entry point below the fast path (library slow path, simulator, tests): a request of
   // `size` and `alignment` (a power of two) in lifetime class lc, from `heap`. nullptr + ENOMEM when exhausted.
-  static void* allocate(GlobalAllocator& global, LocalHeap& heap, unsigned lc, size_t size, size_t alignment);
+  static void* allocate(PageHeap& global, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment);
   // A small object of size class sc (the fast path missed).
-  static void* alloc_small(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsigned sc);
+  static void* alloc_small(PageHeap& global, ThreadHeap& heap, unsigned lc, unsigned sc);
   // Frees p, an object of the size-class span s, by the thread whose heap is `heap`. Reports bad and double
   // frees. Returns the block size (live accounting).
-  LLAMALLOC_FAST static size_t free_small(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p);
+  LLAMALLOC_FAST static size_t free_small(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
   // The same without the byte count (the library's inline free, which counts before).
-  LLAMALLOC_FAST static void free_block(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p);
+  LLAMALLOC_FAST static void free_block(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
   // A block whose first word looks like a free-list link: reported if it is on a list, else freed as usual.
-  LLAMALLOC_NOINLINE static void free_suspicious(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p);
+  LLAMALLOC_NOINLINE static void free_suspicious(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
   // The one free entry point below the fast path: small (size-class span) or large; the bytes released.
-  static size_t deallocate(GlobalAllocator& global, LocalHeap* heap, void* p);
+  static size_t deallocate(PageHeap& global, ThreadHeap* heap, void* p);
   // Takes in every remote free, gives every empty span back and drops the cache (the end of a simulated thread,
   // the main thread at process exit). Spans that still hold objects stay queued in the heap.
-  static void release_all(GlobalAllocator& global, LocalHeap& heap);
+  static void release_all(PageHeap& global, ThreadHeap& heap);
   // Thread exit: as release_all, and the spans that still hold objects leave the queues marked full, so that
   // the frees other threads make into them later reach the heap's notify list, which reclaim_abandoned()
   // drains while the heap waits in the pool (their memory goes back as soon as they empty, adopted or not).
-  static void abandon(GlobalAllocator& global, LocalHeap& heap);
+  static void abandon(PageHeap& global, ThreadHeap& heap);
   // The owner saw sweep_requested(): steps aside until the sweeper has withdrawn its request, then enters again.
   // Returns with the heap entered and no sweep requested.
-  LLAMALLOC_NOINLINE static void wait_for_sweep(LocalHeap& heap);
+  LLAMALLOC_NOINLINE static void wait_for_sweep(ThreadHeap& heap);
   // Drains the notify lists of the pool's heaps (when a free into an abandoned heap's span asked for it, or
   // `force`). Takes the pool's lock, then the page heap lock.
-  static void reclaim_abandoned(GlobalAllocator& global, HeapPool& pool, bool force = false);
+  static void reclaim_abandoned(PageHeap& global, HeapPool& pool, bool force = false);
   // The pool a slow path reclaims from (the library's; null in the simulator).
   static void set_pool(HeapPool* pool) { pool_ = pool; }
   static inline HeapPool* pool_ = nullptr;
@@ -233,13 +233,13 @@ class LocalAllocator {
   static inline void (*slow_free_hook_)() = nullptr;
   // Whether small objects of class lc for `heap` come from the shared thread heap (allocate): a long-lived class
   // (HeapConfig::shared_class_min), while the page heap has a shared thread heap other than `heap`, and unless
-  // this thread makes them fast (LocalHeap::own_class). Pure.
-  LLAMALLOC_FAST static bool uses_shared_heap(const GlobalAllocator& global, const LocalHeap& heap, unsigned lc) {
-    const LocalHeap* shared = global.shared_heap();
+  // this thread makes them fast (ThreadHeap::own_class). Pure.
+  LLAMALLOC_FAST static bool uses_shared_heap(const PageHeap& global, const ThreadHeap& heap, unsigned lc) {
+    const ThreadHeap* shared = global.shared_heap();
     return lc >= global.shared_class_min() && shared != nullptr && shared != &heap && !heap.own_class[lc];
   }
   // The small-object span of p, or null.
-  LLAMALLOC_FAST static SmallSpan* span_of(const GlobalAllocator& global, const void* p) {
+  LLAMALLOC_FAST static SmallSpan* span_of(const PageHeap& global, const void* p) {
     std::atomic<SmallSpan*>* slot = global.size_span_slot(reinterpret_cast<uintptr_t>(p));
     return slot != nullptr ? slot->load(std::memory_order_relaxed) : nullptr;
   }
@@ -256,35 +256,35 @@ class LocalAllocator {
   // Takes the owner's and other threads' frees into `free`, then untouched blocks; whether a block is free.
   static bool refill_free(SmallSpan* s);
   static void collect_remote(SmallSpan* s);
-  static void drain_notify(GlobalAllocator& global, LocalHeap& heap);
+  static void drain_notify(PageHeap& global, ThreadHeap& heap);
   // The owner's free brought used to zero, or freed into a span that was off its queue. Ends the owner's
   // turn (owner_exit).
-  LLAMALLOC_NOINLINE static void owner_free_slow(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s);
+  LLAMALLOC_NOINLINE static void owner_free_slow(PageHeap& global, ThreadHeap& heap, SmallSpan* s);
   // A free into another thread's span. Also flushes this thread's live-byte count once it is far enough below
   // zero: a thread that only frees other threads' objects runs no other slow path that would. A span of the
   // shared thread heap is freed into as its owner, under the shared thread heap's lock (shared_free).
-  LLAMALLOC_NOINLINE static void remote_free(GlobalAllocator& global, SmallSpan* s, void* p);
-  // A free into a span of the shared thread heap of long-lived classes (GlobalAllocator::shared_heap), by any thread:
+  LLAMALLOC_NOINLINE static void remote_free(PageHeap& global, SmallSpan* s, void* p);
+  // A free into a span of the shared thread heap of long-lived classes (PageHeap::shared_heap), by any thread:
   // under the shared thread heap's lock, as the owner frees (its free list; the span requeued or given back at once),
   // so that what is freed there is taken in without a sweeper (single-threaded programs have none).
-  static void shared_free(GlobalAllocator& global, SmallSpan* s, void* p);
+  static void shared_free(PageHeap& global, SmallSpan* s, void* p);
   // The owner's free left s empty or freed into it while it was off its queue: requeue it, or give it back.
-  static void after_owner_free(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s);
+  static void after_owner_free(PageHeap& global, ThreadHeap& heap, SmallSpan* s);
   // The owner's free when a sweep was requested: waits for it, then frees as usual.
-  LLAMALLOC_NOINLINE static void owner_free_after_sweep(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s, void* p);
+  LLAMALLOC_NOINLINE static void owner_free_after_sweep(PageHeap& global, ThreadHeap& heap, SmallSpan* s, void* p);
   // Whether a block that is being freed is already on one of the span's lists (a double free).
   LLAMALLOC_NOINLINE static bool on_free_list(const SmallSpan* s, const void* p);
   [[noreturn]] LLAMALLOC_SLOW static void bad_free(const void* p, const char* what);
   [[noreturn]] LLAMALLOC_SLOW static void bad_small_free(const SmallSpan* s, const void* p);
   // Aborts with "<what> <p>: ..." unless p is a live object of s (realloc).
   static void check_live(const SmallSpan* s, const void* p, const char* what);
-  static void release_span(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s);
+  static void release_span(PageHeap& global, ThreadHeap& heap, SmallSpan* s);
   static size_t usable_size(const SmallSpan* s) { return s->block_size; }
 };
 
 // Every call below is in tail position, so that the inlined fast path needs no callee-saved registers (no
 // prologue of pushes before the common case).
-LLAMALLOC_FAST void LocalAllocator::free_block(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p) {
+LLAMALLOC_FAST void ThreadHeapOps::free_block(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
   if (LLAMALLOC_UNLIKELY(block_index(s, p) == ~0u)) bad_small_free(s, p);
   // A free block's first word is an encoded link: inside the span (or null). A live object's first word is the
   // program's data, which matches that only by chance; then the lists are walked to be sure.
@@ -311,7 +311,7 @@ LLAMALLOC_FAST void LocalAllocator::free_block(GlobalAllocator& global, LocalHea
   return remote_free(global, s, p);
 }
 
-LLAMALLOC_FAST size_t LocalAllocator::free_small(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p) {
+LLAMALLOC_FAST size_t ThreadHeapOps::free_small(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
   size_t bytes = s->block_size;  // read first: after a remote push the owner may give the span back
   free_block(global, heap, s, p);
   return bytes;

@@ -13,7 +13,7 @@
 
 #include "base.h"
 #include "config.h"
-#include "heap/page_meta.h"
+#include "page_heap/page_meta.h"
 #include "pal/pal.h"
 #include "stats.h"
 
@@ -80,12 +80,12 @@ struct PageInfo {
   uintptr_t address = 0;
 };
 
-struct LocalHeap;
+struct ThreadHeap;
 
-class GlobalAllocator {
+class PageHeap {
  public:
   // constexpr: the process-wide instance is constant-initialised, usable before any constructor runs.
-  constexpr GlobalAllocator(Platform& platform, Clock& clock, HeapConfig config)
+  constexpr PageHeap(Platform& platform, Clock& clock, HeapConfig config)
       : platform_(platform), clock_(clock), config_(config) {
     configure(config);
   }
@@ -96,8 +96,8 @@ class GlobalAllocator {
     if (config.deadline_k == 0) config.deadline_k = 1;
     config_ = config;
   }
-  GlobalAllocator(const GlobalAllocator&) = delete;
-  GlobalAllocator& operator=(const GlobalAllocator&) = delete;
+  PageHeap(const PageHeap&) = delete;
+  PageHeap& operator=(const PageHeap&) = delete;
 
   unsigned num_classes() const { return config_.num_classes; }
   unsigned never_freed_class() const { return config_.num_classes - 1; }
@@ -201,8 +201,8 @@ class GlobalAllocator {
   // the lock that every operation on it holds. Lock order: the shared thread heap's, the heap pool's, the page
   // heap's. The library sets it when the process makes its second thread heap: a single-threaded program gains
   // nothing from sharing and would pay a lock and a slow path per long-lived object.
-  void set_shared_heap(LocalHeap* heap) { shared_heap_.store(heap, std::memory_order_release); }
-  LocalHeap* shared_heap() const { return shared_heap_.load(std::memory_order_relaxed); }
+  void set_shared_heap(ThreadHeap* heap) { shared_heap_.store(heap, std::memory_order_release); }
+  ThreadHeap* shared_heap() const { return shared_heap_.load(std::memory_order_relaxed); }
   unsigned shared_class_min() const { return config_.shared_class_min; }
   bool span_recycling() const { return config_.span_recycling; }
   // The class whose huge pages an object of class lc takes its blocks from (HeapConfig::long_class_min).
@@ -303,7 +303,7 @@ class GlobalAllocator {
   Clock& clock_;
   HeapConfig config_;
   Lock lock_;
-  std::atomic<LocalHeap*> shared_heap_{nullptr};
+  std::atomic<ThreadHeap*> shared_heap_{nullptr};
   Lock shared_lock_;
   Counters counters_;
   Gauges gauges_;

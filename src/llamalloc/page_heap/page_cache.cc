@@ -7,17 +7,17 @@
 // never in the footprint.
 #include <cstring>
 
-#include "heap/heap.h"
+#include "page_heap/page_heap.h"
 
 namespace llamalloc {
 
-void GlobalAllocator::set_page_cache_pages(unsigned pages) {
+void PageHeap::set_page_cache_pages(unsigned pages) {
   LockGuard g(lock_);
   config_.page_cache_pages = pages;
   while (cached_runs_ > 0 && gauges_.page_cache_bytes / kHugePageBytes > pages) release_cached_run(0);
 }
 
-void GlobalAllocator::cache_or_release(Region* r, size_t index, size_t pages) {
+void PageHeap::cache_or_release(Region* r, size_t index, size_t pages) {
   size_t cached = gauges_.page_cache_bytes / kHugePageBytes;
   if (config_.page_cache_pages == 0 || pages > config_.page_cache_pages) {
     give_back_pages(r, index, pages);
@@ -41,7 +41,7 @@ void GlobalAllocator::cache_or_release(Region* r, size_t index, size_t pages) {
   cached_[cached_runs_++] = CachedRun{r, uint32_t(index), uint32_t(pages)};
 }
 
-void GlobalAllocator::release_cached_run(unsigned i) {
+void PageHeap::release_cached_run(unsigned i) {
   CachedRun run = cached_[i];
   memmove(&cached_[i], &cached_[i + 1], sizeof(CachedRun) * (cached_runs_ - i - 1));
   --cached_runs_;
@@ -49,7 +49,7 @@ void GlobalAllocator::release_cached_run(unsigned i) {
   give_back_pages(run.region, run.index, run.pages);
 }
 
-bool GlobalAllocator::take_cached(size_t pages, size_t align_pages, Region** r, size_t* index) {
+bool PageHeap::take_cached(size_t pages, size_t align_pages, Region** r, size_t* index) {
   pages_taken_ += pages;
   // Newest first (its memory is the likeliest to be in cache), a run of exactly the size asked first (a huge
   // object keeps finding the runs that objects of its size left); a huge object takes the front of a longer
@@ -76,7 +76,7 @@ bool GlobalAllocator::take_cached(size_t pages, size_t align_pages, Region** r, 
   return false;
 }
 
-size_t GlobalAllocator::trim_page_cache(bool now) {
+size_t PageHeap::trim_page_cache(bool now) {
   // Called under the lock, once per subrelease pass.
   uint64_t in_use = gauges_.footprint_bytes / kHugePageBytes;
   unsigned slot = (demand_passes_ - 1) % kPageCachePasses;
@@ -94,7 +94,7 @@ size_t GlobalAllocator::trim_page_cache(bool now) {
   return cached > keep ? release_cached_pages(cached - keep) : 0;
 }
 
-size_t GlobalAllocator::release_cached_pages(uint64_t pages) {
+size_t PageHeap::release_cached_pages(uint64_t pages) {
   size_t released = 0;
   while (cached_runs_ > 0 && released < pages) {
     uint64_t excess = pages - released;

@@ -6,11 +6,11 @@
 
 #include <cstring>
 
-#include "heap/heap.h"
+#include "page_heap/page_heap.h"
 
 namespace llamalloc {
 
-PageInfo GlobalAllocator::page_info(uintptr_t address) {
+PageInfo PageHeap::page_info(uintptr_t address) {
   LockGuard g(lock_);
   PageInfo info;
   HugePageMeta* p = page_of(address);
@@ -25,12 +25,12 @@ PageInfo GlobalAllocator::page_info(uintptr_t address) {
   return info;
 }
 
-size_t GlobalAllocator::pages_in_use(unsigned lc) {
+size_t PageHeap::pages_in_use(unsigned lc) {
   LockGuard g(lock_);
   return lc < kMaxClasses ? gauges_.huge_pages_by_class[lc] : gauges_.footprint_bytes / kHugePageBytes;
 }
 
-HeapStats read_heap_stats(GlobalAllocator& heap, bool in_signal, int64_t unflushed_live) {
+HeapStats read_heap_stats(PageHeap& heap, bool in_signal, int64_t unflushed_live) {
   Gauges& g = heap.gauges();
   HeapStats stats;
   stats.num_classes = heap.num_classes();

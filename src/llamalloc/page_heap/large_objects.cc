@@ -9,13 +9,13 @@
 
 #include <cstddef>
 
-#include "heap/heap.h"
-#include "heap/page_lists.h"
-#include "heap/region_bitmap.h"
+#include "page_heap/page_heap.h"
+#include "page_heap/page_lists.h"
+#include "page_heap/region_bitmap.h"
 
 namespace llamalloc {
 
-HugePageMeta* GlobalAllocator::borrow_longer_open_page(unsigned lc, size_t count, size_t align_blocks,
+HugePageMeta* PageHeap::borrow_longer_open_page(unsigned lc, size_t count, size_t align_blocks,
                                                        size_t* first) {
   if (gauges_.footprint_bytes >= uint64_t(config_.small_heap_pages) * kHugePageBytes) return nullptr;
   for (unsigned c = lc + 1; c < num_classes(); ++c) {
@@ -28,14 +28,14 @@ HugePageMeta* GlobalAllocator::borrow_longer_open_page(unsigned lc, size_t count
   return nullptr;
 }
 
-bool GlobalAllocator::take_blocks(HugePageMeta* p, size_t count, size_t align_blocks, size_t* first) {
+bool PageHeap::take_blocks(HugePageMeta* p, size_t count, size_t align_blocks, size_t* first) {
   size_t at = p->live.find_clear_run(count, align_blocks);
   if (at == kBlocksPerHugePage) return false;
   *first = at;
   return true;
 }
 
-void GlobalAllocator::mark_allocated(HugePageMeta* p, size_t first, size_t count, bool residual) {
+void PageHeap::mark_allocated(HugePageMeta* p, size_t first, size_t count, bool residual) {
   p->live.set_range(first, count);
   p->open_idle = 0;
   p->taken.set_range(first, count);
@@ -50,7 +50,7 @@ void GlobalAllocator::mark_allocated(HugePageMeta* p, size_t first, size_t count
   }
 }
 
-HugePageMeta* GlobalAllocator::recycle_blocks(unsigned c, size_t count, size_t align_blocks, size_t* first) {
+HugePageMeta* PageHeap::recycle_blocks(unsigned c, size_t count, size_t align_blocks, size_t* first) {
   // The fullest pages first (HeapConfig::dense_first): a block taken there lets an emptier page drain.
   for (unsigned b = kRecycleBuckets; b-- > 0;)
     for (HugePageMeta* p = recyclable_head_[c][b]; p != nullptr; p = p->recyclable_next)
@@ -61,7 +61,7 @@ HugePageMeta* GlobalAllocator::recycle_blocks(unsigned c, size_t count, size_t a
   return nullptr;
 }
 
-void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
+void* PageHeap::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
   if (lc >= num_classes()) lc = never_freed_class();
   lc = page_class(lc);
   if (alignment < kBlockBytes) alignment = kBlockBytes;
@@ -115,7 +115,7 @@ void* GlobalAllocator::alloc_large(unsigned lc, size_t bytes, size_t alignment) 
 }
 
 
-size_t GlobalAllocator::free_large(void* ptr) {
+size_t PageHeap::free_large(void* ptr) {
   uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
   size_t requested = 0;
   LockGuard g(lock_);
@@ -150,7 +150,7 @@ size_t GlobalAllocator::free_large(void* ptr) {
   return requested;
 }
 
-size_t GlobalAllocator::large_usable_size(const void* ptr) {
+size_t PageHeap::large_usable_size(const void* ptr) {
   uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
   LockGuard g(lock_);
   HugePageMeta* page = page_of(a);
@@ -166,7 +166,7 @@ size_t GlobalAllocator::large_usable_size(const void* ptr) {
   return (page->large_end.next_set(block) - block + 1) * kBlockBytes;
 }
 
-size_t GlobalAllocator::large_requested_size(const void* ptr) {
+size_t PageHeap::large_requested_size(const void* ptr) {
   uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
   LockGuard g(lock_);
   HugePageMeta* page = page_of(a);

@@ -3,14 +3,14 @@
 
 #include <cstring>
 
-#include "local/local.h"
+#include "thread_heap/thread_heap.h"
 
 namespace llamalloc {
 
-__thread LocalHeap* tl_heap __attribute__((tls_model("initial-exec"))) = &g_empty_heap;
+__thread ThreadHeap* tl_heap __attribute__((tls_model("initial-exec"))) = &g_empty_heap;
 __thread int64_t tl_live_delta __attribute__((tls_model("initial-exec"))) = 0;
 constinit SmallSpan g_empty_span{};
-constinit LocalHeap g_empty_heap;
+constinit ThreadHeap g_empty_heap;
 
 namespace {
 
@@ -23,7 +23,7 @@ uintptr_t span_key(uintptr_t start) {
   return uintptr_t(x ^ (x >> 29)) | 1;  // never 0: the end of a list is not stored as 0
 }
 
-void enqueue_front(LocalHeap& heap, SmallSpan* s) {
+void enqueue_front(ThreadHeap& heap, SmallSpan* s) {
   SmallSpan*& head = heap.spans[s->lifetime_class][s->size_class];
   s->prev = nullptr;
   s->next = head == &g_empty_span ? nullptr : head;
@@ -33,8 +33,8 @@ void enqueue_front(LocalHeap& heap, SmallSpan* s) {
   s->queued = 1;
 }
 
-// At the end of the queue (LocalHeap::tails says why), behind the span the fast path is using.
-void enqueue_back(LocalHeap& heap, SmallSpan* s) {
+// At the end of the queue (ThreadHeap::tails says why), behind the span the fast path is using.
+void enqueue_back(ThreadHeap& heap, SmallSpan* s) {
   SmallSpan*& tail = heap.tails[s->lifetime_class][s->size_class];
   if (tail == nullptr) return enqueue_front(heap, s);
   s->prev = tail;
@@ -44,7 +44,7 @@ void enqueue_back(LocalHeap& heap, SmallSpan* s) {
   s->queued = 1;
 }
 
-void unlink(LocalHeap& heap, SmallSpan* s) {
+void unlink(ThreadHeap& heap, SmallSpan* s) {
   SmallSpan*& head = heap.spans[s->lifetime_class][s->size_class];
   if (s->prev != nullptr) s->prev->next = s->next;
   else head = s->next != nullptr ? s->next : &g_empty_span;
@@ -59,24 +59,24 @@ void unlink(LocalHeap& heap, SmallSpan* s) {
 uint32_t list_length(const SmallSpan* s, void* head, void** last) {
   uint32_t n = 0;
   for (void* b = head; b != nullptr; b = reinterpret_cast<void*>(*static_cast<uintptr_t*>(b) ^ s->key)) {
-    if (++n > s->capacity) LocalAllocator::bad_free(b, "double free (a span's list of freed blocks loops)");
+    if (++n > s->capacity) ThreadHeapOps::bad_free(b, "double free (a span's list of freed blocks loops)");
     *last = b;
   }
   return n;
 }
 
-void set_size_span(GlobalAllocator& global, uintptr_t start, size_t bytes, SmallSpan* s) {
+void set_size_span(PageHeap& global, uintptr_t start, size_t bytes, SmallSpan* s) {
   for (size_t off = 0; off < bytes; off += kBlockSpanBytes)
     global.size_span_slot(start + off)->store(s, std::memory_order_release);
 }
 
-void give_back(GlobalAllocator& global, SmallSpan* s) {
+void give_back(PageHeap& global, SmallSpan* s) {
   uintptr_t start = s->start;
   set_size_span(global, start, s->span_bytes, nullptr);
   global.free_large(reinterpret_cast<void*>(start));  // may release the page and with it s's metadata
 }
 
-void init_span(LocalHeap& heap, SmallSpan* s, uintptr_t start, size_t span_bytes, unsigned lc, unsigned sc) {
+void init_span(ThreadHeap& heap, SmallSpan* s, uintptr_t start, size_t span_bytes, unsigned lc, unsigned sc) {
   size_t bs = size_class_bytes(sc);
   s->free = nullptr;
   s->key = span_key(start);
@@ -96,7 +96,7 @@ void init_span(LocalHeap& heap, SmallSpan* s, uintptr_t start, size_t span_bytes
   s->notify_next = nullptr;
 }
 
-SmallSpan* new_span(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsigned sc) {
+SmallSpan* new_span(PageHeap& global, ThreadHeap& heap, unsigned lc, unsigned sc) {
   size_t bytes = lc >= global.shared_class_min() ? long_lived_span_bytes(sc) : size_class_span_bytes(sc);
   unsigned kind = span_kind(bytes);
   uint8_t& n = heap.cache_count[lc][kind];
@@ -129,7 +129,7 @@ SmallSpan* new_span(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsig
 // to once it has been full or is empty (after_owner_free, drain_notify, release_span). Without this, a
 // long-lived class's span keeps the holes its dead objects leave until its own class allocates again, while a
 // program that overwrites long-lived values with shorter-lived ones puts the new values on pages of their own.
-SmallSpan* adopt_longer_span(LocalHeap& heap, unsigned lc, unsigned sc) {
+SmallSpan* adopt_longer_span(ThreadHeap& heap, unsigned lc, unsigned sc) {
   for (unsigned l = kMaxClasses; l-- > lc + 1;) {
     SmallSpan* head = heap.spans[l][sc];
     if (head == &g_empty_span) continue;
@@ -147,7 +147,7 @@ SmallSpan* adopt_longer_span(LocalHeap& heap, unsigned lc, unsigned sc) {
 
 // Takes a full span off its queue and marks it so that the first remote free tells the owner. false when a
 // remote free came first (the span has a free block again).
-bool mark_full(LocalHeap& heap, SmallSpan* s) {
+bool mark_full(ThreadHeap& heap, SmallSpan* s) {
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
   for (;;) {
     if ((x & ~kXfreeStateMask) != 0) return false;
@@ -165,7 +165,7 @@ bool park_abandoned(SmallSpan* s) {
   for (;;) {
     if ((x & kXfreeStateMask) == kXfreeNotified) return true;  // on the notify list: the drain handles it
     if ((x & ~kXfreeStateMask) != 0) {
-      LocalAllocator::collect_remote(s);
+      ThreadHeapOps::collect_remote(s);
       if (s->used == 0) return false;
       x = s->xfree.load(std::memory_order_relaxed);
       continue;
@@ -193,25 +193,25 @@ void extend(SmallSpan* s) {
 
 }  // namespace
 
-void LocalAllocator::bad_free(const void* p, const char* what) { fatal_pointer("free of", p, what); }
+void ThreadHeapOps::bad_free(const void* p, const char* what) { fatal_pointer("free of", p, what); }
 
 void corrupt_free_block(const SmallSpan* s, const void* block) {
   (void)s;
   fatal_pointer("malloc: freed block", block, "its link was overwritten: written after it was freed, or freed twice");
 }
 
-void LocalAllocator::bad_small_free(const SmallSpan* s, const void* p) {
+void ThreadHeapOps::bad_small_free(const SmallSpan* s, const void* p) {
   bad_free(p, s->cached ? "double free (its span is empty)" : "pointer not the start of an object");
 }
 
-void LocalAllocator::check_live(const SmallSpan* s, const void* p, const char* what) {
+void ThreadHeapOps::check_live(const SmallSpan* s, const void* p, const char* what) {
   if (block_index(s, p) == ~0u)
     fatal_pointer(what, p, s->cached ? "object already freed" : "pointer not the start of an object");
   uintptr_t link = *static_cast<const uintptr_t*>(p) ^ s->key;
   if ((link - s->start < s->span_bytes || link == 0) && on_free_list(s, p)) fatal_pointer(what, p, "object already freed");
 }
 
-void LocalAllocator::collect_remote(SmallSpan* s) {
+void ThreadHeapOps::collect_remote(SmallSpan* s) {
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
   do {
     if ((x & ~kXfreeStateMask) == 0) return;
@@ -225,7 +225,7 @@ void LocalAllocator::collect_remote(SmallSpan* s) {
   s->used -= n;
 }
 
-bool LocalAllocator::refill_free(SmallSpan* s) {
+bool ThreadHeapOps::refill_free(SmallSpan* s) {
   if (s->free != nullptr) return true;
   collect_remote(s);
   if (s->free != nullptr) return true;
@@ -236,7 +236,7 @@ bool LocalAllocator::refill_free(SmallSpan* s) {
   return false;
 }
 
-void LocalAllocator::release_span(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s) {
+void ThreadHeapOps::release_span(PageHeap& global, ThreadHeap& heap, SmallSpan* s) {
   // On the notify list (a remote free after it was full, since collected): the drain gives it back.
   if (s->xfree.load(std::memory_order_acquire) & kXfreeNotified) return;
   if (s->queued) unlink(heap, s);
@@ -257,7 +257,7 @@ void LocalAllocator::release_span(GlobalAllocator& global, LocalHeap& heap, Smal
   heap.cache[lc][kind][n++] = s;
 }
 
-void LocalAllocator::drain_notify(GlobalAllocator& global, LocalHeap& heap) {
+void ThreadHeapOps::drain_notify(PageHeap& global, ThreadHeap& heap) {
   SmallSpan* s = heap.notify.exchange(nullptr, std::memory_order_acquire);
   while (s != nullptr) {
     SmallSpan* next = s->notify_next;
@@ -287,7 +287,7 @@ void LocalAllocator::drain_notify(GlobalAllocator& global, LocalHeap& heap) {
   }
 }
 
-void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsigned lc, unsigned sc) {
+void* ThreadHeapOps::alloc_small(PageHeap& global, ThreadHeap& heap, unsigned lc, unsigned sc) {
   SmallSpan** head = &heap.spans[lc][sc];
   if (heap.notify.load(std::memory_order_relaxed) != nullptr) drain_notify(global, heap);
   // The queue from its head: the first span with a free block (or one that comes back) serves; full ones leave
@@ -312,7 +312,7 @@ void* LocalAllocator::alloc_small(GlobalAllocator& global, LocalHeap& heap, unsi
   return span_pop(s);
 }
 
-void LocalAllocator::owner_free_slow(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s) {
+void ThreadHeapOps::owner_free_slow(PageHeap& global, ThreadHeap& heap, SmallSpan* s) {
   owner_count_slow(&heap);
   // A thread that frees much and then sleeps runs no other slow path that would flush its live-byte count.
   if (tl_live_delta < -kLiveFlushBytes) flush_live_delta(global);
@@ -321,7 +321,7 @@ void LocalAllocator::owner_free_slow(GlobalAllocator& global, LocalHeap& heap, S
   if (slow_free_hook_ != nullptr) slow_free_hook_();
 }
 
-void LocalAllocator::after_owner_free(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s) {
+void ThreadHeapOps::after_owner_free(PageHeap& global, ThreadHeap& heap, SmallSpan* s) {
   if (!s->queued) {
     // It was full: back on the queue, and remote frees need not tell us any more.
     uintptr_t x = s->xfree.load(std::memory_order_relaxed);
@@ -334,15 +334,15 @@ void LocalAllocator::after_owner_free(GlobalAllocator& global, LocalHeap& heap, 
   if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
 }
 
-void LocalAllocator::shared_free(GlobalAllocator& global, SmallSpan* s, void* p) {
+void ThreadHeapOps::shared_free(PageHeap& global, SmallSpan* s, void* p) {
   if (LLAMALLOC_UNLIKELY(tl_live_delta < -kLiveFlushBytes)) flush_live_delta(global);
-  LocalHeap& heap = *static_cast<LocalHeap*>(s->owner);
+  ThreadHeap& heap = *static_cast<ThreadHeap*>(s->owner);
   LockGuard g(global.shared_lock());
   span_push(s, p);
   if (--s->used == 0 || !s->queued) after_owner_free(global, heap, s);
 }
 
-void LocalAllocator::wait_for_sweep(LocalHeap& heap) {
+void ThreadHeapOps::wait_for_sweep(ThreadHeap& heap) {
   do {
     owner_exit(&heap);
     // The sweeper withdraws the request as soon as it is done with this heap (tens of microseconds): not the
@@ -352,7 +352,7 @@ void LocalAllocator::wait_for_sweep(LocalHeap& heap) {
   } while (sweep_requested(&heap));
 }
 
-void LocalAllocator::owner_free_after_sweep(GlobalAllocator& global, LocalHeap& heap, SmallSpan* s, void* p) {
+void ThreadHeapOps::owner_free_after_sweep(PageHeap& global, ThreadHeap& heap, SmallSpan* s, void* p) {
   wait_for_sweep(heap);
   // s still holds p, so the sweep kept it (it gives back only empty spans) and this heap still owns it.
   span_push(s, p);
@@ -360,7 +360,7 @@ void LocalAllocator::owner_free_after_sweep(GlobalAllocator& global, LocalHeap& 
   owner_exit(&heap);
 }
 
-void LocalAllocator::remote_free(GlobalAllocator& global, SmallSpan* s, void* p) {
+void ThreadHeapOps::remote_free(PageHeap& global, SmallSpan* s, void* p) {
   if (LLAMALLOC_UNLIKELY(s->owner == global.shared_heap())) return shared_free(global, s, p);
   if (LLAMALLOC_UNLIKELY(tl_live_delta < -kLiveFlushBytes)) flush_live_delta(global);
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
@@ -374,7 +374,7 @@ void LocalAllocator::remote_free(GlobalAllocator& global, SmallSpan* s, void* p)
                                            std::memory_order_acq_rel, std::memory_order_relaxed));
   if (state == kXfreeFull) {
     // The first remote free into a full span: tell its owner (once, until the owner drains it).
-    LocalHeap* owner = static_cast<LocalHeap*>(s->owner);
+    ThreadHeap* owner = static_cast<ThreadHeap*>(s->owner);
     SmallSpan* head = owner->notify.load(std::memory_order_relaxed);
     do {
       s->notify_next = head;
@@ -384,7 +384,7 @@ void LocalAllocator::remote_free(GlobalAllocator& global, SmallSpan* s, void* p)
   }
 }
 
-void LocalAllocator::free_suspicious(GlobalAllocator& global, LocalHeap* heap, SmallSpan* s, void* p) {
+void ThreadHeapOps::free_suspicious(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
   if (s->owner == heap) {
     owner_enter(heap);  // before its lists are read: a sweeper may be taking remote frees into them
     if (sweep_requested(heap)) wait_for_sweep(*heap);
@@ -404,7 +404,7 @@ void LocalAllocator::free_suspicious(GlobalAllocator& global, LocalHeap* heap, S
   remote_free(global, s, p);
 }
 
-bool LocalAllocator::on_free_list(const SmallSpan* s, const void* p) {
+bool ThreadHeapOps::on_free_list(const SmallSpan* s, const void* p) {
   // Bounded walks: the owner's lists may be changing if this thread is not the owner.
   auto on = [&](const void* head) {
     uint32_t n = 0;
@@ -420,14 +420,14 @@ bool LocalAllocator::on_free_list(const SmallSpan* s, const void* p) {
          on(reinterpret_cast<void*>(s->xfree.load(std::memory_order_acquire) & ~kXfreeStateMask));
 }
 
-void* LocalAllocator::allocate(GlobalAllocator& global, LocalHeap& heap, unsigned lc, size_t size, size_t alignment) {
+void* ThreadHeapOps::allocate(PageHeap& global, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment) {
   unsigned sc = classify(size, alignment);
   void* p;
   if (sc != kLargeRequest) {
     if (uses_shared_heap(global, heap, lc)) {
       // A long-lived class: from the thread heap all threads share (the thread's own spans of this class stay
-      // empty, so its fast path always comes here), unless this thread makes them fast (LocalHeap::own_class).
-      LocalHeap* shared = global.shared_heap();
+      // empty, so its fast path always comes here), unless this thread makes them fast (ThreadHeap::own_class).
+      ThreadHeap* shared = global.shared_heap();
       LockGuard g(global.shared_lock());
       p = span_pop(shared->spans[lc][sc]);
       if (p == nullptr) {
@@ -454,7 +454,7 @@ void* LocalAllocator::allocate(GlobalAllocator& global, LocalHeap& heap, unsigne
   return p;
 }
 
-size_t LocalAllocator::deallocate(GlobalAllocator& global, LocalHeap* heap, void* p) {
+size_t ThreadHeapOps::deallocate(PageHeap& global, ThreadHeap* heap, void* p) {
   if (p == nullptr) return 0;
   if (SmallSpan* s = span_of(global, p)) {
     size_t bytes = free_small(global, heap, s, p);
@@ -467,7 +467,7 @@ size_t LocalAllocator::deallocate(GlobalAllocator& global, LocalHeap* heap, void
   return bytes;
 }
 
-void LocalAllocator::release_all(GlobalAllocator& global, LocalHeap& heap) {
+void ThreadHeapOps::release_all(PageHeap& global, ThreadHeap& heap) {
   drain_notify(global, heap);
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc) {
@@ -492,7 +492,7 @@ void LocalAllocator::release_all(GlobalAllocator& global, LocalHeap& heap) {
     }
 }
 
-void LocalAllocator::abandon(GlobalAllocator& global, LocalHeap& heap) {
+void ThreadHeapOps::abandon(PageHeap& global, ThreadHeap& heap) {
   // First, so that a free that notifies from now on asks for a reclaim.
   heap.abandoned.store(1, std::memory_order_seq_cst);
   drain_notify(global, heap);
@@ -519,14 +519,14 @@ void LocalAllocator::abandon(GlobalAllocator& global, LocalHeap& heap) {
   drain_notify(global, heap);
 }
 
-void LocalAllocator::reclaim_abandoned(GlobalAllocator& global, HeapPool& pool, bool force) {
+void ThreadHeapOps::reclaim_abandoned(PageHeap& global, HeapPool& pool, bool force) {
   if (!reclaim_pending.exchange(false, std::memory_order_acquire) && !force) return;
   LockGuard g(pool.lock);
-  for (LocalHeap* h = pool.head; h != nullptr; h = h->next_free)
+  for (ThreadHeap* h = pool.head; h != nullptr; h = h->next_free)
     if (h->notify.load(std::memory_order_acquire) != nullptr) drain_notify(global, *h);
 }
 
-bool LocalHeap::check(GlobalAllocator& global) const {
+bool ThreadHeap::check(PageHeap& global) const {
   for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)
     if (spans[kMaxClasses][sc] != &g_empty_span) return false;
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
@@ -539,7 +539,7 @@ bool LocalHeap::check(GlobalAllocator& global) const {
         if (s->size_class != sc || s->lifetime_class != lc || s->block_size != size_class_bytes(sc)) return false;
         uint32_t extended = s->extended.load(std::memory_order_relaxed);
         if (s->used > extended || extended > s->capacity) return false;
-        if (LocalAllocator::span_of(global, reinterpret_cast<void*>(s->start + s->span_bytes - 1)) != s) return false;
+        if (ThreadHeapOps::span_of(global, reinterpret_cast<void*>(s->start + s->span_bytes - 1)) != s) return false;
         void* last = nullptr;
         uint32_t listed = list_length(s, s->free, &last);
         if (listed + s->used > extended) return false;

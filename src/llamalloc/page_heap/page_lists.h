@@ -6,11 +6,11 @@
 // first.
 #pragma once
 
-#include "heap/heap.h"
+#include "page_heap/page_heap.h"
 
 namespace llamalloc {
 
-inline void GlobalAllocator::active_push(HugePageMeta* p) {
+inline void PageHeap::active_push(HugePageMeta* p) {
   unsigned c = p->lifetime_class;
   if (p->deadline_ns < earliest_deadline_ns_) earliest_deadline_ns_ = p->deadline_ns;
   p->active_next = nullptr;
@@ -20,7 +20,7 @@ inline void GlobalAllocator::active_push(HugePageMeta* p) {
   active_tail_[c] = p;
 }
 
-inline void GlobalAllocator::active_remove(HugePageMeta* p) {
+inline void PageHeap::active_remove(HugePageMeta* p) {
   unsigned c = p->lifetime_class;
   if (p->active_prev) p->active_prev->active_next = p->active_next;
   else active_head_[c] = p->active_next;
@@ -29,7 +29,7 @@ inline void GlobalAllocator::active_remove(HugePageMeta* p) {
   p->active_prev = p->active_next = nullptr;
 }
 
-inline void GlobalAllocator::recyclable_remove(HugePageMeta* p) {
+inline void PageHeap::recyclable_remove(HugePageMeta* p) {
   if (!p->in_recyclable) return;
   HugePageMeta*& head = recyclable_head_[p->lifetime_class][p->in_recyclable - 1];
   if (p->recyclable_prev) p->recyclable_prev->recyclable_next = p->recyclable_next;
@@ -39,7 +39,7 @@ inline void GlobalAllocator::recyclable_remove(HugePageMeta* p) {
   p->in_recyclable = 0;
 }
 
-inline void GlobalAllocator::recyclable_push(HugePageMeta* p) {
+inline void PageHeap::recyclable_push(HugePageMeta* p) {
   unsigned b = recycle_bucket(p);
   if (p->in_recyclable == 1 + b) return;
   recyclable_remove(p);
