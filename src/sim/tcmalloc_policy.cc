@@ -96,7 +96,7 @@ void TcmallocPolicy::release_span(uint32_t span) {
 
 void TcmallocPolicy::update_list(uint32_t span) {
   Span& s = spans_[span];
-  // The TCMalloc paper (section 4.3) indexes lists by max(0, L - log2(A)); here index log2(A) so the fullest list is
+  // The TCMalloc characterisation paper (section 4.3) indexes lists by max(0, L - log2(A)); here index log2(A) so the fullest list is
   // the highest, taken first. Full spans are in no list.
   int list = s.live == s.capacity ? -1 : std::min(kPriorityLists - 1, static_cast<int>(std::bit_width(s.live)));
   if (list == s.list) return;

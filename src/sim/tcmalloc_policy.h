@@ -1,5 +1,5 @@
 // tcmalloc-lifetime and tcmalloc: the traced objects replayed through a model of TCMalloc's central
-// free lists and huge page filler (the TCMalloc paper, sections 2.1, 4.3, 4.4), with and without the
+// free lists and huge page filler (the TCMalloc characterisation paper, sections 2.1, 4.3, 4.4), with and without the
 // lifetime-aware filler, the no-model baseline for lifetime classes. See docs/simulator.md.
 //
 // - Objects up to 256 KiB go to spans of their size class. A span is ceil(class / 8 KiB) TCMalloc
@@ -7,7 +7,7 @@
 // - Central free list with span prioritisation (4.3): an object goes to the non-full span of its
 //   class with the most live objects (8 lists by log2 of the live count, the fullest list first).
 // - A span with no live object goes straight back to the filler (front-end caches are assumed empty,
-//   as the TCMalloc paper's Figure 8 does: an optimistic bound).
+//   as the TCMalloc characterisation paper's Figure 8 does: an optimistic bound).
 // - Huge page filler: a span's pages go to the huge page, among those that have a free run long
 //   enough, with the most used pages (ties: lowest address); else a new huge page. The
 //   lifetime-aware filler (tcmalloc-lifetime) keeps two disjoint sets of huge pages: spans of
@@ -31,7 +31,7 @@ namespace llamalloc::sim {
 
 struct TcmallocOptions {
   bool lifetime_aware = true;
-  uint32_t capacity_threshold = 16;  // C of the TCMalloc paper's section 4.4
+  uint32_t capacity_threshold = 16;  // C of the TCMalloc characterisation paper's section 4.4
 };
 
 class TcmallocPolicy final : public Policy {

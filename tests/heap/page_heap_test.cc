@@ -260,7 +260,7 @@ TEST_F(GlobalAllocatorTest, SameClassRecyclingFillsAnActivePageBeforeAFreshOneAn
 }
 
 // HeapConfig::dense_first (LLAMALLOC_DENSE_FIRST): blocks recycled on pages already in use come from the
-// fullest page with room, so that an emptier page drains and goes back whole (the TCMalloc paper's filler); without it,
+// fullest page with room, so that an emptier page drains and goes back whole (the filler of the TCMalloc characterisation paper); without it,
 // from the page that got a free block last.
 TEST(DenseFirst, RecycledBlocksComeFromTheFullestPageSoTheEmptierOneDrains) {
   for (bool dense : {true, false}) {

@@ -1,5 +1,6 @@
-// A program whose objects are freed by its teardown, driven by python/tests/test_issue12_profiler.py. Each site is
-// a separate non-inlined function so that its name is the innermost frame of its stack. Modes (argv[1]):
+// A program whose objects are freed by its teardown, driven by
+// python/tests/test_record_teardown_and_steady_state.py. Each site is a separate non-inlined function so that its
+// name is the innermost frame of its stack. Modes (argv[1]):
 //   return    sites below, then main returns
 //   exit      the same, then exit(0) called from a function inside main
 //   signals   raises SIGUSR2 twice between allocations (two kept dumps), then returns

@@ -1,4 +1,4 @@
-// frag-micro: the fragmentation microbenchmark of papers/000 section 9.6.
+// frag-micro: the fragmentation microbenchmark of the LLAMA paper, section 9.6.
 //
 // Short-lived 64 B objects make the heap swing between a bottom (~1 MB) and a large top; every 10,000
 // allocations one long-lived object is allocated, so that the long-lived data (5 MB in all) ends up spread
@@ -101,7 +101,7 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--seed") {
       options.seed = parse_number("--seed", value());
     } else if (arg == "-h" || arg == "--help") {
-      std::printf("frag-micro: papers/000 section 9.6 fragmentation microbenchmark (see docs/workloads.md)\n");
+      std::printf("frag-micro: the LLAMA paper, section 9.6 fragmentation microbenchmark (see docs/workloads.md)\n");
       std::exit(0);
     } else {
       usage_error("unknown option " + std::string(arg));
@@ -155,7 +155,7 @@ Resident read_smaps_rollup() {
 }
 
 // Bytes of distinct pages of `page_bytes` that the live objects touch: the footprint that an allocator
-// would have if it returned every other page to the OS at once (DESIGN.md's lower bound).
+// would have if it returned every other page to the OS at once (the lower bound of the footprint: no allocator that keeps objects in place can do better).
 std::uint64_t touched_page_bytes(const std::vector<LongLived>& objects, std::size_t page_bytes) {
   std::unordered_set<std::uintptr_t> pages;
   for (const LongLived& object : objects) {

@@ -1,5 +1,5 @@
 // image-server: a multi-threaded HTTP/1.1 image-transform server and its load generator, in one process,
-// talking over 127.0.0.1 (papers/000 section 2.1 and Figure 1).
+// talking over 127.0.0.1 (the LLAMA paper, section 2.1 and Figure 1).
 //
 // Clients send GET /v1/transform?w=..&h=..&seed=..&ops=blur:2,sharpen,resize:50,...&session=.. on keep-alive
 // connections. The server synthesises the image, runs the filter pipeline and answers with the PPM bytes and
@@ -13,7 +13,7 @@
 //
 // IMAGE_SERVER_REVISION=2 builds the second revision: renamed namespaces, classes and functions and a few
 // refactorings (middleware stages reordered and run through an extra wrapper frame), the way a later release
-// differs (papers/000 Table 2). It is built at the same optimisation level as revision 1, so that lifetimes,
+// differs (the LLAMA paper, Table 2). It is built at the same optimisation level as revision 1, so that lifetimes,
 // the model's labels, stay comparable between the two (docs/model.md).
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -712,7 +712,7 @@ class TraceLog {
 // and an audit trail. None of it changes a response (every request is admitted, so the checksums are those
 // of the handler alone); it is here because a real server allocates mostly in such code: many stages calling
 // the same helpers (util::split, join_fields, std::string, std::vector, std::map), where what the stage keeps,
-// not the helper, decides how long an allocation lives (papers/000 section 2.2 and Figure 5). Lifetimes,
+// not the helper, decides how long an allocation lives (the LLAMA paper, section 2.2 and Figure 5). Lifetimes,
 // in requests at the default scale's ~40 requests/s: the stages' temporaries die at once; the request context
 // and its spans live the request; sampled traces 12 requests, access-log lines 120, result metadata 1200,
 // rate-limit buckets and audit entries the whole run, metric counters for good (never freed).

@@ -1,9 +1,9 @@
-// word-count: the data-processing pipeline of papers/000 section 9, in one process with many threads.
+// word-count: the data-processing pipeline of the LLAMA paper, section 9, in one process with many threads.
 //
 // A generated corpus is counted in rounds. Each round runs four stages, each on a fresh set of threads:
 //   generate  the round's shards of text (temporary),
 //   tokenize  each shard into words (temporary, the round's peak), while the round's summary, a long-lived
-//             stage output, is allocated (papers/000: "long-lived outputs of a stage are allocated while the heap
+//             stage output, is allocated (the LLAMA paper: "long-lived outputs of a stage are allocated while the heap
 //             contains a large amount of temporary data from an active stage"),
 //   combine   the words of each shard into a local count table, then split it by partition (the shuffle),
 //   reduce    each partition into its global table: the long-lived result, grown while the shuffle buffers are
@@ -13,7 +13,7 @@
 //
 // WORDCOUNT_REVISION=2 builds the second revision: renamed namespaces and functions, a refactored tokenizer,
 // a renamed task planner and an extra wrapper frame around every stage, the way a later release differs
-// (papers/000 Table 2). It is built at the same optimisation level as revision 1, so that lifetimes, the
+// (the LLAMA paper, Table 2). It is built at the same optimisation level as revision 1, so that lifetimes, the
 // model's labels, stay comparable between the two (docs/model.md).
 #include <algorithm>
 #include <atomic>
@@ -208,7 +208,7 @@ std::size_t partition_of(std::string_view word, std::size_t partitions) {
 // statistics, round checkpoints and process-wide counters. It does not touch the words; it is here because a
 // real pipeline allocates much of its memory in such code, through the same helpers as the stages (strings,
 // vectors, maps), and it is the runtime's role, not the helper, that decides how long an allocation lives
-// (papers/000 section 2.2): task names die at once, a stage's task plan lives the stage, job-log lines the
+// (the LLAMA paper, section 2.2): task names die at once, a stage's task plan lives the stage, job-log lines the
 // next 256 lines, round checkpoints two rounds, stage statistics the job, counters for good (never freed).
 #if WORDCOUNT_REVISION >= 2
 #define WC_RUNTIME dataflow

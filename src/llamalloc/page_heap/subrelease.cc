@@ -1,5 +1,5 @@
-// Subrelease (HeapConfig::subrelease_percent, docs/heap.md "Subrelease"), as the huge page subrelease of the
-// TCMalloc paper: the free blocks of sparse, idle huge pages go back to the OS while their pages stay in use, on
+// Subrelease (HeapConfig::subrelease_percent, docs/heap-memory.md "Subrelease"), as in the subrelease paper
+// (docs/references.md): the free blocks of sparse, idle huge pages go back to the OS while their pages stay in use, on
 // 4 KiB pages. Rules: a pass gives back only what exceeds the most the page heap used over the last kDemandPasses
 // passes, sparsest pages first, and only blocks not taken since the previous pass (an idle page), so that a load
 // that comes back finds its memory still there; a subreleased page is kept from being collapsed into a huge page
