@@ -2,7 +2,7 @@
 // demotion, block and span recycling, the page cache, subrelease, large and huge objects (the LLAMA paper,
 // sections 6.1-6.5 and 8). It owns the one page heap lock. It takes a Platform and a Clock, never touches the
 // memory it hands out (only its metadata), and is therefore the same code in the process, in tests on fake
-// pages, and in the trace simulator. Its methods are defined one concept per file in heap/: regions.cc (address
+// pages, and in the trace simulator. Its methods are defined one concept per file in page_heap/: regions.cc (address
 // space), pages.cc (page lifecycle and lists), large_objects.cc, huge_objects.cc, deadlines.cc, page_cache.cc,
 // subrelease.cc, introspection.cc and invariants.cc.
 #pragma once
