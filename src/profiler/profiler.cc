@@ -196,7 +196,7 @@ void maybe_dump(uint64_t now_ns) {
 
 void sample_allocation(void* ptr, size_t size_bytes, size_t alignment_bytes) {
   uint64_t pcs[kMaxStackDepth];
-  int depth = CaptureStack(pcs, kMaxStackDepth);  // no lock held
+  int depth = capture_stack(pcs, kMaxStackDepth);  // no lock held
   bool is_new = false;
   uint32_t stack_id = g_stacks.intern(pcs, depth, &is_new);
   uint32_t site_index = stack_id == kNoStack
@@ -327,7 +327,7 @@ void emit(const TraceEvent& e) {
 
 uint32_t trace_stack() {
   uint64_t pcs[kMaxStackDepth];
-  int depth = CaptureStack(pcs, kMaxStackDepth);
+  int depth = capture_stack(pcs, kMaxStackDepth);
   bool is_new = false;
   uint32_t id = g_stacks.intern(pcs, depth, &is_new);
   if (is_new) {
@@ -469,7 +469,7 @@ void child_after_fork() {
   g_dump_lock.reset_after_fork();
   g_buffers_lock.reset_after_fork();
   pthread_mutex_init(&g_file_mutex, nullptr);
-  StackCaptureAfterFork();
+  stack_capture_after_fork();
   if (!set_up_tables()) {
     g_mode.store(static_cast<int>(Mode::kOff));
     return;
@@ -502,7 +502,7 @@ void init_profiler() {
   g_dump_buffer = static_cast<char*>(map_zeroed(kWriterBytes));
   g_trace_write_buffer = static_cast<char*>(map_zeroed(kWriterBytes));
   if (g_dump_buffer == nullptr || g_trace_write_buffer == nullptr || !set_up_tables()) return;
-  InitStackCapture(g_options.unwind);
+  init_stack_capture(g_options.unwind);
   if (g_options.mode == Mode::kTrace) {
     if (pthread_key_create(&g_buffer_key, release_buffer) != 0 || !open_trace()) return;
   } else {
@@ -590,7 +590,7 @@ void moved_in_place(void* ptr, const FreeTicket& ticket) {
 namespace {
 
 void print_counts() {
-  StackCaptureStats st = GetStackCaptureStats();
+  StackCaptureStats st = stack_capture_stats();
   char line[256];
   int n = snprintf(line, sizeof(line),
                    "llamalloc_prof[%llu]: sampled %llu, events %llu, dropped %llu, stacks %u, "
