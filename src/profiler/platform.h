@@ -53,6 +53,16 @@ class SpinLockHolder {
   SpinLock& lock_;
 };
 
+// In a fatal-signal handler the interrupted thread may hold a lock for good: try for a while, then go on
+// without it (a torn read of one site beats no profile at all). True when the lock is held.
+inline bool lock_bounded(SpinLock& lock) {
+  for (int i = 0; i < 1'000'000; ++i) {
+    if (lock.try_lock()) return true;
+    __builtin_ia32_pause();
+  }
+  return false;
+}
+
 inline uint64_t monotonic_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
