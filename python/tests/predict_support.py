@@ -9,7 +9,7 @@ from llamalloc.model import modelfile
 from llamalloc.model.tokenizer import SPECIAL_TOKENS
 from llamalloc.paths import native_binary
 
-WORDS = ["main", "RunSites", "site_short", "site_long", "std", "vector", "allocate", "Handler", "Cache", "Insert",
+WORDS = ["main", "run_sites", "site_short", "site_long", "std", "vector", "allocate", "Handler", "Cache", "Insert",
          "Parse", "Build", "_start", "__libc_start_call_main", "__libc_start_main_impl", "start_thread", "clone3"]
 
 

@@ -53,7 +53,7 @@ def test_known_sequence_round_trips_exactly(tmp_path, peer):
     for kind, _, size, e in window:
         if kind == "alloc":
             frames = t.frames(int(e["stack_id"]))
-            assert "RunSequence" in frames[:2] and "main" in frames, frames
+            assert "run_sequence" in frames[:2] and "main" in frames, frames
         else:
             assert e["stack_id"] == trace.NO_STACK
     # realloc(p2, 5000): the free of p2 and the allocation of p4 are marked as its halves.

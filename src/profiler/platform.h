@@ -37,8 +37,6 @@ class SpinLock {
   void unlock() { locked_.store(0, std::memory_order_release); }
   // After fork() only the forking thread exists: a lock another thread held is simply released.
   void reset_after_fork() { locked_.store(0, std::memory_order_relaxed); }
-  // The old name, for stack_capture.cc until it is renamed.
-  void ResetAfterFork() { reset_after_fork(); }
 
  private:
   std::atomic<uint32_t> locked_{0};
@@ -54,6 +52,16 @@ class SpinLockHolder {
  private:
   SpinLock& lock_;
 };
+
+// In a fatal-signal handler the interrupted thread may hold a lock for good: try for a while, then go on
+// without it (a torn read of one site beats no profile at all). True when the lock is held.
+inline bool lock_bounded(SpinLock& lock) {
+  for (int i = 0; i < 1'000'000; ++i) {
+    if (lock.try_lock()) return true;
+    __builtin_ia32_pause();
+  }
+  return false;
+}
 
 inline uint64_t monotonic_ns() {
   timespec ts;
@@ -82,9 +90,5 @@ inline bool write_all(int fd, const void* data, size_t bytes) {
   }
   return true;
 }
-
-// The old names, for stack_capture.cc until it is renamed.
-inline void* MapZeroed(size_t bytes) { return map_zeroed(bytes); }
-inline uint64_t MonotonicNs() { return monotonic_ns(); }
 
 }  // namespace llamalloc::prof

@@ -1,6 +1,8 @@
-// The profiler's state and its two modes, driven by the entry points of interpose.cc. Every function here runs
-// with the reentrancy guard set (an allocation it causes goes straight to the allocator underneath) and takes
-// its own locks only around table updates, never while unwinding.
+// The profiler as the entry points of interpose.cc see it: its mode, the slow paths they call, and the fast
+// paths inlined into them. The slow paths are in profiler.cc, which passes each event to the mode in force
+// (profile_mode.cc, trace_mode.cc). Every function here runs with the reentrancy guard set (an allocation it
+// causes goes straight to the allocator underneath) and takes its own locks only around table updates, never
+// while unwinding.
 #pragma once
 
 #include <atomic>

@@ -61,8 +61,8 @@ class ConfirmedStacks {
   static constexpr uint64_t kArenaWords = uint64_t{kMaxEntries} * 32;
 
   bool init() {
-    slots_ = static_cast<Slot*>(MapZeroed(sizeof(Slot) * kSlots));
-    arena_ = static_cast<uint64_t*>(MapZeroed(sizeof(uint64_t) * kArenaWords));
+    slots_ = static_cast<Slot*>(map_zeroed(sizeof(Slot) * kSlots));
+    arena_ = static_cast<uint64_t*>(map_zeroed(sizeof(uint64_t) * kArenaWords));
     return slots_ != nullptr && arena_ != nullptr;
   }
 
@@ -106,7 +106,7 @@ class ConfirmedStacks {
     }
   }
 
-  void reset_after_fork() { lock_.ResetAfterFork(); }
+  void reset_after_fork() { lock_.reset_after_fork(); }
 
  private:
   struct Slot {
@@ -144,11 +144,11 @@ int collect_ranges(dl_phdr_info* info, size_t, void* data) {
 }
 
 void refresh_code_ranges() {
-  uint64_t now = MonotonicNs();
+  uint64_t now = monotonic_ns();
   uint64_t last = g_last_refresh_ns.load(std::memory_order_relaxed);
   if (g_code_ranges.load(std::memory_order_acquire) != nullptr && now - last < kRefreshIntervalNs) return;
   if (!g_last_refresh_ns.compare_exchange_strong(last, now)) return;
-  auto* fresh = static_cast<CodeRanges*>(MapZeroed(sizeof(CodeRanges) + sizeof(CodeRange) * kMaxCodeRanges));
+  auto* fresh = static_cast<CodeRanges*>(map_zeroed(sizeof(CodeRanges) + sizeof(CodeRange) * kMaxCodeRanges));
   if (fresh == nullptr) return;
   dl_iterate_phdr(collect_ranges, fresh);
   g_code_ranges.store(fresh, std::memory_order_release);
@@ -229,7 +229,7 @@ int walk_dwarf(uint64_t* pcs, int max_depth) {
 
 }  // namespace
 
-void InitStackCapture(UnwindMode mode) {
+void init_stack_capture(UnwindMode mode) {
   g_mode = mode;
   if (mode == UnwindMode::kAuto) g_confirmed.init();
   dl_iterate_phdr(find_self, nullptr);
@@ -240,7 +240,7 @@ void InitStackCapture(UnwindMode mode) {
   learn_stack_limit();
 }
 
-int CaptureStack(uint64_t* pcs, int max_depth) {
+int capture_stack(uint64_t* pcs, int max_depth) {
   if (g_mode == UnwindMode::kFramePointers) {
     bool intact = false;
     g_fp_walks.fetch_add(1, std::memory_order_relaxed);
@@ -278,11 +278,11 @@ int CaptureStack(uint64_t* pcs, int max_depth) {
   return walk_dwarf(pcs, max_depth);
 }
 
-StackCaptureStats GetStackCaptureStats() {
+StackCaptureStats stack_capture_stats() {
   return {g_fp_walks.load(std::memory_order_relaxed), g_dwarf_walks.load(std::memory_order_relaxed)};
 }
 
-void StackCaptureAfterFork() {
+void stack_capture_after_fork() {
   g_last_refresh_ns.store(0, std::memory_order_relaxed);
   g_confirmed.reset_after_fork();
 }

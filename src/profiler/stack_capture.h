@@ -18,15 +18,15 @@ struct StackCaptureStats {
 
 // Called once at start, outside any lock, with the reentrancy guard set: finds the profiler's own code range,
 // the executable ranges of the loaded objects, and warms the DWARF unwinder up (its first use may allocate).
-void InitStackCapture(UnwindMode mode);
+void init_stack_capture(UnwindMode mode);
 
 // Fills pcs with the pcs of the stack (stack_walk.h: return address - 1; a signal frame's interrupted
 // instruction), innermost first; returns the depth (0 .. max_depth).
-int CaptureStack(uint64_t* pcs, int max_depth);
+int capture_stack(uint64_t* pcs, int max_depth);
 
-StackCaptureStats GetStackCaptureStats();
+StackCaptureStats stack_capture_stats();
 
 // After fork(): the child's thread is the only one; cached thread stack bounds stay valid.
-void StackCaptureAfterFork();
+void stack_capture_after_fork();
 
 }  // namespace llamalloc::prof

@@ -140,7 +140,7 @@ extern "C" NOINLINE void site_child() {
   }
 }
 
-static int RunSites() {
+static int run_sites() {
   site_short();
   site_tens();
   site_medium();
@@ -173,7 +173,7 @@ static int run_threads() {
   return 0;
 }
 
-static int RunSequence() {
+static int run_sequence() {
   // The markers bound the sequence in the trace; everything between them is printed in order.
   void* begin_marker = malloc(12345);
   printf("alloc %p 12345\n", begin_marker);
@@ -232,13 +232,13 @@ static int run_fork(const char* self) {
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "sites";
   int rc = 2;
-  if (strcmp(mode, "sites") == 0) rc = RunSites();
+  if (strcmp(mode, "sites") == 0) rc = run_sites();
   if (strcmp(mode, "scale") == 0) {
     site_scale(argc > 2 ? atoi(argv[2]) : 200000);
     rc = 0;
   }
   if (strcmp(mode, "threads") == 0) rc = run_threads();
-  if (strcmp(mode, "sequence") == 0) rc = RunSequence();
+  if (strcmp(mode, "sequence") == 0) rc = run_sequence();
   if (strcmp(mode, "fork") == 0) rc = run_fork(argv[0]);
   if (argc > 2 && strcmp(mode, "sites") == 0) rc = atoi(argv[2]);  // exit status for the pass-through test
   return rc;
