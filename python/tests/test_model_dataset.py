@@ -36,7 +36,7 @@ def test_p95_label_of_hand_made_distributions(counts, label):
     assert only_label(counts) == label
 
 
-def test_profiles_merge_by_stack_and_size_class_and_weight_is_observed_count():
+def test_profiles_merge_by_stack_and_size_bucket_and_weight_is_observed_count():
     rows = [
         {"profile": "a.prof", "stack": STACK, "request_size": 24, "class_counts": [60, 0, 0, 0, 0, 0, 0, 0]},
         {"profile": "b.prof", "stack": STACK, "request_size": 32, "class_counts": [0, 40, 0, 0, 0, 0, 0, 0]},
