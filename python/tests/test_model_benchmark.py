@@ -9,7 +9,7 @@ from llamalloc.model.synthetic import synthetic_samples
 TINY = dict(hidden_dim=16, max_epochs=2, patience=2, examples_per_epoch=256, seed=3)
 
 
-def test_folds_hold_every_stack_out_once_with_all_its_size_classes():
+def test_folds_hold_every_stack_out_once_with_all_its_size_buckets():
     contexts = build_contexts(synthetic_samples(120, seed=5), warn=lambda m: None)
     folds = folds_by_stack(contexts, 5, seed=0)
     held = np.concatenate([test for _, test in folds])

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from llamalloc.errors import UserError
-from llamalloc.model.classes import size_class
+from llamalloc.model.classes import model_size_bucket
 from llamalloc.model.dataset import build_contexts, samples_from_rows, split_by_stack
 
 STACK = ["std::vector<int>::_M_realloc_insert(int const&)", "app::Table::Add(int)", "main"]
@@ -36,7 +36,7 @@ def test_p95_label_of_hand_made_distributions(counts, label):
     assert only_label(counts) == label
 
 
-def test_profiles_merge_by_stack_and_size_class_and_weight_is_observed_count():
+def test_profiles_merge_by_stack_and_size_bucket_and_weight_is_observed_count():
     rows = [
         {"profile": "a.prof", "stack": STACK, "request_size": 24, "class_counts": [60, 0, 0, 0, 0, 0, 0, 0]},
         {"profile": "b.prof", "stack": STACK, "request_size": 32, "class_counts": [0, 40, 0, 0, 0, 0, 0, 0]},
@@ -45,9 +45,9 @@ def test_profiles_merge_by_stack_and_size_class_and_weight_is_observed_count():
     ]
     c, warnings = contexts_of(rows)
     assert warnings == []
-    by_key = {(s, int(sc)): i for i, (s, sc) in enumerate(zip(c.stacks, c.size_classes))}
+    by_key = {(s, int(sc)): i for i, (s, sc) in enumerate(zip(c.stacks, c.size_buckets))}
     assert len(c) == 3
-    merged = by_key[(tuple(STACK), 5)]  # 24 and 32 bytes share size class 5 (17..32 bytes)
+    merged = by_key[(tuple(STACK), 5)]  # 24 and 32 bytes share size bucket 5 (17..32 bytes)
     assert c.weights[merged] == 100
     assert c.class_counts[merged].tolist() == [60, 40, 0, 0, 0, 0, 0, 0]
     assert c.labels[merged] == 1  # 60% < 95% within 10 ms, 100% within 100 ms
@@ -56,11 +56,11 @@ def test_profiles_merge_by_stack_and_size_class_and_weight_is_observed_count():
     assert c.weights[by_key[(("g()", "main"), 4)]] == 3  # 8 bytes: class 4, as every size up to 16
 
 
-def test_size_classes_are_powers_of_two_from_16_bytes():
+def test_model_size_buckets_are_powers_of_two_from_16_bytes():
     """A profile records requests of up to 16 bytes as 16 (the profiler's sample sizes are bucket bounds), while
     the process and a trace see the exact size: every size up to 16 is class 4, so all three agree."""
     sizes = [0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 4096, 4097, 1 << 40, (1 << 40) + 1, 1 << 62]
-    assert size_class(sizes).tolist() == [4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 12, 13, 40, 41, 47]
+    assert model_size_bucket(sizes).tolist() == [4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 12, 13, 40, 41, 47]
 
 
 def test_samples_without_observations_are_dropped():

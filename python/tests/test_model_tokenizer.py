@@ -47,7 +47,7 @@ def test_name_words_come_first_each_word_once_and_at_most_eight():
 
 def test_figure_5_sequence_is_innermost_first_with_frame_separators():
     vocab = Vocabulary.build([FIGURE_5])
-    ids = vocab.encode(FIGURE_5, size_class=6, max_tokens=1000)
+    ids = vocab.encode(FIGURE_5, size_bucket=6, max_tokens=1000)
     words = [vocab.tokens[i] for i in ids]
     assert words[0] == "<size:6>"
     frames = " ".join(words[1:]).split(" @ ")
@@ -64,7 +64,7 @@ def test_vocabulary_keeps_the_most_common_tokens_and_maps_the_rest_to_unk():
     # The most frequent words of Figure 5's frames: "char" (in 7 frames), "const" and "proto2" (6 each, ties in
     # string order), then "__g" and "std" (4 each).
     assert vocab.tokens[FIRST_WORD_TOKEN:] == ["char", "const", "proto2"]
-    ids = vocab.encode(["proto2::MessageLite::ParseFromArray(char const*)"], size_class=0)
+    ids = vocab.encode(["proto2::MessageLite::ParseFromArray(char const*)"], size_bucket=0)
     assert ids == [FIRST_SIZE_TOKEN, FIRST_WORD_TOKEN + 2, UNK, UNK, FIRST_WORD_TOKEN, FIRST_WORD_TOKEN + 1]
     assert Vocabulary.build([FIGURE_5], max_words=5).tokens[FIRST_WORD_TOKEN:] == [
         "char", "const", "proto2", "__g", "std"]
@@ -72,7 +72,7 @@ def test_vocabulary_keeps_the_most_common_tokens_and_maps_the_rest_to_unk():
 
 def test_unseen_context_encodes_with_unknown_tokens():
     vocab = Vocabulary.build([FIGURE_5])
-    ids = vocab.encode(["brand_new::Allocate(char const*, int)", "0xdeadbeef", "main"], size_class=3)
+    ids = vocab.encode(["brand_new::Allocate(char const*, int)", "0xdeadbeef", "main"], size_bucket=3)
     assert ids == [FIRST_SIZE_TOKEN + 3, UNK, UNK, vocab.ids["char"], vocab.ids["const"], vocab.ids["int"], SEP,
                    UNSYMBOLIZED,
                    SEP, vocab.ids["main"]]
@@ -80,10 +80,10 @@ def test_unseen_context_encodes_with_unknown_tokens():
 
 def test_sequences_are_cut_to_max_tokens_dropping_outer_frames():
     vocab = Vocabulary.build([FIGURE_5])
-    ids = vocab.encode(FIGURE_5, size_class=60, max_tokens=20)
+    ids = vocab.encode(FIGURE_5, size_bucket=60, max_tokens=20)
     assert len(ids) == 20
-    assert ids[0] == FIRST_SIZE_TOKEN + 47  # size classes saturate
-    assert ids == vocab.encode(FIGURE_5, size_class=47, max_tokens=1000)[:20]
+    assert ids[0] == FIRST_SIZE_TOKEN + 47  # size buckets saturate
+    assert ids == vocab.encode(FIGURE_5, size_bucket=47, max_tokens=1000)[:20]
     batch, lengths = vocab.encode_batch([FIGURE_5, ["main"]], [1, 2], max_tokens=20)
     assert batch.shape == (2, 20) and lengths.tolist() == [20, 2]
     assert batch[1].tolist()[:3] == [FIRST_SIZE_TOKEN + 2, vocab.ids["main"], 0]

@@ -15,8 +15,8 @@ SMALL = dict(embedding_dim=32, hidden_dim=16, max_epochs=40, patience=8, batch_s
 MAX_TOKENS = 32
 
 
-def request_size_of(size_class: int) -> int:
-    return 1 << int(size_class)
+def request_size_of(size_bucket: int) -> int:
+    return 1 << int(size_bucket)
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +63,9 @@ def test_exact_match_baseline_knows_its_training_contexts(trained):
 def test_reference_inference_from_the_file_equals_the_trained_model(trained):
     result, train, test, path = trained
     for contexts in (train, test):
-        ids, lengths = result.vocabulary.encode_batch(contexts.stacks, contexts.size_classes, MAX_TOKENS)
+        ids, lengths = result.vocabulary.encode_batch(contexts.stacks, contexts.size_buckets, MAX_TOKENS)
         jax_logits = lstm.predict_logits(result.result.params, ids, lengths)
-        sizes = [request_size_of(sc) for sc in contexts.size_classes]
+        sizes = [request_size_of(sc) for sc in contexts.size_buckets]
         classes, logits = reference.predict(path, contexts.stacks, sizes)
         # Within what float32 arithmetic in another order allows (float32_bounds.py), and the same class
         # wherever the race between the two largest logits is not closer than that.

@@ -433,6 +433,22 @@ def test_a_thread_started_after_another_ended_finds_its_contexts_cached(trained,
     assert runs[16] < 3 * runs[1], runs
 
 
+def test_repredict_backoff_spaces_out_the_model_runs_of_a_stable_context(trained, env):
+    """LLAMALLOC_REPREDICT_BACKOFF reaches the predictor: the footprint program's contexts keep their class, so
+    with backoff 0 an entry re-predicts every REPREDICT_EVERY hits for the whole run, and with 10 its period
+    doubles at each re-prediction that keeps the class: far fewer model runs. (Ignoring the option would give
+    both runs the default backoff and the same count.)"""
+    d, _, model = trained
+    runs = {}
+    for backoff in (0, 10):
+        stats, _ = run_stats(d, env, f"backoff-{backoff}", "footprint", ROUNDS, model=model,
+                             extra_env={"LLAMALLOC_REPREDICT_EVERY": "8",
+                                        "LLAMALLOC_REPREDICT_BACKOFF": str(backoff)})
+        runs[backoff] = stats.get("counters", stats)["model_runs"]
+    assert runs[10] > 0
+    assert runs[0] > 2 * runs[10], runs
+
+
 def damaged(tmp: Path, good: bytes, kind: str) -> Path:
     p = tmp / f"{kind}.model"
     p.write_bytes({"truncated": good[:len(good) // 2], "corrupt": good[:300] + bytes([good[300] ^ 1]) + good[301:],

@@ -44,6 +44,6 @@ def test_a_profiles_size_bucket_has_the_model_bucket_of_its_sizes(vocabulary):
     assert classes.model_size_bucket(bounds).tolist() == vocabulary["model_size_bucket"]
 
 
-def test_the_old_names_are_the_same():
-    assert classes.size_class is classes.model_size_bucket
-    assert classes.NUM_SIZE_CLASSES == classes.MODEL_SIZE_BUCKETS
+def test_the_model_size_bucket_has_one_name():
+    for old in ("size_class", "NUM_SIZE_CLASSES", "SMALLEST_SIZE_CLASS"):
+        assert not hasattr(classes, old), old

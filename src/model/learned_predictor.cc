@@ -44,7 +44,7 @@ size_t LearnedPredictor::tokens_of(const uintptr_t* pcs, size_t depth, size_t si
   size_t limit = model_.max_tokens() < max ? model_.max_tokens() : max;
   if (limit == 0) return 0;
   size_t n = 0;
-  tokens[n++] = kFirstSizeToken + size_class(size_bytes);
+  tokens[n++] = kFirstSizeToken + model_size_bucket(size_bytes);
   for (size_t i = 0; i < depth && n < limit; ++i) {
     if (i) tokens[n++] = kSeparatorToken;
     Module m;
@@ -121,7 +121,7 @@ uint64_t LearnedPredictor::deep_key(uint64_t key, const AllocationContext& conte
 unsigned LearnedPredictor::predict(const AllocationContext& context) {
   ThreadState* state = this_thread_state();
   if (state == nullptr || state->busy) return model_.default_class();
-  uint64_t key = cache_key(context.return_address, context.stack_address, size_class(context.size_bytes));
+  uint64_t key = cache_key(context.return_address, context.stack_address, model_size_bucket(context.size_bytes));
   state->busy = true;
   auto& e = state->cache.slot(key);
   // The callers above frame 0 (0 before the thread's first model run has found its stack's bounds). Their tag

@@ -190,7 +190,8 @@ bool ModelFile::validate(char* error, size_t cap) {
   uint32_t layout[6] = {load<uint32_t>(h + 52), load<uint32_t>(h + 56), load<uint32_t>(h + 60),
                         load<uint32_t>(h + 64), load<uint32_t>(h + 68), load<uint32_t>(h + 72)};
   default_class_ = load<uint32_t>(h + 76);
-  const uint32_t expected_layout[6] = {kNumSizeClasses, kFirstSizeToken, kUnkToken, kPadToken, kSeparatorToken,
+  // The header's field num_size_classes (its on-disk name, docs/formats/model.md) holds kModelSizeBuckets.
+  const uint32_t expected_layout[6] = {kModelSizeBuckets, kFirstSizeToken, kUnkToken, kPadToken, kSeparatorToken,
                                        kUnsymbolizedToken};
   if (classes != kNumClasses || memcmp(layout, expected_layout, sizeof layout) != 0)
     return format_message(error, cap, "class or token layout differs from this llamalloc's"), false;
@@ -198,7 +199,7 @@ bool ModelFile::validate(char* error, size_t cap) {
     uint64_t bound = load<uint64_t>(h + 80 + 8 * k);
     if (bound != lifetime_class_bound_ns(unsigned(k))) return format_message(error, cap, "class bounds differ from this llamalloc's"), false;
   }
-  if (vocab_size_ < kFirstSizeToken + kNumSizeClasses || hidden_dim_ == 0 || hidden_dim_ > kMaxHiddenDim ||
+  if (vocab_size_ < kFirstSizeToken + kModelSizeBuckets || hidden_dim_ == 0 || hidden_dim_ > kMaxHiddenDim ||
       embedding_dim == 0 || max_tokens_ == 0 || max_tokens_ > kMaxTokens || default_class_ >= kNumClasses)
     return format_message(error, cap, "unsupported dimensions (vocabulary %u, hidden %u, max tokens %u)", vocab_size_,
                           hidden_dim_, max_tokens_), false;

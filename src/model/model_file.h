@@ -11,7 +11,6 @@
 namespace llamalloc::model {
 
 inline constexpr unsigned kNumClasses = kMaxClasses;
-inline constexpr unsigned kNumSizeClasses = 48;
 inline constexpr uint32_t kPadToken = 0, kUnkToken = 1, kSeparatorToken = 2, kUnsymbolizedToken = 3;
 inline constexpr uint32_t kFirstSizeToken = 4;
 // Bounds the stack buffers of the inference (3 x 4H floats): a larger model is refused, not overflowed.
@@ -24,10 +23,8 @@ inline constexpr uint32_t kModeTiePercent = 10;
 // CRC-32 as zlib computes it (polynomial 0xEDB88320); the model and token files checksum their payload.
 uint32_t crc32(uint32_t crc, const void* data, size_t size_bytes);
 
-// The model's size bucket of a request (vocabulary.h; its <size:k> token is kFirstSizeToken + this). The old name
-// stays until its callers are renamed.
-inline unsigned size_class(size_t size_bytes) { return model_size_bucket(size_bytes); }
-static_assert(kModelSizeBuckets == kNumSizeClasses, "the heap's fast path keys its cache on the same buckets");
+// A request's <size:k> token is kFirstSizeToken + model_size_bucket(size) (vocabulary.h): kModelSizeBuckets
+// tokens, the buckets the heap's fast path keys its prediction cache on.
 
 // The key of a context's token ids in section `train.token_contexts`: 64-bit FNV-1a, one u32 id a step
 // (llamalloc.model.modelfile.token_context_keys).

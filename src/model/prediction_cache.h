@@ -1,8 +1,9 @@
 // The prediction cache of the LLAMA paper (section 7, Figure 7): a thread-local table (two-way set associative)
-// keyed by a hash of the return address, the stack height and the size class of the request. A hit returns the cached
-// lifetime class; a miss runs the model and stores its answer. Every `repredict_every` hits of an entry the
-// model runs again (0: never) and the entry keeps the longer of the old and new class (the allocator tolerates an
-// under-predicted lifetime better than an over-predicted one). Header-only so that tests drive it with a fake.
+// keyed by a hash of the return address, the stack height and the model size bucket of the request (vocabulary.h).
+// A hit returns the cached lifetime class; a miss runs the model and stores its answer. Every `repredict_every`
+// hits of an entry the model runs again (0: never) and the entry keeps the longer of the old and new class (the
+// allocator tolerates an under-predicted lifetime better than an over-predicted one). Header-only so that tests
+// drive it with a fake.
 #pragma once
 
 #include <atomic>
@@ -41,8 +42,8 @@ inline constexpr unsigned kUnseenContext = 0x100;
 inline constexpr unsigned kUnseenClass = kNeverFreedClass;
 
 // The cache key (the heap's fast path computes the same one: predictor/predictor.h).
-inline uint64_t cache_key(uintptr_t return_address, uintptr_t stack_address, unsigned size_class) {
-  return prediction_cache_key(return_address, stack_address, size_class);
+inline uint64_t cache_key(uintptr_t return_address, uintptr_t stack_address, unsigned size_bucket) {
+  return prediction_cache_key(return_address, stack_address, size_bucket);
 }
 
 // Two-way set associative: a key may sit in either entry of its set (index_of(key) with the low bit cleared,

@@ -1,5 +1,6 @@
-// The heap's entry to the learned predictor: called once at init when LLAMALLOC_MODEL is set (alloc.cc declares
-// it weak). Only linked into libllamalloc (it reads the heap's options table); tests use LearnedPredictor.
+// The heap's entry to the learned predictor: called once at init when LLAMALLOC_MODEL is set
+// (src/llamalloc/alloc/init.cc declares it weak). Only linked into libllamalloc (it reads the heap's options
+// table); tests use LearnedPredictor.
 #include <fcntl.h>
 #include <unistd.h>
 

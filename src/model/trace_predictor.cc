@@ -209,7 +209,7 @@ unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32
     last_thread_ = thread;
     last_cache_ = it->second.get();
   }
-  unsigned sc = size_class(size_bytes);
+  unsigned sc = model_size_bucket(size_bytes);
   uintptr_t return_address = depth > 0 ? stack_walk::return_address_of(uintptr_t(frames[0])) : 0;
   uint64_t key = cache_key(return_address, uintptr_t(height), sc);
   return last_cache_->lookup(key, repredict_every_, counters_, [&] {

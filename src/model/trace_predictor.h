@@ -27,7 +27,7 @@ struct TraceMapping {
 struct TracePredictionTotals {
   uint64_t hits = 0, misses = 0, model_runs = 0, repredictions = 0, repredictions_changed = 0;
   uint64_t unseen = 0;  // misses whose context the model was not trained on
-  // Distinct (stack, size class) contexts whose tokens went through the LSTM: the replay computes each once
+  // Distinct (stack, model size bucket) contexts whose tokens went through the LSTM: the replay computes each once
   // (the model is deterministic), model_runs counts what the process would have run.
   uint64_t model_inferences = 0;
   uint64_t threads = 0;  // prediction caches (one per traced thread that allocated)
@@ -59,9 +59,9 @@ class TracePredictor {
 
   // The lifetime class of one allocation of traced thread `thread`, as the in-process predictor would give it.
   // `frames`: the trace's stack, innermost first, each a pc (src/common/stack_walk.h: return address - 1; frame
-  // 0 is the allocator's caller). The cache key is cache_key(return address of frame 0, stand-in stack height, size class): a trace
-  // has no stack height, so the stand-in is a hash of the return addresses of the whole stack (the frames that
-  // make the height in the process; see docs/simulator.md).
+  // 0 is the allocator's caller). The cache key is cache_key(return address of frame 0, stand-in stack height,
+  // model size bucket): a trace has no stack height, so the stand-in is a hash of the return addresses of the
+  // whole stack (the frames that make the height in the process; see docs/simulator.md).
   unsigned predict(uint32_t thread, const uint64_t* frames, uint32_t depth, uint64_t size_bytes) {
     return predict(thread, frames, depth, size_bytes, stack_height_stand_in(frames, depth));
   }
@@ -74,7 +74,7 @@ class TracePredictor {
   // lists the context among those it was trained on (ModelFile::knows_context).
   unsigned classify(const uint64_t* frames, uint32_t depth, uint64_t size_bytes, bool* known = nullptr);
 
-  // Appends "class: token ids" for each context the model classifies (each distinct stack and size class once),
+  // Appends "class: token ids" for each context the model classifies (each distinct stack and model size bucket once),
   // as LLAMALLOC_PREDICT_LOG does in the process; -1: off.
   void set_log_fd(int fd) { log_fd_ = fd; }
   // As the process's LLAMALLOC_MIN_CONFIDENCE and LLAMALLOC_DEFAULT_CLASS (model_file.h).
@@ -111,7 +111,7 @@ class TracePredictor {
   std::unordered_map<uint32_t, std::unique_ptr<Cache>> caches_;
   uint32_t last_thread_ = 0;  // a thread allocates in runs: its cache is found without the map
   Cache* last_cache_ = nullptr;
-  std::unordered_map<uint64_t, uint16_t> memo_;  // stack hash ^ size class -> model class | kUnseenContext
+  std::unordered_map<uint64_t, uint16_t> memo_;  // stack hash ^ model size bucket -> model class | kUnseenContext
   std::vector<Placed> placed_;                                    // sorted by start
   std::vector<std::string> problems_;                             // "path (reason)"
   std::vector<uint64_t> problem_frames_;

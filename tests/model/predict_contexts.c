@@ -3,7 +3,7 @@
  *                      buffers of similar size from another, ROUNDS x 0.8 MiB of them live at once: without a
  *                      model the long-lived ones pin every huge page the buffers used.
  *   wrapped ROUNDS     as footprint, but both contexts allocate through one wrapper (xmalloc) at the same depth and
- *                      size class: one prediction-cache key for both, which the cache must tell apart
+ *                      model size bucket: one prediction-cache key for both, which the cache must tell apart
  *   frameless ROUNDS   as footprint, but both contexts allocate through a function built without frame pointer
  *                      (as libstdc++'s and glibc's internals are): the frame-pointer chain skips its caller, the
  *                      one frame that tells the records from the buffers

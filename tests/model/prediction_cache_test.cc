@@ -9,6 +9,7 @@
 #include "prediction_cache.h"
 
 using namespace llamalloc::model;
+using llamalloc::model_size_bucket;
 
 namespace {
 
@@ -35,22 +36,22 @@ TEST(PredictionCache, MissRunsTheModelOnceThenHits) {
   EXPECT_EQ(counters.hits.load(), 10u);
 }
 
-TEST(PredictionCache, KeyDependsOnReturnAddressStackHeightAndSizeClass) {
+TEST(PredictionCache, KeyDependsOnReturnAddressStackHeightAndSizeBucket) {
   uint64_t base = cache_key(0x401000, 0x7ffc1000, 5);
   EXPECT_NE(base, cache_key(0x401008, 0x7ffc1000, 5));
   EXPECT_NE(base, cache_key(0x401000, 0x7ffc1010, 5));
   EXPECT_NE(base, cache_key(0x401000, 0x7ffc1000, 6));
   EXPECT_EQ(base, cache_key(0x401000, 0x7ffc1000, 5));
   EXPECT_NE(base, 0u);
-  // Sizes of one size class share an entry: the model cannot tell them apart.
-  EXPECT_EQ(size_class(100), size_class(128));
-  EXPECT_NE(size_class(128), size_class(129));
-  // Up to 16 bytes, one class: a profile records such requests as 16 (src/profiler/sampling.h), so training
-  // gives them <size:4> and so must the process (llamalloc.model.classes.size_class).
-  EXPECT_EQ(size_class(1), 4u);
-  EXPECT_EQ(size_class(7), 4u);
-  EXPECT_EQ(size_class(16), 4u);
-  EXPECT_EQ(size_class(17), 5u);
+  // Sizes of one model size bucket share an entry: the model cannot tell them apart.
+  EXPECT_EQ(model_size_bucket(100), model_size_bucket(128));
+  EXPECT_NE(model_size_bucket(128), model_size_bucket(129));
+  // Up to 16 bytes, one bucket: a profile records such requests as 16 (src/profiler/sampling.h), so training
+  // gives them <size:4> and so must the process (llamalloc.model.classes.model_size_bucket).
+  EXPECT_EQ(model_size_bucket(1), 4u);
+  EXPECT_EQ(model_size_bucket(7), 4u);
+  EXPECT_EQ(model_size_bucket(16), 4u);
+  EXPECT_EQ(model_size_bucket(17), 5u);
 }
 
 TEST(PredictionCache, DistinctContextsGetTheirOwnClasses) {

@@ -319,8 +319,8 @@ TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
     steps(p, {0, 0, 0, 0, 0, 0}, 256);
     EXPECT_EQ(runs() - r0, 1u);
     EXPECT_EQ(shared() - s0, 0u);
-    // Two paths, another size class: a's miss; b comes with other callers, so the key is shared and b gets its
-    // own entry (a model run).
+    // Two paths, another model size bucket: a's miss; b comes with other callers, so the key is shared and b gets
+    // its own entry (a model run).
     r0 = runs();
     steps(p, {0, 1}, 64);
     EXPECT_EQ(runs() - r0, 2u) << "b is not served a's entry";

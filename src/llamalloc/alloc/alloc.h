@@ -109,7 +109,7 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
       // predictor.
       stack_address = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
       uint64_t key = prediction_cache_key(reinterpret_cast<uintptr_t>(__builtin_return_address(0)), stack_address,
-                                          request_size_class(size));
+                                          model_size_bucket(size));
       // Two ways per set, one cache line (src/model/prediction_cache.h).
       PredictionCacheEntry* set = &h->prediction_cache.entries[(key >> h->prediction_cache.shift) & ~uint64_t{1}];
       PredictionCacheEntry* way = set;

@@ -63,22 +63,20 @@ struct PredictionCacheView {
   std::atomic<uint64_t>* hits = nullptr;
 };
 
-// The cache key: a 64-bit mix of the return address, the stack height and the request's size class (never 0).
-// The size enters as its class because the model only sees the class.
+// The cache key: a 64-bit mix of the return address, the stack height and the request's model size bucket
+// (model_size_bucket, vocabulary.h; never 0). The size enters as its bucket because the model only sees the bucket.
 LLAMALLOC_PREDICTOR_INLINE uint64_t prediction_cache_key(uintptr_t return_address, uintptr_t stack_address,
-                                                         unsigned size_class) {
+                                                         unsigned size_bucket) {
   uint64_t k = uint64_t(return_address) * 0x9E3779B97F4A7C15ull;
-  k ^= (uint64_t(stack_address) + (uint64_t(size_class) << 56)) * 0xC2B2AE3D27D4EB4Full;
+  k ^= (uint64_t(stack_address) + (uint64_t(size_bucket) << 56)) * 0xC2B2AE3D27D4EB4Full;
   k ^= k >> 29;
   k *= 0xBF58476D1CE4E5B9ull;
   k ^= k >> 32;
   return k | 1;
 }
 
-// The model's size bucket is llamalloc::model_size_bucket (vocabulary.h). The old names stay until their
-// callers are renamed.
-inline constexpr unsigned kRequestSizeClasses = kModelSizeBuckets;
-inline constexpr unsigned kSmallestRequestSizeClass = kSmallestModelSizeBucket;
+// The old name of model_size_bucket (vocabulary.h), kept only for its last caller, tests/heap/heap_test.cc; new
+// code calls model_size_bucket.
 LLAMALLOC_PREDICTOR_INLINE unsigned request_size_class(size_t size_bytes) { return model_size_bucket(size_bytes); }
 
 class Predictor {

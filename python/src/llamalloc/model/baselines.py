@@ -1,12 +1,12 @@
 """The two baselines any model must beat (the LLAMA paper, section 2.2), and the hashes that let the model file carry
 them: an exact-match lookup of the whole calling context (what a profile-guided table does), and the allocation
-site alone (innermost frame plus size class). A context missing from a table gets the table's default class,
+site alone (innermost frame plus size bucket). A context missing from a table gets the table's default class,
 the most common class by weight in training.
 
 Keys are the first 8 bytes (little-endian uint64) of BLAKE2b over UTF-8 text:
   stack   = frames joined by "\\n"
-  context = stack + "\\n#" + decimal size class
-  site    = innermost frame + "\\n#" + decimal size class
+  context = stack + "\\n#" + decimal size bucket
+  site    = innermost frame + "\\n#" + decimal size bucket
 """
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ def stack_hash(stack: Sequence[str]) -> int:
     return _hash("\n".join(stack))
 
 
-def context_hash(stack: Sequence[str], size_class: int) -> int:
-    return _hash("\n".join(stack) + f"\n#{int(size_class)}")
+def context_hash(stack: Sequence[str], size_bucket: int) -> int:
+    return _hash("\n".join(stack) + f"\n#{int(size_bucket)}")
 
 
-def site_hash(stack: Sequence[str], size_class: int) -> int:
-    return _hash((stack[0] if stack else "") + f"\n#{int(size_class)}")
+def site_hash(stack: Sequence[str], size_bucket: int) -> int:
+    return _hash((stack[0] if stack else "") + f"\n#{int(size_bucket)}")
 
 
 def hashes(keys) -> np.ndarray:
@@ -67,16 +67,16 @@ def default_class(contexts: Contexts) -> int:
 
 
 def exact_match_table(contexts: Contexts) -> LookupTable:
-    keys = hashes(context_hash(s, c) for s, c in zip(contexts.stacks, contexts.size_classes))
+    keys = hashes(context_hash(s, c) for s, c in zip(contexts.stacks, contexts.size_buckets))
     order = np.argsort(keys, kind="stable")
     return LookupTable(keys[order], contexts.labels[order].astype(np.uint8), default_class(contexts))
 
 
 def site_table(contexts: Contexts) -> LookupTable:
-    """Per (innermost frame, size class): the label (by the contexts' label rule) of all its contexts' merged
+    """Per (innermost frame, size bucket): the label (by the contexts' label rule) of all its contexts' merged
     counts."""
     table = pa.table({
-        "site": pa.array(hashes(site_hash(s, c) for s, c in zip(contexts.stacks, contexts.size_classes))),
+        "site": pa.array(hashes(site_hash(s, c) for s, c in zip(contexts.stacks, contexts.size_buckets))),
         **{f"c{k}": pa.array(contexts.class_counts[:, k]) for k in range(NUM_CLASSES)},
     })
     con = duckdb.connect()
@@ -89,11 +89,11 @@ def site_table(contexts: Contexts) -> LookupTable:
 
 
 def context_keys(contexts: Contexts) -> np.ndarray:
-    return hashes(context_hash(s, c) for s, c in zip(contexts.stacks, contexts.size_classes))
+    return hashes(context_hash(s, c) for s, c in zip(contexts.stacks, contexts.size_buckets))
 
 
 def site_keys(contexts: Contexts) -> np.ndarray:
-    return hashes(site_hash(s, c) for s, c in zip(contexts.stacks, contexts.size_classes))
+    return hashes(site_hash(s, c) for s, c in zip(contexts.stacks, contexts.size_buckets))
 
 
 def stack_keys(contexts: Contexts) -> np.ndarray:

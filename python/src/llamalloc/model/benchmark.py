@@ -149,12 +149,12 @@ def label_agreement(runs, rules=("p95", "p90", "p75", "median", "mode")) -> list
     rows = []
     for rule in rules:
         m = merged.relabelled(rule)
-        merged_label = {(s, int(c)): int(l) for s, c, l in zip(m.stacks, m.size_classes, m.labels)}
+        merged_label = {(s, int(c)): int(l) for s, c, l in zip(m.stacks, m.size_buckets, m.labels)}
         per_run = []
         for run, single in zip(runs, singles):
             own = single.relabelled(rule)
             same = np.array([merged_label[(s, int(c))] == int(l)
-                             for s, c, l in zip(own.stacks, own.size_classes, own.labels)])
+                             for s, c, l in zip(own.stacks, own.size_buckets, own.labels)])
             w = own.weights.astype(np.float64)
             per_run.append({"run": run, "contexts": len(own),
                             "by_objects": round(float(w[same].sum() / w.sum()), 4),

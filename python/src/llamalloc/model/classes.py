@@ -48,9 +48,3 @@ def model_size_bucket(request_size_bytes) -> np.ndarray:
     minus_one = np.maximum(sizes - 1, 0).astype(np.float64)
     _, exponent = np.frexp(minus_one)  # minus_one = m * 2**exponent with m in [0.5, 1): exponent == bit_length
     return np.minimum(exponent.astype(np.int64), MODEL_SIZE_BUCKETS - 1)
-
-
-#: The old names, until their callers are renamed.
-NUM_SIZE_CLASSES = MODEL_SIZE_BUCKETS
-SMALLEST_SIZE_CLASS = SMALLEST_MODEL_SIZE_BUCKET
-size_class = model_size_bucket

@@ -1,6 +1,6 @@
 """From profile samples to labelled calling contexts (the LLAMA paper, section 5.1).
 
-A *calling context* is the symbolised stack (innermost frame first) together with the power-of-two size class
+A *calling context* is the symbolised stack (innermost frame first) together with the model size bucket
 of the request. The size is part of the context because the allocator knows it at no cost when it predicts
 (section 7 keys its cache on it too), and because one stack often allocates both short-lived small objects and
 long-lived large ones (a growing buffer). Each context gets
@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import UserError
-from .classes import DEFAULT_LABEL_RULE, NUM_CLASSES, size_class
+from .classes import DEFAULT_LABEL_RULE, NUM_CLASSES, model_size_bucket
 
 #: Columns of `llamalloc.profile.samples_table` that the model uses.
 REQUIRED_COLUMNS = ("profile", "program", "build_id", "stack", "request_size", "class_counts")
@@ -40,10 +40,10 @@ def warn_on_stderr(message: str) -> None:
 
 @dataclass
 class Contexts:
-    """Labelled calling contexts, in a deterministic order (sorted by stack, then size class)."""
+    """Labelled calling contexts, in a deterministic order (sorted by stack, then size bucket)."""
 
     stacks: list[tuple[str, ...]]
-    size_classes: np.ndarray  # int64 [n]
+    size_buckets: np.ndarray  # int64 [n]
     class_counts: np.ndarray  # int64 [n, 8]
     weights: np.ndarray  # int64 [n]: observed (sampled) objects
     labels: np.ndarray  # int64 [n]: lifetime class by `label_rule`
@@ -60,13 +60,13 @@ class Contexts:
 
     def subset(self, index) -> "Contexts":
         index = np.asarray(index, dtype=np.int64)
-        return Contexts([self.stacks[i] for i in index], self.size_classes[index], self.class_counts[index],
+        return Contexts([self.stacks[i] for i in index], self.size_buckets[index], self.class_counts[index],
                         self.weights[index], self.labels[index], list(self.programs), self.bytes[index],
                         self.label_rule)
 
     def relabelled(self, rule: str) -> "Contexts":
         """The same contexts labelled by another rule."""
-        return Contexts(list(self.stacks), self.size_classes, self.class_counts, self.weights,
+        return Contexts(list(self.stacks), self.size_buckets, self.class_counts, self.weights,
                         labels_from_counts(self.class_counts, rule), list(self.programs), self.bytes,
                         parse_label_rule(rule))
 
@@ -233,7 +233,7 @@ def build_contexts(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "
     stacks = _canonical_stacks(samples.column("stack"))
     table = pa.table({
         "stack": stacks,
-        "size_class": pa.array(size_class(sizes), pa.int64()),
+        "size_bucket": pa.array(model_size_bucket(sizes), pa.int64()),
         "class_counts": samples.column("class_counts"),
         "program": samples.column("program"),
         "alloc_bytes": (samples.column("alloc_bytes") if "alloc_bytes" in samples.column_names
@@ -245,20 +245,20 @@ def build_contexts(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "
     cumulative = [" + ".join(f"c{j}" for j in range(k + 1)) for k in range(NUM_CLASSES)]
     result = con.sql(f"""
         WITH grouped AS (
-            SELECT stack, size_class, {sums}, sum(coalesce(alloc_bytes, 0))::BIGINT AS bytes
+            SELECT stack, size_bucket, {sums}, sum(coalesce(alloc_bytes, 0))::BIGINT AS bytes
             FROM samples WHERE stack IS NOT NULL AND len(stack) > 0
-            GROUP BY stack, size_class),
+            GROUP BY stack, size_bucket),
         weighted AS (SELECT *, ({cumulative[-1]}) AS weight FROM grouped)
-        SELECT stack, size_class, {', '.join(f'c{k}' for k in range(NUM_CLASSES))}, weight, bytes
+        SELECT stack, size_bucket, {', '.join(f'c{k}' for k in range(NUM_CLASSES))}, weight, bytes
         FROM weighted WHERE weight > 0
-        ORDER BY stack, size_class""").to_arrow_table()
+        ORDER BY stack, size_bucket""").to_arrow_table()
     if result.num_rows == 0:
         raise UserError(f"{what}: no sample has a lifetime observation (all class counts are zero)")
     programs = [r[0] for r in con.execute("SELECT DISTINCT program FROM samples ORDER BY 1").fetchall()]
     counts = np.stack([result.column(f"c{k}").to_numpy() for k in range(NUM_CLASSES)], axis=1).astype(np.int64)
     return Contexts(
         stacks=[tuple(s) for s in result.column("stack").to_pylist()],
-        size_classes=result.column("size_class").to_numpy().astype(np.int64),
+        size_buckets=result.column("size_bucket").to_numpy().astype(np.int64),
         class_counts=counts,
         weights=result.column("weight").to_numpy().astype(np.int64),
         labels=labels_from_counts(counts, label),
@@ -269,7 +269,7 @@ def build_contexts(samples: pa.Table, warn: Warn = warn_on_stderr, what: str = "
 
 
 def split_by_stack(contexts: Contexts, holdout_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of training and held-out contexts. Whole stacks are held out (all their size classes), so a
+    """Indices of training and held-out contexts. Whole stacks are held out (all their size buckets), so a
     held-out context is a stack the model never saw, as in the paper's generalisation experiment."""
     if not 0.0 <= holdout_fraction < 1.0:
         raise UserError(f"--holdout must be in [0, 1), got {holdout_fraction}")
@@ -286,7 +286,7 @@ def split_by_stack(contexts: Contexts, holdout_fraction: float, seed: int) -> tu
 
 def folds_by_stack(contexts: Contexts, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(training, held-out) context indices of each of `folds` folds: the distinct stacks are shuffled and dealt
-    round-robin into the folds, so every stack is held out exactly once, with all its size classes. Pooling
+    round-robin into the folds, so every stack is held out exactly once, with all its size buckets. Pooling
     the folds' held-out predictions scores every context as unseen, which a dataset of a hundred stacks needs
     (a 20% split of it is twenty stacks, a few of which carry most of the weight)."""
     unique_stacks = sorted(set(contexts.stacks))

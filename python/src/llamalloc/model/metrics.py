@@ -153,10 +153,10 @@ def frame_summary(stack, frames: int = 3) -> str:
     return " < ".join(_short_function(f) for f in own[:frames])
 
 
-def _size_range(size_class: int) -> str:
-    if size_class <= 0:
+def _size_range(size_bucket: int) -> str:
+    if size_bucket <= 0:
         return "<=1 B"
-    top = 1 << int(size_class)
+    top = 1 << int(size_bucket)
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if top >= scale:
             return f"<={top // scale} {unit}"
@@ -172,12 +172,12 @@ def _human_bytes(n: float) -> str:
 
 def mispredictions(predicted, contexts, n: int) -> list[dict]:
     """The `n` mispredicted contexts that weigh most (by bytes, then objects), heaviest first: one dict each
-    with the frame summary, size class, true and predicted class, objects, bytes and the error's direction
+    with the frame summary, size bucket, true and predicted class, objects, bytes and the error's direction
     ("under": predicted shorter than the label, the object pins pages; "over": predicted longer)."""
     predicted = np.asarray(predicted, np.int64)
     wrong = np.flatnonzero(predicted != contexts.labels)
     order = sorted(wrong, key=lambda i: (-int(contexts.bytes[i]), -int(contexts.weights[i]), contexts.stacks[i],
-                                          int(contexts.size_classes[i])))
+                                          int(contexts.size_buckets[i])))
     total_bytes = max(int(np.sum(contexts.bytes)), 1)
     total_objects = max(int(np.sum(contexts.weights)), 1)
     rows = []
@@ -185,7 +185,7 @@ def mispredictions(predicted, contexts, n: int) -> list[dict]:
         true, pred = int(contexts.labels[i]), int(predicted[i])
         rows.append({
             "context": frame_summary(contexts.stacks[i]), "stack": list(contexts.stacks[i]),
-            "size_class": int(contexts.size_classes[i]), "size": _size_range(int(contexts.size_classes[i])),
+            "size_bucket": int(contexts.size_buckets[i]), "size": _size_range(int(contexts.size_buckets[i])),
             "true_class": true, "true": LIFETIME_NAMES[true], "predicted_class": pred,
             "predicted": LIFETIME_NAMES[pred], "error": "under" if pred < true else "over",
             "objects": int(contexts.weights[i]), "bytes": int(contexts.bytes[i]),

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FormatError
-from .classes import CLASS_UPPER_BOUNDS_NS, NUM_CLASSES, NUM_SIZE_CLASSES
+from .classes import CLASS_UPPER_BOUNDS_NS, NUM_CLASSES, MODEL_SIZE_BUCKETS
 from .tokenizer import FIRST_SIZE_TOKEN, FIRST_WORD_TOKEN, PAD, SEP, SPECIAL_TOKENS, UNK, UNSYMBOLIZED
 from .. import files
 
@@ -25,7 +25,8 @@ ALIGN_BYTES = 64
 
 # magic, version, header_bytes, file_bytes, payload_crc32, section_count, num_classes, vocab_size,
 # embedding_dim, hidden_dim, max_tokens, num_size_classes, first_size_token, unk, pad, sep, unsymbolized,
-# default_class, class upper bounds (6 x u64)
+# default_class, class upper bounds (6 x u64). num_size_classes is the field's on-disk name
+# (docs/formats/model.md); it holds MODEL_SIZE_BUCKETS, the number of <size:k> tokens.
 _HEADER = struct.Struct("<8sIIQIIIIIIIIIIIIII6Q")
 # name, dtype, ndim, shape[4], offset, size_bytes
 _SECTION = struct.Struct("<24sII4IQQ")
@@ -198,7 +199,7 @@ def to_bytes(m: ModelFile) -> bytes:
         body[off - HEADER_BYTES:off - HEADER_BYTES + len(data)] = data
     header = _HEADER.pack(MAGIC, VERSION, HEADER_BYTES, file_bytes, zlib.crc32(body), len(sections),
                           NUM_CLASSES, len(m.vocabulary), m.embedding_dim, m.hidden_dim, m.max_tokens,
-                          NUM_SIZE_CLASSES, FIRST_SIZE_TOKEN, UNK, PAD, SEP, UNSYMBOLIZED, m.default_class,
+                          MODEL_SIZE_BUCKETS, FIRST_SIZE_TOKEN, UNK, PAD, SEP, UNSYMBOLIZED, m.default_class,
                           *CLASS_UPPER_BOUNDS_NS)
     return header + bytes(body)
 
@@ -245,7 +246,7 @@ def from_bytes(data: bytes, path="<model>") -> ModelFile:
     if zlib.crc32(data[HEADER_BYTES:]) != crc:
         raise bad("corrupt: checksum mismatch")
     if (num_classes, num_size_classes, first_size_token, unk, pad, sep, unsym) != \
-            (NUM_CLASSES, NUM_SIZE_CLASSES, FIRST_SIZE_TOKEN, UNK, PAD, SEP, UNSYMBOLIZED) or \
+            (NUM_CLASSES, MODEL_SIZE_BUCKETS, FIRST_SIZE_TOKEN, UNK, PAD, SEP, UNSYMBOLIZED) or \
             tuple(bounds) != CLASS_UPPER_BOUNDS_NS:
         raise bad("class or token layout differs from this llamalloc's")
     if not (0 <= default_cls < NUM_CLASSES and vocab_size >= FIRST_WORD_TOKEN and embedding_dim > 0

@@ -67,7 +67,7 @@ def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int =
     fit_idx, val_idx = np.arange(len(train)), np.zeros(0, np.int64)
     if validate and len(set(train.stacks)) >= MIN_STACKS_FOR_VALIDATION:
         fit_idx, val_idx = split_by_stack(train, VALIDATION_FRACTION, config.seed + 1)
-    ids, lengths = vocab.encode_batch(train.stacks, train.size_classes, max_tokens)
+    ids, lengths = vocab.encode_batch(train.stacks, train.size_buckets, max_tokens)
     dists = class_distributions(train.class_counts)
     validation = None
     if len(val_idx):
@@ -106,7 +106,7 @@ def predict_all(model: modelfile.ModelFile, test: Contexts) -> dict[str, tuple[n
     """Predictor name -> (predicted classes, found mask of a lookup table or None), for the model's LSTM and
     its two baselines."""
     vocab = Vocabulary(model.vocabulary)
-    ids, lengths = vocab.encode_batch(test.stacks, test.size_classes, model.max_tokens)
+    ids, lengths = vocab.encode_batch(test.stacks, test.size_buckets, model.max_tokens)
     logits = lstm.predict_logits({k: np.asarray(v) for k, v in model.params().items()}, ids, lengths)
     exact = baselines.LookupTable(model.train_contexts, model.train_context_class, model.default_class)
     site = baselines.LookupTable(model.train_sites, model.train_site_class, model.default_class)

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from . import modelfile
-from .classes import size_class
+from .classes import model_size_bucket
 from .dataset import decide
 from .tokenizer import Vocabulary
 
@@ -55,7 +55,7 @@ def tokens(model: modelfile.ModelFile, stacks: Sequence[Sequence[str]], request_
            ) -> list[list[int]]:
     """Token ids of each (stack, request size), as the model file's vocabulary gives them."""
     vocab = Vocabulary(model.vocabulary)
-    classes = size_class(np.asarray(request_sizes, dtype=np.int64))
+    classes = model_size_bucket(np.asarray(request_sizes, dtype=np.int64))
     return [vocab.encode(stack, sc, model.max_tokens) for stack, sc in zip(stacks, classes)]
 
 

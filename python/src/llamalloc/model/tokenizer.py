@@ -31,12 +31,12 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..profile import is_site_frame as is_site_word
-from .classes import NUM_SIZE_CLASSES
+from .classes import MODEL_SIZE_BUCKETS
 
 PAD, UNK, SEP, UNSYMBOLIZED = 0, 1, 2, 3
 FIRST_SIZE_TOKEN = 4
-FIRST_WORD_TOKEN = FIRST_SIZE_TOKEN + NUM_SIZE_CLASSES
-SPECIAL_TOKENS = ["<pad>", "<unk>", "@", "<unsymbolized>"] + [f"<size:{k}>" for k in range(NUM_SIZE_CLASSES)]
+FIRST_WORD_TOKEN = FIRST_SIZE_TOKEN + MODEL_SIZE_BUCKETS
+SPECIAL_TOKENS = ["<pad>", "<unk>", "@", "<unsymbolized>"] + [f"<size:{k}>" for k in range(MODEL_SIZE_BUCKETS)]
 
 DEFAULT_VOCAB_WORDS = 5000
 DEFAULT_MAX_TOKENS = 128
@@ -110,9 +110,9 @@ class Vocabulary:
             self._frame_cache[frame] = ids
         return ids
 
-    def encode(self, stack: Sequence[str], size_class: int, max_tokens: int = DEFAULT_MAX_TOKENS) -> list[int]:
+    def encode(self, stack: Sequence[str], size_bucket: int, max_tokens: int = DEFAULT_MAX_TOKENS) -> list[int]:
         """Token ids of one context: the size token, then the frames innermost first, cut to max_tokens."""
-        sc = min(max(int(size_class), 0), NUM_SIZE_CLASSES - 1)
+        sc = min(max(int(size_bucket), 0), MODEL_SIZE_BUCKETS - 1)
         ids = [FIRST_SIZE_TOKEN + sc]
         for i, frame in enumerate(f for f in stack if self.keeps_frame(f)):
             if i:
@@ -122,12 +122,12 @@ class Vocabulary:
                 break
         return ids[:max_tokens]
 
-    def encode_batch(self, stacks: Sequence[Sequence[str]], size_classes: Sequence[int],
+    def encode_batch(self, stacks: Sequence[Sequence[str]], size_buckets: Sequence[int],
                      max_tokens: int = DEFAULT_MAX_TOKENS) -> tuple[np.ndarray, np.ndarray]:
         """Right-padded ids int32 [n, max_tokens] (padding 0) and lengths int32 [n]."""
         ids = np.zeros((len(stacks), max_tokens), dtype=np.int32)
         lengths = np.zeros(len(stacks), dtype=np.int32)
-        for row, (stack, sc) in enumerate(zip(stacks, size_classes)):
+        for row, (stack, sc) in enumerate(zip(stacks, size_buckets)):
             seq = self.encode(stack, sc, max_tokens)
             ids[row, :len(seq)] = seq
             lengths[row] = len(seq)
