@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llamalloc import paths, profile, sim
+from llamalloc import paths, profile
+from llamalloc import simulate as sim
 from llamalloc import trace as tracefile
 from llamalloc import prepare as prep
 from llamalloc.model import modelfile, reference

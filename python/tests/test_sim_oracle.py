@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from llamalloc import paths, sim, trace as trace_mod
+from llamalloc import paths, simulate as sim, trace as trace_mod
 
 
 @pytest.fixture(scope="module")

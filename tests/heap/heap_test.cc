@@ -551,7 +551,7 @@ class CachedPredictor final : public Predictor {
  public:
   Consult consult() const override { return Consult::kEveryAllocation; }
   unsigned predict(const AllocationContext& c) override {
-    uint64_t key = prediction_cache_key(c.return_address, c.stack_address, request_size_class(c.size_bytes));
+    uint64_t key = prediction_cache_key(c.return_address, c.stack_address, model_size_bucket(c.size_bytes));
     tl_entries[key >> 53] = PredictionCacheEntry{key, 0, 0, 0};
     return 0;
   }

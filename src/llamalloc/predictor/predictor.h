@@ -75,9 +75,6 @@ LLAMALLOC_PREDICTOR_INLINE uint64_t prediction_cache_key(uintptr_t return_addres
   return k | 1;
 }
 
-// The old name of model_size_bucket (vocabulary.h), kept only for its last caller, tests/heap/heap_test.cc; new
-// code calls model_size_bucket.
-LLAMALLOC_PREDICTOR_INLINE unsigned request_size_class(size_t size_bytes) { return model_size_bucket(size_bytes); }
 
 class Predictor {
  public:
