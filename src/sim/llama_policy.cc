@@ -121,7 +121,7 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
 LlamaPolicy::~LlamaPolicy() = default;
 
 ThreadHeap& LlamaPolicy::heap_for(uint32_t thread) {
-  // Each traced thread allocates from its own thread-local heap, as it did in the process.
+  // Each traced thread allocates from its own thread heap, as it did in the process.
   uint64_t key = uint64_t{thread} + 1;
   uint32_t index;
   if (uint32_t* i = heaps_.find(key)) {

@@ -16,10 +16,10 @@ namespace {
 constexpr uint64_t kMs = 1'000'000;
 constexpr unsigned kK = 2;
 
-class GlobalAllocatorTest : public ::testing::Test {
+class PageHeapTest : public ::testing::Test {
  protected:
   // The LLAMA paper's Figure 6 has three classes (< 10 ms, < 100 ms, < 1 s); the fourth is "never freed".
-  GlobalAllocatorTest() : heap(std::make_unique<PageHeap>(platform, clock, HeapConfig{4, kK})) {}
+  PageHeapTest() : heap(std::make_unique<PageHeap>(platform, clock, HeapConfig{4, kK})) {}
 
   uintptr_t blocks(unsigned lc, size_t n) {
     void* p = heap->alloc_large(lc, n * kBlockBytes, kBlockBytes);
@@ -45,7 +45,7 @@ class GlobalAllocatorTest : public ::testing::Test {
   std::unique_ptr<PageHeap> heap;
 };
 
-TEST_F(GlobalAllocatorTest, ClassDurationsRiseTenfoldAndNeverFreedHasNoDeadline) {
+TEST_F(PageHeapTest, ClassDurationsRiseTenfoldAndNeverFreedHasNoDeadline) {
   EXPECT_EQ(heap->class_duration_ns(0), 10 * kMs);
   EXPECT_EQ(heap->class_duration_ns(1), 100 * kMs);
   EXPECT_EQ(heap->class_duration_ns(2), 1000 * kMs);
@@ -54,7 +54,7 @@ TEST_F(GlobalAllocatorTest, ClassDurationsRiseTenfoldAndNeverFreedHasNoDeadline)
 
 // The LLAMA paper's Figure 6 as one story. Each huge page is filled with same-class blocks first; pages are named as in the
 // figure where they play its part.
-TEST_F(GlobalAllocatorTest, Figure6StepByStep) {
+TEST_F(PageHeapTest, Figure6StepByStep) {
   const uint64_t t0 = clock.now;
   // ---- (a) initial allocations: huge pages bump allocated in per-class regions, filled with one class.
   // Class 0: page "1" filled (active), page "2" filled (active), page "5" open.
@@ -171,7 +171,7 @@ TEST_F(GlobalAllocatorTest, Figure6StepByStep) {
   EXPECT_FALSE(platform.backed_twice);
 }
 
-TEST_F(GlobalAllocatorTest, PromotionChainEndsAtTheLongestFiniteClass) {
+TEST_F(PageHeapTest, PromotionChainEndsAtTheLongestFiniteClass) {
   uintptr_t keep = blocks(0, 128);
   uintptr_t fill = blocks(0, 128);  // page full: active with deadline
   uintptr_t p = page_of(keep);
@@ -195,7 +195,7 @@ TEST_F(GlobalAllocatorTest, PromotionChainEndsAtTheLongestFiniteClass) {
   EXPECT_EQ(info(p).state, PageState::kUnused);
 }
 
-TEST_F(GlobalAllocatorTest, DemotionChainEndsAtTheShortestClass) {
+TEST_F(PageHeapTest, DemotionChainEndsAtTheShortestClass) {
   heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .same_class_recycling = false});  // the paper's rules: no same-class recycling
   // A class 2 page with residual blocks R and free blocks that shorter classes recycle.
   uintptr_t residual = blocks(2, 128);
@@ -224,7 +224,7 @@ TEST_F(GlobalAllocatorTest, DemotionChainEndsAtTheShortestClass) {
   free(other);
 }
 
-TEST_F(GlobalAllocatorTest, SameClassRecyclingFillsAnActivePageBeforeAFreshOneAndRenewsItsDeadline) {
+TEST_F(PageHeapTest, SameClassRecyclingFillsAnActivePageBeforeAFreshOneAndRenewsItsDeadline) {
   // Page A of class 1: filled (active), then half of it freed.
   uintptr_t a1 = blocks(1, 128);
   uintptr_t a2 = blocks(1, 128);
@@ -314,7 +314,7 @@ TEST(DenseFirst, RecycledBlocksComeFromTheFullestPageSoTheEmptierOneDrains) {
   }
 }
 
-TEST_F(GlobalAllocatorTest, OpenPageBecomesActiveWhenARequestNoLongerFits) {
+TEST_F(PageHeapTest, OpenPageBecomesActiveWhenARequestNoLongerFits) {
   uintptr_t a = blocks(0, 200);
   uintptr_t b = blocks(0, 100);  // does not fit in the 56 free blocks left
   EXPECT_NE(page_of(a), page_of(b));
@@ -326,7 +326,7 @@ TEST_F(GlobalAllocatorTest, OpenPageBecomesActiveWhenARequestNoLongerFits) {
   EXPECT_EQ(page_of(d), page_of(b));
 }
 
-TEST_F(GlobalAllocatorTest, LargeObjectAlignment) {
+TEST_F(PageHeapTest, LargeObjectAlignment) {
   for (size_t align : {kBlockBytes * 2, kBlockBytes * 8, kHugePageBytes}) {
     uintptr_t small = blocks(0, 1);
     void* p = heap->alloc_large(0, 3 * kBlockBytes, align);
@@ -342,7 +342,7 @@ TEST_F(GlobalAllocatorTest, LargeObjectAlignment) {
   free(reinterpret_cast<uintptr_t>(huge_aligned));
 }
 
-TEST_F(GlobalAllocatorTest, HugeObjectsUseWholeFreshHugePagesAndReleaseThemAtOnce) {
+TEST_F(PageHeapTest, HugeObjectsUseWholeFreshHugePagesAndReleaseThemAtOnce) {
   size_t before = platform.backed_bytes;
   // Ends close to its last page's end: that page is the object's (no slack worth donating). Only its bytes,
   // rounded to 4 KiB, are backed: the rest of the last page stays reserved.
@@ -370,7 +370,7 @@ TEST_F(GlobalAllocatorTest, HugeObjectsUseWholeFreshHugePagesAndReleaseThemAtOnc
 // Slack donation (the TCMalloc paper donates a large allocation's slack to the filler): a "never freed"
 // huge object that ends early in its last huge page ends on a page of blocks of its class, whose free blocks
 // serve other objects; freeing the object frees its blocks there, and the page goes when its last object does.
-TEST_F(GlobalAllocatorTest, AHugeObjectsLastPageServesOtherObjectsInItsFreeBlocks) {
+TEST_F(PageHeapTest, AHugeObjectsLastPageServesOtherObjectsInItsFreeBlocks) {
   size_t before = platform.backed_bytes;
   void* p = heap->alloc_large(3, 2 * kHugePageBytes + 1, kBlockBytes);  // ends one block into its third page
   ASSERT_NE(p, nullptr);
@@ -408,7 +408,7 @@ TEST_F(GlobalAllocatorTest, AHugeObjectsLastPageServesOtherObjectsInItsFreeBlock
   EXPECT_EQ(platform.backed_bytes, before);
 }
 
-TEST_F(GlobalAllocatorTest, FullRegionGetsAFreshRegion) {
+TEST_F(PageHeapTest, FullRegionGetsAFreshRegion) {
   void* a = heap->alloc_large(0, kRegionBytes - kHugePageBytes, kBlockBytes);
   ASSERT_NE(a, nullptr);
   void* b = heap->alloc_large(0, 2 * kHugePageBytes, kBlockBytes);
@@ -419,7 +419,7 @@ TEST_F(GlobalAllocatorTest, FullRegionGetsAFreshRegion) {
   heap->check_invariants();
 }
 
-TEST_F(GlobalAllocatorTest, MemoryExhaustionGivesEnomemAndKeepsTheHeapConsistent) {
+TEST_F(PageHeapTest, MemoryExhaustionGivesEnomemAndKeepsTheHeapConsistent) {
   platform.back_budget_bytes = 2 * kHugePageBytes;
   std::vector<uintptr_t> got;
   for (;;) {
@@ -447,7 +447,7 @@ TEST_F(GlobalAllocatorTest, MemoryExhaustionGivesEnomemAndKeepsTheHeapConsistent
   heap->check_invariants();
 }
 
-TEST_F(GlobalAllocatorTest, AddressSpaceExhaustion) {
+TEST_F(PageHeapTest, AddressSpaceExhaustion) {
   platform.reservations_left = 0;
   for (int i = 0; i < 3; ++i) {
     errno = 0;
@@ -460,7 +460,7 @@ TEST_F(GlobalAllocatorTest, AddressSpaceExhaustion) {
 
 // Under an address-space limit the heap reserves its region in steps, not 16 GiB at once, uses all that the limit
 // allows, and after everything is freed gets all of it again: freed pages go back to the OS and are reused.
-TEST_F(GlobalAllocatorTest, UnderAnAddressSpaceLimitTheRegionGrowsInStepsAndFreedPagesAreReused) {
+TEST_F(PageHeapTest, UnderAnAddressSpaceLimitTheRegionGrowsInStepsAndFreedPagesAreReused) {
   platform.address_space_budget = 100 * kHugePageBytes;
   std::vector<void*> got;
   for (;;) {
@@ -502,7 +502,7 @@ TEST_F(GlobalAllocatorTest, UnderAnAddressSpaceLimitTheRegionGrowsInStepsAndFree
 }
 
 // A reservation that cannot grow in place (another mapping above it) is continued by a new region.
-TEST_F(GlobalAllocatorTest, ARegionThatCannotGrowIsContinuedByANewOne) {
+TEST_F(PageHeapTest, ARegionThatCannotGrowIsContinuedByANewOne) {
   platform.address_space_budget = 1000 * kHugePageBytes;
   void* a = heap->alloc_large(0, kHugePageBytes, kBlockBytes);
   ASSERT_NE(a, nullptr);
@@ -525,7 +525,7 @@ TEST_F(GlobalAllocatorTest, ARegionThatCannotGrowIsContinuedByANewOne) {
 
 // Addresses in a region's slot beyond what the heap reserved may belong to another mapping: no lookup takes them
 // for the heap's.
-TEST_F(GlobalAllocatorTest, AnAddressBeyondTheReservationIsNotTheHeaps) {
+TEST_F(PageHeapTest, AnAddressBeyondTheReservationIsNotTheHeaps) {
   platform.address_space_budget = 1000 * kHugePageBytes;
   void* a = heap->alloc_large(0, kHugePageBytes, kBlockBytes);
   ASSERT_NE(a, nullptr);
@@ -539,7 +539,7 @@ TEST_F(GlobalAllocatorTest, AnAddressBeyondTheReservationIsNotTheHeaps) {
 
 // Huge objects allocated and freed in a loop reuse one address range: the address space the heap reserves (and
 // with it the kernel's page tables) stays what one object needs.
-TEST_F(GlobalAllocatorTest, HugeAllocFreePairsKeepTheAddressSpaceBounded) {
+TEST_F(PageHeapTest, HugeAllocFreePairsKeepTheAddressSpaceBounded) {
   size_t reserved = 0;
   uintptr_t first = 0;
   for (int i = 0; i < 20000; ++i) {
@@ -559,7 +559,7 @@ TEST_F(GlobalAllocatorTest, HugeAllocFreePairsKeepTheAddressSpaceBounded) {
 // Under RLIMIT_AS the heap gives back address space with the memory: a huge object holds the address space of its
 // bytes, not of its last page's slack, and freed pages are unreserved and reserved again when reused. A page that
 // another mapping took meanwhile is never mapped over; the rest is reused.
-TEST_F(GlobalAllocatorTest, UnderAnAddressSpaceLimitFreedAddressSpaceGoesBackAndAHugeObjectHoldsOnlyItsBytes) {
+TEST_F(PageHeapTest, UnderAnAddressSpaceLimitFreedAddressSpaceGoesBackAndAHugeObjectHoldsOnlyItsBytes) {
   platform.address_space_budget = 1000 * kHugePageBytes;
   size_t bytes = 2 * kHugePageBytes + kHugePageBytes / 2;  // 5 MiB: half of its third page is slack
   void* p = heap->alloc_large(1, bytes, kBlockBytes);
@@ -593,9 +593,9 @@ TEST_F(GlobalAllocatorTest, UnderAnAddressSpaceLimitFreedAddressSpaceGoesBackAnd
   heap->check_invariants();
 }
 
-using GlobalAllocatorDeathTest = GlobalAllocatorTest;
+using PageHeapDeathTest = PageHeapTest;
 
-TEST_F(GlobalAllocatorDeathTest, BadLargeFreesAbortWithOneLine) {
+TEST_F(PageHeapDeathTest, BadLargeFreesAbortWithOneLine) {
   uintptr_t a = blocks(0, 4);
   uintptr_t b = blocks(0, 1);
   EXPECT_DEATH(heap->free_large(reinterpret_cast<void*>(a + kBlockBytes)), "llamalloc: free of 0x[0-9a-f]+: pointer not the start of an object");
@@ -612,7 +612,7 @@ TEST_F(GlobalAllocatorDeathTest, BadLargeFreesAbortWithOneLine) {
 // Small heaps: a program with a few MiB live must not pay an open huge page per lifetime class.
 // Shorter classes take blocks of a longer class's open page (non-residual: they are expected to die first)
 // while fewer than small_heap_pages huge pages are in use; a longer class never lands on a shorter one's page.
-TEST_F(GlobalAllocatorTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes) {
+TEST_F(PageHeapTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes) {
   heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 8});
   uintptr_t c3 = blocks(3, 1);
   uintptr_t c0 = blocks(0, 2), c1 = blocks(1, 1), c2 = blocks(2, 3);
@@ -647,7 +647,7 @@ TEST_F(GlobalAllocatorTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes
 // (else a server past its peak keeps an empty open page, 2 MiB, for as long as it is quiet); collect at once.
 // The page cache (HeapConfig::page_cache_pages): the pages of freed huge objects stay backed and are reused,
 // exact lengths first, and passes give back what exceeds recent demand; emptied pages of blocks go back at once.
-TEST_F(GlobalAllocatorTest, PageCacheReusesFreedHugeObjectsPagesAndGivesBackWhatRecentDemandDoesNotNeed) {
+TEST_F(PageHeapTest, PageCacheReusesFreedHugeObjectsPagesAndGivesBackWhatRecentDemandDoesNotNeed) {
   HeapConfig config{4, kK, true, true, 0};
   config.page_cache_pages = 8;
   heap->configure(config);
@@ -716,7 +716,7 @@ TEST_F(GlobalAllocatorTest, PageCacheReusesFreedHugeObjectsPagesAndGivesBackWhat
 
 // After a peak, a pass keeps at most an eighth of the pages in use cached, however many pages the recent
 // periods took: a server with a few MiB in use that makes a few buffers a second does not hold 20 MiB for them.
-TEST_F(GlobalAllocatorTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
+TEST_F(PageHeapTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
   static_assert(PageHeap::kPageCacheUseShare == 8, "the figures below are for an eighth");
   HeapConfig config{4, kK, true, true, 0};
   config.page_cache_pages = 64;
@@ -743,7 +743,7 @@ TEST_F(GlobalAllocatorTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
   heap->check_invariants();
 }
 
-TEST_F(GlobalAllocatorTest, AnOpenPageThatStaysEmptyIsGivenBackAtTheSweepAfterTheOneThatFoundItEmpty) {
+TEST_F(PageHeapTest, AnOpenPageThatStaysEmptyIsGivenBackAtTheSweepAfterTheOneThatFoundItEmpty) {
   heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});  // (no lending between classes: one page each)
   uintptr_t a = blocks(0, 4);
   uintptr_t keep = blocks(1, 1);
@@ -779,7 +779,7 @@ TEST_F(GlobalAllocatorTest, AnOpenPageThatStaysEmptyIsGivenBackAtTheSweepAfterTh
 // Subrelease (docs/heap.md): the free blocks of a sparse page from which nothing was taken for a whole pass go
 // back to the OS, but only as far as the heap's blocks exceed the most it used over the last kDemandPasses
 // passes; the page and its objects stay, and blocks taken again are backed again.
-TEST_F(GlobalAllocatorTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyondRecentDemand) {
+TEST_F(PageHeapTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyondRecentDemand) {
   heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});  // (no lending between classes: one page each)
   std::vector<uintptr_t> objects;
   for (int i = 0; i < 25; ++i) objects.push_back(blocks(1, 8));  // 200 of the page's 256 blocks
@@ -826,7 +826,7 @@ TEST_F(GlobalAllocatorTest, SubreleaseGivesBackFreeBlocksOfSparseIdlePagesBeyond
 // A steady server's sweeps give back a span and its next request takes one again: a sparse page from which a few
 // blocks are taken every period still counts as idle, and its other free blocks go back (the taken ones stay);
 // a page being filled (more than kIdleTakenBlocks a period) keeps its huge page whole.
-TEST_F(GlobalAllocatorTest, SubreleaseKeepsOnlyTheBlocksTakenAgainEachPeriod) {
+TEST_F(PageHeapTest, SubreleaseKeepsOnlyTheBlocksTakenAgainEachPeriod) {
   heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
   uintptr_t keep = blocks(1, 8);
   uintptr_t page = page_of(keep);
@@ -859,7 +859,7 @@ TEST_F(GlobalAllocatorTest, SubreleaseKeepsOnlyTheBlocksTakenAgainEachPeriod) {
   filling.check_invariants();
 }
 
-TEST_F(GlobalAllocatorTest, SubreleaseSkipsDensePagesAndCanBeTurnedOff) {
+TEST_F(PageHeapTest, SubreleaseSkipsDensePagesAndCanBeTurnedOff) {
   HeapConfig config{4, kK, true, true, 0};
   heap->configure(config);
   std::vector<uintptr_t> objects;
@@ -883,7 +883,7 @@ TEST_F(GlobalAllocatorTest, SubreleaseSkipsDensePagesAndCanBeTurnedOff) {
   heap->check_invariants();
 }
 
-TEST_F(GlobalAllocatorTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) {
+TEST_F(PageHeapTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) {
   // Off: the paper's placement, one open page per class.
   PageHeap off(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
   for (unsigned c : {3u, 0u, 1u, 2u}) ASSERT_NE(off.alloc_large(c, kBlockBytes, kBlockBytes), nullptr);
@@ -901,7 +901,7 @@ TEST_F(GlobalAllocatorTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) 
 // HeapConfig::long_class_min (LLAMALLOC_LONG_CLASS): objects of the long classes share the huge pages of the
 // longest class, so a long class that holds a few objects keeps no open page of its own. Shorter classes keep
 // theirs, and off, every class has its own.
-TEST_F(GlobalAllocatorTest, LongClassesTakeTheLongestClassPages) {
+TEST_F(PageHeapTest, LongClassesTakeTheLongestClassPages) {
   HeapConfig config{kMaxClasses, kK, true, true, 0};
   config.long_class_min = 4;
   PageHeap shared(platform, clock, config);

@@ -14,12 +14,12 @@
 namespace llamalloc::testing {
 namespace {
 
-class LocalAllocatorTest : public ::testing::Test {
+class ThreadHeapTest : public ::testing::Test {
  protected:
-  LocalAllocatorTest() : global(std::make_unique<PageHeap>(platform, clock, HeapConfig{8, 2})) {
+  ThreadHeapTest() : global(std::make_unique<PageHeap>(platform, clock, HeapConfig{8, 2})) {
     other = std::make_unique<ThreadHeap>();
   }
-  ~LocalAllocatorTest() override {
+  ~ThreadHeapTest() override {
     ThreadHeapOps::release_all(*global, heap);
     ThreadHeapOps::release_all(*global, *other);
   }
@@ -66,7 +66,7 @@ TEST(SizeClasses, EveryRequestGetsABlockAtMostAQuarterLargerAndEveryAlignmentIsS
   EXPECT_EQ(classify(100, 8192), kLargeRequest);
 }
 
-TEST_F(LocalAllocatorTest, BlocksOfASizeClassAreContiguousAlignedAndHaveNoHeader) {
+TEST_F(ThreadHeapTest, BlocksOfASizeClassAreContiguousAlignedAndHaveNoHeader) {
   char* a = static_cast<char*>(alloc(0, 24));
   char* b = static_cast<char*>(alloc(0, 24));
   EXPECT_EQ(b - a, 32) << "24 bytes round up to the 32-byte class, with no header";
@@ -84,7 +84,7 @@ TEST_F(LocalAllocatorTest, BlocksOfASizeClassAreContiguousAlignedAndHaveNoHeader
   global->check_invariants();
 }
 
-TEST_F(LocalAllocatorTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySpanIsKeptOrCached) {
+TEST_F(ThreadHeapTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySpanIsKeptOrCached) {
   std::vector<void*> objs;
   for (int i = 0; i < 300; ++i) objs.push_back(alloc(0, 100));  // 112-byte class: 146 per 16 KiB span
   std::set<SmallSpan*> spans;
@@ -225,7 +225,7 @@ TEST_F(LongLivedClassTest, TheSharedHeapsSpansOfEveryClassShareThePagesOfTheLong
   global.check_invariants();
 }
 
-TEST_F(LocalAllocatorTest, FreesByAnotherThreadAreCollectedInBulkByTheOwner) {
+TEST_F(ThreadHeapTest, FreesByAnotherThreadAreCollectedInBulkByTheOwner) {
   std::vector<void*> objs;
   for (int i = 0; i < 100; ++i) objs.push_back(alloc(0, 1000));  // 1 KiB class: 64 per 64 KiB span
   SmallSpan* s = span(objs[0]);
@@ -245,7 +245,7 @@ TEST_F(LocalAllocatorTest, FreesByAnotherThreadAreCollectedInBulkByTheOwner) {
     if (p != nullptr) free(p, other.get());
 }
 
-TEST_F(LocalAllocatorTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
+TEST_F(ThreadHeapTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
   std::vector<void*> objs;
   for (int i = 0; i < 17; ++i) objs.push_back(alloc(0, 4096));  // 16 per 64 KiB span: the 17th takes a second
   SmallSpan* full = span(objs[0]);
@@ -270,7 +270,7 @@ TEST_F(LocalAllocatorTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
 // A span that a free brings back from full goes to the end of its queue: the spans ahead of it are allocated
 // from first, so that it has collected more frees when its turn comes (with the span right behind the head, a
 // program freeing at random sent most of its allocations to the slow path, one or two blocks per refill).
-TEST_F(LocalAllocatorTest, ASpanBroughtBackFromFullQueuesBehindTheOthersAndIsUsedAfterThem) {
+TEST_F(ThreadHeapTest, ASpanBroughtBackFromFullQueuesBehindTheOthersAndIsUsedAfterThem) {
   std::vector<void*> objs;
   for (int i = 0; i < 3 * 16; ++i) objs.push_back(alloc(0, 4096));  // three full 64 KiB spans
   SmallSpan *a = span(objs[0]), *b = span(objs[16]), *c = span(objs[32]);
@@ -304,7 +304,7 @@ TEST_F(LocalAllocatorTest, ASpanBroughtBackFromFullQueuesBehindTheOthersAndIsUse
 // exits, the span is empty when its abandoned heap is emptied -- but its notify is still to come. Given back
 // then, the later drain took it a second time, when its blocks could already be another thread's span: a block
 // handed out twice (stress-threads, once in a CI run under load: "object corrupted at offset 0").
-TEST_F(LocalAllocatorTest, AnExitingOwnerLeavesAnEmptySpanWithANotifyInFlightToTheDrain) {
+TEST_F(ThreadHeapTest, AnExitingOwnerLeavesAnEmptySpanWithANotifyInFlightToTheDrain) {
   std::vector<void*> objs;
   for (int i = 0; i < 17; ++i) objs.push_back(alloc(0, 4096));  // 16 per span: the first span is full
   SmallSpan* full = span(objs[0]);
@@ -336,7 +336,7 @@ TEST_F(LocalAllocatorTest, AnExitingOwnerLeavesAnEmptySpanWithANotifyInFlightToT
 // class of the same thread heap (not the one that class's fast path uses) before new memory, and the span goes
 // back to its own class's queue once it has been full. Without it, the holes that a long-lived class's dead
 // objects leave stay empty while a shorter class takes fresh spans.
-TEST_F(LocalAllocatorTest, AShorterClassFillsTheHolesOfALongerClassesSpanBeforeTakingNewMemory) {
+TEST_F(ThreadHeapTest, AShorterClassFillsTheHolesOfALongerClassesSpanBeforeTakingNewMemory) {
   std::vector<void*> longlived;
   for (int i = 0; i < 3 * 16; ++i) longlived.push_back(alloc(7, 4096));  // three full 64 KiB spans of class 7
   SmallSpan *a = span(longlived[0]), *b = span(longlived[16]), *c = span(longlived[32]);
@@ -391,7 +391,7 @@ TEST(SpanRecycling, OffAShorterClassTakesNewMemoryBesideALongerClassesHoles) {
   ThreadHeapOps::release_all(global, heap);
 }
 
-TEST_F(LocalAllocatorTest, SpansOfALifetimeClassComeFromHugePagesOfThatClassOrLonger) {
+TEST_F(ThreadHeapTest, SpansOfALifetimeClassComeFromHugePagesOfThatClassOrLonger) {
   void* s0 = alloc(0, 64);
   void* s3 = alloc(3, 64);
   void* s7 = alloc(7, 20000);
@@ -405,7 +405,7 @@ TEST_F(LocalAllocatorTest, SpansOfALifetimeClassComeFromHugePagesOfThatClassOrLo
   free(s7);
 }
 
-TEST_F(LocalAllocatorTest, LargeRequestsTakeWholeBlocksAndSmallOnesAbove8KiBUseSizeClasses) {
+TEST_F(ThreadHeapTest, LargeRequestsTakeWholeBlocksAndSmallOnesAbove8KiBUseSizeClasses) {
   void* v = alloc(0, 16 * 1024 + 64);  // a value just above 16 KiB
   EXPECT_EQ(ThreadHeapOps::usable_size(span(v)), 20u * 1024) << "the 20 KiB class, not 24 KiB of blocks";
   void* big = alloc(0, 40 * 1024);
