@@ -1,4 +1,5 @@
-/* llamalloc: a learned, lifetime-aware memory allocator (the LLAMA design, papers/000).
+/* llamalloc: a learned, lifetime-aware memory allocator (the LLAMA design: "Learning-based Memory Allocation for
+ * C++ Server Workloads", Maas et al., ASPLOS 2020).
  *
  * Linked in (-lllamalloc, pkg-config llamalloc) or preloaded (LD_PRELOAD=libllamalloc.so), it replaces
  * malloc, free, free_sized, free_aligned_sized, calloc, realloc, reallocarray, posix_memalign, aligned_alloc,

@@ -3,14 +3,16 @@
 # 16-core device machine gets the checkout only): libllamalloc.so, the peers' libraries (Debian's jemalloc,
 # mimalloc, tcmalloc-minimal), Google Benchmark's library, the Table 4 benchmark, the stress programs, the heap
 # tests (and their ThreadSanitizer build when there is one) and the mimalloc-bench programs with run.py.
-#   usage: bench/scaling/bundle.sh [OUT (default .dev)] [MIMALLOC_BENCH_BUILD (default /tmp/mib)]
-# Build first: ninja -C build; cmake -S ../shared/mimalloc-bench -B /tmp/mib -G Ninja && cmake --build /tmp/mib
+#   usage: MIMALLOC_BENCH=DIR bench/scaling/bundle.sh [OUT (default .dev)] [MIMALLOC_BENCH_BUILD (default /tmp/mib)]
+# DIR is a checkout of the mimalloc-bench subset with its run.py. Build first: ninja -C build;
+# cmake -S "$MIMALLOC_BENCH" -B /tmp/mib -G Ninja && cmake --build /tmp/mib
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$repo/.dev}
 mib=${2:-/tmp/mib}
 build=${LLAMALLOC_BUILD_DIR:-$repo/build}
-src_mib=$repo/../shared/mimalloc-bench
+src_mib=${MIMALLOC_BENCH:-}
+[ -n "$src_mib" ] || { echo "bundle.sh: error: MIMALLOC_BENCH is not set: set it to the mimalloc-bench checkout (the folder of run.py)" >&2; exit 2; }
 peers=/usr/lib/x86_64-linux-gnu
 need=("$build/src/llamalloc/libllamalloc.so" "$build/bench/heap/heap_table4_bench" "$build/tests/heap/heap_test"
       "$mib/larson" "$src_mib/run.py")
