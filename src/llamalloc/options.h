@@ -35,7 +35,9 @@ namespace llamalloc {
     "percentage of the blocks are in use and from which no block was taken for a whole SWEEP_MS period, as far " \
     "as the heap holds more blocks than it used at its highest over the last 4 periods; sparsest pages first. "  \
     "The page stays in use on 4 KiB pages (its huge page is split), so RSS falls after a peak while long-lived " \
-    "objects stay where they are. llamalloc_collect() does it at once. 0: never (every byte on 2 MiB pages).")    \
+    "objects stay where they are. The same percentage bounds span purge: the 4 KiB pages inside a size-class "  \
+    "span with at most this percentage of its objects in use that are all free go back once the span is idle. "    \
+    "llamalloc_collect() does both at once. 0: never (every byte on 2 MiB pages).")                               \
   X(PAGE_CACHE_PAGES, page_cache_pages, Uint, 1024, 0, 1000000,                                                  \
     "Page cache: the huge pages of a freed object over 2 MiB stay backed, up to this many, and the next huge "   \
     "object or page the heap opens reuses them instead of fresh memory that the kernel must zero. Each sweeper "  \

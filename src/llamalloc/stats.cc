@@ -68,6 +68,7 @@ size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity) {
   o.field("footprint_bytes", g.footprint_bytes);
   o.field("peak_footprint_bytes", g.peak_footprint_bytes);
   o.field("subreleased_bytes", g.subreleased_bytes);
+  o.field("span_purged_bytes", g.span_purged_bytes);
   o.field("page_cache_bytes", g.page_cache_bytes);
   o.field("reserved_bytes", g.reserved_bytes);
   o.field("metadata_bytes", g.metadata_bytes);

@@ -24,6 +24,7 @@ namespace llamalloc {
   X(huge_pages_reused, "free huge pages taken again from the page cache instead of fresh memory") \
   X(huge_slack_pages, "huge objects that end on a page of blocks whose other blocks serve other objects") \
   X(blocks_subreleased, "free blocks of sparse, idle huge pages returned to the OS (subrelease)")  \
+  X(span_pages_purged, "4 KiB pages of sparse, idle size-class spans returned to the OS (span purge)") \
   X(idle_heap_sweeps, "heaps swept by the sweeper or llamalloc_collect (empty spans given back)") \
   X(prediction_cache_hits, "predictions answered from the prediction cache")                    \
   X(prediction_cache_misses, "predictions that missed the cache")                               \
@@ -50,6 +51,7 @@ struct Gauges {
   uint64_t peak_footprint_bytes = 0;  // page heap lock
   uint64_t huge_pages_by_class[kMaxClasses] = {};
   uint64_t subreleased_bytes = 0;  // page heap lock: free blocks of pages in use given back to the OS (subrelease)
+  uint64_t span_purged_bytes = 0;  // page heap lock: 4 KiB pages inside spans in use given back to the OS (span purge)
   uint64_t page_cache_bytes = 0;   // page heap lock: free huge pages kept backed for reuse (the page cache)
   uint64_t reserved_bytes = 0;     // page heap lock: address space reserved for huge pages (backed or not)
   uint64_t metadata_bytes = 0;     // page heap lock: page metadata made usable (read-write; backed as touched)
@@ -69,7 +71,7 @@ class PageHeap;
 // The gauges of a page heap read together, with the live bytes not yet flushed added (clamped at zero).
 struct GaugeSnapshot {
   uint64_t live_bytes, peak_live_bytes, footprint_bytes, peak_footprint_bytes, subreleased_bytes, page_cache_bytes;
-  uint64_t reserved_bytes, metadata_bytes;
+  uint64_t span_purged_bytes, reserved_bytes, metadata_bytes;
   uint64_t huge_pages_by_class[kMaxClasses];
 };
 

@@ -538,7 +538,12 @@ TEST(HeapTest, SweepGivesBackTheSpansOfAnIdleThreadFromAnotherThread) {
   for (void* p : mine) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "empty span given back";
   for (void* p : theirs) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "remotely emptied, given back";
   EXPECT_NE(ThreadHeapOps::span_of(g_page_heap, kept), nullptr) << "a span with a live object stays";
-  // A heap already swept and still idle is left alone on the next pass.
+  // A heap already swept and still idle is swept again on its 1st, 2nd and 4th idle passes (its idle spans'
+  // pages are purged then), and left alone on the others until the 8th.
+  EXPECT_EQ(sweep_idle_heaps(), 1u);
+  EXPECT_EQ(sweep_idle_heaps(), 1u);
+  EXPECT_EQ(sweep_idle_heaps(), 0u);
+  EXPECT_EQ(sweep_idle_heaps(), 1u);
   EXPECT_EQ(sweep_idle_heaps(), 0u);
   step = 2;
   worker.join();

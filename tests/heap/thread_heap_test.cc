@@ -111,6 +111,86 @@ TEST_F(ThreadHeapTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySpanIs
   EXPECT_LE(global->gauges().footprint_bytes, kHugePageBytes) << "only the class's open page stays";
 }
 
+// Span purge: after most objects of a size class are freed, the 4 KiB pages of idle, sparse spans whose blocks
+// are all free go back to the OS (they read as zero), the objects that stay keep their data, and the blocks on
+// those pages are handed out again when the span's free list runs dry -- every one, once.
+TEST_F(ThreadHeapTest, SpanPurgeGivesBackThePagesOfFreeBlocksAndHandsTheirBlocksOutAgainWhenNeeded) {
+  std::vector<void*> objs;
+  for (int i = 0; i < 64 * 4; ++i) objs.push_back(alloc(1, 256));  // 64 per 16 KiB span: 16 per 4 KiB page
+  std::set<SmallSpan*> spans;
+  for (void* p : objs) {
+    spans.insert(span(p));
+    memset(p, 0x5a, 256);
+  }
+  ASSERT_EQ(spans.size(), 4u);
+  // One object stays per span: the first block of the span's first page.
+  std::vector<void*> kept, freed;
+  for (void* p : objs) (ThreadHeapOps::block_index(span(p), p) == 0 ? kept : freed).push_back(p);
+  ASSERT_EQ(kept.size(), 4u);
+  for (void* p : freed) free(p);
+  ThreadHeapOps::release_all(*global, heap);
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, false), 0u) << "first look: not yet known idle";
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, false), 4u) << "idle for a whole pass: purged";
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, false), 0u) << "nothing more to give back";
+  EXPECT_TRUE(heap.check(*global));
+  for (SmallSpan* s : spans) {
+    EXPECT_EQ(s->purged_pages, 0b1110u) << "the three pages with no object left";
+    EXPECT_EQ(s->parked, 48u);
+    EXPECT_EQ(s->used, 49u) << "the parked blocks count as in use until they come back";
+  }
+  EXPECT_EQ(global->gauges().span_purged_bytes, 4u * 3 * 4096);
+  EXPECT_EQ(global->counters().span_pages_purged.load(), 4u * 3);
+  for (void* p : kept) {
+    EXPECT_EQ(static_cast<unsigned char*>(p)[255], 0x5a) << "a live object keeps its data";
+    EXPECT_TRUE(ThreadHeapOps::span_of(*global, p) != nullptr);
+  }
+  for (void* p : freed) {
+    if (ThreadHeapOps::block_index(span(p), p) < 16) continue;  // on the first page, which stays
+    EXPECT_EQ(static_cast<unsigned char*>(p)[100], 0) << "a purged page reads as zero";
+    EXPECT_TRUE(ThreadHeapOps::on_free_list(span(p), p)) << "a parked block counts as free (double frees)";
+  }
+  // Every block comes back once: 252 allocations fill the four spans exactly, with no new span.
+  std::set<void*> again;
+  for (int i = 0; i < 64 * 4 - 4; ++i) {
+    void* p = alloc(1, 256);
+    EXPECT_TRUE(spans.count(span(p)) == 1) << "served by the purged spans";
+    EXPECT_TRUE(again.insert(p).second) << "handed out twice";
+  }
+  EXPECT_EQ(again.size(), freed.size());
+  for (SmallSpan* s : spans) {
+    EXPECT_EQ(s->purged_pages, 0u);
+    EXPECT_EQ(s->parked, 0u);
+    EXPECT_EQ(s->used, s->capacity);
+  }
+  EXPECT_EQ(global->gauges().span_purged_bytes, 0u);
+  for (void* p : again) free(p);
+  for (void* p : kept) free(p);
+}
+
+// A span with more than the subrelease percentage of its blocks in use keeps its pages; a sparse one that is
+// emptied while purged goes back to the page heap whole, its purged pages no longer counted.
+TEST_F(ThreadHeapTest, SpanPurgeLeavesDenseSpansAndForgetsThePagesOfASpanThatEmpties) {
+  std::vector<void*> objs;
+  for (int i = 0; i < 64 * 2; ++i) objs.push_back(alloc(1, 256));
+  SmallSpan* dense = span(objs[0]);
+  SmallSpan* sparse = span(objs[64]);
+  ASSERT_NE(dense, sparse);
+  for (int i = 0; i < 64; ++i)
+    if (i % 16 >= 12) free(objs[i]);  // 75% in use, a quarter of every page free
+  for (int i = 65; i < 128; ++i) free(objs[i]);
+  ThreadHeapOps::release_all(*global, heap);
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, true), 1u);
+  EXPECT_EQ(dense->purged_pages, 0u);
+  EXPECT_EQ(sparse->purged_pages, 0b1110u);
+  EXPECT_EQ(global->gauges().span_purged_bytes, 3u * 4096);
+  free(objs[64]);
+  ThreadHeapOps::release_all(*global, heap);
+  EXPECT_EQ(span(objs[64]), nullptr) << "the emptied span went back to the page heap";
+  EXPECT_EQ(global->gauges().span_purged_bytes, 0u);
+  for (int i = 0; i < 64; ++i)
+    if (i % 16 < 12) free(objs[i]);
+}
+
 // A heap whose classes 3 and up are long-lived (HeapConfig::shared_class_min), on real memory and a fake clock.
 class LongLivedClassTest : public ::testing::Test {
  protected:

@@ -30,6 +30,8 @@ namespace llamalloc {
 namespace {
 // How long a thread's prediction cache stays resident with neither a hit nor a slow path.
 constexpr uint64_t kCacheIdleMs = 1000;
+// Whether an idle heap is swept on its n-th idle pass in a row: 1, 2, 4, then every 8th.
+bool sweep_due(uint32_t n) { return n % 8 == 0 || (n & (n - 1)) == 0; }
 }  // namespace
 
 uint32_t prediction_cache_idle_passes() {
@@ -57,7 +59,9 @@ unsigned sweep_idle_heaps(bool every_heap) {
       h->cache_idle_ticks = used ? 0 : h->cache_idle_ticks + 1;
       drop_cache = h->cache_idle_ticks == cache_idle_passes;
     }
-    if (!every_heap && !changed && !drop_cache && h->idle_ticks % 8 != 0 &&
+    // An idle heap is swept on its 1st, 2nd and 4th idle passes (its idle spans' pages are purged within a
+    // second or so of its last use, frees by other threads that went on meanwhile included) and every 8th after.
+    if (!every_heap && !changed && !drop_cache && !sweep_due(h->idle_ticks) &&
         h->notify.load(std::memory_order_relaxed) == nullptr)
       continue;
     h->sweep.store(1, kHandshakeStore);
@@ -72,6 +76,7 @@ unsigned sweep_idle_heaps(bool every_heap) {
     if (h->sweep.load(std::memory_order_relaxed) == 0) continue;
     if (fenced && h->busy.load(kHandshakeLoad) == 0) {
       ThreadHeapOps::release_all(g_page_heap, *h);
+      ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, every_heap);
       // (The owner, outside the allocator, waits for the sweep before it next probes or fills its cache.)
       if (h->prediction_cache.entries != nullptr && h->cache_idle_ticks == cache_idle_passes &&
           g_predictor_ptr->drop_thread_cache(h->prediction_cache))
@@ -94,8 +99,10 @@ void sweep_shared_heap(bool always) {
   bool changed = ops != h->seen_ops;
   h->seen_ops = ops;
   h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
-  if (!always && !changed && h->idle_ticks % 8 != 0 && h->notify.load(std::memory_order_relaxed) == nullptr) return;
+  if (!always && !changed && !sweep_due(h->idle_ticks) && h->notify.load(std::memory_order_relaxed) == nullptr)
+    return;
   ThreadHeapOps::release_all(g_page_heap, *h);
+  ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, always);
   g_page_heap.counters().idle_heap_sweeps.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -108,6 +115,7 @@ void heap_collect() {
     owner_enter(h);
     if (sweep_requested(h)) ThreadHeapOps::wait_for_sweep(*h);
     ThreadHeapOps::release_all(g_page_heap, *h);
+    ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, true);
     owner_exit(h);
   }
   // The same for every other thread that is not inside the allocator now (idle or not; they take spans again

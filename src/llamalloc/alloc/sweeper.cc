@@ -146,7 +146,10 @@ void run_inline_passes() {
   ThreadHeap* h = tl_heap;
   if (h != &g_empty_heap) {
     owner_enter(h);
-    if (!sweep_requested(h)) ThreadHeapOps::release_all(g_page_heap, *h);
+    if (!sweep_requested(h)) {
+      ThreadHeapOps::release_all(g_page_heap, *h);
+      ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, false);
+    }
     owner_exit(h);
   }
   g_page_heap.release_empty_open_pages(false);

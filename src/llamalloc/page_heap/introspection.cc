@@ -51,6 +51,7 @@ HeapStats read_heap_stats(PageHeap& heap, bool in_signal, int64_t unflushed_live
   out.footprint_bytes = g.footprint_bytes;
   out.peak_footprint_bytes = g.peak_footprint_bytes;
   out.subreleased_bytes = g.subreleased_bytes;
+  out.span_purged_bytes = g.span_purged_bytes;
   out.page_cache_bytes = g.page_cache_bytes;
   out.reserved_bytes = g.reserved_bytes;
   out.metadata_bytes = g.metadata_bytes;

@@ -172,6 +172,12 @@ class PageHeap {
   // regardless of idleness and demand. Returns the blocks given back.
   size_t subrelease_free_blocks(bool now);
   static constexpr unsigned kDemandPasses = 4;
+  // Span purge (docs/heap-memory.md, "Span purge"): a thread heap gives back the 4 KiB pages [start, start +
+  // bytes) of one of its size-class spans, every object on them free, while the span stays in use; the huge page
+  // is kept from khugepaged until they are all backed again (span_purge_forgotten). Under the page heap lock.
+  void purge_span_pages(uintptr_t start, size_t bytes);
+  // The span's purged pages inside the huge page at `start` are backed again, or the span goes back whole.
+  void span_purge_forgotten(uintptr_t start, size_t pages);
   static constexpr unsigned kPageCachePasses = 4;
   // The page cache keeps at most the pages in use divided by this after a pass: a server past its peak, with a
   // few MiB in use and a few buffers a second, would otherwise keep several cached pages (2 MiB of RSS each) for
@@ -205,6 +211,7 @@ class PageHeap {
   ThreadHeap* shared_heap() const { return shared_heap_.load(std::memory_order_relaxed); }
   unsigned shared_class_min() const { return config_.shared_class_min; }
   bool span_recycling() const { return config_.span_recycling; }
+  unsigned subrelease_percent() const { return config_.subrelease_percent; }
   // The class whose huge pages an object of class lc takes its blocks from (HeapConfig::long_class_min).
   unsigned page_class(unsigned lc) const {
     return lc >= config_.long_class_min && lc < never_freed_class() ? never_freed_class() : lc;
@@ -292,6 +299,10 @@ class PageHeap {
   // Subreleases the free blocks of p still backed, at most `budget`, but not those taken since the last pass
   // (unless `now`); returns how many.
   size_t subrelease_page(HugePageMeta* p, size_t budget, bool now);
+  // Keeps p from being collapsed into a huge page again (HugePageMeta::no_huge_page), up to kMaxNoHugePages
+  // pages; and lets it be once no block and no span's page of it is given back any more.
+  void keep_from_khugepaged(HugePageMeta* p);
+  void allow_huge_page_again(HugePageMeta* p);
 
   // --- invariants (invariants.cc) ------------------------------------------------------------------------
   void debug_check() {

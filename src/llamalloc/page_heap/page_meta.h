@@ -56,6 +56,9 @@ struct HugePageMeta {
   // says how many); the page's other blocks serve like any page's (the slack of a large allocation is donated to
   // the filler, as in the TCMalloc paper).
   uint16_t huge_tail_blocks;
+  // 4 KiB pages inside the size-class spans on this page that their thread heaps gave back (span purge,
+  // PageHeap::purge_span_pages); with any, the page is kept from khugepaged as with subreleased blocks.
+  uint16_t span_purged_pages;
   uint64_t huge_requested_bytes;
   PageState state;
   PageKind kind;

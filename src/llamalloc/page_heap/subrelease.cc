@@ -17,12 +17,47 @@ void PageHeap::unrelease(HugePageMeta* p, size_t first, size_t count) {
       ++n;
     }
   gauges_.subreleased_bytes -= n * kBlockBytes;
-  // Every block backed again: the page may become one huge page again.
-  if (p->released.none() && p->no_huge_page) {
+  allow_huge_page_again(p);
+}
+
+void PageHeap::allow_huge_page_again(HugePageMeta* p) {
+  // Every block and every span's page backed again: the page may become one huge page again.
+  if (p->released.none() && p->span_purged_pages == 0 && p->no_huge_page) {
     p->no_huge_page = 0;
     --no_huge_pages_;
     platform_.allow_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes, true);
   }
+}
+
+void PageHeap::keep_from_khugepaged(HugePageMeta* p) {
+  if (!p->no_huge_page && no_huge_pages_ < kMaxNoHugePages) {
+    p->no_huge_page = 1;
+    ++no_huge_pages_;
+    platform_.allow_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes, false);
+  }
+}
+
+void PageHeap::purge_span_pages(uintptr_t start, size_t bytes) {
+  LockGuard g(lock_);
+  HugePageMeta* p = page_of(start);
+  LLAMALLOC_CHECK(p != nullptr && p->kind == PageKind::kBlocks && start % kSmallPageBytes == 0 &&
+                      bytes % kSmallPageBytes == 0 && (start + bytes - 1) / kHugePageBytes == start / kHugePageBytes,
+                  "span purge: a range that is not inside one page of blocks");
+  platform_.subrelease(reinterpret_cast<void*>(start), bytes);
+  size_t pages = bytes / kSmallPageBytes;
+  p->span_purged_pages = uint16_t(p->span_purged_pages + pages);
+  gauges_.span_purged_bytes += bytes;
+  counters_.span_pages_purged.fetch_add(pages, std::memory_order_relaxed);
+  keep_from_khugepaged(p);
+}
+
+void PageHeap::span_purge_forgotten(uintptr_t start, size_t pages) {
+  LockGuard g(lock_);
+  HugePageMeta* p = page_of(start);
+  LLAMALLOC_CHECK(p != nullptr && p->span_purged_pages >= pages, "span purge: more pages forgotten than purged");
+  p->span_purged_pages = uint16_t(p->span_purged_pages - pages);
+  gauges_.span_purged_bytes -= pages * kSmallPageBytes;
+  allow_huge_page_again(p);
 }
 
 size_t PageHeap::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
@@ -43,11 +78,7 @@ size_t PageHeap::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
   }
   gauges_.subreleased_bytes += done * kBlockBytes;
   counters_.blocks_subreleased.fetch_add(done, std::memory_order_relaxed);
-  if (done != 0 && !p->no_huge_page && no_huge_pages_ < kMaxNoHugePages) {
-    p->no_huge_page = 1;
-    ++no_huge_pages_;
-    platform_.allow_huge_page(reinterpret_cast<void*>(base), kHugePageBytes, false);
-  }
+  if (done != 0) keep_from_khugepaged(p);
   return done;
 }
 

@@ -38,6 +38,14 @@ struct alignas(64) SmallSpan {
   uint8_t home_class;
   SmallSpan* next;       // queue links (owner)
   SmallSpan* prev;
+  // Span purge (ThreadHeapOps::purge_sparse_spans): the 4 KiB pages of the span given back to the OS (bit i: the
+  // page at start + i x 4 KiB), and the free blocks on them, taken off `free` and counted in `used` (parked),
+  // so that no link is ever read from a page that reads as zero. They come back (unpark) when `free` runs dry.
+  uint64_t purged_pages;
+  uint32_t parked;
+  // `used` + 1 when the sweeper last looked at the span (0: never): a span whose count has not moved for a
+  // whole sweep period is idle.
+  uint32_t swept_used;
   // --- written by other threads -------------------------------------------------------------------------
   // Frees by other threads: the head of a list (links encoded like `free`) with the state in the low 2 bits:
   // kXfreeFull = the owner took the span off its queue because it was full, and the first remote free must

@@ -70,7 +70,20 @@ void set_size_span(PageHeap& global, uintptr_t start, size_t bytes, SmallSpan* s
     global.size_span_slot(start + off)->store(s, std::memory_order_release);
 }
 
+// A span with no object handed out: every block is free or parked (span purge).
+bool span_empty(const SmallSpan* s) { return s->used == s->parked; }
+
+// The span is empty or about to be re-listed whole: its purged pages are no longer the span's to track.
+void forget_purge(PageHeap& global, SmallSpan* s) {
+  if (LLAMALLOC_LIKELY(s->purged_pages == 0)) return;
+  global.span_purge_forgotten(s->start, size_t(__builtin_popcountll(s->purged_pages)));
+  s->used -= s->parked;
+  s->parked = 0;
+  s->purged_pages = 0;
+}
+
 void give_back(PageHeap& global, SmallSpan* s) {
+  forget_purge(global, s);
   uintptr_t start = s->start;
   set_size_span(global, start, s->span_bytes, nullptr);
   global.free_large(reinterpret_cast<void*>(start));  // may release the page and with it s's metadata
@@ -91,6 +104,9 @@ void init_span(ThreadHeap& heap, SmallSpan* s, uintptr_t start, size_t span_byte
   s->lifetime_class = s->home_class = uint8_t(lc);
   s->queued = s->cached = 0;
   s->next = s->prev = nullptr;
+  s->purged_pages = 0;
+  s->parked = 0;
+  s->swept_used = 0;
   s->xfree.store(0, std::memory_order_relaxed);
   s->owner = &heap;
   s->notify_next = nullptr;
@@ -166,7 +182,7 @@ bool park_abandoned(SmallSpan* s) {
     if ((x & kXfreeStateMask) == kXfreeNotified) return true;  // on the notify list: the drain handles it
     if ((x & ~kXfreeStateMask) != 0) {
       ThreadHeapOps::collect_remote(s);
-      if (s->used == 0) return false;
+      if (span_empty(s)) return false;
       x = s->xfree.load(std::memory_order_relaxed);
       continue;
     }
@@ -191,7 +207,131 @@ void extend(SmallSpan* s) {
   s->extended.store(extended + n, std::memory_order_relaxed);
 }
 
+// Span purge: the 4 KiB pages that block i of s covers, as a mask of s's pages.
+uint64_t pages_of_block(const SmallSpan* s, uint32_t i) {
+  uint64_t first = uint64_t(i) * s->block_size / kSmallPageBytes;
+  uint64_t last = (uint64_t(i) * s->block_size + s->block_size - 1) / kSmallPageBytes;
+  return (last >= 63 ? ~uint64_t{0} : (uint64_t{2} << last) - 1) & ~((uint64_t{1} << first) - 1);
+}
+
+// The most blocks a span may have to be purged: its free blocks are marked in a bitmap on the stack. Every span
+// of 16 B blocks or larger fits.
+constexpr uint32_t kPurgeMaxBlocks = 1024;
+
 }  // namespace
+
+bool ThreadHeapOps::is_parked(const SmallSpan* s, const void* p) {
+  if (s->purged_pages == 0) return false;
+  uint32_t i = block_index(s, p);
+  return i != ~0u && (pages_of_block(s, i) & s->purged_pages) != 0;
+}
+
+void ThreadHeapOps::unpark(PageHeap& global, SmallSpan* s) {
+  // Every block on a purged page is parked (it was free when the page was purged, and only `free` hands blocks
+  // out): back on the list. A block whose first word lies on a purged page reads zero unless the program wrote
+  // into it after freeing it.
+  uint32_t extended = s->extended.load(std::memory_order_relaxed), n = 0;
+  uintptr_t link = reinterpret_cast<uintptr_t>(s->free);
+  for (uint32_t i = extended; i-- > 0;) {
+    if ((pages_of_block(s, i) & s->purged_pages) == 0) continue;
+    uintptr_t b = s->start + uintptr_t(i) * s->block_size;
+    uint64_t first_page = uint64_t(i) * s->block_size / kSmallPageBytes;
+    if ((s->purged_pages >> first_page & 1) != 0 && *reinterpret_cast<const uintptr_t*>(b) != 0)
+      corrupt_free_block(s, reinterpret_cast<void*>(b));
+    *reinterpret_cast<uintptr_t*>(b) = link ^ s->key;
+    link = b;
+    ++n;
+  }
+  LLAMALLOC_CHECK(n == s->parked, "span purge: parked blocks miscounted");
+  s->free = reinterpret_cast<void*>(link);
+  forget_purge(global, s);
+}
+
+bool ThreadHeapOps::purge_span(PageHeap& global, SmallSpan* s) {
+  uint32_t extended = s->extended.load(std::memory_order_relaxed);
+  if (extended == 0 || s->capacity > kPurgeMaxBlocks || s->span_bytes > 64 * kSmallPageBytes) return false;
+  // Free blocks: those on the list and the parked ones.
+  uint64_t free_bits[kPurgeMaxBlocks / 64] = {};
+  auto mark = [&](uint32_t i) { free_bits[i / 64] |= uint64_t{1} << (i % 64); };
+  auto is_free = [&](uint32_t i) { return (free_bits[i / 64] >> (i % 64) & 1) != 0; };
+  void* last = nullptr;
+  uint32_t listed = list_length(s, s->free, &last);
+  for (void* b = s->free; b != nullptr; b = reinterpret_cast<void*>(*static_cast<uintptr_t*>(b) ^ s->key))
+    mark(block_index(s, b));
+  if (s->purged_pages != 0)
+    for (uint32_t i = 0; i < extended; ++i)
+      if ((pages_of_block(s, i) & s->purged_pages) != 0) mark(i);
+  // Pages whose blocks are all free and all below `extended` (blocks put on the list later never cover a purged
+  // page, so that unpark finds exactly the parked blocks).
+  uint64_t purge = 0;
+  size_t pages = s->span_bytes / kSmallPageBytes;
+  for (size_t j = 0; j < pages; ++j) {
+    if ((s->purged_pages >> j & 1) != 0) continue;
+    uint32_t first = uint32_t(j * kSmallPageBytes / s->block_size);
+    uint32_t last_block = uint32_t(((j + 1) * kSmallPageBytes - 1) / s->block_size);
+    if (last_block >= extended) break;
+    bool all_free = true;
+    for (uint32_t i = first; i <= last_block && all_free; ++i) all_free = is_free(i);
+    if (all_free) purge |= uint64_t{1} << j;
+  }
+  if (purge == 0) return false;
+  // The list without the blocks on purged pages, in its order.
+  uint64_t mask = s->purged_pages | purge;
+  uintptr_t head = 0, tail = 0;
+  uint32_t kept = 0;
+  for (void* b = s->free; b != nullptr;) {
+    void* next = reinterpret_cast<void*>(*static_cast<uintptr_t*>(b) ^ s->key);
+    if ((pages_of_block(s, block_index(s, b)) & mask) == 0) {
+      uintptr_t a = reinterpret_cast<uintptr_t>(b);
+      if (tail != 0) *reinterpret_cast<uintptr_t*>(tail) = a ^ s->key;
+      else head = a;
+      tail = a;
+      ++kept;
+    }
+    b = next;
+  }
+  if (tail != 0) *reinterpret_cast<uintptr_t*>(tail) = 0 ^ s->key;
+  s->free = reinterpret_cast<void*>(head);
+  s->parked += listed - kept;
+  s->used += listed - kept;
+  s->purged_pages = mask;
+  for (size_t j = 0; j < pages;) {
+    if ((purge >> j & 1) == 0) {
+      ++j;
+      continue;
+    }
+    size_t end = j;
+    while (end < pages && (purge >> end & 1) != 0) ++end;
+    global.purge_span_pages(s->start + j * kSmallPageBytes, (end - j) * kSmallPageBytes);
+    j = end;
+  }
+  return true;
+}
+
+bool ThreadHeapOps::purge_if_sparse(PageHeap& global, SmallSpan* s) {
+  uint64_t live = s->used - s->parked;
+  return live * 100 <= uint64_t(s->capacity) * global.subrelease_percent() && global.subrelease_percent() != 0 &&
+         purge_span(global, s);
+}
+
+size_t ThreadHeapOps::purge_sparse_spans(PageHeap& global, ThreadHeap& heap, bool now) {
+  if (global.subrelease_percent() == 0) return 0;
+  size_t purged = 0;
+  for (unsigned lc = 0; lc < kMaxClasses; ++lc)
+    for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)
+      for (SmallSpan* s = heap.spans[lc][sc]; s != &g_empty_span && s != nullptr; s = s->next) {
+        // Idle: `used` unchanged since the previous look; the top bit says this count was examined already.
+        uint32_t seen = s->used + 1;
+        bool idle = (s->swept_used & ~kSweptExamined) == seen;
+        if (!now && (!idle || (s->swept_used & kSweptExamined) != 0)) {
+          if (!idle) s->swept_used = seen;
+          continue;
+        }
+        if (purge_if_sparse(global, s)) ++purged;
+        s->swept_used = (s->used + 1) | kSweptExamined;
+      }
+  return purged;
+}
 
 void ThreadHeapOps::bad_free(const void* p, const char* what) { fatal_pointer("free of", p, what); }
 
@@ -225,10 +365,14 @@ void ThreadHeapOps::collect_remote(SmallSpan* s) {
   s->used -= n;
 }
 
-bool ThreadHeapOps::refill_free(SmallSpan* s) {
+bool ThreadHeapOps::refill_free(PageHeap& global, SmallSpan* s) {
   if (s->free != nullptr) return true;
   collect_remote(s);
   if (s->free != nullptr) return true;
+  if (s->parked != 0) {
+    unpark(global, s);
+    if (s->free != nullptr) return true;
+  }
   if (s->extended.load(std::memory_order_relaxed) < s->capacity) {
     extend(s);
     return true;
@@ -251,6 +395,7 @@ void ThreadHeapOps::release_span(PageHeap& global, ThreadHeap& heap, SmallSpan* 
     --n;
   }
   // Kept with its size_spans entries, and extended = 0 so that any free into it is reported.
+  forget_purge(global, s);
   s->free = nullptr;
   s->extended.store(0, std::memory_order_relaxed);
   s->cached = 1;
@@ -273,15 +418,16 @@ void ThreadHeapOps::drain_notify(PageHeap& global, ThreadHeap& heap) {
       s->used -= n;
     }
     if (heap.abandoned.load(std::memory_order_relaxed)) {
-      // Nobody allocates from it: give the span back once empty, else park it again.
+      // Nobody allocates from it: give the span back once empty, else purge its free pages and park it again.
       if (s->queued) unlink(heap, s);
-      if (s->used == 0 || !park_abandoned(s)) give_back(global, s);
+      if (!span_empty(s)) purge_if_sparse(global, s);
+      if (span_empty(s) || !park_abandoned(s)) give_back(global, s);
     } else {
       if (!s->queued) {
         s->lifetime_class = s->home_class;
         enqueue_back(heap, s);
       }
-      if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
+      if (span_empty(s) && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
     }
     s = next;
   }
@@ -294,7 +440,7 @@ void* ThreadHeapOps::alloc_small(PageHeap& global, ThreadHeap& heap, unsigned lc
   // the queue until a free brings them back. Bounded, so a long queue of full spans costs one pass each.
   for (unsigned tries = 0; *head != &g_empty_span && tries < 16; ++tries) {
     SmallSpan* s = *head;
-    if (refill_free(s)) return span_pop(s);
+    if (refill_free(global, s)) return span_pop(s);
     if (!mark_full(heap, s)) {
       collect_remote(s);
       return span_pop(s);
@@ -303,7 +449,7 @@ void* ThreadHeapOps::alloc_small(PageHeap& global, ThreadHeap& heap, unsigned lc
   // About to take new memory: first give back what frees into exited threads' spans have emptied.
   if (reclaim_pending.load(std::memory_order_relaxed) && pool_ != nullptr) reclaim_abandoned(global, *pool_);
   if (global.span_recycling()) {
-    if (SmallSpan* s = adopt_longer_span(heap, lc, sc); s != nullptr && refill_free(s)) return span_pop(s);
+    if (SmallSpan* s = adopt_longer_span(heap, lc, sc); s != nullptr && refill_free(global, s)) return span_pop(s);
   }
   SmallSpan* s = new_span(global, heap, lc, sc);
   if (s == nullptr) return nullptr;
@@ -331,7 +477,7 @@ void ThreadHeapOps::after_owner_free(PageHeap& global, ThreadHeap& heap, SmallSp
     s->lifetime_class = s->home_class;  // an adopted span goes back to its own class's queue
     enqueue_back(heap, s);
   }
-  if (s->used == 0 && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
+  if (span_empty(s) && heap.spans[s->lifetime_class][s->size_class] != s) release_span(global, heap, s);
 }
 
 void ThreadHeapOps::shared_free(PageHeap& global, SmallSpan* s, void* p) {
@@ -417,7 +563,8 @@ bool ThreadHeapOps::on_free_list(const SmallSpan* s, const void* p) {
     return false;
   };
   return on(s->free) ||
-         on(reinterpret_cast<void*>(s->xfree.load(std::memory_order_acquire) & ~kXfreeStateMask));
+         on(reinterpret_cast<void*>(s->xfree.load(std::memory_order_acquire) & ~kXfreeStateMask)) ||
+         is_parked(s, p);
 }
 
 void* ThreadHeapOps::allocate(PageHeap& global, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment) {
@@ -475,7 +622,7 @@ void ThreadHeapOps::release_all(PageHeap& global, ThreadHeap& heap) {
       while (s != &g_empty_span && s != nullptr) {
         SmallSpan* next = s->next;
         collect_remote(s);
-        if (s->used == 0 && !(s->xfree.load(std::memory_order_acquire) & kXfreeNotified)) {
+        if (span_empty(s) && !(s->xfree.load(std::memory_order_acquire) & kXfreeNotified)) {
           unlink(heap, s);
           give_back(global, s);
         }
@@ -506,7 +653,9 @@ void ThreadHeapOps::abandon(PageHeap& global, ThreadHeap& heap) {
         // the drain above); given back now, the drain would later take it again -- by then possibly another
         // thread's span (a block handed out twice). park_abandoned leaves it to the drain.
         bool notified = (s->xfree.load(std::memory_order_acquire) & kXfreeStateMask) == kXfreeNotified;
-        if ((s->used == 0 && !notified) || !park_abandoned(s)) give_back(global, s);
+        // Nobody allocates from it until the heap is adopted: its free pages go back now if it is sparse.
+        if (!notified && !span_empty(s)) purge_if_sparse(global, s);
+        if ((span_empty(s) && !notified) || !park_abandoned(s)) give_back(global, s);
       }
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned k = 0; k < kSpanKinds; ++k)

@@ -252,9 +252,27 @@ class ThreadHeapOps {
     return i;
   }
 
+  // Span purge (docs/heap-memory.md, "Span purge"), by the owner or a sweeper holding the heap: the 4 KiB pages of
+  // the heap's queued spans whose blocks are all free go back to the OS, in spans with at most the subrelease
+  // percentage (HeapConfig::subrelease_percent) of their blocks in use that have had no block taken or freed
+  // since the previous call (every sparse span with `now`: llamalloc_collect). Remote frees must have been
+  // collected (release_all). Returns the spans purged. Subrelease gives back whole free blocks; this gives back
+  // the pages of spans that a few long-lived objects keep, which is where a cache's memory stays after most of
+  // it is dropped.
+  static size_t purge_sparse_spans(PageHeap& global, ThreadHeap& heap, bool now);
+  static constexpr uint32_t kSweptExamined = 0x80000000u;
+
   // Internals, exposed for tests.
-  // Takes the owner's and other threads' frees into `free`, then untouched blocks; whether a block is free.
-  static bool refill_free(SmallSpan* s);
+  // Takes the owner's and other threads' frees into `free`, then parked blocks, then untouched blocks; whether
+  // a block is free.
+  static bool refill_free(PageHeap& global, SmallSpan* s);
+  // Span purge's steps: gives back s's pages whose blocks are all free (parking those blocks); puts every
+  // parked block back on `free`; whether p is a parked block of s.
+  static bool purge_span(PageHeap& global, SmallSpan* s);
+  // purge_span, when at most the subrelease percentage of s's blocks are in use.
+  static bool purge_if_sparse(PageHeap& global, SmallSpan* s);
+  static void unpark(PageHeap& global, SmallSpan* s);
+  static bool is_parked(const SmallSpan* s, const void* p);
   static void collect_remote(SmallSpan* s);
   static void drain_notify(PageHeap& global, ThreadHeap& heap);
   // The owner's free brought used to zero, or freed into a span that was off its queue. Ends the owner's
