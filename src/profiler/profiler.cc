@@ -15,6 +15,7 @@
 #include "base.h"
 #include "options.h"
 #include "profiler_internal.h"
+#include "program_clock.h"
 
 namespace llamalloc::prof {
 
@@ -33,6 +34,10 @@ std::atomic<uint64_t> g_events{0};
 std::atomic<uint64_t> g_teardown_ns{0};
 
 __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
+
+std::atomic<uint64_t> g_overhead_fx{0};
+std::atomic<uint64_t> g_window_counts{0};
+__thread ThreadClock t_clock __attribute__((tls_model("initial-exec")));
 
 namespace {
 
@@ -138,6 +143,7 @@ void child_after_fork() {
   t_state.tid = 0;
   g_start_time_ns = realtime_ns();
   g_start_mono_ns = monotonic_ns();
+  reset_program_clock_after_fork();
   reset_profile_lock_after_fork();
   reset_trace_locks_after_fork();
   stack_capture_after_fork();
@@ -194,7 +200,11 @@ void init_profiler() {
   g_mode.store(static_cast<int>(g_options.mode), std::memory_order_release);
 }
 
+// Each entry point below is a hook of the program clock (program_clock.h): the time spent in it is the
+// profiler's, and its events carry the program clock at its entry.
+
 void on_alloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t flags) {
+  HookTimer hook;
   Mode mode = current_mode();
   if (mode == Mode::kProfile) {
     profile_alloc(ptr, size_bytes, alignment_bytes);
@@ -204,6 +214,7 @@ void on_alloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t fla
 }
 
 void begin_free(void* ptr, FreeTicket* ticket) {
+  HookTimer hook;
   ticket->sampled = false;
   Mode mode = current_mode();
   if (mode == Mode::kOff) return;
@@ -211,13 +222,14 @@ void begin_free(void* ptr, FreeTicket* ticket) {
     // From the start of teardown an object is not freed as far as the profile goes: it stays live (class 7).
     if (g_teardown_ns.load(std::memory_order_relaxed) != 0) return;
     ticket->sampled = g_live.remove(reinterpret_cast<uint64_t>(ptr), &ticket->object);
-    if (ticket->sampled) ticket->time_ns = monotonic_ns();
+    if (ticket->sampled) ticket->time_ns = hook_program_ns();
   } else {
-    ticket->time_ns = monotonic_ns();
+    ticket->time_ns = hook_program_ns();
   }
 }
 
 void commit_free(void* ptr, const FreeTicket& ticket, uint32_t flags) {
+  HookTimer hook;
   Mode mode = current_mode();
   if (mode == Mode::kProfile) {
     if (ticket.sampled) record_lifetime(ticket.object, ticket.time_ns);
@@ -227,10 +239,12 @@ void commit_free(void* ptr, const FreeTicket& ticket, uint32_t flags) {
 }
 
 void abort_free(const FreeTicket& ticket) {
+  HookTimer hook;
   if (current_mode() == Mode::kProfile && ticket.sampled) g_live.insert(ticket.object);
 }
 
 void moved_in_place(void* ptr, const FreeTicket& ticket) {
+  HookTimer hook;
   if (current_mode() != Mode::kProfile || !ticket.sampled) return;
   LiveObject moved = ticket.object;
   moved.address = reinterpret_cast<uint64_t>(ptr);

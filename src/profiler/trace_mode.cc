@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "profiler_internal.h"
+#include "program_clock.h"
 
 namespace llamalloc::prof {
 
@@ -151,7 +152,7 @@ bool restart_trace_after_fork() {
 void trace_alloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t flags) {
   TraceEvent e;
   e.stack_id = trace_stack();
-  e.time_ns = monotonic_ns();
+  e.time_ns = hook_program_ns();  // the allocation's return, less the profiler's time before it
   e.address = reinterpret_cast<uint64_t>(ptr);
   e.size_bytes = size_bytes;
   e.thread_id = thread_id();

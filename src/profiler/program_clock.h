@@ -1,0 +1,126 @@
+// The program clock: CLOCK_MONOTONIC less the time the profiler itself spent in its hooks, so that lifetimes
+// are measured in the program's own time. Under the tracer (or a profile of every allocation) the allocating
+// code runs 8-14x slower while sleeps and I/O do not, so wall-clock lifetimes of a traced run are longer than
+// in the real run and objects move into longer lifetime classes (docs/profiler.md, "Program time").
+//
+// Every slow path of the profiler (on_alloc, begin_free, commit_free, ...; profiler.cc) is a hook: HookTimer
+// reads CLOCK_MONOTONIC at its entry and exit, and the hook's duration d is overhead. The program clock is
+//   program(t) = t - G(t),   G = the process's overhead,
+// and each hook adds d / n to G, n being the number of threads that were in hooks in the current or the
+// previous window of kWindowNs (the larger of the two counts). Why this rule:
+// - One thread: n = 1 and G is exactly the time spent in hooks, so the program clock is the wall clock of the
+//   run without the profiler's work in it.
+// - N threads in parallel, each spending a fraction f of its time in hooks: G grows at N*f/N = f, the
+//   slowdown each of them sees. Summing the threads' overheads (n = 1) would subtract N*f and let the clock run
+//   backwards; a thread that sleeps or blocks does not allocate, is not counted, and does not dilute it.
+// - One clock for all threads: an object allocated by one thread and freed by another gets a lifetime of
+//   program(free) - program(alloc) on the same clock. A per-thread clock (wall less the observing thread's own
+//   overhead) would add the difference of the two threads' offsets to such a lifetime, and that difference
+//   grows without bound between a producer that allocates and a consumer that frees.
+// Cost: two clock reads per hook (vDSO, about 20 ns each), a shared atomic add per kPublishNs of overhead
+// (a thread keeps what it has not yet published in its own counter, and counts it in its own readings, so a
+// single thread is exact), and a compare-and-swap per thread per window. No locks.
+// Bounds: another thread sees a thread's overhead up to kPublishNs late, so across threads the program clock
+// may step back by at most kPublishNs per thread (lifetimes are clamped at 0); overhead a thread has not yet
+// published when it exits is lost (at most kPublishNs).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "platform.h"
+
+namespace llamalloc::prof {
+
+inline constexpr uint64_t kWindowShift = 20;                  // windows of 2^20 ns, about 1 ms
+inline constexpr uint64_t kPublishNs = 4'000;                 // a thread publishes its overhead every 4 us
+inline constexpr uint32_t kOverheadFractionBits = 8;          // G in 1/256 ns: d / n loses nothing that matters
+
+// G, in 1/256 ns (2^56 ns, 833 days of overhead, fit).
+extern std::atomic<uint64_t> g_overhead_fx;
+// The current window and its thread counts: window index (32 bits) << 32 | previous window's count << 16 |
+// current window's count.
+extern std::atomic<uint64_t> g_window_counts;
+
+struct ThreadClock {
+  uint64_t pending_fx;  // overhead of this thread not yet added to g_overhead_fx
+  uint32_t window;      // the last window this thread was counted in (0: none)
+  uint32_t depth;       // hooks open on this thread (a hook inside a hook adds nothing)
+  uint64_t entry_ns;    // CLOCK_MONOTONIC at the outermost hook's entry
+  uint64_t entry_program_ns;  // the program clock at the same moment: the time of the hook's events
+};
+extern __thread ThreadClock t_clock __attribute__((tls_model("initial-exec")));
+
+// The program clock at wall time wall_ns, as this thread sees it.
+inline uint64_t program_ns_at(uint64_t wall_ns) {
+  uint64_t overhead_ns =
+      (g_overhead_fx.load(std::memory_order_relaxed) + t_clock.pending_fx) >> kOverheadFractionBits;
+  return wall_ns > overhead_ns ? wall_ns - overhead_ns : 0;
+}
+
+inline uint64_t program_ns() { return program_ns_at(monotonic_ns()); }
+
+// Counts this thread in the window of now_ns (once per window) and returns the divisor n.
+inline uint32_t threads_in_hooks(uint64_t now_ns) {
+  uint32_t window = static_cast<uint32_t>(now_ns >> kWindowShift);
+  if (window == 0) window = 1;  // 0 is "none"
+  uint64_t packed = g_window_counts.load(std::memory_order_relaxed);
+  while (t_clock.window != window) {
+    uint32_t current = static_cast<uint32_t>(packed >> 32);
+    uint64_t next;
+    if (current == window) {
+      next = (packed & 0xffffu) == 0xffffu ? packed : packed + 1;
+    } else if (static_cast<int32_t>(window - current) > 0) {
+      // A new window: the one just ended becomes the previous one (an older one counts as empty).
+      uint64_t previous = current + 1 == window ? (packed & 0xffffu) : 0;
+      next = uint64_t{window} << 32 | previous << 16 | 1u;
+    } else {
+      break;  // another thread has moved on to a later window already: this hook belongs to it
+    }
+    if (g_window_counts.compare_exchange_weak(packed, next, std::memory_order_relaxed)) {
+      packed = next;
+      t_clock.window = window;
+    }
+  }
+  uint32_t previous = static_cast<uint32_t>(packed >> 16) & 0xffffu;
+  uint32_t current = static_cast<uint32_t>(packed) & 0xffffu;
+  uint32_t n = previous > current ? previous : current;
+  return n == 0 ? 1 : n;
+}
+
+// Times one of the profiler's hooks; the events it records carry hook_program_ns().
+class HookTimer {
+ public:
+  HookTimer() {
+    ThreadClock& c = t_clock;
+    if (c.depth++ != 0) return;
+    c.entry_ns = monotonic_ns();
+    c.entry_program_ns = program_ns_at(c.entry_ns);
+  }
+  ~HookTimer() {
+    ThreadClock& c = t_clock;
+    if (--c.depth != 0) return;
+    uint64_t exit_ns = monotonic_ns();
+    uint64_t spent_ns = exit_ns > c.entry_ns ? exit_ns - c.entry_ns : 0;
+    c.pending_fx += (spent_ns << kOverheadFractionBits) / threads_in_hooks(exit_ns);
+    if (c.pending_fx >= (kPublishNs << kOverheadFractionBits)) {
+      g_overhead_fx.fetch_add(c.pending_fx, std::memory_order_relaxed);
+      c.pending_fx = 0;
+    }
+  }
+  HookTimer(const HookTimer&) = delete;
+  HookTimer& operator=(const HookTimer&) = delete;
+};
+
+// The program-clock time of the hook this thread is in: its entry.
+inline uint64_t hook_program_ns() { return t_clock.entry_program_ns; }
+
+// A forked child starts its clock again from its own start (its files' start_mono_ns): no overhead yet.
+inline void reset_program_clock_after_fork() {
+  g_overhead_fx.store(0, std::memory_order_relaxed);
+  g_window_counts.store(0, std::memory_order_relaxed);
+  t_clock.pending_fx = 0;
+  t_clock.window = 0;
+}
+
+}  // namespace llamalloc::prof
