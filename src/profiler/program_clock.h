@@ -20,6 +20,9 @@
 // Cost: two clock reads per hook (vDSO, about 20 ns each), a shared atomic add per kPublishNs of overhead
 // (a thread keeps what it has not yet published in its own counter, and counts it in its own readings, so a
 // single thread is exact), and a compare-and-swap per thread per window. No locks.
+// The clock reads themselves: a hook's two reads leave about one read's cost outside the span they measure, and
+// a free reads the clock once and is not timed; each adds the cost of one read, measured once at start
+// (calibrate_program_clock), so that a traced free costs the program's clock nothing either.
 // Bounds: another thread sees a thread's overhead up to kPublishNs late, so across threads the program clock
 // may step back by at most kPublishNs per thread (lifetimes are clamped at 0); overhead a thread has not yet
 // published when it exits is lost (at most kPublishNs).
@@ -41,11 +44,14 @@ extern std::atomic<uint64_t> g_overhead_fx;
 // The current window and its thread counts: window index (32 bits) << 32 | previous window's count << 16 |
 // current window's count.
 extern std::atomic<uint64_t> g_window_counts;
+// The cost of one CLOCK_MONOTONIC read, in 1/256 ns (calibrate_program_clock).
+extern uint64_t g_clock_read_fx;
 
 struct ThreadClock {
   uint64_t pending_fx;  // overhead of this thread not yet added to g_overhead_fx
   uint32_t window;      // the last window this thread was counted in (0: none)
   uint32_t depth;       // hooks open on this thread (a hook inside a hook adds nothing)
+  uint32_t last_n;      // the divisor of this thread's last hook (0: none yet)
   uint64_t entry_ns;    // CLOCK_MONOTONIC at the outermost hook's entry
   uint64_t entry_program_ns;  // the program clock at the same moment: the time of the hook's events
 };
@@ -59,6 +65,24 @@ inline uint64_t program_ns_at(uint64_t wall_ns) {
 }
 
 inline uint64_t program_ns() { return program_ns_at(monotonic_ns()); }
+
+inline void add_overhead_fx(uint64_t fx) {
+  ThreadClock& c = t_clock;
+  c.pending_fx += fx;
+  if (c.pending_fx >= (kPublishNs << kOverheadFractionBits)) {
+    g_overhead_fx.fetch_add(c.pending_fx, std::memory_order_relaxed);
+    c.pending_fx = 0;
+  }
+}
+
+// The program clock now, for an event that is not inside a timed hook (a free): the read's own cost is the
+// profiler's.
+inline uint64_t program_ns_untimed() {
+  uint64_t now = program_ns();
+  uint32_t n = t_clock.last_n;
+  add_overhead_fx(g_clock_read_fx / (n == 0 ? 1 : n));
+  return now;
+}
 
 // Counts this thread in the window of now_ns (once per window) and returns the divisor n.
 inline uint32_t threads_in_hooks(uint64_t now_ns) {
@@ -102,11 +126,9 @@ class HookTimer {
     if (--c.depth != 0) return;
     uint64_t exit_ns = monotonic_ns();
     uint64_t spent_ns = exit_ns > c.entry_ns ? exit_ns - c.entry_ns : 0;
-    c.pending_fx += (spent_ns << kOverheadFractionBits) / threads_in_hooks(exit_ns);
-    if (c.pending_fx >= (kPublishNs << kOverheadFractionBits)) {
-      g_overhead_fx.fetch_add(c.pending_fx, std::memory_order_relaxed);
-      c.pending_fx = 0;
-    }
+    uint32_t n = threads_in_hooks(exit_ns);
+    c.last_n = n;
+    add_overhead_fx(((spent_ns << kOverheadFractionBits) + g_clock_read_fx) / n);
   }
   HookTimer(const HookTimer&) = delete;
   HookTimer& operator=(const HookTimer&) = delete;
@@ -114,6 +136,16 @@ class HookTimer {
 
 // The program-clock time of the hook this thread is in: its entry.
 inline uint64_t hook_program_ns() { return t_clock.entry_program_ns; }
+
+// Measures g_clock_read_fx: the mean of a run of reads, once at start (before the mode is on).
+inline void calibrate_program_clock() {
+  constexpr int kReads = 256;
+  monotonic_ns();
+  uint64_t start = monotonic_ns();
+  for (int i = 0; i < kReads; ++i) monotonic_ns();
+  uint64_t end = monotonic_ns();
+  g_clock_read_fx = ((end - start) << kOverheadFractionBits) / (kReads + 1);
+}
 
 // A forked child starts its clock again from its own start (its files' start_mono_ns): no overhead yet.
 inline void reset_program_clock_after_fork() {
