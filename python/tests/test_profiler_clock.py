@@ -127,8 +127,9 @@ def test_allocation_heavy_lifetimes_are_shorter_in_program_time(traced):
     assert len(spans) == ROUNDS
     # The burst's 80,000 traced events cost the program nothing in its own time: what is left is the program's
     # loop, the allocator underneath and the few instructions of the entry points around each hook.
-    for program_ns, wall_ns in zip(spans, span_wall):
-        assert program_ns < 0.7 * wall_ns, (spans, span_wall)
+    # (A round in which the program itself was descheduled is long in both: the median is the burst's.)
+    assert all(p < w for p, w in zip(spans, span_wall)), (spans, span_wall)
+    assert np.median(spans) < 0.5 * np.median(span_wall), (spans, span_wall)
     # A churn object lives RING_LIVE allocations: class 0, as without the tracer. The last RING_LIVE of a round
     # live on across the next round's sleep (the last round's are freed at once).
     ring = lifetimes_of(t, RING_BYTES)

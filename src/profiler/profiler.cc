@@ -38,6 +38,7 @@ __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 std::atomic<uint64_t> g_overhead_fx{0};
 std::atomic<uint64_t> g_window_counts{0};
 uint64_t g_clock_read_fx;
+std::atomic<uint64_t> g_last_stamp_ns{0};
 __thread ThreadClock t_clock __attribute__((tls_model("initial-exec")));
 
 namespace {

@@ -36,7 +36,7 @@
 namespace llamalloc::prof {
 
 inline constexpr uint64_t kWindowShift = 20;                  // windows of 2^20 ns, about 1 ms
-inline constexpr uint64_t kPublishNs = 4'000;                 // a thread publishes its overhead every 4 us
+inline constexpr uint64_t kPublishNs = 256;                   // a thread publishes its overhead every 256 ns
 inline constexpr uint32_t kOverheadFractionBits = 8;          // G in 1/256 ns: d / n loses nothing that matters
 
 // G, in 1/256 ns (2^56 ns, 833 days of overhead, fit).
@@ -57,11 +57,23 @@ struct ThreadClock {
 };
 extern __thread ThreadClock t_clock __attribute__((tls_model("initial-exec")));
 
-// The program clock at wall time wall_ns, as this thread sees it.
+// The last time stamped: stamps only go forward (see stamp).
+extern std::atomic<uint64_t> g_last_stamp_ns;
+
+// The program clock at wall time wall_ns. G grows in steps, at the end of each hook, so t - G alone can step
+// back; stamp() makes the times given to events strictly increasing.
 inline uint64_t program_ns_at(uint64_t wall_ns) {
-  uint64_t overhead_ns =
-      (g_overhead_fx.load(std::memory_order_relaxed) + t_clock.pending_fx) >> kOverheadFractionBits;
-  return wall_ns > overhead_ns ? wall_ns - overhead_ns : 0;
+  uint64_t overhead_ns = g_overhead_fx.load(std::memory_order_relaxed) >> kOverheadFractionBits;
+  uint64_t candidate = wall_ns > overhead_ns ? wall_ns - overhead_ns : 0;
+  // Strictly increasing across the process, 1 ns past the last stamp where the clock stands still: a free that
+  // follows an allocation in real time (another thread frees what one allocated) always has the later time, so
+  // readers that order events by time pair every free with its allocation. The clock stands still while G
+  // catches up after a step: overhead another thread has just finished is then taken from the time after it.
+  uint64_t last = g_last_stamp_ns.load(std::memory_order_relaxed);
+  while (true) {
+    uint64_t next = candidate > last ? candidate : last + 1;
+    if (g_last_stamp_ns.compare_exchange_weak(last, next, std::memory_order_relaxed)) return next;
+  }
 }
 
 inline uint64_t program_ns() { return program_ns_at(monotonic_ns()); }
@@ -151,6 +163,7 @@ inline void calibrate_program_clock() {
 inline void reset_program_clock_after_fork() {
   g_overhead_fx.store(0, std::memory_order_relaxed);
   g_window_counts.store(0, std::memory_order_relaxed);
+  g_last_stamp_ns.store(0, std::memory_order_relaxed);
   t_clock.pending_fx = 0;
   t_clock.window = 0;
 }
