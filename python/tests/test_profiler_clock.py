@@ -15,17 +15,17 @@ from test_profiler_common import llamalloc
 
 # Each round: SLEEPERS objects live across a 30 ms sleep and a burst of allocation (class 1: the sleep
 # dominates); a SPAN object lives across the burst alone; the burst allocates RING-byte objects and frees each
-# RING_LIVE allocations later, so every one of them lives for RING_LIVE allocations' time (class 0 in the
-# program's own time: well under 10 ms; under the tracer, in wall time, tens of ms). The program prints the wall
-# time it measured itself for each SPAN object's lifetime.
+# RING_LIVE allocations later, so every one of them lives for RING_LIVE allocations' time: 1-4 ms in the
+# program's own time (class 0), and about 10-15 ms of wall time under the tracer on the development machine
+# (class 1). The program prints the wall time it measured itself for each SPAN object's lifetime.
 PROGRAM = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-enum { ROUNDS = 6, SLEEPERS = 8, SLEEPER_BYTES = 4000, SPAN_BYTES = 7777, RING_BYTES = 64,
-       RING_LIVE = 4000, BURST = 40000 };
+enum { ROUNDS = 4, SLEEPERS = 8, SLEEPER_BYTES = 4000, SPAN_BYTES = 7777, RING_BYTES = 64,
+       RING_LIVE = 40000, BURST = 80000 };
 static void* volatile sink;
 
 static long long now_ns(void) {
@@ -65,7 +65,7 @@ int main(void) {
 }
 """
 SLEEPER_BYTES, SPAN_BYTES, RING_BYTES = 4000, 7777, 64
-ROUNDS, SLEEPERS, BURST, RING_LIVE = 6, 8, 40000, 4000
+ROUNDS, SLEEPERS, BURST, RING_LIVE = 4, 8, 80000, 40000
 SLEEP_NS = 30_000_000
 
 
@@ -91,19 +91,17 @@ def traced(clock_program, tmp_path_factory):
 def lifetimes_of(t: trace.Trace, size_bytes: int) -> np.ndarray:
     """Lifetimes (ns) of the freed objects of this request size, in allocation order."""
     ev = t.events
+    n = len(ev)
     kind = ev["kind"] & 0xFF
-    born: dict[int, int] = {}
-    out = []
-    for e, k in zip(ev, kind):
-        a = int(e["address"])
-        if k == trace.KIND_ALLOC:
-            if int(e["size_bytes"]) == size_bytes:
-                born[a] = int(e["time_ns"])
-            else:
-                born.pop(a, None)
-        elif a in born:
-            out.append(int(e["time_ns"]) - born.pop(a))
-    return np.array(out, dtype=np.int64)
+    order = np.lexsort((np.arange(n), ev["address"]))
+    a, k = ev["address"][order], kind[order]
+    pair = (k[1:] == trace.KIND_FREE) & (k[:-1] == trace.KIND_ALLOC) & (a[1:] == a[:-1])
+    allocs, frees = order[:-1][pair], order[1:][pair]
+    mine = ev["size_bytes"][allocs] == size_bytes
+    allocs, frees = allocs[mine], frees[mine]
+    by_birth = np.argsort(allocs)
+    times = ev["time_ns"].astype(np.int64)
+    return (times[frees] - times[allocs])[by_birth]
 
 
 def test_trace_header_says_program_time(traced):
@@ -125,7 +123,7 @@ def test_allocation_heavy_lifetimes_are_shorter_in_program_time(traced):
     t, span_wall = traced
     spans = lifetimes_of(t, SPAN_BYTES)
     assert len(spans) == ROUNDS
-    # The burst's 80,000 traced events cost the program nothing in its own time: what is left is the program's
+    # The burst's 160,000 traced events cost the program nothing in its own time: what is left is the program's
     # loop, the allocator underneath and the few instructions of the entry points around each hook.
     # (A round in which the program itself was descheduled is long in both: the median is the burst's.)
     assert all(p < w for p, w in zip(spans, span_wall)), (spans, span_wall)
@@ -136,7 +134,8 @@ def test_allocation_heavy_lifetimes_are_shorter_in_program_time(traced):
     assert len(ring) == ROUNDS * BURST
     across_sleep = ring >= SLEEP_NS
     assert np.count_nonzero(across_sleep) == (ROUNDS - 1) * RING_LIVE
-    assert set(agreement.lifetime_classes(ring[~across_sleep]).tolist()) == {0}
+    # (A program descheduled by a loaded machine is slowed in its own time too: a few may cross 10 ms.)
+    assert np.mean(agreement.lifetime_classes(ring[~across_sleep]) == 0) >= 0.95
 
 
 def test_sparse_profile_agrees_with_the_dense_trace(clock_program, traced, tmp_path):
@@ -146,6 +145,7 @@ def test_sparse_profile_agrees_with_the_dense_trace(clock_program, traced, tmp_p
     p = profile.load(out)
     assert p.lifetime_clock == "program"
     tc, pc = agreement.trace_class_objects(t), agreement.profile_class_objects(p)
-    # Most objects are the churn's: the comparison is about its class, which the trace must see as 0.
-    assert tc[0] / tc.sum() > 0.85, tc
+    # Most objects are the churn's: the comparison is about its class, which the trace must see as 0 (in wall
+    # time under the tracer it would be 1) but for the objects that live across a sleep.
+    assert tc[0] >= 0.95 * (ROUNDS * BURST - (ROUNDS - 1) * RING_LIVE), tc
     assert agreement.overlap(tc, pc) >= agreement.MIN_AGREEMENT, (tc, pc)
