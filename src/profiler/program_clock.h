@@ -3,11 +3,13 @@
 // code runs 8-14x slower while sleeps and I/O do not, so wall-clock lifetimes of a traced run are longer than
 // in the real run and objects move into longer lifetime classes (docs/profiler.md, "Program time").
 //
-// Every slow path of the profiler (on_alloc, begin_free, commit_free, ...; profiler.cc) is a hook: HookTimer
-// reads CLOCK_MONOTONIC at its entry and exit, and the hook's duration d is overhead. The program clock is
+// The hooks (profiler.cc): an allocation's slow path (stack walk, table updates, a profile dump) and the write of
+// a trace buffer. HookTimer reads CLOCK_MONOTONIC at a hook's entry and exit, and the hook's duration d is
+// overhead. A free's own work (a clock read, a table lookup, 40 bytes appended) costs about what timing it
+// would, so it reads the clock once, untimed. The program clock is
 //   program(t) = t - G(t),   G = the process's overhead,
 // and each hook adds d / n to G, n being the number of threads that were in hooks in the current or the
-// previous window of kWindowNs (the larger of the two counts). Why this rule:
+// previous window of 2^kWindowShift ns (the larger of the two counts). Why this rule:
 // - One thread: n = 1 and G is exactly the time spent in hooks, so the program clock is the wall clock of the
 //   run without the profiler's work in it.
 // - N threads in parallel, each spending a fraction f of its time in hooks: G grows at N*f/N = f, the
@@ -17,15 +19,15 @@
 //   program(free) - program(alloc) on the same clock. A per-thread clock (wall less the observing thread's own
 //   overhead) would add the difference of the two threads' offsets to such a lifetime, and that difference
 //   grows without bound between a producer that allocates and a consumer that frees.
-// Cost: two clock reads per hook (vDSO, about 20 ns each), a shared atomic add per kPublishNs of overhead
-// (a thread keeps what it has not yet published in its own counter, and counts it in its own readings, so a
-// single thread is exact), and a compare-and-swap per thread per window. No locks.
+// - Stamps strictly increase (program_ns_at): G grows in steps, at the end of each hook, so t - G alone can step
+//   back, and a free on one thread could then get an earlier time than the allocation another thread made just
+//   before it; readers that order events by time would not pair them.
 // The clock reads themselves: a hook's two reads leave about one read's cost outside the span they measure, and
-// a free reads the clock once and is not timed; each adds the cost of one read, measured once at start
-// (calibrate_program_clock), so that a traced free costs the program's clock nothing either.
-// Bounds: another thread sees a thread's overhead up to kPublishNs late, so across threads the program clock
-// may step back by at most kPublishNs per thread (lifetimes are clamped at 0); overhead a thread has not yet
-// published when it exits is lost (at most kPublishNs).
+// a free's read is not timed; each adds the cost of one read, measured once at start (calibrate_program_clock).
+// Cost: two clock reads per hook and one per free (vDSO, about 20 ns each), a compare-and-swap on one shared word
+// per stamp, a shared atomic add per kPublishNs of a thread's overhead (a thread keeps what it has not yet
+// published in its own counter), and a compare-and-swap per thread per window. No locks. Overhead a thread has
+// not published when it exits is lost (less than kPublishNs).
 #pragma once
 
 #include <atomic>

@@ -62,8 +62,6 @@ def trace_lifetimes(t: _trace.Trace) -> tuple[np.ndarray, int]:
     pair = (k[1:] == _trace.KIND_FREE) & (k[:-1] == _trace.KIND_ALLOC) & (a[1:] == a[:-1])
     times = ev["time_ns"].astype(np.int64)
     lifetimes = times[order[1:][pair]] - times[order[:-1][pair]]
-    # Across threads the program clock may step back by a few microseconds (program_clock.h).
-    lifetimes = np.maximum(lifetimes, 0)
     return lifetimes, allocs - len(lifetimes)
 
 
