@@ -12,6 +12,7 @@
 #include <atomic>
 
 #include "profiler_internal.h"
+#include "program_clock.h"
 #include "sampling.h"
 
 namespace llamalloc::prof {
@@ -126,8 +127,8 @@ void sample_allocation(void* ptr, size_t size_bytes, size_t alignment_bytes) {
     g_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  uint64_t now = monotonic_ns();
-  if (!g_live.insert({reinterpret_cast<uint64_t>(ptr), now, size_bytes, site_index, nullptr})) {
+  // Lifetimes are on the program clock (program_clock.h); the dump timers below stay on CLOCK_MONOTONIC.
+  if (!g_live.insert({reinterpret_cast<uint64_t>(ptr), hook_program_ns(), size_bytes, site_index, nullptr})) {
     g_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }

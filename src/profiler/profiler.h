@@ -28,7 +28,7 @@ void on_alloc(void* ptr, size_t size_bytes, size_t alignment_bytes, uint32_t fla
 // A free is recorded in two steps around the real free: Begin before it (afterwards another thread may already
 // have been given the same address), Commit once it is done, Abort when a failed realloc kept the object.
 struct FreeTicket {
-  uint64_t time_ns;
+  uint64_t time_ns;  // the program clock at the free (program_clock.h)
   bool sampled;
   LiveObject object;
 };

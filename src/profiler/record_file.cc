@@ -18,6 +18,7 @@ void write_header(Writer& w, const char magic[8], uint32_t version, uint64_t sam
   h.start_time_ns = process.start_time_ns;
   h.start_mono_ns = process.start_mono_ns;
   h.sample_bytes = sample_bytes;
+  h.flags = kFileProgramTime;
   w.append(&h, sizeof(h));
   size_t n = strlen(process.exe_path);
   w.record(RecordType::kProgram, padded(n));

@@ -69,6 +69,7 @@ struct ProcessIdentity {
 
 // A record's payload size, padded to 8 bytes.
 uint32_t padded(size_t bytes);
+// Every file the profiler writes has its times on the program clock (kFileProgramTime).
 void write_header(Writer& w, const char magic[8], uint32_t version, uint64_t sample_bytes,
                   const ProcessIdentity& process);
 void write_stack(Writer& w, uint32_t id, const uint64_t* pcs, uint32_t depth);

@@ -180,7 +180,7 @@ class SiteTable {
 
 struct LiveObject {
   uint64_t address;
-  uint64_t alloc_time_ns;
+  uint64_t alloc_time_ns;  // the program clock (program_clock.h)
   uint64_t size_bytes;
   uint32_t site;
   LiveObject* next;

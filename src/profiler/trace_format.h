@@ -24,11 +24,19 @@ struct FileHeader {
   uint32_t header_bytes;    // sizeof(FileHeader): lets a later version grow the header
   uint64_t pid;
   uint64_t start_time_ns;   // CLOCK_REALTIME when the profiler started in this process
-  uint64_t start_mono_ns;   // CLOCK_MONOTONIC at the same moment; event times are CLOCK_MONOTONIC
+  uint64_t start_mono_ns;   // CLOCK_MONOTONIC at the same moment, and the program clock's origin (see flags)
   uint64_t sample_bytes;    // mean sampling interval in bytes (1: every allocation); 0 in a trace
-  uint64_t reserved[2];
+  uint64_t flags;           // FileFlags; 0 in files written before the flags existed (wall-clock times)
+  uint64_t reserved;
 };
 static_assert(sizeof(FileHeader) == 64);
+
+enum FileFlags : uint64_t {
+  // Event times (trace) and lifetimes (profile) are on the program clock: CLOCK_MONOTONIC less the time the
+  // profiler spent in its hooks (program_clock.h; docs/profiler.md, "Program time"). It starts at start_mono_ns
+  // like CLOCK_MONOTONIC and runs behind it. Without the flag, times are CLOCK_MONOTONIC.
+  kFileProgramTime = 1,
+};
 
 enum class RecordType : uint32_t {
   kEvents = 1,     // payload: n TraceEvent (trace only)
@@ -55,7 +63,7 @@ inline constexpr uint32_t kEventFromRealloc = 1u << 8;  // or-ed into kind: half
 // One allocation or free. A free carries size_bytes = 0, alignment_bytes = 0 and stack_id = kNoStack: the reader
 // pairs it with the allocation at the same address.
 struct TraceEvent {
-  uint64_t time_ns;          // CLOCK_MONOTONIC
+  uint64_t time_ns;          // the program clock (kFileProgramTime) or CLOCK_MONOTONIC (older files)
   uint64_t address;
   uint64_t size_bytes;       // as requested
   uint32_t stack_id;
@@ -102,7 +110,7 @@ static_assert(sizeof(SiteRecord) == 168);
 
 struct EndRecord {
   uint64_t end_time_ns;      // CLOCK_REALTIME when written
-  uint64_t end_mono_ns;
+  uint64_t end_mono_ns;      // CLOCK_MONOTONIC when written (wall time, like start_mono_ns)
   uint64_t event_count;      // trace: events written; raw profile: sampled allocations
   uint64_t dropped_count;    // samples or stacks that did not fit the profiler's tables
 };

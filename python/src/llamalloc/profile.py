@@ -37,6 +37,9 @@ SAMPLE_TYPES = [
 ] + [(f"class_{k}", "count") for k in range(LIFETIME_CLASSES)]
 INDEX = {name: i for i, (name, _) in enumerate(SAMPLE_TYPES)}
 INT64_MAX = (1 << 63) - 1
+#: The comment that says which clock the lifetimes were measured on: "program" (the profiler's own time left
+#: out; docs/profiler.md, "Program time") or "monotonic". A profile without it is from before the program clock.
+CLOCK_COMMENT = "lifetime_clock="
 
 SITE = struct.Struct("<IIQQQdQQQdQQQQ8Q")  # SiteRecord, 168 bytes
 assert SITE.size == 168
@@ -136,6 +139,7 @@ class Profile:
     mappings: list[_raw.Mapping]
     samples: list[Sample]
     proto: object  # the profile_pb2.Profile message
+    lifetime_clock: str = "monotonic"  # "program" or "monotonic" (CLOCK_COMMENT)
 
     def program_mapping(self) -> int:
         """The index of the program's own executable mapping (its path is the program's), or -1."""
@@ -188,6 +192,7 @@ def from_raw(raw_path) -> profile_pb2.Profile:
     p.comment.append(st.add(f"program={raw.program}"))
     p.comment.append(st.add(f"pid={raw.header.pid}"))
     p.comment.append(st.add(f"sampled_allocations={sampled} dropped={dropped}"))
+    p.comment.append(st.add(f"{CLOCK_COMMENT}{'program' if raw.header.program_time else 'monotonic'}"))
 
     # mapping[0] must be the main binary: the profiler lists it first.
     mappings = sorted(raw.mappings, key=lambda m: (m.path != raw.program,))
@@ -333,15 +338,18 @@ def load(path) -> Profile:
                               labels.get("request_size", 0), labels.get("alignment", 0),
                               labels.get("min_lifetime", 0), labels.get("max_lifetime", 0)))
     program = ""
+    lifetime_clock = "monotonic"
     for c in p.comment:
         if s(c).startswith("program="):
             program = s(c)[len("program="):]
+        elif s(c).startswith(CLOCK_COMMENT):
+            lifetime_clock = s(c)[len(CLOCK_COMMENT):]
     if not program and mappings:
         program = mappings[0].path
     build_id = mappings[0].build_id if mappings else ""
     symbolized = any(m.has_functions for m in p.mapping)
     return Profile(str(path), program, build_id, p.period, symbolized, p.time_nanos, p.duration_nanos,
-                   mappings, samples, p)
+                   mappings, samples, p, lifetime_clock)
 
 
 def samples_table(paths):

@@ -44,7 +44,11 @@ KIND_FREE = 2
 FROM_REALLOC = 1 << 8
 NO_STACK = 0xFFFFFFFF
 
-HEADER = struct.Struct("<8sII QQQQ 16x")  # FileHeader, 64 bytes
+#: FileHeader.flags (trace_format.h FileFlags): times are on the program clock, CLOCK_MONOTONIC less the
+#: profiler's own time (docs/profiler.md, "Program time"). Files written before the flags have 0 there.
+FLAG_PROGRAM_TIME = 1
+
+HEADER = struct.Struct("<8sII QQQQ Q8x")  # FileHeader, 64 bytes
 RECORD = struct.Struct("<II")
 MAPPING = struct.Struct("<QQQII")
 END = struct.Struct("<QQQQ")
@@ -70,6 +74,12 @@ class Header:
     start_time_ns: int
     start_mono_ns: int
     sample_bytes: int
+    flags: int = 0
+
+    @property
+    def program_time(self) -> bool:
+        """Times are on the program clock (the profiler's own time left out), not CLOCK_MONOTONIC."""
+        return bool(self.flags & FLAG_PROGRAM_TIME)
 
 
 @dataclass
@@ -153,12 +163,12 @@ def read_raw(path, magic: bytes, version: int, what: str) -> RawFile:
     if data[:8] != magic:
         other = "trace" if data[:8] == TRACE_MAGIC else "raw profile"
         raise FormatError(path, f"is a llamalloc {other}, not a {what}")
-    m, ver, header_bytes, pid, start_ns, start_mono, sample_bytes = HEADER.unpack_from(data, 0)
+    m, ver, header_bytes, pid, start_ns, start_mono, sample_bytes, flags = HEADER.unpack_from(data, 0)
     if ver != version:
         raise FormatError(path, f"{what} format version {ver}; this llamalloc reads version {version}")
     if header_bytes < HEADER.size or header_bytes > len(data):
         raise FormatError(path, "corrupt header")
-    raw = RawFile(Header(m, ver, pid, start_ns, start_mono, sample_bytes))
+    raw = RawFile(Header(m, ver, pid, start_ns, start_mono, sample_bytes, flags))
     pos = header_bytes
     n = len(data)
     while pos < n:
@@ -224,6 +234,7 @@ class Trace:
     mappings: list[Mapping]
     symbols: dict[int, list[tuple[str, str, int]]] | None  # address -> frames (function, file, line), inner first
     dropped: int
+    program_time: bool = False  # event times on the program clock (FLAG_PROGRAM_TIME), not CLOCK_MONOTONIC
 
     @property
     def symbolized(self) -> bool:
@@ -278,6 +289,7 @@ class Trace:
         })
         meta = {
             "llamalloc.trace.version": str(TRACE_VERSION),
+            "llamalloc.trace.clock": "program" if self.program_time else "monotonic",
             "program": self.program,
             "pid": str(self.pid),
             "stacks": json.dumps({str(k): self.frames(k) for k in sorted(self.stacks)}),
@@ -303,7 +315,7 @@ def load(path) -> Trace:
     if raw.symbols is not None:
         symbols = {int(k, 16): [tuple(f) for f in v] for k, v in raw.symbols.items()}
     return Trace(str(path), raw.header.pid, raw.program, raw.header.start_time_ns, raw.header.start_mono_ns,
-                 events[order], raw.stacks, raw.mappings, symbols, raw.end[3])
+                 events[order], raw.stacks, raw.mappings, symbols, raw.end[3], raw.header.program_time)
 
 
 def write_parquet(trace_path, out_path) -> int:
