@@ -10,9 +10,10 @@ import pytest
 
 from linked_support import build_linked, run_json
 
-# Four worker threads fill a cache of 200-2000 B values (64 MiB) and stay alive, idle; the main thread drops nine
-# entries in ten (frees into the workers' spans); then 1.5 s of quiet. RSS right after the drop and at the end,
-# the allocator's statistics, then the workers refill the cache and every value is checked.
+# Four worker threads fill a cache of 200-2000 B values (64 MiB) and stay alive, idle ("alive"), or exit ("exit":
+# their heaps go to the pool, their spans parked); the main thread drops nine entries in ten (frees into the
+# workers' spans); then 1.5 s of quiet. RSS right after the drop and at the end, the allocator's statistics, then
+# the cache is refilled (by the workers, or by the main thread) and every value is checked.
 PROG = r"""
 #include <pthread.h>
 #include <stdio.h>
@@ -46,23 +47,29 @@ static void fill(long t, int only_missing) {
   }
 }
 
+static int exiting;
+
 static void* worker(void* arg) {
   long t = (long)arg;
   fill(t, 0);
   pthread_barrier_wait(&filled);
+  if (exiting) return NULL;
   pthread_barrier_wait(&dropped);  /* idle: no allocator call while the main thread drops and waits */
   fill(t, 1);
   pthread_barrier_wait(&refilled);
   return NULL;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+  exiting = argc > 1 && strcmp(argv[1], "exit") == 0;
   pthread_t threads[THREADS];
   pthread_barrier_init(&filled, NULL, THREADS + 1);
   pthread_barrier_init(&dropped, NULL, THREADS + 1);
   pthread_barrier_init(&refilled, NULL, THREADS + 1);
   for (long t = 0; t < THREADS; t++) pthread_create(&threads[t], NULL, worker, (void*)t);
   pthread_barrier_wait(&filled);
+  if (exiting)
+    for (long t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
   long peak = rss_kib();
   for (long t = 0; t < THREADS; t++)
     for (long i = 0; i < PER_THREAD; i++)
@@ -74,9 +81,13 @@ int main(void) {
   static char stats[8192];
   size_t n = llamalloc_stats_json(stats, sizeof stats - 1);
   stats[n] = 0;
-  pthread_barrier_wait(&dropped);
-  pthread_barrier_wait(&refilled);
-  for (long t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
+  if (exiting) {
+    for (long t = 0; t < THREADS; t++) fill(t, 1);
+  } else {
+    pthread_barrier_wait(&dropped);
+    pthread_barrier_wait(&refilled);
+    for (long t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
+  }
   for (long t = 0; t < THREADS; t++)
     for (long i = 0; i < PER_THREAD; i++)
       for (size_t b = 0; b < sizes[t][i]; b += 97)
@@ -95,9 +106,10 @@ def program(tmp_path_factory) -> Path:
     return build_linked(tmp_path_factory.mktemp("span-purge"), PROG)
 
 
-def test_a_dropped_caches_pages_go_back_within_a_second_and_the_survivors_keep_their_data(program):
-    (on,) = run_json(program)  # (exit 4: a value was damaged by the purge or the refill)
-    (off,) = run_json(program, LLAMALLOC_SUBRELEASE="0")  # no subrelease, no span purge
+@pytest.mark.parametrize("workers", ["alive", "exit"])
+def test_a_dropped_caches_pages_go_back_within_a_second_and_the_survivors_keep_their_data(program, workers):
+    (on,) = run_json(program, workers)  # (exit 4: a value was damaged by the purge or the refill)
+    (off,) = run_json(program, workers, LLAMALLOC_SUBRELEASE="0")  # no subrelease, no span purge
     kib = 1024
     assert on["peak_rss_kib"] * kib >= 48 * MIB, on
     assert off["stats"]["span_purged_bytes"] == 0 and off["stats"]["counters"]["span_pages_purged"] == 0

@@ -1,0 +1,193 @@
+"""The corpus campaign: every program shape of the corpus (docs/workloads.md, "The corpus") and the bundled
+workloads under glibc, jemalloc, tcmalloc, mimalloc, llamalloc and llamalloc with a model trained on the shape,
+and each shape's trace replayed under the placement policies. Writes OUT/table.md: per shape, steady-state RSS
+after the peak and peak RSS (medians of the repeats) under every allocator, and the replay's footprint after the
+peak for 4 KiB pages, llamalloc without a model, the oracle under the library's default options and the oracle
+under the best options found (llama-oracle-best), with the targets each row meets.
+
+    python3 bench/corpus/run.py OUT [--scale small] [--repeat 3] [-w SHAPE ...] [--no-model] [--no-sim]
+                                    [--sample-bytes N] [--allocators LIST]
+
+A step whose output exists in OUT is not redone, so an interrupted campaign continues. Per shape:
+
+- profile: the shape's measured process under the profiler over glibc (`LLAMALLOC_PROF_MODE=profile`, the
+  workload's own harness, as `bench/table3/run.py` does), symbolized, then `llamalloc train` -> SHAPE.model;
+- trace: the same under the tracer (`LLAMALLOC_PROF_MODE=trace`) -> SHAPE.trace, then `llamalloc simulate` with
+  pages-4k, llama-default, llama-oracle and llama-oracle-best (when the simulator has it) -> SHAPE.sim.json;
+- one `llamalloc bench` over every shape, with `--model SHAPE=SHAPE.model` for each shape that has one.
+
+The footprint after the peak of a replay is `simulate`'s `after_peak()` (the median between the live peak and
+teardown). Memory figures only: the corpus is not a speed benchmark.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from llamalloc import paths, profile, workloads
+from llamalloc import simulate as sim
+from llamalloc.trace import finish_trace
+
+MiB = 1 << 20
+PEERS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
+ALLOCATORS = ",".join(PEERS + ("llamalloc",))
+SIM_POLICIES = ("pages-4k", "llama-default", "llama-oracle", "llama-oracle-best", "llama-model")
+
+
+def sh(*args: str, log: Path | None = None) -> str:
+    print("corpus: $ llamalloc " + " ".join(args), file=sys.stderr, flush=True)
+    out = subprocess.run([sys.executable, "-m", "llamalloc", *args], capture_output=True, text=True)
+    if log is not None:
+        log.write_text(out.stdout + out.stderr)
+    if out.returncode not in (0, 1):
+        tail = (out.stderr.strip().splitlines() or [""])[-1]
+        raise RuntimeError(f"llamalloc {args[0]} failed ({out.returncode}): {tail}")
+    return out.stdout
+
+
+def _clean_env() -> dict[str, str]:
+    # The caller's own llamalloc settings (a model, statistics) would change what is recorded.
+    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMALLOC_")}
+
+
+def _run_under_profiler(name: str, scale: str, mode: str, extra: dict[str, str]) -> list[Path]:
+    """Runs the shape's measured process under libllamalloc_prof.so in `mode`; the raw files it wrote, largest
+    last (the process that allocated most: the shape's own)."""
+    w = workloads.get(name)
+    raw_dir = Path(tempfile.mkdtemp(prefix=f"corpus-{name}-{mode}-"))
+    env = _clean_env()
+    env.update({"LD_PRELOAD": str(paths.native_library("libllamalloc_prof.so")), "LLAMALLOC_PROF_MODE": mode,
+                "LLAMALLOC_PROF_OUTPUT": str(raw_dir / "raw.%p"), **extra})
+    w.run(scale, env, Path(tempfile.mkdtemp(prefix=f"corpus-{name}-run-")))
+    raws = sorted((p for p in raw_dir.glob("raw.*") if not p.name.endswith(".tmp")), key=lambda p: p.stat().st_size)
+    if not raws:
+        raise RuntimeError(f"{name}: the profiler wrote nothing in {mode} mode")
+    return raws
+
+
+def record_and_train(name: str, scale: str, out: Path, sample_bytes: int) -> Path | None:
+    prof, model = out / f"{name}.prof", out / f"{name}.model"
+    if not prof.exists():
+        print(f"corpus: profiling {name}", file=sys.stderr, flush=True)
+        raws = _run_under_profiler(name, scale, "profile", {"LLAMALLOC_PROF_SAMPLE_BYTES": str(sample_bytes)})
+        profile.write(profile.from_raw(raws[-1]), prof)
+        sh("symbolize", str(prof))
+    if not model.exists():
+        sh("train", str(prof), "-o", str(model), log=out / f"{name}.train.txt")
+    return model if model.exists() else None
+
+
+def trace_and_simulate(name: str, scale: str, out: Path, model: Path | None) -> Path | None:
+    trace, sim_json = out / f"{name}.trace", out / f"{name}.sim.json"
+    if not trace.exists():
+        print(f"corpus: tracing {name}", file=sys.stderr, flush=True)
+        raws = _run_under_profiler(name, scale, "trace", {})
+        finish_trace(raws[-1], trace)
+    if not sim_json.exists():
+        known = set(sim.POLICIES) | set(sim.ALIASES)
+        args = ["simulate", str(trace), "-o", str(sim_json), "-q"]
+        for p in SIM_POLICIES:
+            if p in known and (p != "llama-model" or model is not None):
+                args += ["-p", p]
+        if model is not None and "llama-model" in known:
+            args += ["--model", str(model)]
+        sh(*args, log=out / f"{name}.sim.txt")
+    return sim_json if sim_json.exists() else None
+
+
+def sim_after_peak(sim_json: Path) -> dict[str, float]:
+    """Policy -> footprint after the peak (bytes), and the best options' label under "best_options"."""
+    result = sim.load(sim_json)
+    out: dict = {p: r.after_peak()["footprint_bytes"] for p, r in result.policies.items()}
+    raw = json.loads(sim_json.read_text())
+    for p in raw.get("policies", []):
+        best = p.get("best_options") or (p.get("search") or {}).get("best_options")
+        if best:
+            out["best_options"] = best
+    return out
+
+
+def bench_summary(bench_json: Path) -> dict[tuple[str, str], dict]:
+    data = json.loads(bench_json.read_text())
+    return {(e["workload"], e["allocator"]): e.get("summary") or {} for e in data["results"]}
+
+
+def mib(v) -> str:
+    return "-" if v is None else f"{v / MiB:.1f}"
+
+
+def table(names: list[str], summ: dict, sims: dict[str, dict], scale: str, repeat: int) -> str:
+    allocs = [*PEERS, "llamalloc", "llamalloc+model"]
+    lines = [f"Scale {scale}, median of {repeat} run(s). Steady = mean RSS over the quiet phase after the peak; "
+             "peak = highest RSS sampled. MiB.", "",
+             "| shape | " + " | ".join(f"{a} steady" for a in allocs) + " | "
+             + " | ".join(f"{a} peak" for a in allocs) + " | steady vs best peer | peak vs lowest peer |",
+             "|---" * (2 * len(allocs) + 3) + "|"]
+    for n in names:
+        steady = {a: (summ.get((n, a)) or {}).get("steady_rss_bytes") for a in allocs}
+        peak = {a: (summ.get((n, a)) or {}).get("peak_rss_bytes") for a in allocs}
+        peers_s = [steady[a] for a in PEERS if steady[a]]
+        peers_p = [peak[a] for a in PEERS if peak[a]]
+        rs = f"{steady['llamalloc'] / min(peers_s):.2f}x" if peers_s and steady["llamalloc"] else "-"
+        rp = f"{peak['llamalloc'] / min(peers_p):.2f}x" if peers_p and peak["llamalloc"] else "-"
+        lines.append(f"| {n} | " + " | ".join(mib(steady[a]) for a in allocs) + " | "
+                     + " | ".join(mib(peak[a]) for a in allocs) + f" | {rs} | {rp} |")
+    lines += ["", "Replays (footprint after the peak, MiB): 4 KiB pages; llamalloc without a model; the oracle under "
+              "the default options and under the best options found; their ratio; the best oracle over 4 KiB pages.",
+              "", "| shape | pages-4k | llama-default | llama-model | llama-oracle | llama-oracle-best | default/best "
+              "| best/4k | best options |", "|---|---|---|---|---|---|---|---|---|"]
+    for n in names:
+        s = sims.get(n)
+        if not s:
+            lines.append(f"| {n} | - | - | - | - | - | - | - | (no trace) |")
+            continue
+        d, b, k = s.get("llama-oracle"), s.get("llama-oracle-best"), s.get("pages-4k")
+        lines.append(f"| {n} | {mib(k)} | {mib(s.get('llama-default'))} | {mib(s.get('llama-model'))} | {mib(d)} | "
+                     f"{mib(b)} | {f'{d / b:.2f}' if d and b else '-'} | {f'{b / k:.2f}' if b and k else '-'} | "
+                     f"{s.get('best_options', '-')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--scale", choices=workloads.SCALES, default="small")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("-w", "--workload", action="append", default=None, help="a shape (default: the corpus group)")
+    ap.add_argument("--no-model", action="store_true", help="no profile, no model, no llamalloc+model runs")
+    ap.add_argument("--no-sim", action="store_true", help="no trace, no replay")
+    ap.add_argument("--sample-bytes", type=int, default=4096, help="the profile's sampling period (record)")
+    ap.add_argument("--allocators", default=ALLOCATORS)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    names = a.workload or workloads.expand(["corpus"])
+    models: dict[str, Path] = {}
+    sims: dict[str, dict] = {}
+    for n in names:
+        try:
+            model = None if a.no_model else record_and_train(n, a.scale, a.out, a.sample_bytes)
+            if model is not None:
+                models[n] = model
+            if not a.no_sim:
+                sj = trace_and_simulate(n, a.scale, a.out, model)
+                if sj is not None:
+                    sims[n] = sim_after_peak(sj)
+        except (RuntimeError, workloads.WorkloadMissing, workloads.WorkloadFailed) as e:
+            print(f"corpus: {n}: {e}", file=sys.stderr, flush=True)
+    bench_json = a.out / "bench.json"
+    if not bench_json.exists():
+        sh("bench", *sum((["-w", n] for n in names), []), "--allocators", a.allocators, "--repeat", str(a.repeat),
+           "--scale", a.scale, "--out", str(a.out / "bench"), "--json", str(bench_json), "--no-plots",
+           *sum((["--model", f"{n}={m}"] for n, m in models.items()), []), log=a.out / "bench.txt")
+    text = table(names, bench_summary(bench_json), sims, a.scale, a.repeat)
+    (a.out / "table.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
