@@ -232,7 +232,7 @@ class Search {
     std::string j = "{\n        \"space\": " + space + "},\n        \"grid\": " + grid + "],\n        \"descent\": " +
                     descent + "],\n        \"base\": " + candidate_json(base_run) + ",\n        \"best\": " +
                     candidate_json(best) + ",\n        \"base_over_best_final_footprint\": " + ratio_text +
-                    ",\n        \"settings\": " + settings + ",\n        \"candidates\": [";
+                    ",\n        \"defaults\": " + options_json(defaults) + ",\n        \"settings\": " + settings + ",\n        \"candidates\": [";
     for (size_t i = 0; i < candidates_.size(); ++i) j += (i ? ",\n          " : "\n          ") + candidate_json(candidates_[i]);
     j += "\n        ]\n      }";
     r.extra_json.push_back({"search", j});
