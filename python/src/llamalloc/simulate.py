@@ -78,6 +78,30 @@ def after_peak(timeline: dict[str, np.ndarray]) -> dict:
             "samples": window.stop - window.start}
 
 
+def _mib_text(n: float) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def search_summary(best: PolicyResult) -> str:
+    """One line for llama-oracle-best's result: the options that kept the least at exit (as the library's
+    environment variables), against llama-oracle under the base options (the defaults, or --heap-option's)."""
+    search = best.search
+    base, top = search["base"], search["best"]
+    tried = len(search.get("candidates", []))
+    changed = any(top["options"][k] != v for k, v in base["options"].items())
+    defaults = search.get("defaults", base["options"])
+    given = "the options given" if any(base["options"][k] != v for k, v in defaults.items()) else "the default options"
+    if not changed:
+        return (f"llama-oracle-best: none of the {tried} option settings replayed keeps less at exit than {given} "
+                f"({_mib_text(base['final_footprint_bytes'])} MiB)")
+    settings = " ".join(search.get("settings", [])) or "the library's defaults"
+    ratio = search.get("base_over_best_final_footprint")
+    ratio_text = f", {ratio:.2f} times as much" if ratio is not None else ""
+    return (f"llama-oracle-best: {_mib_text(top['final_footprint_bytes'])} MiB at exit with {settings}; "
+            f"{_mib_text(base['final_footprint_bytes'])} MiB with {given} (llama-oracle){ratio_text} "
+            f"({tried} option settings replayed)")
+
+
 def default_output(trace: str | os.PathLike) -> Path:
     """Where `llamalloc simulate TRACE` writes its result without -o: TRACE's file name with the suffix .sim.json
     (server.trace -> server.sim.json), in the current folder."""

@@ -38,32 +38,12 @@ def summary_table(result: sim.SimResult) -> str:
                      f"{100 * e.get('accuracy_within_one_class', 0):.1f}% within one class")
     best = result.policies.get("llama-oracle-best")
     if best is not None and best.search:
-        lines.append(search_line(best))
+        lines.append(sim.search_summary(best))
     first = next(iter(result.policies.values())).summary
     if first.get("unknown_frees"):
         lines.append(f"note: {first['unknown_frees']} frees named an address that was never allocated "
                      "(counted and skipped)")
     return "\n".join(lines)
-
-
-def search_line(best: sim.PolicyResult) -> str:
-    """llama-oracle-best against llama-oracle under the base options (the defaults, or --heap-option's): which
-    options kept the least at exit, and by how much."""
-    search = best.search
-    base, top = search["base"], search["best"]
-    tried = len(search.get("candidates", []))
-    changed = any(top["options"][k] != v for k, v in base["options"].items())
-    defaults = search.get("defaults", base["options"])
-    given = "the options given" if any(base["options"][k] != v for k, v in defaults.items()) else "the default options"
-    if not changed:
-        return (f"llama-oracle-best: none of the {tried} option settings replayed keeps less at exit than {given} "
-                f"({_mib(base['final_footprint_bytes'])} MiB)")
-    settings = " ".join(search.get("settings", [])) or "the library's defaults"
-    ratio = search.get("base_over_best_final_footprint")
-    ratio_text = f", {ratio:.2f} times as much" if ratio is not None else ""
-    return (f"llama-oracle-best: {_mib(top['final_footprint_bytes'])} MiB at exit with {settings}; "
-            f"{_mib(base['final_footprint_bytes'])} MiB with {given} (llama-oracle){ratio_text} "
-            f"({tried} option settings replayed)")
 
 
 #: Flags that earlier versions had for some of the library's options, kept as deprecated spellings of
