@@ -35,10 +35,10 @@ struct SearchSpace {
   std::vector<SearchDimension> dimensions;
 };
 
-// The options that move the footprint of the replays of the workloads' traces: LONG_CLASS {4, 8}, SHARED_CLASS
-// {3, 8}, SPAN_RECYCLING {0, 1}, DENSE_FIRST {0, 1} and DEADLINE_K {2, 4} in the grid (32 combinations), and
-// SAME_CLASS_RECYCLING {1, 0} and SMALL_HEAP_PAGES {8, 0} by descent. DEFAULT_CLASS is not searched: the oracle
-// gives every object its class, and the default class only bounds SHARED_CLASS and LONG_CLASS from below.
+// The default space: LONG_CLASS {4, 8}, SHARED_CLASS {3, 8}, SPAN_RECYCLING {1, 0}, DENSE_FIRST {1, 0} and
+// DEADLINE_K {4, 2} in the grid (32 settings, the defaults among them), and SAME_CLASS_RECYCLING {1, 0} and
+// SMALL_HEAP_PAGES {8, 0} by descent. DEFAULT_CLASS is not searched: the oracle gives every object its class, and
+// the default class only bounds SHARED_CLASS and LONG_CLASS from below (alloc/heap_config.h).
 SearchSpace default_search_space();
 
 // Applies one `--search NAME=V1,V2,...`: NAME's values become these, in the grid (a single value fixes NAME for
