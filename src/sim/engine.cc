@@ -215,13 +215,20 @@ void Engine::finish() {
                   : 0.0;
 }
 
-RunResult replay(EventSource& source, Policy& policy, EngineOptions options) {
+namespace {
+
+RunResult replay_with(EventSource& source, Policy& policy, EngineOptions options,
+                      const std::vector<uint8_t>* given_classes) {
   auto start = std::chrono::steady_clock::now();
-  std::vector<uint8_t> classes;
-  if (policy.needs_lifetime_classes()) classes = compute_lifetime_classes(source, &policy);
+  std::vector<uint8_t> computed;
+  const std::vector<uint8_t>* classes = nullptr;
+  if (policy.needs_lifetime_classes()) {
+    if (given_classes == nullptr) computed = compute_lifetime_classes(source, &policy);
+    classes = given_classes != nullptr ? given_classes : &computed;
+  }
   source.rewind();
   Engine engine(policy, options, source.event_count_hint() / 4);
-  if (policy.needs_lifetime_classes()) engine.set_lifetime_classes(&classes);
+  if (classes != nullptr) engine.set_lifetime_classes(classes);
   Event e;
   while (source.next(&e)) engine.process(e);
   engine.finish();
@@ -235,6 +242,17 @@ RunResult replay(EventSource& source, Policy& policy, EngineOptions options) {
   result.extras = policy.summary_extras();
   result.extra_json = policy.summary_json();
   return result;
+}
+
+}  // namespace
+
+RunResult replay(EventSource& source, Policy& policy, EngineOptions options) {
+  return replay_with(source, policy, options, nullptr);
+}
+
+RunResult replay(EventSource& source, Policy& policy, EngineOptions options,
+                 const std::vector<uint8_t>& lifetime_classes) {
+  return replay_with(source, policy, options, &lifetime_classes);
 }
 
 }  // namespace llamalloc::sim

@@ -141,5 +141,9 @@ struct RunResult {
   std::vector<std::pair<std::string, std::string>> extra_json;
 };
 RunResult replay(EventSource& source, Policy& policy, EngineOptions options);
+// The same with the lifetime pre-pass's result given (compute_lifetime_classes over this source, with a policy of
+// the same realloc rule): replays of one trace through several configurations of a policy compute it once.
+RunResult replay(EventSource& source, Policy& policy, EngineOptions options,
+                 const std::vector<uint8_t>& lifetime_classes);
 
 }  // namespace llamalloc::sim

@@ -105,6 +105,49 @@ uint64_t integer_option(const Options& options, const std::string& name) {
   throw std::invalid_argument(name + " is not an integer option");
 }
 
+bool is_option_name(const std::string& name) { return is_one_of(name, kOptionNames); }
+
+void set_integer_option(Options& options, const std::string& name, uint64_t value) {
+#define LLAMALLOC_SET_Uint(NAME, field) \
+  if (name == #NAME) {                  \
+    options.field = static_cast<decltype(options.field)>(value); \
+    return;                             \
+  }
+#define LLAMALLOC_SET_String(NAME, field)
+#define LLAMALLOC_SET_Signal(NAME, field)
+#define LLAMALLOC_SET(NAME, field, kind, def, lo, hi, help) LLAMALLOC_SET_##kind(NAME, field)
+  LLAMALLOC_OPTIONS(LLAMALLOC_SET)
+#undef LLAMALLOC_SET
+#undef LLAMALLOC_SET_Uint
+#undef LLAMALLOC_SET_String
+#undef LLAMALLOC_SET_Signal
+  throw std::invalid_argument(name + " is not an integer option");
+}
+
+namespace {
+
+// The library's parser on one assignment: its warning is the refusal ("" when it takes the value).
+std::string refusal_of(const std::string& name, const std::string& value, Options* parsed) {
+  std::vector<std::pair<std::string, std::string>> one = {{name, value}};
+  g_assignments = &one;
+  Options o;
+  std::string warning = stderr_of([&] { o = read_options(lookup); });
+  g_assignments = nullptr;
+  if (parsed != nullptr) *parsed = o;
+  return warning.empty() ? std::string() : reason_of(warning, name, value);
+}
+
+}  // namespace
+
+uint64_t option_value(const std::string& flag, const std::string& name, const std::string& value) {
+  if (!is_one_of(name, kOptionNames))
+    throw std::invalid_argument(flag + " " + name + "=" + value + ": " + unknown_name_message(name));
+  Options parsed;
+  std::string refusal = refusal_of(name, value, &parsed);
+  if (!refusal.empty()) throw std::invalid_argument(flag + " " + name + "=" + value + ": " + refusal);
+  return integer_option(parsed, name);
+}
+
 Options parse_heap_options(const std::vector<std::string>& assignments,
                            const std::function<void(const std::string&)>& warn) {
   std::vector<std::pair<std::string, std::string>> replayed;
@@ -118,13 +161,8 @@ Options parse_heap_options(const std::vector<std::string>& assignments,
       throw std::invalid_argument("--heap-option " + assignment + ": " + unknown_name_message(name));
     for (const auto& [option, flag] : kOptionFlags)
       if (name == option) throw std::invalid_argument("--heap-option " + name + ": give it as " + flag);
-    // The library's parser on this one assignment: its warning is the refusal.
-    std::vector<std::pair<std::string, std::string>> one = {{name, value}};
-    g_assignments = &one;
-    std::string warning = stderr_of([] { (void)read_options(lookup); });
-    g_assignments = nullptr;
-    if (!warning.empty())
-      throw std::invalid_argument("--heap-option " + name + "=" + value + ": " + reason_of(warning, name, value));
+    std::string refusal = refusal_of(name, value, nullptr);
+    if (!refusal.empty()) throw std::invalid_argument("--heap-option " + name + "=" + value + ": " + refusal);
     if (is_one_of(name, kPlacementOptionNames) || is_one_of(name, kPredictorOptionNames)) {
       replayed.emplace_back(name, value);
     } else if (warn) {

@@ -22,6 +22,18 @@ inline constexpr const char* kPlacementOptionNames[] = {"DEFAULT_CLASS",    "DEA
 // name that is not one.
 uint64_t integer_option(const Options& options, const std::string& name);
 
+// Whether NAME (without LLAMALLOC_) is an option of the library's table.
+bool is_option_name(const std::string& name);
+
+// Sets an integer option of the table by name (without LLAMALLOC_), to a value the library's parser takes (see
+// option_value). Throws std::invalid_argument for a name that is not one.
+void set_integer_option(Options& options, const std::string& name, uint64_t value);
+
+// The value of NAME=VALUE as the library's parser reads it, for an integer option of the table (NAME without
+// LLAMALLOC_). Throws std::invalid_argument with one line, "<flag> NAME=VALUE: <the library's reason>", for a
+// name that is not an option or a value the library would refuse.
+uint64_t option_value(const std::string& flag, const std::string& name, const std::string& value);
+
 // Options from "NAME=VALUE" assignments (NAME with or without LLAMALLOC_; a later one of a name wins), the others
 // at their defaults. Throws std::invalid_argument with one line naming the assignment for a name that is not an
 // option (with the closest option's name when one is near), a value the library would refuse, or an option a

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <stdexcept>
 #include <unordered_map>
 #include <utility>
@@ -21,9 +22,18 @@ namespace llamalloc::sim {
 // Address space comes from anonymous MAP_NORESERVE mappings: the heap's metadata and the thread-local
 // allocator's 8-byte object headers are real memory (the allocator reads them back), object payloads are
 // never touched, so only the pages holding headers cost memory. back/release are bookkeeping: they are
-// what the OS would have been asked to back and to take back.
+// what the OS would have been asked to back and to take back. The heap never unmaps what it holds (the library's
+// lives as long as the process); the platform unmaps it when the replay's policy goes, so that replays one after
+// another in one process (llama-oracle-best's search) do not keep every finished heap's metadata.
 class SimPlatform final : public Platform {
  public:
+  SimPlatform() = default;
+  SimPlatform(const SimPlatform&) = delete;
+  SimPlatform& operator=(const SimPlatform&) = delete;
+  ~SimPlatform() {
+    for (const auto& [start, end] : mapped_) ::munmap(reinterpret_cast<void*>(start), end - start);
+  }
+
   void* reserve(size_t bytes, size_t min_bytes, size_t alignment, size_t* got) override {
     (void)min_bytes;
     size_t span = bytes + alignment;
@@ -35,18 +45,25 @@ class SimPlatform final : public Platform {
     uintptr_t end = start + span;
     if (end > aligned + bytes) ::munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
     *got = bytes;
+    note_mapped(reinterpret_cast<void*>(aligned), bytes);
     return reinterpret_cast<void*>(aligned);
   }
   int extend(void* address, size_t bytes) override {
     void* p = ::mmap(address, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    if (p == address) return 0;
+    if (p == address) {
+      note_mapped(address, bytes);
+      return 0;
+    }
     if (p != MAP_FAILED) ::munmap(p, bytes);
     return p == MAP_FAILED && errno == ENOMEM ? ENOMEM : EEXIST;
   }
   // Counted in whole huge pages: a huge object's last page, backed only as far as the object reaches, is one
   // page of the footprint as it is one of the heap's pages in use.
-  void unreserve(void* address, size_t bytes) override { ::munmap(address, bytes); }
+  void unreserve(void* address, size_t bytes) override {
+    note_unmapped(address, bytes);
+    ::munmap(address, bytes);
+  }
   bool back(void* address, size_t bytes) override {
     uintptr_t a = reinterpret_cast<uintptr_t>(address);
     for (uintptr_t p = a; p < a + bytes; p += kHugePageBytes)
@@ -70,10 +87,15 @@ class SimPlatform final : public Platform {
   void subrelease(void* address, size_t bytes) override { ::madvise(address, bytes, MADV_DONTNEED); }
   void* map_metadata(size_t bytes) override {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? nullptr : p;
+    if (p == MAP_FAILED) return nullptr;
+    note_mapped(p, bytes);
+    return p;
   }
   void* reserve_metadata(size_t bytes) override { return map_metadata(bytes); }
-  void unmap_metadata(void* address, size_t bytes) override { ::munmap(address, bytes); }
+  void unmap_metadata(void* address, size_t bytes) override {
+    note_unmapped(address, bytes);
+    ::munmap(address, bytes);
+  }
   bool commit_metadata(void* address, size_t bytes) override {
     (void)address;
     (void)bytes;
@@ -90,8 +112,31 @@ class SimPlatform final : public Platform {
   }
 
  private:
+  // What this platform has mapped and not unmapped, as [start, end) ranges by start: unmapped at the end, and
+  // only these (another replay's heap may map an address this one gave back).
+  void note_mapped(void* address, size_t bytes) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(address);
+    mapped_[a] = a + bytes;
+  }
+  void note_unmapped(void* address, size_t bytes) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(address), e = a + bytes;
+    auto it = mapped_.upper_bound(a);
+    if (it != mapped_.begin()) --it;
+    while (it != mapped_.end() && it->first < e) {
+      uintptr_t start = it->first, end = it->second;
+      if (end <= a) {
+        ++it;
+        continue;
+      }
+      it = mapped_.erase(it);
+      if (start < a) mapped_[start] = a;
+      if (end > e) mapped_[e] = end;
+    }
+  }
+
   uint64_t backed_bytes_ = 0;
   FlatMap<int> backed_pages_{4096};
+  std::map<uintptr_t, uintptr_t> mapped_;
 };
 
 class TraceClock final : public Clock {

@@ -2,10 +2,12 @@
 //   llamalloc-sim TRACE --policy P [--policy P ...] --out FILE.json [--timeline FILE.csv]
 //                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--heap-option NAME=VALUE ...]
 //                 [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
+//                 [--search NAME=V1,V2,... ...] [--jobs N]   (llama-oracle-best)
 //                 [--model MODEL [--tokens FILE] [--predict-log FILE]]   (llama-model)
 //   --heap-option: any option of the library's table (LLAMALLOC_NAME; sim/heap_options.h), repeatable.
 //   llamalloc-sim TRACE --list-mappings    the trace's executable mappings: "path<TAB>build id (hex)" per line
-//   llamalloc-sim --heap-option NAME=VALUE ... --check-heap-options    checks them only (no trace read)
+//   --search: the values llama-oracle-best tries for a placement option (sim/oracle_search.h), repeatable.
+//   llamalloc-sim --heap-option NAME=VALUE ... [--search ...] --check-heap-options    checks them only (no trace read)
 // Exit status: 0 done, 2 bad input (the trace, an option), 1 anything else. Errors are one line.
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 
 #include "sim/engine.h"
 #include "sim/heap_options.h"
+#include "sim/oracle_search.h"
 #include "sim/output.h"
 #include "sim/policies.h"
 #include "sim/trace_reader.h"
@@ -52,6 +55,8 @@ int main(int argc, char** argv) {
     bool quiet = false, list_mappings = false, check_heap_options = false;
     PolicySettings settings;
     std::vector<std::string> heap_options;
+    OracleSearchSettings search;
+    bool searched = false;
     std::vector<std::string> args(argv + 1, argv + argc);
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
@@ -73,6 +78,13 @@ int main(int argc, char** argv) {
         if (mesh_period_ms <= 0) throw UsageError("--mesh-period-ms must be > 0");
       } else if (a == "--heap-option") {
         heap_options.push_back(value());
+      } else if (a == "--search") {
+        apply_search_spec(search.space, value());
+        searched = true;
+      } else if (a == "--jobs") {
+        uint64_t jobs = parse_number(a, value());
+        if (jobs == 0 || jobs > 1024) throw UsageError("--jobs wants a number of threads from 1 to 1024, got '" + args[i] + "'");
+        search.jobs = static_cast<unsigned>(jobs);
       } else if (a == "--thread-idle-ms") {
         settings.thread_idle_ns = static_cast<uint64_t>(parse_ms(a, value()) * 1e6);
       } else if (a == "--seed") {
@@ -128,8 +140,12 @@ int main(int argc, char** argv) {
     }
     settings.mesh_period_ns = static_cast<uint64_t>(mesh_period_ms * 1e6);
 
-    bool wants_model = false;
-    for (const std::string& p : policies) wants_model |= p == "llama-model";
+    bool wants_model = false, wants_search = false;
+    for (const std::string& p : policies) {
+      wants_model |= p == "llama-model";
+      wants_search |= p == "llama-oracle-best";
+    }
+    if (searched && !wants_search) throw UsageError("--search is for --policy llama-oracle-best");
     if (wants_model && settings.model.model_path.empty()) throw UsageError("llama-model needs --model FILE");
     if (!wants_model && !settings.model.model_path.empty()) throw UsageError("--model is for --policy llama-model");
     TraceReader reader(trace);
@@ -141,11 +157,16 @@ int main(int argc, char** argv) {
     output.seed = settings.seed;
     EngineOptions options;
     options.interval_ns = output.interval_ns;
+    if (!quiet) search.progress = [](const std::string& line) { std::fprintf(stderr, "llamalloc-sim: %s\n", line.c_str()); };
     for (const std::string& name : policies) {
-      auto policy = make_policy(name, settings);
       if (!quiet) std::fprintf(stderr, "llamalloc-sim: replaying %llu events through %s\n",
                                static_cast<unsigned long long>(reader.event_count()), name.c_str());
-      output.runs.push_back(replay(reader, *policy, options));
+      if (name == "llama-oracle-best") {
+        output.runs.push_back(search_oracle_options(reader, settings, options, search));
+      } else {
+        auto policy = make_policy(name, settings);
+        output.runs.push_back(replay(reader, *policy, options));
+      }
       const RunSummary& s = output.runs.back().summary;
       if (!quiet) std::fprintf(stderr, "llamalloc-sim: %s done in %.2f s (%.3g events/s)\n", name.c_str(),
                                s.replay_seconds, s.events_per_second);

@@ -12,7 +12,8 @@
 namespace llamalloc::sim {
 
 std::vector<std::string> policy_names() {
-  return {"pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle", "llama-default", "llama-model"};
+  return {"pages-4k",          "pages-2m",     "mesh-4k",           "mesh-2m",       "tcmalloc",
+          "tcmalloc-lifetime", "llama-oracle", "llama-oracle-best", "llama-default", "llama-model"};
 }
 
 std::vector<std::string> expand_policy_name(const std::string& name) {
@@ -61,6 +62,8 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySetting
     if (!warning.empty() && settings.warn) settings.warn(warning);
     return policy;
   }
+  if (name == "llama-oracle-best")
+    throw std::invalid_argument("llama-oracle-best is a search over llama-oracle replays: search_oracle_options");
   throw std::invalid_argument("unknown policy '" + name + "'");
 }
 

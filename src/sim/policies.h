@@ -27,6 +27,7 @@ struct PolicySettings {
 std::vector<std::string> policy_names();
 // Expands aliases ("mesh" = mesh-4k and mesh-2m). Throws std::invalid_argument for an unknown name.
 std::vector<std::string> expand_policy_name(const std::string& name);
+// Every name but llama-oracle-best, which is a search over llama-oracle's replays (sim/oracle_search.h).
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySettings& settings);
 
 }  // namespace llamalloc::sim

@@ -318,11 +318,27 @@ const void* TraceReader::event_at(uint64_t index) const {
   return data_ + c.offset + (index - c.first_index) * sizeof(prof::TraceEvent);
 }
 
-void TraceReader::rewind() {
-  next_ = 0;
-  chunk_ = 0;
-  std::fill(paired_.begin(), paired_.end(), false);
+void TraceReader::rewind() { rewind_at(position_); }
+
+void TraceReader::rewind_at(Position& position) const {
+  position.next = 0;
+  position.chunk = 0;
+  std::fill(position.paired.begin(), position.paired.end(), false);
 }
+
+class TraceReader::Cursor final : public EventSource {
+ public:
+  explicit Cursor(const TraceReader& reader) : reader_(reader) {}
+  bool next(Event* event) override { return reader_.next_at(position_, event); }
+  void rewind() override { reader_.rewind_at(position_); }
+  uint64_t event_count_hint() const override { return reader_.event_count_; }
+
+ private:
+  const TraceReader& reader_;
+  Position position_;
+};
+
+std::unique_ptr<EventSource> TraceReader::cursor() const { return std::make_unique<Cursor>(*this); }
 
 bool TraceReader::realloc_pair(uint64_t index, const prof::TraceEvent& free_half, prof::TraceEvent* alloc_half) const {
   auto it = std::upper_bound(chunks_.begin(), chunks_.end(), index,
@@ -333,19 +349,21 @@ bool TraceReader::realloc_pair(uint64_t index, const prof::TraceEvent& free_half
   return alloc_half->kind == (prof::kAlloc | prof::kEventFromRealloc) && alloc_half->thread_id == free_half.thread_id;
 }
 
-bool TraceReader::next(Event* event) {
+bool TraceReader::next(Event* event) { return next_at(position_, event); }
+
+bool TraceReader::next_at(Position& position, Event* event) const {
   uint64_t index;
   do {
-    if (next_ >= event_count_) return false;
-    index = order_.empty() ? next_ : order_[next_];
-    ++next_;
-  } while (!paired_.empty() && paired_[index]);
+    if (position.next >= event_count_) return false;
+    index = order_.empty() ? position.next : order_[position.next];
+    ++position.next;
+  } while (!position.paired.empty() && position.paired[index]);
   const void* raw;
   if (!order_.empty()) {
     raw = event_at(index);
   } else {
-    while (index >= chunks_[chunk_].first_index + chunks_[chunk_].count) ++chunk_;
-    const Chunk& c = chunks_[chunk_];
+    while (index >= chunks_[position.chunk].first_index + chunks_[position.chunk].count) ++position.chunk;
+    const Chunk& c = chunks_[position.chunk];
     raw = data_ + c.offset + (index - c.first_index) * sizeof(prof::TraceEvent);
   }
   prof::TraceEvent e;
@@ -362,8 +380,8 @@ bool TraceReader::next(Event* event) {
   // free half's time, so that a policy can keep the object in place (Policy::realloc_in_place).
   prof::TraceEvent a;
   if (e.kind == (prof::kFree | prof::kEventFromRealloc) && realloc_pair(index, e, &a)) {
-    if (paired_.empty()) paired_.assign(event_count_, false);
-    paired_[index + 1] = true;
+    if (position.paired.empty()) position.paired.assign(event_count_, false);
+    position.paired[index + 1] = true;
     event->kind = EventKind::kRealloc;
     event->old_address = e.address;
     event->address = a.address;

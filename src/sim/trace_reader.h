@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,6 +35,10 @@ class TraceReader final : public EventSource, public TraceStacks {
   void rewind() override;
   uint64_t event_count_hint() const override { return event_count_; }
 
+  // Another reader of the same events, with its own position: replays on several threads read one mapped (or
+  // decompressed) trace through one cursor each. It must not outlive this reader.
+  std::unique_ptr<EventSource> cursor() const;
+
   uint64_t event_count() const { return event_count_; }
   uint64_t start_mono_ns() const { return start_mono_ns_; }
   // Whether the file's events were not in time order (threads flush their buffers separately) and
@@ -46,6 +51,16 @@ class TraceReader final : public EventSource, public TraceStacks {
   const std::vector<MappingInfo>& mappings() const override { return mappings_; }
 
  private:
+  // Where a reader of the events is: this reader's own, or a cursor's.
+  struct Position {
+    uint64_t next = 0;
+    size_t chunk = 0;
+    std::vector<bool> paired;  // allocation halves already replayed with their free half as one kRealloc
+  };
+  class Cursor;
+  bool next_at(Position& position, Event* event) const;
+  void rewind_at(Position& position) const;
+
   [[noreturn]] void fail(uint64_t offset, const std::string& problem) const;
   const void* event_at(uint64_t index) const;
   void sort_by_time();
@@ -71,9 +86,7 @@ class TraceReader final : public EventSource, public TraceStacks {
   std::vector<MappingInfo> mappings_;
   std::vector<uint32_t> order_;  // sorted replay order when the file is not in time order
   uint64_t event_count_ = 0;
-  uint64_t next_ = 0;
-  size_t chunk_ = 0;
-  std::vector<bool> paired_;  // allocation halves already replayed with their free half as one kRealloc
+  Position position_;
 };
 
 }  // namespace llamalloc::sim

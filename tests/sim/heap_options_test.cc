@@ -48,5 +48,22 @@ TEST(HeapOptions, AnOptionTheReplayDoesNotModelIsNamedAndIgnored) {
   EXPECT_NE(warnings[0].find("LLAMALLOC_SUBRELEASE"), std::string::npos);
 }
 
+TEST(HeapOptions, OneValueIsReadAndSetByTheLibrarysTable) {
+  EXPECT_EQ(option_value("--search", "LONG_CLASS", "8"), 8u);
+  EXPECT_TRUE(is_option_name("DENSE_FIRST"));
+  EXPECT_FALSE(is_option_name("DENSE_FRST"));
+  try {
+    option_value("--search", "DEADLINE_K", "0");
+    ADD_FAILURE() << "DEADLINE_K=0 taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "--search DEADLINE_K=0: not an integer in [1, 1000]");
+  }
+  Options o;
+  set_integer_option(o, "SHARED_CLASS", 8);
+  EXPECT_EQ(o.shared_class, 8u);
+  EXPECT_EQ(integer_option(o, "SHARED_CLASS"), 8u);
+  EXPECT_THROW(set_integer_option(o, "MODEL", 1), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace llamalloc::sim

@@ -70,6 +70,36 @@ TEST(TraceReader, ReadsEventsAcrossRecordsRelativeToTheTraceStart) {
   std::remove(path.c_str());
 }
 
+TEST(TraceReader, CursorsReadTheSameEventsEachFromItsOwnPosition) {
+  std::string path = good_trace().write(temp_path("cursors.trace"));
+  TraceReader reader(path);
+  auto all = [](EventSource& source) {
+    std::vector<Event> events;
+    Event e;
+    while (source.next(&e)) events.push_back(e);
+    return events;
+  };
+  std::unique_ptr<EventSource> a = reader.cursor(), b = reader.cursor();
+  Event first;
+  ASSERT_TRUE(a->next(&first));  // a moves on; b and the reader stay at the start
+  std::vector<Event> from_b = all(*b), from_reader = all(reader);
+  ASSERT_EQ(from_b.size(), 4u);
+  ASSERT_EQ(from_reader.size(), 4u);
+  std::vector<Event> rest_of_a = all(*a);
+  ASSERT_EQ(rest_of_a.size(), 3u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(from_b[i].time_ns, from_reader[i].time_ns);
+    EXPECT_EQ(from_b[i].kind, from_reader[i].kind);
+    EXPECT_EQ(from_b[i].address, from_reader[i].address);
+  }
+  EXPECT_EQ(first.address, from_b[0].address);
+  EXPECT_EQ(rest_of_a[2].kind, EventKind::kRealloc);  // each cursor pairs realloc halves itself
+  a->rewind();
+  EXPECT_EQ(all(*a).size(), 4u);
+  EXPECT_EQ(a->event_count_hint(), reader.event_count());
+  std::remove(path.c_str());
+}
+
 TEST(TraceReader, OnlyTheAllocationRightAfterAReallocsFreeInTheSameThreadIsItsOtherHalf) {
   auto realloc_free = [](uint64_t t, uint64_t address, uint32_t thread) {
     return prof::TraceEvent{kStart + t, address, 0, prof::kNoStack, thread, 0, prof::kFree | prof::kEventFromRealloc};

@@ -2,7 +2,8 @@
 results. docs/simulator.md describes the policies and both output files:
 
 - ``NAME.json``: {"format": "llamalloc-sim", "version": 1, "trace", "interval_ns", "seed", "timeline_csv",
-  "policies": [{"policy", "summary": {...}, "extras": {...}, optional "snapshots": [...]}]}
+  "policies": [{"policy", "summary": {...}, "extras": {...}, optional "snapshots": [...], "heap_options": {...},
+  "search": {...} (llama-oracle-best)}]}
 - ``NAME.timeline.csv``: one row per policy and sample: policy, time_ns, live_bytes, footprint_bytes and the
   policies' extra columns (empty where a policy has none).
 """
@@ -25,8 +26,8 @@ from .errors import FormatError, UserError
 FORMAT = "llamalloc-sim"
 VERSION = 1
 BINARY = "src/sim/llamalloc-sim"
-POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle", "llama-default",
-            "llama-model")
+POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle",
+            "llama-oracle-best", "llama-default", "llama-model")
 #: The tracer's own library: its frames are removed from the trace's stacks, so it needs no token table.
 TRACER_LIBRARY = "libllamalloc_prof"
 ALIASES = {"mesh": ("mesh-4k", "mesh-2m")}
@@ -39,6 +40,10 @@ class PolicyResult:
     extras: dict
     timeline: dict[str, np.ndarray]  # column -> values (float; NaN where the CSV cell is empty)
     snapshots: list = field(default_factory=list)
+    #: The library options the llama policies' heap was built from (name -> value; llama-oracle-best: its best).
+    heap_options: dict = field(default_factory=dict)
+    #: llama-oracle-best: the search ("space", "base", "best", "settings", "candidates", ...; docs/simulator.md).
+    search: dict = field(default_factory=dict)
 
     @property
     def time_s(self) -> np.ndarray:
@@ -73,6 +78,30 @@ def after_peak(timeline: dict[str, np.ndarray]) -> dict:
             "samples": window.stop - window.start}
 
 
+def _mib_text(n: float) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def search_summary(best: PolicyResult) -> str:
+    """One line for llama-oracle-best's result: the options that kept the least at exit (as the library's
+    environment variables), against llama-oracle under the base options (the defaults, or --heap-option's)."""
+    search = best.search
+    base, top = search["base"], search["best"]
+    tried = len(search.get("candidates", []))
+    changed = any(top["options"][k] != v for k, v in base["options"].items())
+    defaults = search.get("defaults", base["options"])
+    given = "the options given" if any(base["options"][k] != v for k, v in defaults.items()) else "the default options"
+    if not changed:
+        return (f"llama-oracle-best: none of the {tried} option settings replayed keeps less at exit than {given} "
+                f"({_mib_text(base['final_footprint_bytes'])} MiB)")
+    settings = " ".join(search.get("settings", [])) or "the library's defaults"
+    ratio = search.get("base_over_best_final_footprint")
+    ratio_text = f", {ratio:.2f} times as much" if ratio is not None else ""
+    return (f"llama-oracle-best: {_mib_text(top['final_footprint_bytes'])} MiB at exit with {settings}; "
+            f"{_mib_text(base['final_footprint_bytes'])} MiB with {given} (llama-oracle){ratio_text} "
+            f"({tried} option settings replayed)")
+
+
 def default_output(trace: str | os.PathLike) -> Path:
     """Where `llamalloc simulate TRACE` writes its result without -o: TRACE's file name with the suffix .sim.json
     (server.trace -> server.sim.json), in the current folder."""
@@ -97,12 +126,15 @@ def _error_of(r: subprocess.CompletedProcess) -> UserError:
     return UserError(message, exit_code=2 if r.returncode == 2 else 1)
 
 
-def check_heap_options(heap_options: Iterable[str]) -> None:
+def check_heap_options(heap_options: Iterable[str], search: Iterable[str] = ()) -> None:
     """Raises a one-line UserError naming the first bad "NAME=VALUE" (not an option of the library's table, or a
-    value the library's parser refuses), as llamalloc-sim checks them; at once, before tokens are prepared."""
+    value the library's parser refuses), or bad "--search NAME=V1,V2,..." (not a placement option, or a value
+    refused), as llamalloc-sim checks them; at once, before tokens are prepared."""
     args = [str(binary())]
     for o in heap_options:
         args += ["--heap-option", str(o)]
+    for spec in search:
+        args += ["--search", str(spec)]
     r = subprocess.run(args + ["--check-heap-options"], capture_output=True, text=True)
     if r.returncode != 0:
         raise _error_of(r)
@@ -179,6 +211,8 @@ class Settings:
     `heap_options` are "NAME=VALUE" assignments of the library's options (LLAMALLOC_NAME, docs/options.md): the
     llama policies' heap and predictor are configured from them as the library's would be. llamalloc-sim checks
     them against the options table (names, bounds) with the library's own parser before it replays anything.
+    `search` are "NAME=V1,V2,..." specs of the values llama-oracle-best tries for a placement option (the
+    others keep its default search space); `jobs` its replays at once (0: one per hardware thread).
     """
     interval_ms: float = 10.0          # timeline sample period, in trace time
     mesh_period_ms: float = 100.0      # how often the mesh policies mesh
@@ -189,6 +223,8 @@ class Settings:
     model: str | os.PathLike | None = None  # llama-model: the lifetime model
     tokens: str | os.PathLike | None = None  # llama-model: token tables (default: prepared and cached)
     predict_log: str | os.PathLike | None = None  # llama-model: "class: token ids" per context classified
+    search: tuple[str, ...] = ()       # llama-oracle-best: "NAME=V1,V2,..." per searched option
+    jobs: int = 0                      # llama-oracle-best: replays at once; 0: one per hardware thread
 
     def arguments(self) -> list[str]:
         """llamalloc-sim's arguments for these settings (without the model's files)."""
@@ -198,6 +234,10 @@ class Settings:
             args += ["--heap-option", str(o)]
         for t in self.snapshot_ms:
             args += ["--snapshot-ms", repr(float(t))]
+        for spec in self.search:
+            args += ["--search", str(spec)]
+        if self.jobs:
+            args += ["--jobs", str(int(self.jobs))]
         return args
 
 
@@ -211,7 +251,8 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
     cached). Warnings (binaries whose frames cannot be tokenised, heap options the replay does not model) go to
     `warn`, even when `progress` is None."""
     if settings is None:
-        settings = Settings(**{k: tuple(v) if k in ("heap_options", "snapshot_ms") else v for k, v in fields.items()})
+        settings = Settings(**{k: tuple(v) if k in ("heap_options", "snapshot_ms", "search") else v
+                               for k, v in fields.items()})
     elif fields:
         raise TypeError("simulate: give either settings or its fields, not both")
     model, tokens = settings.model, settings.tokens
@@ -237,8 +278,12 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
         raise UserError(f"{out}: is a directory; give the result file's path")
     if not os.access(folder, os.W_OK):
         raise UserError(f"{out}: folder {folder} is not writable")
-    if settings.heap_options:
-        check_heap_options(settings.heap_options)
+    if settings.search and "llama-oracle-best" not in policies:
+        raise UserError("--search is for --policy llama-oracle-best")
+    if settings.jobs < 0:
+        raise UserError(f"--jobs wants a number of threads >= 1, got {settings.jobs}")
+    if settings.heap_options or settings.search:
+        check_heap_options(settings.heap_options, settings.search)
     cmd = [str(binary()), str(trace), "--out", str(out), *settings.arguments()]
     if wants_model:
         from .model import modelfile
@@ -294,7 +339,8 @@ def load(path: str | os.PathLike) -> SimResult:
     try:
         csv_path = path.parent / doc["timeline_csv"]
         policies = {p["policy"]: PolicyResult(p["policy"], p["summary"], p.get("extras", {}), {},
-                                              p.get("snapshots", [])) for p in doc["policies"]}
+                                              p.get("snapshots", []), p.get("heap_options", {}), p.get("search", {}))
+                    for p in doc["policies"]}
     except (KeyError, TypeError) as e:
         raise FormatError(path, f"corrupt simulation result (missing {e})") from None
     rows: dict[str, list[list[float]]] = {name: [] for name in policies}

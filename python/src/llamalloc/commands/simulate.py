@@ -36,6 +36,9 @@ def summary_table(result: sim.SimResult) -> str:
                      f"misses), {e.get('model_runs', 0):.0f} model runs; against each object's true class: "
                      f"{100 * e.get('accuracy_exact', 0):.1f}% exact, "
                      f"{100 * e.get('accuracy_within_one_class', 0):.1f}% within one class")
+    best = result.policies.get("llama-oracle-best")
+    if best is not None and best.search:
+        lines.append(sim.search_summary(best))
     first = next(iter(result.policies.values())).summary
     if first.get("unknown_frees"):
         lines.append(f"note: {first['unknown_frees']} frees named an address that was never allocated "
@@ -60,7 +63,8 @@ def _deprecated_option_flags(f):
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--policy", "-p", "policies", multiple=True, required=True,
               help="pages-4k, pages-2m, mesh (= mesh-4k + mesh-2m), mesh-4k, mesh-2m, tcmalloc, "
-                   "tcmalloc-lifetime, llama-oracle, llama-default, llama-model (with --model); repeat for several")
+                   "tcmalloc-lifetime, llama-oracle, llama-oracle-best, llama-default, llama-model (with --model); "
+                   "repeat for several")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="result JSON (default: TRACE's file name with the suffix .sim.json, in the current folder: "
                    "server.trace -> server.sim.json); the timeline CSV goes beside it")
@@ -74,6 +78,12 @@ def _deprecated_option_flags(f):
                    "LLAMALLOC_NAME=VALUE (any option of docs/options.md, e.g. DEADLINE_K=2, LONG_CLASS=8, "
                    "MIN_CLASS=0); repeat for several. The others stay at the library's defaults; an option the "
                    "replay does not model is named in a warning")
+@click.option("--search", "search", multiple=True, metavar="NAME=V1,V2,...",
+              help="llama-oracle-best: the values to try for a placement option (LONG_CLASS, SHARED_CLASS, "
+                   "SPAN_RECYCLING, DENSE_FIRST, DEADLINE_K, SAME_CLASS_RECYCLING, SMALL_HEAP_PAGES, DEFAULT_CLASS), "
+                   "in the grid; one value fixes it. Repeat for several; the others keep the default search")
+@click.option("--jobs", "-j", type=click.IntRange(min=1, max=1024), default=None,
+              help="llama-oracle-best: replays at once (default: one per hardware thread; each holds a heap)")
 @click.option("--thread-idle-ms", type=click.FloatRange(min=0), default=500.0, show_default=True,
               help="llama policies: a traced thread with no event for this long gives its empty spans back, as "
                    "the library's sweeper does for an idle thread (and as a thread that exits does; traces carry "
@@ -90,7 +100,8 @@ def _deprecated_option_flags(f):
 @_deprecated_option_flags
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
-            seed: int, heap_options: tuple[str, ...], thread_idle_ms: float, snapshot_ms: tuple[float, ...],
+            seed: int, heap_options: tuple[str, ...], search: tuple[str, ...], jobs: int | None,
+            thread_idle_ms: float, snapshot_ms: tuple[float, ...],
             model: Path | None, tokens: Path | None, predict_log: Path | None, quiet: bool, **deprecated) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
@@ -105,7 +116,8 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
     heap_options = (*spelled, *heap_options)
     settings = sim.Settings(interval_ms=interval_ms, mesh_period_ms=mesh_period_ms, seed=seed,
                             thread_idle_ms=thread_idle_ms, snapshot_ms=tuple(snapshot_ms), heap_options=heap_options,
-                            model=model, tokens=tokens, predict_log=predict_log)
+                            model=model, tokens=tokens, predict_log=predict_log, search=tuple(search),
+                            jobs=jobs or 0)
     from ..progress import Bar
 
     expanded = [q for p in policies for q in sim.ALIASES.get(p, (p,))]

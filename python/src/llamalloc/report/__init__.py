@@ -165,6 +165,9 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
                                               "blocks coloured by the page's lifetime class when live; dots mark "
                                               "residual blocks; O/A = open/active."))
             sec.tables.append(_sim_table(result))
+            best = result.policies.get("llama-oracle-best")
+            if best is not None and best.search:
+                sec.intro += " " + sim.search_summary(best) + "."
             first = next(iter(result.policies.values())).summary
             if first.get("unknown_frees"):
                 sec.intro += (f" {first['unknown_frees']} frees named an address that was never allocated "

@@ -23,6 +23,7 @@ POLICY_STYLE = {
     "tcmalloc": dict(color="#7f7f7f", label="TCMalloc filler"),
     "tcmalloc-lifetime": dict(color="#9467bd", label="TCMalloc lifetime-aware filler"),
     "llama-oracle": dict(color="#2ca02c", label="llamalloc, perfect lifetimes"),
+    "llama-oracle-best": dict(color="#98df8a", label="llamalloc, perfect lifetimes, best placement options"),
     "llama-default": dict(color="#8c564b", label="llamalloc, no model"),
     "llama-model": dict(color="#e377c2", label="llamalloc, learned model"),
 }
