@@ -104,11 +104,10 @@ def sim_after_peak(sim_json: Path) -> dict[str, float]:
     """Policy -> footprint after the peak (bytes), and the best options' label under "best_options"."""
     result = sim.load(sim_json)
     out: dict = {p: r.after_peak()["footprint_bytes"] for p, r in result.policies.items()}
-    raw = json.loads(sim_json.read_text())
-    for p in raw.get("policies", []):
-        best = p.get("best_options") or (p.get("search") or {}).get("best_options")
-        if best:
-            out["best_options"] = best
+    best = result.policies.get("llama-oracle-best")
+    if best is not None:
+        out["best_options"] = " ".join(best.search.get("settings", [])) or "the defaults"
+        out["candidates"] = best.search.get("candidates", [])
     return out
 
 

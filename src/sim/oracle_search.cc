@@ -44,16 +44,41 @@ Options options_of(Options base, const Values& values) {
 struct Candidate {
   Values values{};
   const char* phase = "";  // "base", "grid" or "descent"
+  uint64_t after_peak_footprint_bytes = 0;
   uint64_t final_footprint_bytes = 0;
   uint64_t peak_footprint_bytes = 0;
   double mean_footprint_bytes = 0;
 };
 
-// Better: less kept at the end, then less on average; a tie keeps the earlier (index) candidate.
+// Better: less kept after the peak, then at the end, then on average; a tie keeps the earlier (index) candidate.
 bool better(const Candidate& a, size_t a_index, const Candidate& b, size_t b_index) {
+  if (a.after_peak_footprint_bytes != b.after_peak_footprint_bytes)
+    return a.after_peak_footprint_bytes < b.after_peak_footprint_bytes;
   if (a.final_footprint_bytes != b.final_footprint_bytes) return a.final_footprint_bytes < b.final_footprint_bytes;
   if (a.mean_footprint_bytes != b.mean_footprint_bytes) return a.mean_footprint_bytes < b.mean_footprint_bytes;
   return a_index < b_index;
+}
+
+// The footprint after the peak: the median of the samples after the live peak ends (the last sample with at least
+// 90% of the highest live bytes) and up to the program's teardown (the last sample with at least 10% of them), as
+// `llamalloc simulate`'s after_peak() reads it from the timeline; the peak's last sample when none lies between. A
+// program that frees its state itself before it exits ends with little in use: the end of the trace would rank
+// every setting alike.
+uint64_t after_peak_footprint(const std::vector<TimelineSample>& timeline) {
+  uint64_t top = 0;
+  for (const TimelineSample& s : timeline) top = std::max(top, s.live_bytes);
+  if (top == 0) return 0;
+  size_t peak_end = 0, end = 0;
+  for (size_t i = 0; i < timeline.size(); ++i) {
+    if (double(timeline[i].live_bytes) >= 0.9 * double(top)) peak_end = i;
+    if (double(timeline[i].live_bytes) >= 0.1 * double(top)) end = i;
+  }
+  size_t first = end > peak_end ? peak_end + 1 : peak_end, last = end > peak_end ? end : peak_end;
+  std::vector<uint64_t> window;
+  for (size_t i = first; i <= last; ++i) window.push_back(timeline[i].footprint_bytes);
+  std::sort(window.begin(), window.end());
+  size_t n = window.size();
+  return n % 2 == 1 ? window[n / 2] : (window[n / 2 - 1] + window[n / 2]) / 2;
 }
 
 double mean_footprint(const std::vector<TimelineSample>& timeline) {
@@ -80,6 +105,7 @@ std::string candidate_json(const Candidate& c) {
   char mean[32];
   std::snprintf(mean, sizeof mean, "%.0f", c.mean_footprint_bytes);
   return std::string("{\"phase\": \"") + c.phase + "\", \"options\": " + options_json(c.values) +
+         ", \"after_peak_footprint_bytes\": " + std::to_string(c.after_peak_footprint_bytes) +
          ", \"final_footprint_bytes\": " + std::to_string(c.final_footprint_bytes) +
          ", \"peak_footprint_bytes\": " + std::to_string(c.peak_footprint_bytes) +
          ", \"mean_footprint_bytes\": " + mean + "}";
@@ -184,6 +210,7 @@ class Search {
     c.final_footprint_bytes = r.summary.final_footprint_bytes;
     c.peak_footprint_bytes = r.summary.peak_footprint_bytes;
     c.mean_footprint_bytes = mean_footprint(r.timeline);
+    c.after_peak_footprint_bytes = after_peak_footprint(r.timeline);
     if (!best_run_ || better(c, index, candidates_[best_], best_)) {
       best_ = index;
       best_run_ = std::make_unique<RunResult>(std::move(r));
@@ -192,7 +219,8 @@ class Search {
       std::string line = "llama-oracle-best: candidate " + std::to_string(index + 1) + " (" + phase + "):";
       for (const SearchDimension& dim : search_.space.dimensions)
         line += " " + dim.name + "=" + std::to_string(c.values[option_index(dim.name)]);
-      line += ": final " + mib(double(c.final_footprint_bytes)) + ", peak " + mib(double(c.peak_footprint_bytes)) +
+      line += ": after the peak " + mib(double(c.after_peak_footprint_bytes)) + ", final " +
+              mib(double(c.final_footprint_bytes)) + ", peak " + mib(double(c.peak_footprint_bytes)) +
               ", mean " + mib(c.mean_footprint_bytes);
       search_.progress(line);
     }
@@ -206,7 +234,12 @@ class Search {
     double ratio = best.final_footprint_bytes != 0
                        ? double(base_run.final_footprint_bytes) / double(best.final_footprint_bytes)
                        : base_run.final_footprint_bytes == 0 ? 1.0 : std::numeric_limits<double>::quiet_NaN();
+    double after_ratio = best.after_peak_footprint_bytes != 0
+                             ? double(base_run.after_peak_footprint_bytes) / double(best.after_peak_footprint_bytes)
+                             : base_run.after_peak_footprint_bytes == 0 ? 1.0 : std::numeric_limits<double>::quiet_NaN();
     r.extras.push_back({"search_candidates", double(candidates_.size())});
+    r.extras.push_back({"base_after_peak_footprint_bytes", double(base_run.after_peak_footprint_bytes)});
+    r.extras.push_back({"base_over_best_after_peak_footprint", after_ratio});
     r.extras.push_back({"base_final_footprint_bytes", double(base_run.final_footprint_bytes)});
     r.extras.push_back({"base_over_best_final_footprint", ratio});
     // The library's environment for the best options: those that differ from its defaults.
@@ -226,12 +259,15 @@ class Search {
       std::string& list = dim.grid ? grid : descent;
       list += std::string(list.size() > 1 ? ", " : "") + "\"" + dim.name + "\"";
     }
-    char ratio_text[32];
+    char ratio_text[32], after_text[32];
     if (ratio == ratio) std::snprintf(ratio_text, sizeof ratio_text, "%.6g", ratio);
     else std::snprintf(ratio_text, sizeof ratio_text, "null");
+    if (after_ratio == after_ratio) std::snprintf(after_text, sizeof after_text, "%.6g", after_ratio);
+    else std::snprintf(after_text, sizeof after_text, "null");
     std::string j = "{\n        \"space\": " + space + "},\n        \"grid\": " + grid + "],\n        \"descent\": " +
                     descent + "],\n        \"base\": " + candidate_json(base_run) + ",\n        \"best\": " +
                     candidate_json(best) + ",\n        \"base_over_best_final_footprint\": " + ratio_text +
+                    ",\n        \"base_over_best_after_peak_footprint\": " + after_text +
                     ",\n        \"defaults\": " + options_json(defaults) + ",\n        \"settings\": " + settings + ",\n        \"candidates\": [";
     for (size_t i = 0; i < candidates_.size(); ++i) j += (i ? ",\n          " : "\n          ") + candidate_json(candidates_[i]);
     j += "\n        ]\n      }";

@@ -83,7 +83,7 @@ def _mib_text(n: float) -> str:
 
 
 def search_summary(best: PolicyResult) -> str:
-    """One line for llama-oracle-best's result: the options that kept the least at exit (as the library's
+    """One line for llama-oracle-best's result: the options that kept the least after the peak (as the library's
     environment variables), against llama-oracle under the base options (the defaults, or --heap-option's)."""
     search = best.search
     base, top = search["base"], search["best"]
@@ -91,14 +91,15 @@ def search_summary(best: PolicyResult) -> str:
     changed = any(top["options"][k] != v for k, v in base["options"].items())
     defaults = search.get("defaults", base["options"])
     given = "the options given" if any(base["options"][k] != v for k, v in defaults.items()) else "the default options"
+    key = "after_peak_footprint_bytes" if "after_peak_footprint_bytes" in base else "final_footprint_bytes"
     if not changed:
-        return (f"llama-oracle-best: none of the {tried} option settings replayed keeps less at exit than {given} "
-                f"({_mib_text(base['final_footprint_bytes'])} MiB)")
+        return (f"llama-oracle-best: none of the {tried} option settings replayed keeps less after the peak than "
+                f"{given} ({_mib_text(base[key])} MiB)")
     settings = " ".join(search.get("settings", [])) or "the library's defaults"
-    ratio = search.get("base_over_best_final_footprint")
+    ratio = search.get("base_over_best_after_peak_footprint", search.get("base_over_best_final_footprint"))
     ratio_text = f", {ratio:.2f} times as much" if ratio is not None else ""
-    return (f"llama-oracle-best: {_mib_text(top['final_footprint_bytes'])} MiB at exit with {settings}; "
-            f"{_mib_text(base['final_footprint_bytes'])} MiB with {given} (llama-oracle){ratio_text} "
+    return (f"llama-oracle-best: {_mib_text(top[key])} MiB after the peak with {settings}; "
+            f"{_mib_text(base[key])} MiB with {given} (llama-oracle){ratio_text} "
             f"({tried} option settings replayed)")
 
 
