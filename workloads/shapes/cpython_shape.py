@@ -21,7 +21,7 @@ import sys
 import time
 import zlib
 
-SCALES = {"small": 1, "default": 8}
+SCALES = {"small": 1, "default": 5}
 QUIET_SECONDS = {"small": 2.0, "default": 10.0}
 INTERVAL_SECONDS = 0.2
 WORDS = ("red", "green", "blue", "steel", "oak", "linen", "wool", "glass", "paper", "stone", "copper", "silk",

@@ -397,7 +397,7 @@ namespace ttl {
 
 constexpr std::size_t kShards = 8;
 constexpr std::uint64_t kNever = ~std::uint64_t{0};
-constexpr int kReadsPerInsert = 24;
+constexpr int kReadsPerInsert = 48;
 
 struct Item {
   std::string value;
@@ -1079,8 +1079,8 @@ class Ledger {
 Report run(const Options& options) {
   Report report;
   LiveBytes live;
-  const std::uint64_t wave = options.scaled(40);
-  const std::uint64_t later = options.scaled(1200);
+  const std::uint64_t wave = options.small ? 40 : 160;  // the default wave: about 200 MiB of arenas
+  const std::uint64_t later = options.scaled(2400);
   const std::size_t wave_records = 12000;
   const std::size_t later_records = 3000;
   Ledger ledger(live);
@@ -1314,7 +1314,7 @@ Report run(const Options& options) {
   Report report;
   LiveBytes live;
   const std::uint64_t burst = options.scaled(16000);
-  const std::uint64_t trickle = options.scaled(40000);
+  const std::uint64_t trickle = options.scaled(80000);
   Pipeline pipeline(live, burst + 1024);
   const auto start = Clock::now();
   pipeline.hold_delivery(true);  // the outage
@@ -1605,7 +1605,7 @@ class Store {
     session.recent.push_back("GET /account/" + std::to_string(draw % 10000) + "/orders?page=" +
                              std::to_string(draw % 7));
     if (session.recent.size() > 8) session.recent.pop_front();
-    if (draw % 23 == 0) session.send_buffer.resize(log_uniform(draw, 512, 16384));
+    if (draw % 23 == 0) session.send_buffer.resize(log_uniform(draw, 512, 8192));
     session.visits += 1;
     const std::int64_t bytes = measure(session);
     live_.add(bytes - session.bytes);
@@ -1671,8 +1671,8 @@ class Store {
 Report run(const Options& options) {
   Report report;
   LiveBytes live;
-  const std::uint64_t users = options.scaled(6000);
-  const std::uint64_t requests = options.scaled(480000);
+  const std::uint64_t users = options.scaled(4000);
+  const std::uint64_t requests = options.scaled(960000);
   const std::uint64_t threads = static_cast<std::uint64_t>(options.threads);
   Store store(live);
   std::atomic<std::uint64_t> missing{0};
@@ -2189,7 +2189,7 @@ Report run(const Options& options) {
   Report report;
   LiveBytes live;
   const std::uint64_t burst = options.scaled(12000);
-  const std::uint64_t after = options.scaled(40000);
+  const std::uint64_t after = options.scaled(120000);
   const std::size_t publishers = static_cast<std::size_t>(std::max(1, options.threads / 2));
   const std::size_t deliverers = static_cast<std::size_t>(std::max(1, options.threads - options.threads / 2));
   Broker broker(live);

@@ -511,7 +511,7 @@ class SqliteWorkload:
     name: str = "sqlite"
     description: str = "sqlite3 shell, in-memory database: rows of text and blobs inserted, indexed, 90% deleted"
     throughput_metric: str = "rows_per_second"
-    rows: dict[str, int] = field(default_factory=lambda: {"small": 24000, "default": 192000})
+    rows: dict[str, int] = field(default_factory=lambda: {"small": 24000, "default": 144000})
     keep_one_in: int = 10
     delete_chunks: int = 8
 
