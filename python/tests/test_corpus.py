@@ -98,3 +98,23 @@ def test_the_corpus_group_names_every_shape_and_the_bundled_workloads():
     assert len(workloads.expand(["frag-micro", "corpus"])) == len(corpus)
     with pytest.raises(UserError, match="corpus"):
         workloads.get("no-such-workload")
+
+
+def test_bench_runs_every_workload_of_the_corpus_group(tmp_path, monkeypatch):
+    from llamalloc import bench
+
+    ran = []
+
+    def one_run(workload, allocator, rep, *args, **kwargs):
+        ran.append(workload.name)
+        return bench.Run(workload.name, allocator.name, rep, ok=True, metrics={"seconds": 1.0})
+
+    monkeypatch.setattr(bench, "_one_run", one_run)
+    result = bench.run_bench(["corpus"], "glibc", 1, "small", tmp_path / "out")
+    assert result.workloads == workloads.expand(["corpus"])
+    # Each one ran, or is reported as missing (a workload whose program is not built).
+    missing = [name for name in result.workloads if any(p.startswith(f"workload {name}:") for p in result.problems)]
+    assert sorted(ran + missing) == sorted(result.workloads)
+    assert set(workloads.SHAPES) <= set(ran)
+    with pytest.raises(UserError, match="no-such-workload"):
+        bench.run_bench(["corpus", "no-such-workload"], "glibc", 1, "small", tmp_path / "out")

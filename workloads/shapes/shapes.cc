@@ -1019,7 +1019,8 @@ std::unique_ptr<BatchSummary> summarize_batch(BatchWork& work, std::uint64_t bat
   Record** order = work.arena.make_array<Record*>(work.count);
   for (std::size_t i = 0; i < work.count; ++i) {
     order[i] = &work.records[i];
-    names_intact = names_intact && pattern_matches(work.records[i].name, work.records[i].name_bytes, work.records[i].id);
+    const Record& record = work.records[i];
+    names_intact = names_intact && pattern_matches(record.name, record.name_bytes, record.id);
   }
   std::partial_sort(order, order + 5, order + work.count, [](const Record* a, const Record* b) {
     return a->amount != b->amount ? a->amount > b->amount : a->id < b->id;
@@ -1884,7 +1885,8 @@ class Parser {
     return at_ < tokens_.size() && tokens_[at_].kind == Kind::kName && tokens_[at_].text == text;
   }
   bool is_punct(char c) const {
-    return at_ < tokens_.size() && tokens_[at_].kind == Kind::kCall && tokens_[at_].value == static_cast<std::uint64_t>(c);
+    return at_ < tokens_.size() && tokens_[at_].kind == Kind::kCall &&
+           tokens_[at_].value == static_cast<std::uint64_t>(c);
   }
 
   std::unique_ptr<Node> make_node(Kind kind) {
@@ -2199,7 +2201,9 @@ Report run(const Options& options) {
   for (std::size_t d = 0; d < deliverers; ++d) {
     delivery.emplace_back([&, d] {
       while (!stop.load()) {
-        if (broker.deliver(d, deliverers, slow_held.load()) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        if (broker.deliver(d, deliverers, slow_held.load()) == 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
       }
       broker.deliver(d, deliverers, false);
     });
@@ -2235,7 +2239,9 @@ Report run(const Options& options) {
   if (delivered != expected_deliveries) {
     report.fail(std::to_string(delivered) + " deliveries, expected " + std::to_string(expected_deliveries));
   }
-  if (checksum != published_hash.load() * kSubscribersPerTopic) report.fail("the delivered messages' checksum is wrong");
+  if (checksum != published_hash.load() * kSubscribersPerTopic) {
+    report.fail("the delivered messages' checksum is wrong");
+  }
   if (retained != kTopics * kRetained) report.fail("a topic's retention ring is not full");
   // Idle: a heartbeat on one topic now and then (it rotates that topic's retention ring).
   std::uint64_t heartbeat = burst + after;

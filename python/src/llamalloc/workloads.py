@@ -431,6 +431,7 @@ class CPythonWorkload:
     def executable(self) -> Path:
         """Debian's interpreter, not a version manager's shim (a script that would run another program);
         the running interpreter where there is none."""
+        self.script()  # a missing script is a missing workload, found before any run
         system = Path("/usr/bin/python3")
         return system if system.is_file() else Path(sys.executable)
 
@@ -526,14 +527,15 @@ class SqliteWorkload:
         """The load: the peak, the index, the deletes (in chunks, each its own transaction), the checks."""
         n = self.rows[scale]
         chunk = -(-n // self.delete_chunks)
-        deletes = "".join(f"DELETE FROM orders WHERE id % {self.keep_one_in} != 0 AND id > {lo} AND id <= {lo + chunk};\n"
-                          for lo in range(0, n, chunk))
+        deletes = "".join(f"DELETE FROM orders WHERE id % {self.keep_one_in} != 0 "
+                          f"AND id > {lo} AND id <= {lo + chunk};\n" for lo in range(0, n, chunk))
         return (".bail on\n"
                 "PRAGMA auto_vacuum = FULL;\n"
                 "PRAGMA cache_size = -4000000;\n"
                 "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer TEXT NOT NULL, note TEXT, body BLOB);\n"
                 f"WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < {n})\n"
-                "INSERT INTO orders SELECT x, printf('customer-%08d-%s', x, substr('abcdefghijklmnopqrstuvwxyz', 1 + x % 26)),\n"
+                "INSERT INTO orders SELECT x,\n"
+                "  printf('customer-%08d-%s', x, substr('abcdefghijklmnopqrstuvwxyz', 1 + x % 26)),\n"
                 "  printf('%.*c', 16 + x * 7 % 400, 'n'), zeroblob(64 + (x * 2654435761) % 2000) FROM n;\n"
                 "CREATE INDEX orders_customer ON orders(customer);\n"
                 "SELECT 'peak', count(*), sum(length(body)) FROM orders;\n"
@@ -746,7 +748,8 @@ def get(name: str) -> AnyWorkload:
     try:
         return WORKLOADS[name]
     except KeyError:
-        raise UserError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}; groups: {', '.join(GROUPS)}") from None
+        raise UserError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}; "
+                        f"groups: {', '.join(GROUPS)}") from None
 
 
 def word_count_expected(corpus_path: Path, top: int = 20) -> dict:
