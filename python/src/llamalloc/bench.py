@@ -240,7 +240,8 @@ def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale
         raise UserError("--repeat must be at least 1")
     if scale not in _workloads.SCALES:
         raise UserError(f"--scale must be one of {', '.join(_workloads.SCALES)}")
-    chosen = [_workloads.get(n) for n in workload_names]  # unknown names are bad input: fail before running
+    # Group names (`corpus`) stand for their workloads; unknown names are bad input: fail before running.
+    chosen = [_workloads.get(n) for n in _workloads.expand(workload_names)]
     parsed = parse_allocators(allocator_spec)
     result = BenchResult(scale=scale, repeat=repeat, workloads=[w.name for w in chosen],
                          allocators=[Allocator(n, lib) for n, lib, _ in parsed],

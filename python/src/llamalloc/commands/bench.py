@@ -11,7 +11,8 @@ from ..errors import UserError
 
 @click.command("bench")
 @click.option("--workload", "-w", "workload_names", multiple=True, metavar="NAME",
-              help=f"Workload to run (repeatable). Default: {', '.join(_workloads.DEFAULT_WORKLOADS)}. "
+              help=f"Workload to run (repeatable), or a group: corpus (every corpus shape and the bundled "
+                   f"workloads). Default: {', '.join(_workloads.DEFAULT_WORKLOADS)}. "
                    f"Known: {', '.join(_workloads.WORKLOADS)}.")
 @click.option("--allocators", default=",".join(_allocators.ALLOCATORS), show_default=True,
               help="Comma-separated allocators; NAME=/path/lib.so preloads any library under a name.")
