@@ -33,7 +33,7 @@ namespace llamalloc {
   X(SUBRELEASE, subrelease, Uint, 50, 0, 100,                                                                    \
     "Subrelease: the sweeper gives back to the OS the free blocks of a huge page in which at most this "          \
     "percentage of the blocks are in use and from which no block was taken for a whole SWEEP_MS period, as far " \
-    "as the heap holds more blocks than it used at its highest over the last 4 periods; sparsest pages first. "  \
+    "as the heap holds more blocks than it used at its highest over the last 2 periods; sparsest pages first. "  \
     "The page stays in use on 4 KiB pages (its huge page is split), so RSS falls after a peak while long-lived " \
     "objects stay where they are. The same percentage bounds span purge: the 4 KiB pages inside a size-class "  \
     "span with at most this percentage of its objects in use that are all free go back once the span is idle. "    \

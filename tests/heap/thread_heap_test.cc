@@ -129,9 +129,9 @@ TEST_F(ThreadHeapTest, SpanPurgeGivesBackThePagesOfFreeBlocksAndHandsTheirBlocks
   ASSERT_EQ(kept.size(), 4u);
   for (void* p : freed) free(p);
   ThreadHeapOps::release_all(*global, heap);
-  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, false), 0u) << "first look: not yet known idle";
-  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, false), 4u) << "idle for a whole pass: purged";
-  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, false), 0u) << "nothing more to give back";
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, PurgeWhen::kIdle).purged, 0u) << "first look: not yet known idle";
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, PurgeWhen::kIdle).purged, 4u) << "idle for a whole pass: purged";
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, PurgeWhen::kIdle).purged, 0u) << "nothing more to give back";
   EXPECT_TRUE(heap.check(*global));
   for (SmallSpan* s : spans) {
     EXPECT_EQ(s->purged_pages, 0b1110u) << "the three pages with no object left";
@@ -179,7 +179,7 @@ TEST_F(ThreadHeapTest, SpanPurgeLeavesDenseSpansAndForgetsThePagesOfASpanThatEmp
     if (i % 16 >= 12) free(objs[i]);  // 75% in use, a quarter of every page free
   for (int i = 65; i < 128; ++i) free(objs[i]);
   ThreadHeapOps::release_all(*global, heap);
-  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, true), 1u);
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, PurgeWhen::kAll).purged, 1u);
   EXPECT_EQ(dense->purged_pages, 0u);
   EXPECT_EQ(sparse->purged_pages, 0b1110u);
   EXPECT_EQ(global->gauges().span_purged_bytes, 3u * 4096);

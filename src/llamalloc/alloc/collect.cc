@@ -76,7 +76,11 @@ unsigned sweep_idle_heaps(bool every_heap) {
     if (h->sweep.load(std::memory_order_relaxed) == 0) continue;
     if (fenced && h->busy.load(kHandshakeLoad) == 0) {
       ThreadHeapOps::release_all(g_page_heap, *h);
-      ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, every_heap);
+      PurgeResult purge =
+          ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, every_heap ? PurgeWhen::kAll : PurgeWhen::kIdle);
+      // Frees by other threads went on into its sparse spans since the last look (a cache being trimmed by
+      // another thread): look again at the next pass, whatever its idle count.
+      if (purge.waiting != 0) h->idle_ticks = 0;
       // (The owner, outside the allocator, waits for the sweep before it next probes or fills its cache.)
       if (h->prediction_cache.entries != nullptr && h->cache_idle_ticks == cache_idle_passes &&
           g_predictor_ptr->drop_thread_cache(h->prediction_cache))
@@ -102,7 +106,8 @@ void sweep_shared_heap(bool always) {
   if (!always && !changed && !sweep_due(h->idle_ticks) && h->notify.load(std::memory_order_relaxed) == nullptr)
     return;
   ThreadHeapOps::release_all(g_page_heap, *h);
-  ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, always);
+  if (ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, always ? PurgeWhen::kAll : PurgeWhen::kIdle).waiting != 0)
+    h->idle_ticks = 0;
   g_page_heap.counters().idle_heap_sweeps.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -115,7 +120,7 @@ void heap_collect() {
     owner_enter(h);
     if (sweep_requested(h)) ThreadHeapOps::wait_for_sweep(*h);
     ThreadHeapOps::release_all(g_page_heap, *h);
-    ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, true);
+    ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, PurgeWhen::kAll);
     owner_exit(h);
   }
   // The same for every other thread that is not inside the allocator now (idle or not; they take spans again

@@ -148,12 +148,14 @@ void run_inline_passes() {
     owner_enter(h);
     if (!sweep_requested(h)) {
       ThreadHeapOps::release_all(g_page_heap, *h);
-      ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, false);
+      ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, PurgeWhen::kIdleOrNotHead);
     }
     owner_exit(h);
   }
   g_page_heap.release_empty_open_pages(false);
-  g_page_heap.subrelease_free_blocks(false);
+  // Only this pass's demand: a pass comes only with a slow path, and none may follow the last one before the
+  // program goes quiet.
+  g_page_heap.subrelease_free_blocks(false, 1);
   g_predictor_ptr->trim();
 }
 

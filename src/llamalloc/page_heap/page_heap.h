@@ -167,11 +167,13 @@ class PageHeap {
   size_t release_empty_open_pages(bool now);
   // Subrelease (HeapConfig::subrelease_percent, docs/heap.md "Subrelease"): one pass of the sweeper, which gives
   // back the free blocks of sparse huge pages that had no block taken since the previous pass, sparsest first,
-  // as far as the page heap's blocks exceed the most it used over the last kDemandPasses passes (so that a load
-  // that comes back finds its memory still there). `now` (llamalloc_collect): every sparse page at once,
-  // regardless of idleness and demand. Returns the blocks given back.
-  size_t subrelease_free_blocks(bool now);
-  static constexpr unsigned kDemandPasses = 4;
+  // as far as the page heap's blocks exceed the most it used over the last `demand_passes` passes (at most
+  // kDemandPasses, so that a load that comes back finds its memory still there; the slow paths' passes of a
+  // process without a sweeper thread use 1: no pass may follow the last one before a quiet phase). `now`
+  // (llamalloc_collect): every sparse page at once, regardless of idleness and demand. Returns the blocks given
+  // back.
+  size_t subrelease_free_blocks(bool now, unsigned demand_passes = kDemandPasses);
+  static constexpr unsigned kDemandPasses = 2;
   // Span purge (docs/heap-memory.md, "Span purge"): a thread heap gives back the 4 KiB pages [start, start +
   // bytes) of one of its size-class spans, every object on them free, while the span stays in use; the huge page
   // is kept from khugepaged until they are all backed again (span_purge_forgotten). Under the page heap lock.

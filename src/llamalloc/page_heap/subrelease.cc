@@ -82,7 +82,7 @@ size_t PageHeap::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
   return done;
 }
 
-size_t PageHeap::subrelease_free_blocks(bool now) {
+size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes) {
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());
   // The page heap's demand now (blocks in use) and what is still backed.
@@ -101,7 +101,10 @@ size_t PageHeap::subrelease_free_blocks(bool now) {
   });
   demand_[demand_passes_++ % kDemandPasses] = uint32_t(in_use);
   size_t peak = in_use;
-  for (uint32_t d : demand_) peak = d > peak ? d : peak;
+  for (unsigned i = 1; i <= demand_passes && i <= kDemandPasses; ++i) {
+    uint32_t d = demand_[(demand_passes_ - i) % kDemandPasses];
+    peak = d > peak ? d : peak;
+  }
   size_t budget = now ? ~size_t{0} : (backed > peak ? backed - peak : 0);
   size_t done = 0;
   if (config_.subrelease_percent != 0 && budget != 0) {

@@ -314,23 +314,32 @@ bool ThreadHeapOps::purge_if_sparse(PageHeap& global, SmallSpan* s) {
          purge_span(global, s);
 }
 
-size_t ThreadHeapOps::purge_sparse_spans(PageHeap& global, ThreadHeap& heap, bool now) {
-  if (global.subrelease_percent() == 0) return 0;
-  size_t purged = 0;
+PurgeResult ThreadHeapOps::purge_sparse_spans(PageHeap& global, ThreadHeap& heap, PurgeWhen when) {
+  PurgeResult result;
+  if (global.subrelease_percent() == 0) return result;
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)
       for (SmallSpan* s = heap.spans[lc][sc]; s != &g_empty_span && s != nullptr; s = s->next) {
-        // Idle: `used` unchanged since the previous look; the top bit says this count was examined already.
         uint32_t seen = s->used + 1;
         bool idle = (s->swept_used & ~kSweptExamined) == seen;
-        if (!now && (!idle || (s->swept_used & kSweptExamined) != 0)) {
-          if (!idle) s->swept_used = seen;
+        if (when == PurgeWhen::kIdle && (!idle || (s->swept_used & kSweptExamined) != 0)) {
+          // Idle: `used` unchanged since the previous look; the top bit says this count was examined already. A
+          // sparse span that is not idle yet is worth another look soon.
+          if (!idle) {
+            s->swept_used = seen;
+            if (uint64_t(s->used - s->parked) * 100 <= uint64_t(s->capacity) * global.subrelease_percent())
+              ++result.waiting;
+          }
           continue;
         }
-        if (purge_if_sparse(global, s)) ++purged;
+        if (when == PurgeWhen::kIdleOrNotHead && !idle && s->prev == nullptr) {
+          s->swept_used = seen;  // the head of its queue, which the owner allocates from
+          continue;
+        }
+        if (purge_if_sparse(global, s)) ++result.purged;
         s->swept_used = (s->used + 1) | kSweptExamined;
       }
-  return purged;
+  return result;
 }
 
 void ThreadHeapOps::bad_free(const void* p, const char* what) { fatal_pointer("free of", p, what); }

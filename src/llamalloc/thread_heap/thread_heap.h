@@ -189,6 +189,23 @@ inline void flush_live_delta(PageHeap& global) {
   tl_live_delta = 0;
 }
 
+// Which sparse spans a span purge gives pages of (ThreadHeapOps::purge_sparse_spans).
+enum class PurgeWhen : uint8_t {
+  // Those that have had no block taken or freed since the previous call (the sweeper's passes: the owner may be
+  // using the others).
+  kIdle,
+  // Those, and every other one but the head of each queue, which the owner allocates from (the slow path's passes
+  // of a process without a sweeper thread, made by the owner: no pass may come after the last one before the
+  // program goes quiet, so it cannot wait for a second look).
+  kIdleOrNotHead,
+  // Every one (llamalloc_collect).
+  kAll,
+};
+struct PurgeResult {
+  size_t purged = 0;   // spans that gave pages back
+  size_t waiting = 0;  // sparse spans not idle yet (kIdle): the heap is worth another look at the next pass
+};
+
 // Operations of one thread heap on one page heap (the library's, or a simulated one).
 class ThreadHeapOps {
  public:
@@ -254,12 +271,10 @@ class ThreadHeapOps {
 
   // Span purge (docs/heap-memory.md, "Span purge"), by the owner or a sweeper holding the heap: the 4 KiB pages of
   // the heap's queued spans whose blocks are all free go back to the OS, in spans with at most the subrelease
-  // percentage (HeapConfig::subrelease_percent) of their blocks in use that have had no block taken or freed
-  // since the previous call (every sparse span with `now`: llamalloc_collect). Remote frees must have been
-  // collected (release_all). Returns the spans purged. Subrelease gives back whole free blocks; this gives back
-  // the pages of spans that a few long-lived objects keep, which is where a cache's memory stays after most of
-  // it is dropped.
-  static size_t purge_sparse_spans(PageHeap& global, ThreadHeap& heap, bool now);
+  // percentage (HeapConfig::subrelease_percent) of their blocks in use, chosen by `when`. Remote frees must have
+  // been collected (release_all). Subrelease gives back whole free blocks; this gives back the pages of spans
+  // that a few long-lived objects keep, which is where a cache's memory stays after most of it is dropped.
+  static PurgeResult purge_sparse_spans(PageHeap& global, ThreadHeap& heap, PurgeWhen when);
   static constexpr uint32_t kSweptExamined = 0x80000000u;
 
   // Internals, exposed for tests.
