@@ -31,6 +31,7 @@ MiB = 1 << 20
 
 
 read_smaps_rollup = _workloads.read_smaps_rollup
+read_vm_hwm = _workloads.read_vm_hwm
 
 
 class MemorySampler:
@@ -39,6 +40,7 @@ class MemorySampler:
     def __init__(self, interval_seconds: float = 0.1):
         self.interval_seconds = interval_seconds
         self.samples: list[tuple[float, int, int]] = []  # (seconds since start, rss bytes, anon huge bytes)
+        self.hwm_bytes: int | None = None  # the process's VmHWM at the last sample (its peak RSS so far)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -51,6 +53,9 @@ class MemorySampler:
                 if reading is None:
                     return
                 self.samples.append((round(time.monotonic() - start, 4), reading[0], reading[1]))
+                hwm = read_vm_hwm(pid)
+                if hwm is not None:
+                    self.hwm_bytes = max(hwm, self.hwm_bytes or 0)
                 self._stop.wait(self.interval_seconds)
 
         self._thread = threading.Thread(target=loop, name=f"sampler-{pid}", daemon=True)
@@ -73,10 +78,16 @@ class Run:
     metrics: dict = field(default_factory=dict)
     samples: list = field(default_factory=list)
     llamalloc_stats: dict | None = None
+    hwm_bytes: int | None = None  # the kernel's high-water mark of RSS (VmHWM) at the last sample
 
     @property
     def peak_rss_bytes(self) -> int | None:
-        return max((s[1] for s in self.samples), default=None)
+        """The highest RSS: the kernel's VmHWM as last sampled (a peak between samples included), or the highest
+        sample."""
+        sampled = max((s[1] for s in self.samples), default=None)
+        if self.hwm_bytes is None:
+            return sampled
+        return max(self.hwm_bytes, sampled or 0)
 
     @property
     def final_rss_bytes(self) -> int | None:
@@ -100,7 +111,7 @@ class Run:
         return {
             "repeat": self.repeat, "ok": self.ok, "error": self.error, "wall_seconds": round(self.wall_seconds, 4),
             "seconds": self.metrics.get("seconds"), "metrics": self.metrics,
-            "peak_rss_bytes": self.peak_rss_bytes, "final_rss_bytes": self.final_rss_bytes,
+            "peak_rss_bytes": self.peak_rss_bytes, "hwm_bytes": self.hwm_bytes, "final_rss_bytes": self.final_rss_bytes,
             "peak_anon_huge_pages_bytes": self.peak_anon_huge_pages_bytes,
             "final_anon_huge_pages_bytes": self.final_anon_huge_pages_bytes,
             "llamalloc_stats": self.llamalloc_stats,
@@ -324,6 +335,7 @@ def _one_run(workload, allocator: Allocator, rep: int, scale: str, out_dir: Path
         shutil.rmtree(workdir, ignore_errors=True)
     run.wall_seconds = time.monotonic() - started
     run.samples = sampler.samples
+    run.hwm_bytes = sampler.hwm_bytes
     if allocator.is_llamalloc:
         run.llamalloc_stats = _read_stats(stats_path)
     return run

@@ -82,6 +82,19 @@ def read_smaps_rollup(pid: int | str) -> tuple[int, int] | None:
     return rss, anon or 0
 
 
+def read_vm_hwm(pid: int | str) -> int | None:
+    """The highest RSS a running process has had (VmHWM of /proc/PID/status), in bytes; None once it is gone. The
+    kernel's own high-water mark: exact, where samples taken every tenth of a second miss a short peak."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f.read().decode("ascii", "replace").splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
+        return None
+    return None
+
+
 def _quiet_args(quiet_seconds: float | None) -> list[str]:
     return [] if quiet_seconds is None else ["--quiet-seconds", f"{float(quiet_seconds):g}"]
 
