@@ -6,7 +6,7 @@ peak for 4 KiB pages, llamalloc without a model, the oracle under the library's 
 under the best options found (llama-oracle-best), with the targets each row meets.
 
     python3 bench/corpus/run.py OUT [--scale small] [--repeat 3] [-w SHAPE ...] [--no-model] [--no-sim]
-                                    [--sample-bytes N] [--allocators LIST]
+                                    [--no-bench] [--sample-bytes N] [--allocators LIST] [--quiet-seconds S]
 
 A step whose output exists in OUT is not redone, so an interrupted campaign continues. Per shape:
 
@@ -160,7 +160,10 @@ def main() -> None:
     ap.add_argument("-w", "--workload", action="append", default=None, help="a shape (default: the corpus group)")
     ap.add_argument("--no-model", action="store_true", help="no profile, no model, no llamalloc+model runs")
     ap.add_argument("--no-sim", action="store_true", help="no trace, no replay")
+    ap.add_argument("--no-bench", action="store_true", help="profiles, models and replays only (no allocator runs)")
     ap.add_argument("--sample-bytes", type=int, default=4096, help="the profile's sampling period (record)")
+    ap.add_argument("--quiet-seconds", type=float, default=None,
+                    help="the shapes' quiet phase in the bench (default: the scale's)")
     ap.add_argument("--allocators", default=ALLOCATORS)
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -178,10 +181,13 @@ def main() -> None:
                     sims[n] = sim_after_peak(sj)
         except (RuntimeError, workloads.WorkloadMissing, workloads.WorkloadFailed) as e:
             print(f"corpus: {n}: {e}", file=sys.stderr, flush=True)
+    if a.no_bench:
+        return
     bench_json = a.out / "bench.json"
     if not bench_json.exists():
         sh("bench", *sum((["-w", n] for n in names), []), "--allocators", a.allocators, "--repeat", str(a.repeat),
            "--scale", a.scale, "--out", str(a.out / "bench"), "--json", str(bench_json), "--no-plots",
+           *(["--quiet-seconds", str(a.quiet_seconds)] if a.quiet_seconds is not None else []),
            *sum((["--model", f"{n}={m}"] for n, m in models.items()), []), log=a.out / "bench.txt")
     text = table(names, bench_summary(bench_json), sims, a.scale, a.repeat)
     (a.out / "table.md").write_text(text)

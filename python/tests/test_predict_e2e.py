@@ -124,11 +124,16 @@ def test_tokens_in_the_process_are_the_tokens_of_training(trained, env):
 LIBRARY_DEFAULT_CLASS = 1
 
 
-def confident_class(cls: int, logits, min_confidence: int = 60, fallback: int = LIBRARY_DEFAULT_CLASS) -> int:
-    """The allocator's rule (LLAMALLOC_MIN_CONFIDENCE, docs/prediction.md): below that softmax probability, the
-    class without a model."""
+#: LLAMALLOC_MIN_CLASS's default: a shorter predicted class is raised to it.
+LIBRARY_MIN_CLASS = 1
+
+
+def confident_class(cls: int, logits, min_confidence: int = 60, fallback: int = LIBRARY_DEFAULT_CLASS,
+                    min_class: int = LIBRARY_MIN_CLASS) -> int:
+    """The allocator's rules (LLAMALLOC_MIN_CONFIDENCE and LLAMALLOC_MIN_CLASS, docs/prediction.md): below that
+    softmax probability, the class without a model; a class below MIN_CLASS raised to it."""
     z = np.exp(np.asarray(logits, dtype=np.float64) - np.max(logits))
-    return int(cls) if z[int(cls)] / z.sum() * 100 > min_confidence else fallback
+    return max(min_class, int(cls) if z[int(cls)] / z.sum() * 100 > min_confidence else fallback)
 
 
 def test_unsure_predictions_keep_the_placement_without_a_model(trained, env, tmp_path):

@@ -80,6 +80,11 @@ namespace llamalloc {
     "1: a span or large object placed on a huge page already in use takes the free blocks of the fullest such " \
     "page of its class that has room, as TCMalloc's huge page filler does, so that emptier pages drain and go "  \
     "back whole. 0: the page that got a free block last.")                                                       \
+  X(CLASS_FALLBACK, class_fallback, Uint, 1, 0, 1,                                                              \
+    "1: a lifetime class above DEFAULT_CLASS (only a model places objects there) whose huge pages stay less than " \
+    "half as full as DEFAULT_CLASS's, on 2 pages or more, for 8 sweeper passes in a row, takes its blocks from "  \
+    "DEFAULT_CLASS's pages from then on, as without a model (the counter class_fallbacks, page_class_by_class "  \
+    "in the statistics): a model is not let keep memory that no-model placement would not. 0: never.")        \
   X(STATS, stats, String, "", 0, 0,                                                                              \
     "Path of the JSON statistics file written at exit (live and peak bytes, footprint, huge pages by class, "    \
     "RSS, event counters). Every process that inherits it writes it at exit; %p in the path is replaced by the "  \

@@ -78,6 +78,12 @@ size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity) {
     o.num(g.huge_pages_by_class[c]);
   }
   o.put("],\n");
+  o.put("  \"page_class_by_class\": [");
+  for (unsigned c = 0; c < stats.num_classes; ++c) {
+    if (c) o.put(", ");
+    o.num(g.page_class_by_class[c]);
+  }
+  o.put("],\n");
   o.field("rss_bytes", rss);
   o.field("anon_huge_pages_bytes", anon_huge);
   o.put("  \"counters\": {\n");

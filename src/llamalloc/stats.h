@@ -25,6 +25,7 @@ namespace llamalloc {
   X(huge_slack_pages, "huge objects that end on a page of blocks whose other blocks serve other objects") \
   X(blocks_subreleased, "free blocks of sparse, idle huge pages returned to the OS (subrelease)")  \
   X(span_pages_purged, "4 KiB pages of sparse, idle size-class spans returned to the OS (span purge)") \
+  X(class_fallbacks, "lifetime classes moved onto the default class's pages, their pages much emptier (CLASS_FALLBACK)") \
   X(idle_heap_sweeps, "heaps swept by the sweeper or llamalloc_collect (empty spans given back)") \
   X(prediction_cache_hits, "predictions answered from the prediction cache")                    \
   X(prediction_cache_misses, "predictions that missed the cache")                               \
@@ -73,6 +74,7 @@ struct GaugeSnapshot {
   uint64_t live_bytes, peak_live_bytes, footprint_bytes, peak_footprint_bytes, subreleased_bytes, page_cache_bytes;
   uint64_t span_purged_bytes, reserved_bytes, metadata_bytes;
   uint64_t huge_pages_by_class[kMaxClasses];
+  uint8_t page_class_by_class[kMaxClasses];
 };
 
 // What the statistics show of one page heap at one moment: the page heap fills it (read_heap_stats), the

@@ -883,6 +883,39 @@ TEST_F(PageHeapTest, SubreleaseSkipsDensePagesAndCanBeTurnedOff) {
   heap->check_invariants();
 }
 
+// A class above the default class (only a model puts objects there) whose pages stay less than half as full as
+// the default class's for kFallbackPasses passes takes its blocks from the default class's pages from then on; a
+// class about as full keeps its own; CLASS_FALLBACK=0 never moves one.
+TEST_F(PageHeapTest, AClassMuchEmptierThanTheDefaultClassFallsBackOntoItsPages) {
+  for (bool fallback : {true, false}) {
+    HeapConfig config{.num_classes = 8, .deadline_k = kK, .small_heap_pages = 0};
+    config.class_fallback = fallback;
+    PageHeap h(platform, clock, config);
+    auto take = [&](unsigned lc) { return reinterpret_cast<uintptr_t>(h.alloc_large(lc, 8 * kBlockBytes, kBlockBytes)); };
+    std::vector<uintptr_t> one, two, three;
+    for (int i = 0; i < 64; ++i) one.push_back(take(1));    // two pages, full
+    for (int i = 0; i < 64; ++i) two.push_back(take(2));    // two pages, three quarters kept below
+    for (int i = 0; i < 96; ++i) three.push_back(take(3));  // three pages, one object in 32 kept below
+    for (size_t i = 0; i < two.size(); ++i)
+      if (i % 4 == 0) h.free_large(reinterpret_cast<void*>(two[i]));
+    for (size_t i = 0; i < three.size(); ++i)
+      if (i % 32 != 0) h.free_large(reinterpret_cast<void*>(three[i]));
+    ASSERT_EQ(h.pages_in_use(3), 3u);
+    for (unsigned pass = 1; pass < PageHeap::kFallbackPasses; ++pass) h.subrelease_free_blocks(false);
+    EXPECT_EQ(h.page_class(3), 3u) << "not yet: " << PageHeap::kFallbackPasses << " passes in a row";
+    h.subrelease_free_blocks(false);
+    EXPECT_EQ(h.page_class(3), fallback ? 1u : 3u);
+    EXPECT_EQ(h.page_class(2), 2u) << "three quarters as full as the default class: its own pages";
+    EXPECT_EQ(h.counters().class_fallbacks.load(), fallback ? 1u : 0u);
+    // A new class-3 object is now placed as a default-class one: the default class's pages are full, so in a
+    // hole of a longer class's page (recycling), not on a page of class 3.
+    uintptr_t p = take(3);
+    uintptr_t q = take(1);
+    EXPECT_EQ(h.page_info(p).lifetime_class, fallback ? h.page_info(q).lifetime_class : 3u);
+    h.check_invariants();
+  }
+}
+
 TEST_F(PageHeapTest, LargeHeapsAndSmallHeapPagesZeroKeepOnePagePerClass) {
   // Off: the paper's placement, one open page per class.
   PageHeap off(platform, clock, HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});

@@ -28,6 +28,8 @@ inline HeapConfig heap_config_of(const Options& o) {
   config.long_class_min = unsigned(o.long_class) > default_class ? unsigned(o.long_class) : default_class + 1;
   config.span_recycling = o.span_recycling != 0;
   config.dense_first = o.dense_first != 0;
+  config.default_class = default_class;
+  config.class_fallback = o.class_fallback != 0;
   return config;
 }
 

@@ -56,6 +56,7 @@ HeapStats read_heap_stats(PageHeap& heap, bool in_signal, int64_t unflushed_live
   out.reserved_bytes = g.reserved_bytes;
   out.metadata_bytes = g.metadata_bytes;
   memcpy(out.huge_pages_by_class, g.huge_pages_by_class, sizeof(out.huge_pages_by_class));
+  for (unsigned c = 0; c < kMaxClasses; ++c) out.page_class_by_class[c] = uint8_t(heap.page_class(c));
   if (locked) heap.lock().unlock();
   int64_t live = g.live_bytes.load(std::memory_order_relaxed) + unflushed_live;
   int64_t peak_live = g.peak_live_bytes.load(std::memory_order_relaxed);

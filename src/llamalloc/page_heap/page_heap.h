@@ -68,6 +68,10 @@ struct HeapConfig {
   // from its fullest huge pages: the emptier pages are left to drain and go back whole. false: the page that got
   // a free block last, first.
   bool dense_first = true;
+  // The class every allocation gets without a model (LLAMALLOC_DEFAULT_CLASS), and whether a longer class whose
+  // pages stay much emptier than this class's goes onto this class's pages (review_model_classes).
+  unsigned default_class = 1;
+  bool class_fallback = true;
 };
 
 // A snapshot of one huge page for tests and the simulator.
@@ -94,7 +98,11 @@ class PageHeap {
     if (config.num_classes < 2) config.num_classes = 2;
     if (config.num_classes > kMaxClasses) config.num_classes = kMaxClasses;
     if (config.deadline_k == 0) config.deadline_k = 1;
+    if (config.default_class >= config.num_classes) config.default_class = config.num_classes - 1;
     config_ = config;
+    for (unsigned lc = 0; lc < kMaxClasses; ++lc)
+      page_class_[lc] = uint8_t(lc >= config.long_class_min && lc < config.num_classes - 1 ? config.num_classes - 1
+                                : lc < config.num_classes ? lc : config.num_classes - 1);
   }
   PageHeap(const PageHeap&) = delete;
   PageHeap& operator=(const PageHeap&) = delete;
@@ -214,10 +222,19 @@ class PageHeap {
   unsigned shared_class_min() const { return config_.shared_class_min; }
   bool span_recycling() const { return config_.span_recycling; }
   unsigned subrelease_percent() const { return config_.subrelease_percent; }
-  // The class whose huge pages an object of class lc takes its blocks from (HeapConfig::long_class_min).
-  unsigned page_class(unsigned lc) const {
-    return lc >= config_.long_class_min && lc < never_freed_class() ? never_freed_class() : lc;
-  }
+  // The class whose huge pages an object of class lc takes its blocks from: the longest for lc >=
+  // HeapConfig::long_class_min, the default class for a class that fell back (review_model_classes), else lc.
+  // Read without the lock (written under it, one byte at a time).
+  unsigned page_class(unsigned lc) const { return __atomic_load_n(&page_class_[lc], __ATOMIC_RELAXED); }
+  // The model's placement check, each subrelease pass (under the lock), from the blocks in use and the pages of
+  // blocks of each class: a class above the default class (only a model puts objects there) whose pages are less
+  // than half as full as the default class's for kFallbackPasses passes in a row, on at least kFallbackMinPages
+  // pages, takes its blocks from the default class's pages from then on, as it would without a model. A model
+  // that predicts such a class keeps pages for objects that do not live as long as it said, or too few of them
+  // to fill a page: the placement without a model keeps those objects among the others' and no emptier.
+  static constexpr unsigned kFallbackPasses = 8;
+  static constexpr size_t kFallbackMinPages = 2;
+  void review_model_classes(const size_t* live_blocks, const size_t* pages);
   Lock& shared_lock() { return shared_lock_; }
   // The page heap's clock (the process's monotonic clock; the trace's in the simulator).
   uint64_t now_ns() { return clock_.now_ns(); }
@@ -344,6 +361,9 @@ class PageHeap {
   size_t lost_pages_ = 0;
   // Blocks in use at each of the last kDemandPasses subrelease passes (a ring), and the pass count.
   uint32_t demand_[kDemandPasses] = {};
+  // page_class() by class, and the passes in a row each class has been found much emptier than the default's.
+  uint8_t page_class_[kMaxClasses] = {};
+  uint8_t emptier_passes_[kMaxClasses] = {};
   uint32_t demand_passes_ = 0;
   // The page cache (HeapConfig::page_cache_pages): runs of free, still backed huge pages, oldest first, and
   // the pages in use (open and active, huge objects included) at each of the last kPageCachePasses passes.

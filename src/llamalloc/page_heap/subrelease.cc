@@ -8,6 +8,25 @@
 
 namespace llamalloc {
 
+void PageHeap::review_model_classes(const size_t* live_blocks, const size_t* pages) {
+  unsigned d = config_.default_class;
+  if (!config_.class_fallback || pages[d] == 0) return;
+  for (unsigned c = d + 1; c < never_freed_class(); ++c) {
+    if (page_class_[c] != c) {
+      emptier_passes_[c] = 0;
+      continue;
+    }
+    // Less than half as full: live_c / pages_c < live_d / pages_d / 2.
+    bool emptier = pages[c] >= kFallbackMinPages && 2 * live_blocks[c] * pages[d] < live_blocks[d] * pages[c];
+    emptier_passes_[c] = emptier ? uint8_t(emptier_passes_[c] + 1) : 0;
+    if (emptier_passes_[c] >= kFallbackPasses) {
+      __atomic_store_n(&page_class_[c], uint8_t(d), __ATOMIC_RELAXED);
+      emptier_passes_[c] = 0;
+      counters_.class_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
 void PageHeap::unrelease(HugePageMeta* p, size_t first, size_t count) {
   if (LLAMALLOC_LIKELY(p->released.none())) return;
   size_t n = 0;
@@ -85,8 +104,9 @@ size_t PageHeap::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
 size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes) {
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());
-  // The page heap's demand now (blocks in use) and what is still backed.
+  // The page heap's demand now (blocks in use) and what is still backed, and by class.
   size_t in_use = 0, backed = 0;
+  size_t live_by_class[kMaxClasses] = {}, pages_by_class[kMaxClasses] = {};
   auto each_page = [&](auto&& f) {
     for (unsigned c = 0; c < num_classes(); ++c) {
       if (open_[c] != nullptr) f(open_[c]);
@@ -97,8 +117,11 @@ size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes) {
   each_page([&](HugePageMeta* p) {
     size_t live = p->live.count();
     in_use += live;
+    live_by_class[p->lifetime_class] += live;
+    ++pages_by_class[p->lifetime_class];
     backed += kBlocksPerHugePage - p->released.count();
   });
+  review_model_classes(live_by_class, pages_by_class);
   demand_[demand_passes_++ % kDemandPasses] = uint32_t(in_use);
   size_t peak = in_use;
   for (unsigned i = 1; i <= demand_passes && i <= kDemandPasses; ++i) {
