@@ -18,7 +18,11 @@ class ThreadHeapTest : public ::testing::Test {
  protected:
   ThreadHeapTest() : global(std::make_unique<PageHeap>(platform, clock, HeapConfig{8, 2})) {
     other = std::make_unique<ThreadHeap>();
+    // Full-size spans from the first (these tests count blocks per span); SpanGrowth tests the smaller first ones.
+    full_size_spans(heap);
+    full_size_spans(*other);
   }
+  static void full_size_spans(ThreadHeap& h) { memset(h.spans_taken, kSpanGrowthSteps, sizeof h.spans_taken); }
   ~ThreadHeapTest() override {
     ThreadHeapOps::release_all(*global, heap);
     ThreadHeapOps::release_all(*global, *other);
@@ -191,6 +195,36 @@ TEST_F(ThreadHeapTest, SpanPurgeLeavesDenseSpansAndForgetsThePagesOfASpanThatEmp
     if (i % 16 < 12) free(objs[i]);
 }
 
+// A thread's first spans of a size class whose span is 64 KiB are 16 and 32 KiB, then 64 KiB; a class whose span
+// is another size has it from the first; every size comes back from the span cache at its own size.
+TEST(SpanGrowth, AThreadsFirstSpansOfAClassAreSmallerThenFullSize) {
+  static_assert(grown_span_bytes(64 * 1024, 0) == 16 * 1024 && grown_span_bytes(64 * 1024, 1) == 32 * 1024);
+  static_assert(grown_span_bytes(64 * 1024, 2) == 64 * 1024 && grown_span_bytes(16 * 1024, 0) == 16 * 1024);
+  static_assert(grown_span_bytes(128 * 1024, 0) == 128 * 1024);
+  LinuxPlatform platform;
+  FakeClock clock;
+  PageHeap global{platform, clock, HeapConfig{8, 2}};
+  ThreadHeap heap;
+  std::vector<void*> objs;
+  std::vector<uint32_t> sizes;
+  for (int i = 0; i < 16 + 8 + 64; ++i) {  // 1 KiB objects: 16, 32 and 64 KiB spans
+    objs.push_back(ThreadHeapOps::allocate(global, heap, 1, 1000, 16));
+    ASSERT_NE(objs.back(), nullptr);
+    uint32_t bytes = ThreadHeapOps::span_of(global, objs.back())->span_bytes;
+    if (sizes.empty() || sizes.back() != bytes) sizes.push_back(bytes);
+  }
+  EXPECT_EQ(sizes, (std::vector<uint32_t>{16 * 1024, 32 * 1024, 64 * 1024}));
+  void* tiny = ThreadHeapOps::allocate(global, heap, 1, 64, 16);
+  EXPECT_EQ(ThreadHeapOps::span_of(global, tiny)->span_bytes, 16u * 1024) << "a 16 KiB class: as before";
+  void* big = ThreadHeapOps::allocate(global, heap, 1, 12000, 16);
+  EXPECT_EQ(ThreadHeapOps::span_of(global, big)->span_bytes, 128u * 1024) << "a 128 KiB class: as before";
+  for (void* p : objs) ThreadHeapOps::deallocate(global, &heap, p);
+  for (void* p : {tiny, big}) ThreadHeapOps::deallocate(global, &heap, p);
+  EXPECT_TRUE(heap.check(global));
+  ThreadHeapOps::release_all(global, heap);
+  global.check_invariants();
+}
+
 // A heap whose classes 3 and up are long-lived (HeapConfig::shared_class_min), on real memory and a fake clock.
 class LongLivedClassTest : public ::testing::Test {
  protected:
@@ -210,6 +244,7 @@ class LongLivedClassTest : public ::testing::Test {
 // one size to a request for the other.
 TEST_F(LongLivedClassTest, SpansAreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKeepsSizesApart) {
   ThreadHeap heap;
+  memset(heap.spans_taken, kSpanGrowthSteps, sizeof heap.spans_taken);  // full-size spans from the first
   auto span_bytes = [&](void* p) { return ThreadHeapOps::span_of(global, p)->span_bytes; };
   for (size_t size : {300, 1000, 2048}) {
     void* shortlived = ThreadHeapOps::allocate(global, heap, 2, size, 16);

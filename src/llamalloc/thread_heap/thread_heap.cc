@@ -114,6 +114,9 @@ void init_span(ThreadHeap& heap, SmallSpan* s, uintptr_t start, size_t span_byte
 
 SmallSpan* new_span(PageHeap& global, ThreadHeap& heap, unsigned lc, unsigned sc) {
   size_t bytes = lc >= global.shared_class_min() ? long_lived_span_bytes(sc) : size_class_span_bytes(sc);
+  uint8_t& taken = heap.spans_taken[lc][sc];
+  bytes = grown_span_bytes(bytes, taken);
+  if (taken < kSpanGrowthSteps) ++taken;
   unsigned kind = span_kind(bytes);
   uint8_t& n = heap.cache_count[lc][kind];
   if (n > 0) {
