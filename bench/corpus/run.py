@@ -6,7 +6,8 @@ peak for 4 KiB pages, llamalloc without a model, the oracle under the library's 
 under the best options found (llama-oracle-best), with the targets each row meets.
 
     python3 bench/corpus/run.py OUT [--scale small] [--repeat 3] [-w SHAPE ...] [--no-model] [--no-sim]
-                                    [--no-bench] [--sample-bytes N] [--allocators LIST] [--quiet-seconds S]
+                                    [--no-bench] [--models-only] [--sample-bytes N] [--allocators LIST]
+                                    [--quiet-seconds S]
 
 A step whose output exists in OUT is not redone, so an interrupted campaign continues. Per shape:
 
@@ -14,7 +15,8 @@ A step whose output exists in OUT is not redone, so an interrupted campaign cont
   workload's own harness, as `bench/table3/run.py` does), symbolized, then `llamalloc train` -> SHAPE.model;
 - trace: the same under the tracer (`LLAMALLOC_PROF_MODE=trace`) -> SHAPE.trace, then `llamalloc simulate` with
   pages-4k, llama-default, llama-oracle and llama-oracle-best (when the simulator has it) -> SHAPE.sim.json;
-- one `llamalloc bench` over every shape, with `--model SHAPE=SHAPE.model` for each shape that has one.
+- one `llamalloc bench` over every shape under the allocators (bench.json), and one under llamalloc with each
+  shape's model (`--allocators llamalloc+model --model SHAPE=SHAPE.model`, bench-model.json).
 
 The footprint after the peak of a replay is `simulate`'s `after_peak()` (the median between the live peak and
 teardown). Memory figures only: the corpus is not a speed benchmark.
@@ -122,34 +124,47 @@ def mib(v) -> str:
 
 def table(names: list[str], summ: dict, sims: dict[str, dict], scale: str, repeat: int) -> str:
     allocs = [*PEERS, "llamalloc", "llamalloc+model"]
-    lines = [f"Scale {scale}, median of {repeat} run(s). Steady = mean RSS over the quiet phase after the peak; "
-             "peak = highest RSS sampled. MiB.", "",
-             "| shape | " + " | ".join(f"{a} steady" for a in allocs) + " | "
-             + " | ".join(f"{a} peak" for a in allocs) + " | steady vs best peer | peak vs lowest peer |",
-             "|---" * (2 * len(allocs) + 3) + "|"]
+
+    def fig(n, a, key):
+        return (summ.get((n, a)) or {}).get(key)
+
+    def ratio(a, b):
+        return f"{a / b:.2f}" if a and b else "-"
+
+    out = [f"Scale {scale}, medians of {repeat} run(s), MiB.", "",
+           "Steady state: mean RSS over the quiet phase after the peak. `vs best peer`: llamalloc over the lowest of "
+           "the four peers; `model / none`: llamalloc with the shape's model over llamalloc without one.", "",
+           "| shape | " + " | ".join(allocs) + " | vs best peer | model / none |", "|---" * (len(allocs) + 3) + "|"]
     for n in names:
-        steady = {a: (summ.get((n, a)) or {}).get("steady_rss_bytes") for a in allocs}
-        peak = {a: (summ.get((n, a)) or {}).get("peak_rss_bytes") for a in allocs}
-        peers_s = [steady[a] for a in PEERS if steady[a]]
-        peers_p = [peak[a] for a in PEERS if peak[a]]
-        rs = f"{steady['llamalloc'] / min(peers_s):.2f}x" if peers_s and steady["llamalloc"] else "-"
-        rp = f"{peak['llamalloc'] / min(peers_p):.2f}x" if peers_p and peak["llamalloc"] else "-"
-        lines.append(f"| {n} | " + " | ".join(mib(steady[a]) for a in allocs) + " | "
-                     + " | ".join(mib(peak[a]) for a in allocs) + f" | {rs} | {rp} |")
-    lines += ["", "Replays (footprint after the peak, MiB): 4 KiB pages; llamalloc without a model; the oracle under "
-              "the default options and under the best options found; their ratio; the best oracle over 4 KiB pages.",
-              "", "| shape | pages-4k | llama-default | llama-model | llama-oracle | llama-oracle-best | default/best "
-              "| best/4k | best options |", "|---|---|---|---|---|---|---|---|---|"]
+        steady = {a: fig(n, a, "steady_rss_bytes") for a in allocs}
+        peers = [steady[a] for a in PEERS if steady[a]]
+        out.append(f"| {n} | " + " | ".join(mib(steady[a]) for a in allocs) + " | "
+                   + ratio(steady["llamalloc"], min(peers) if peers else None) + " | "
+                   + ratio(steady["llamalloc+model"], steady["llamalloc"]) + " |")
+    out += ["", "Peak RSS (the kernel's high-water mark). `vs lowest peer`: llamalloc over the lowest of the four "
+            "peers; `AHP share`: llamalloc's highest AnonHugePages over its peak RSS (huge pages under load).", "",
+            "| shape | " + " | ".join(allocs) + " | vs lowest peer | AHP share |", "|---" * (len(allocs) + 3) + "|"]
+    for n in names:
+        peak = {a: fig(n, a, "peak_rss_bytes") for a in allocs}
+        peers = [peak[a] for a in PEERS if peak[a]]
+        out.append(f"| {n} | " + " | ".join(mib(peak[a]) for a in allocs) + " | "
+                   + ratio(peak["llamalloc"], min(peers) if peers else None) + " | "
+                   + ratio(fig(n, "llamalloc", "peak_anon_huge_pages_bytes"), peak["llamalloc"]) + " |")
+    out += ["", "Replays of each shape's trace, footprint after the peak (the median between the live peak and "
+            "teardown): 4 KiB pages; llamalloc without a model and with the shape's model; the oracle under the "
+            "default options and under the best options found (llama-oracle-best); `default / best` and "
+            "`best / 4k`.", "",
+            "| shape | pages-4k | llama-default | llama-model | llama-oracle | llama-oracle-best | default / best "
+            "| best / 4k | best options |", "|---|---|---|---|---|---|---|---|---|"]
     for n in names:
         s = sims.get(n)
         if not s:
-            lines.append(f"| {n} | - | - | - | - | - | - | - | (no trace) |")
+            out.append(f"| {n} | - | - | - | - | - | - | - | (no trace) |")
             continue
         d, b, k = s.get("llama-oracle"), s.get("llama-oracle-best"), s.get("pages-4k")
-        lines.append(f"| {n} | {mib(k)} | {mib(s.get('llama-default'))} | {mib(s.get('llama-model'))} | {mib(d)} | "
-                     f"{mib(b)} | {f'{d / b:.2f}' if d and b else '-'} | {f'{b / k:.2f}' if b and k else '-'} | "
-                     f"{s.get('best_options', '-')} |")
-    return "\n".join(lines) + "\n"
+        out.append(f"| {n} | {mib(k)} | {mib(s.get('llama-default'))} | {mib(s.get('llama-model'))} | {mib(d)} | "
+                   f"{mib(b)} | {ratio(d, b)} | {ratio(b, k)} | {s.get('best_options', '-')} |")
+    return "\n".join(out) + "\n"
 
 
 def main() -> None:
@@ -161,6 +176,8 @@ def main() -> None:
     ap.add_argument("--no-model", action="store_true", help="no profile, no model, no llamalloc+model runs")
     ap.add_argument("--no-sim", action="store_true", help="no trace, no replay")
     ap.add_argument("--no-bench", action="store_true", help="profiles, models and replays only (no allocator runs)")
+    ap.add_argument("--models-only", action="store_true",
+                    help="of the benches, only llamalloc with the models (bench-model.json); no table")
     ap.add_argument("--sample-bytes", type=int, default=4096, help="the profile's sampling period (record)")
     ap.add_argument("--quiet-seconds", type=float, default=None,
                     help="the shapes' quiet phase in the bench (default: the scale's)")
@@ -183,13 +200,25 @@ def main() -> None:
             print(f"corpus: {n}: {e}", file=sys.stderr, flush=True)
     if a.no_bench:
         return
-    bench_json = a.out / "bench.json"
-    if not bench_json.exists():
-        sh("bench", *sum((["-w", n] for n in names), []), "--allocators", a.allocators, "--repeat", str(a.repeat),
-           "--scale", a.scale, "--out", str(a.out / "bench"), "--json", str(bench_json), "--no-plots",
-           *(["--quiet-seconds", str(a.quiet_seconds)] if a.quiet_seconds is not None else []),
-           *sum((["--model", f"{n}={m}"] for n, m in models.items()), []), log=a.out / "bench.txt")
-    text = table(names, bench_summary(bench_json), sims, a.scale, a.repeat)
+    # The allocators, then llamalloc with each shape's model in a bench of its own (the models come last, so that
+    # the allocators' runs can start while the shapes are still being profiled).
+    quiet = ["--quiet-seconds", str(a.quiet_seconds)] if a.quiet_seconds is not None else []
+    runs = [("bench.json", names, a.allocators, [])]
+    if models and not a.no_model:
+        runs.append(("bench-model.json", list(models), "llamalloc+model",
+                     sum((["--model", f"{n}={m}"] for n, m in models.items()), [])))
+    summ: dict = {}
+    for file, shapes, allocators, extra in runs:
+        path = a.out / file
+        if not path.exists() and not (a.models_only and file == "bench.json"):
+            sh("bench", *sum((["-w", n] for n in shapes), []), "--allocators", allocators, "--repeat", str(a.repeat),
+               "--scale", a.scale, "--out", str(a.out / file.replace(".json", "")), "--json", str(path),
+               "--no-plots", *quiet, *extra, log=a.out / file.replace(".json", ".txt"))
+        if path.exists():
+            summ.update(bench_summary(path))
+    if a.models_only:
+        return
+    text = table(names, summ, sims, a.scale, a.repeat)
     (a.out / "table.md").write_text(text)
     print(text)
 
