@@ -149,3 +149,55 @@ def test_sparse_profile_agrees_with_the_dense_trace(clock_program, traced, tmp_p
     # time under the tracer it would be 1) but for the objects that live across a sleep.
     assert tc[0] >= 0.95 * (ROUNDS * BURST - (ROUNDS - 1) * RING_LIVE), tc
     assert agreement.overlap(tc, pc) >= agreement.MIN_AGREEMENT, (tc, pc)
+
+
+# More threads than cores, all allocating under the tracer, then a sleep: an object kept across the sleep alone
+# lives at least the sleep in program time. (A hook's duration is wall time, which counts a thread descheduled
+# inside it; the program clock's overhead grows at most 15/16 as fast as the wall clock, so that it never
+# outruns it and the quiet time after a load is not taken to pay it back.)
+THREADED = r"""
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { THREADS = 8, ROUNDS = 60000, QUIET_BYTES = 6666 };
+static void* volatile sink;
+
+static void* churn(void* arg) {
+  void* ring[64] = {0};
+  for (int i = 0; i < ROUNDS; ++i) {
+    free(ring[i % 64]);
+    ring[i % 64] = malloc(32 + (i % 200));
+    memset(ring[i % 64], i, 8);
+    sink = ring[i % 64];
+  }
+  for (int i = 0; i < 64; ++i) free(ring[i]);
+  return arg;
+}
+
+__attribute__((noinline)) static void* keep_across_quiet(void) { return malloc(QUIET_BYTES); }
+
+int main(void) {
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; ++i) pthread_create(&t[i], NULL, churn, NULL);
+  for (int i = 0; i < THREADS; ++i) pthread_join(t[i], NULL);
+  void* kept = keep_across_quiet();
+  struct timespec quiet = {0, 200 * 1000 * 1000};
+  nanosleep(&quiet, NULL);
+  free(kept);
+  return 0;
+}
+"""
+
+
+def test_a_quiet_phase_after_a_threaded_load_keeps_its_length_in_program_time(tmp_path):
+    (tmp_path / "threaded.c").write_text(THREADED)
+    exe = tmp_path / "threaded"
+    subprocess.run([shutil.which("cc") or "gcc", "-O1", "-g", "-pthread", "-fno-omit-frame-pointer", "-fno-builtin",
+                    "-o", str(exe), str(tmp_path / "threaded.c")], check=True)
+    out = tmp_path / "threaded.trace"
+    llamalloc("trace", "--no-compress", "-o", out, "--", exe, check_rc=0)
+    lifetimes = lifetimes_of(trace.load(out), 6666)
+    assert len(lifetimes) == 1
+    assert lifetimes[0] >= 200_000_000, lifetimes

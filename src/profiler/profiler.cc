@@ -36,6 +36,8 @@ std::atomic<uint64_t> g_teardown_ns{0};
 __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 
 std::atomic<uint64_t> g_overhead_fx{0};
+std::atomic<uint64_t> g_overhead_at_ns{0};
+uint64_t g_overhead_start_ns = 0;
 std::atomic<uint64_t> g_window_counts{0};
 uint64_t g_clock_read_fx;
 std::atomic<uint64_t> g_last_stamp_ns{0};

@@ -24,6 +24,13 @@
 //   before it; readers that order events by time would not pair them.
 // The clock reads themselves: a hook's two reads leave about one read's cost outside the span they measure, and
 // a free's read is not timed; each adds the cost of one read, measured once at start (calibrate_program_clock).
+// - G grows at most kMaxOverheadRate of the wall time between two of its updates (g_overhead_at_ns), so that
+//   the program clock always runs at least 1/16 as fast as the wall clock (the tracer slows allocating code 8-14
+//   times, not more). A hook's duration is wall time: a thread descheduled or blocked inside a hook (more
+//   threads than cores, a trace buffer's write) counts it all, and n, the threads that ended a hook in the last
+//   two windows, misses those still inside longer ones. Unbounded, G then outran the wall clock: four threads on
+//   two cores stamped a 1.3 s load as 0.12 s and the program's drop and quiet phase after it (no hooks) had to pay
+//   that back before the clock moved again, so that the whole phase got one time.
 // Cost: two clock reads per hook and one per free (vDSO, about 20 ns each), a compare-and-swap on one shared word
 // per stamp, a shared atomic add per kPublishNs of a thread's overhead (a thread keeps what it has not yet
 // published in its own counter), and a compare-and-swap per thread per window. No locks. Overhead a thread has
@@ -40,12 +47,16 @@ namespace llamalloc::prof {
 inline constexpr uint64_t kWindowShift = 20;                  // windows of 2^20 ns, about 1 ms
 inline constexpr uint64_t kPublishNs = 256;                   // a thread publishes its overhead every 256 ns
 inline constexpr uint32_t kOverheadFractionBits = 8;          // G in 1/256 ns: d / n loses nothing that matters
+inline constexpr uint64_t kMaxOverheadRate16 = 15;              // G grows at most 15/16 of the wall time
 
 // G, in 1/256 ns (2^56 ns, 833 days of overhead, fit).
 extern std::atomic<uint64_t> g_overhead_fx;
 // The current window and its thread counts: window index (32 bits) << 32 | previous window's count << 16 |
 // current window's count.
 extern std::atomic<uint64_t> g_window_counts;
+// CLOCK_MONOTONIC when G last grew (0: not yet; then the process's start bounds it).
+extern std::atomic<uint64_t> g_overhead_at_ns;
+extern uint64_t g_overhead_start_ns;
 // The cost of one CLOCK_MONOTONIC read, in 1/256 ns (calibrate_program_clock).
 extern uint64_t g_clock_read_fx;
 
@@ -80,11 +91,16 @@ inline uint64_t program_ns_at(uint64_t wall_ns) {
 
 inline uint64_t program_ns() { return program_ns_at(monotonic_ns()); }
 
-inline void add_overhead_fx(uint64_t fx) {
+// Adds a thread's pending overhead to G at wall time now_ns, at most kMaxOverheadRate16/16 of the wall time since
+// G last grew; the rest is dropped (the overestimate the rule above explains).
+inline void add_overhead_fx(uint64_t fx, uint64_t now_ns) {
   ThreadClock& c = t_clock;
   c.pending_fx += fx;
   if (c.pending_fx >= (kPublishNs << kOverheadFractionBits)) {
-    g_overhead_fx.fetch_add(c.pending_fx, std::memory_order_relaxed);
+    uint64_t at = g_overhead_at_ns.exchange(now_ns, std::memory_order_relaxed);
+    if (at == 0) at = g_overhead_start_ns;
+    uint64_t allowed_fx = now_ns > at ? ((now_ns - at) * kMaxOverheadRate16 / 16) << kOverheadFractionBits : 0;
+    g_overhead_fx.fetch_add(c.pending_fx < allowed_fx ? c.pending_fx : allowed_fx, std::memory_order_relaxed);
     c.pending_fx = 0;
   }
 }
@@ -92,9 +108,10 @@ inline void add_overhead_fx(uint64_t fx) {
 // The program clock now, for an event that is not inside a timed hook (a free): the read's own cost is the
 // profiler's.
 inline uint64_t program_ns_untimed() {
-  uint64_t now = program_ns();
+  uint64_t wall = monotonic_ns();
+  uint64_t now = program_ns_at(wall);
   uint32_t n = t_clock.last_n;
-  add_overhead_fx(g_clock_read_fx / (n == 0 ? 1 : n));
+  add_overhead_fx(g_clock_read_fx / (n == 0 ? 1 : n), wall);
   return now;
 }
 
@@ -142,7 +159,7 @@ class HookTimer {
     uint64_t spent_ns = exit_ns > c.entry_ns ? exit_ns - c.entry_ns : 0;
     uint32_t n = threads_in_hooks(exit_ns);
     c.last_n = n;
-    add_overhead_fx(((spent_ns << kOverheadFractionBits) + g_clock_read_fx) / n);
+    add_overhead_fx(((spent_ns << kOverheadFractionBits) + g_clock_read_fx) / n, exit_ns);
   }
   HookTimer(const HookTimer&) = delete;
   HookTimer& operator=(const HookTimer&) = delete;
@@ -159,11 +176,14 @@ inline void calibrate_program_clock() {
   for (int i = 0; i < kReads; ++i) monotonic_ns();
   uint64_t end = monotonic_ns();
   g_clock_read_fx = ((end - start) << kOverheadFractionBits) / (kReads + 1);
+  g_overhead_start_ns = end;
 }
 
 // A forked child starts its clock again from its own start (its files' start_mono_ns): no overhead yet.
 inline void reset_program_clock_after_fork() {
   g_overhead_fx.store(0, std::memory_order_relaxed);
+  g_overhead_at_ns.store(0, std::memory_order_relaxed);
+  g_overhead_start_ns = monotonic_ns();
   g_window_counts.store(0, std::memory_order_relaxed);
   g_last_stamp_ns.store(0, std::memory_order_relaxed);
   t_clock.pending_fx = 0;
