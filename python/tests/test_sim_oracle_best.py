@@ -26,7 +26,8 @@ def run(args, capsys):
 @pytest.fixture(scope="module")
 def long_lived_trace(tmp_path_factory):
     """Eight threads each make 6,000 small objects over 20 s: half die within 50 ms, 35% live 12-90 s (class 4,
-    all freed before the trace ends at 150 s) and 15% are never freed. Under the default options class 4 takes
+    all freed long before the trace ends at 400 s, so that the state after they died is most of the time after
+    the peak) and 15% are never freed. Under the default options class 4 takes
     its blocks from the never-freed objects' pages (LLAMALLOC_LONG_CLASS=4) and the long-lived classes come from
     one shared heap (LLAMALLOC_SHARED_CLASS=3): when the class-4 objects die, those pages stay, holding the
     never-freed ones among the holes."""
@@ -44,7 +45,7 @@ def long_lived_trace(tmp_path_factory):
             if life is not None:
                 timed.append((t + life, 1, free(t + life, address, thread=thread)))
     address += 0x1000
-    timed.append((150000.0, 0, alloc(150000.0, address, 16, thread=1)))
+    timed.append((400000.0, 0, alloc(400000.0, address, 16, thread=1)))
     timed.sort(key=lambda e: (e[0], e[1]))
     return write_trace(tmp_path_factory.mktemp("best") / "long.trace", [e[2] for e in timed])
 
@@ -63,7 +64,7 @@ def test_the_search_keeps_less_than_the_default_options_and_says_which(searched)
     search = best.search
     final = best.summary["final_footprint_bytes"]
     # Ranked by the footprint after the peak, which is the median that `simulate`'s after_peak() reads from the
-    # timeline. This trace: the default options keep a fifth more than the best ones after the peak.
+    # timeline. This trace: the default options keep at least a fifth more than the best ones after the peak.
     after, base_after = search["best"]["after_peak_footprint_bytes"], search["base"]["after_peak_footprint_bytes"]
     assert base_after == sim.after_peak(oracle.timeline)["footprint_bytes"]
     assert after == sim.after_peak(best.timeline)["footprint_bytes"]

@@ -159,12 +159,13 @@ int main(int argc, char** argv) {
     options.interval_ns = output.interval_ns;
     if (!quiet) search.progress = [](const std::string& line) { std::fprintf(stderr, "llamalloc-sim: %s\n", line.c_str()); };
     for (const std::string& name : policies) {
+      // The policy first (a bad model file is then the one line of the run), the progress line after.
+      std::unique_ptr<Policy> policy = name == "llama-oracle-best" ? nullptr : make_policy(name, settings);
       if (!quiet) std::fprintf(stderr, "llamalloc-sim: replaying %llu events through %s\n",
                                static_cast<unsigned long long>(reader.event_count()), name.c_str());
-      if (name == "llama-oracle-best") {
+      if (policy == nullptr) {
         output.runs.push_back(search_oracle_options(reader, settings, options, search));
       } else {
-        auto policy = make_policy(name, settings);
         output.runs.push_back(replay(reader, *policy, options));
       }
       const RunSummary& s = output.runs.back().summary;
