@@ -129,7 +129,7 @@ def table(names: list[str], summ: dict, sims: dict[str, dict], scale: str, repea
         return (summ.get((n, a)) or {}).get(key)
 
     def ratio(a, b):
-        return f"{a / b:.2f}" if a and b else "-"
+        return f"{a / b:.2f}" if a is not None and b else "-"
 
     out = [f"Scale {scale}, medians of {repeat} run(s), MiB.", "",
            "Steady state: mean RSS over the quiet phase after the peak. `vs best peer`: llamalloc over the lowest of "
