@@ -224,4 +224,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (RuntimeError, OSError) as e:  # a failed step: one line, not a traceback
+        sys.exit(f"corpus: {e}")

@@ -166,28 +166,28 @@ class Search {
  private:
   // Replays the candidates not tried yet, on up to jobs_ threads.
   void run_batch(const std::vector<Values>& batch, const char* phase) {
-    std::vector<size_t> todo;
+    std::vector<size_t> pending;
     for (const Values& v : batch) {
       if (!tried_.emplace(v, candidates_.size()).second) continue;
-      todo.push_back(candidates_.size());
+      pending.push_back(candidates_.size());
       candidates_.push_back(Candidate{v, phase});
     }
-    if (todo.empty()) return;
+    if (pending.empty()) return;
     std::atomic<size_t> next{0};
     std::exception_ptr error;
     auto work = [&] {
       std::unique_ptr<EventSource> source = reader_.cursor();
-      for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
+      for (size_t k; (k = next.fetch_add(1)) < pending.size();) {
         try {
-          replay_candidate(*source, todo[k], phase);
+          replay_candidate(*source, pending[k], phase);
         } catch (...) {
           std::lock_guard<std::mutex> lock(mutex_);
           if (!error) error = std::current_exception();
-          next = todo.size();
+          next = pending.size();
         }
       }
     };
-    size_t threads = std::min<size_t>(jobs_, todo.size());
+    size_t threads = std::min<size_t>(jobs_, pending.size());
     if (threads <= 1) {
       work();
     } else {

@@ -323,16 +323,16 @@ PurgeResult ThreadHeapOps::purge_sparse_spans(PageHeap& global, ThreadHeap& heap
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)
       for (SmallSpan* s = heap.spans[lc][sc]; s != &g_empty_span && s != nullptr; s = s->next) {
+        // Idle: `used` unchanged since the previous look; the top bit says this count was examined already, so
+        // that a span is walked once per count, not on every pass.
         uint32_t seen = s->used + 1;
+        if (when != PurgeWhen::kAll && s->swept_used == (seen | kSweptExamined)) continue;
         bool idle = (s->swept_used & ~kSweptExamined) == seen;
-        if (when == PurgeWhen::kIdle && (!idle || (s->swept_used & kSweptExamined) != 0)) {
-          // Idle: `used` unchanged since the previous look; the top bit says this count was examined already. A
-          // sparse span that is not idle yet is worth another look soon.
-          if (!idle) {
-            s->swept_used = seen;
-            if (uint64_t(s->used - s->parked) * 100 <= uint64_t(s->capacity) * global.subrelease_percent())
-              ++result.waiting;
-          }
+        if (when == PurgeWhen::kIdle && !idle) {
+          // A sparse span that is not idle yet is worth another look soon.
+          s->swept_used = seen;
+          if (uint64_t(s->used - s->parked) * 100 <= uint64_t(s->capacity) * global.subrelease_percent())
+            ++result.waiting;
           continue;
         }
         if (when == PurgeWhen::kIdleOrNotHead && !idle && s->prev == nullptr) {
