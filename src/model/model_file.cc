@@ -324,29 +324,38 @@ unsigned ModelFile::decide(const float* logits) const {
   // double (sums of eight floats are exact enough there that their order does not matter), as decide() in
   // Python computes them, so both give the same class. numpy's float exp and exp_float differ by an ulp or
   // two, which changes the class only at a tie that close.
-  double score[kNumClasses], cumulative[kNumClasses], total = 0.0;
+  double score[kNumClasses];
+  for (unsigned k = 0; k < kNumClasses; ++k) score[k] = double(exp_float(logits[k] - logits[best]));
+  return label_rule().apply(score);
+}
+
+unsigned LabelRule::apply(const double* score) const {
+  unsigned best = 0;
+  for (unsigned k = 1; k < kNumClasses; ++k)
+    if (score[k] > score[best]) best = k;
+  if (kind == kArgmax) return best;
+  double cumulative[kNumClasses], total = 0.0;
   for (unsigned k = 0; k < kNumClasses; ++k) {
-    score[k] = double(exp_float(logits[k] - logits[best]));
     total += score[k];
     cumulative[k] = total;
   }
-  if (decision_kind_ == kPercentile) {
+  if (kind == kPercentile) {
     for (unsigned k = 0; k < kNumClasses; ++k)
-      if (100.0 * cumulative[k] >= double(decision_parameter_) * total) return k;
+      if (100.0 * cumulative[k] >= double(parameter) * total) return k;
     return kNumClasses - 1;
   }
-  // The mode, ties (within decision_tie_ percent of the most common class) to the longest class.
+  // The mode, ties (within `tie` percent of the most common class) to the longest class.
   double top = score[best];
   unsigned mode = 0;
   for (unsigned k = kNumClasses; k-- > 0;)
-    if (100.0 * score[k] >= double(100 - decision_tie_) * top) {
+    if (100.0 * score[k] >= double(100 - tie) * top) {
       mode = k;
       break;
     }
-  if (decision_kind_ == kMode) return mode;
+  if (kind == kMode) return mode;
   // shareNN: the longest class holding at least NN% of the objects, or the mode where that is longer.
   for (unsigned k = kNumClasses; k-- > mode + 1;)
-    if (score[k] > 0.0 && 100.0 * score[k] >= double(decision_parameter_) * total) return k;
+    if (score[k] > 0.0 && 100.0 * score[k] >= double(parameter) * total) return k;
   return mode;
 }
 

@@ -34,6 +34,20 @@ inline uint64_t token_context_key(const uint32_t* tokens, size_t count) {
   return h;
 }
 
+// A label rule (llamalloc.model.dataset.apply_rule): the class of a context from its per-class scores (object
+// counts, or a distribution model's probabilities). Only comparisons of scaled sums, so scores need not sum to 1.
+// The kinds are the model file's `decision` section's (docs/formats/model.md).
+enum LabelKind : uint32_t { kArgmax = 0, kPercentile = 1, kMode = 2, kShare = 3 };
+struct LabelRule {
+  uint32_t kind = kArgmax;
+  uint32_t parameter = 0;  // pNN, shareNN: NN
+  uint32_t tie = 0;        // mode, shareNN: classes within this percent of the most common one tie with it
+  unsigned apply(const double* score) const;
+};
+// `llamalloc train`'s default label rule (llamalloc.model.classes.DEFAULT_LABEL_RULE, "mode"), which the online
+// learner applies to a context's counts when the model gives no rule of its own.
+inline constexpr LabelRule kTrainLabelRule{kMode, 0, kModeTiePercent};
+
 class ModelFile {
  public:
   ModelFile() = default;
@@ -68,8 +82,9 @@ class ModelFile {
   // How the class is chosen from the logits (section `decision`, docs/formats/model.md). A label model (no such
   // section): the largest logit. A distribution model, trained on each context's class distribution: a label
   // rule applied to the predicted distribution, as `llamalloc train --label` applies it to a context's counts.
-  enum DecisionKind : uint32_t { kArgmax = 0, kPercentile = 1, kMode = 2, kShare = 3 };
   bool is_distribution() const { return decision_kind_ != kArgmax; }
+  // The rule decide() applies (kind kArgmax for a label model).
+  LabelRule label_rule() const { return LabelRule{decision_kind_, decision_parameter_, decision_tie_}; }
   // The class for logits[kNumClasses] (what infer() returns).
   unsigned decide(const float* logits) const;
 

@@ -1,0 +1,234 @@
+// Online lifetime learning (online_learner.h has the rules).
+#include "online_learner.h"
+
+#include <sched.h>
+
+namespace llamalloc::model {
+
+uint64_t OnlineLearner::context_key(uintptr_t return_address, uintptr_t depth, unsigned size_bucket,
+                                    uint64_t callers) {
+  uint64_t k = uint64_t(return_address) * 0x9E3779B97F4A7C15ull;
+  k ^= (uint64_t(depth) + (uint64_t(size_bucket) << 56)) * 0xC2B2AE3D27D4EB4Full;
+  k ^= k >> 29;
+  k = (k ^ callers) * 0xBF58476D1CE4E5B9ull;
+  k ^= k >> 32;
+  return k | 1;
+}
+
+void OnlineLearner::lock() {
+  while (lock_.exchange(true, std::memory_order_acquire))
+    while (lock_.load(std::memory_order_relaxed)) sched_yield();
+}
+
+void OnlineLearner::lock_for_fork() { lock(); }
+void OnlineLearner::unlock_after_fork(bool child) {
+  (void)child;  // the child's copy of the flag is the parent's: held by the thread that forked, which is this one
+  unlock();
+}
+
+int32_t OnlineLearner::find(uint64_t key) const {
+  uint32_t mask = kContexts - 1;
+  for (uint32_t n = 0, i = uint32_t(key >> (64 - kLogContexts)); n < kContexts; ++n, i = (i + 1) & mask) {
+    uint64_t k = contexts_[i].key.load(std::memory_order_acquire);
+    if (k == key) return int32_t(i);
+    if (k == 0) return -1;
+  }
+  return -1;
+}
+
+int32_t OnlineLearner::find_or_add(uint64_t key, uintptr_t return_address, unsigned size_bucket) {
+  int32_t found = find(key);
+  if (found >= 0) return found;
+  lock();
+  // Open addressing without removal: the table keeps at most three quarters of its slots, so probes stay short;
+  // a context that finds it full is not learned (it keeps the model's or the default class).
+  int32_t slot = -1;
+  if (used_contexts_ < kContexts / 4 * 3) {
+    uint32_t mask = kContexts - 1;
+    for (uint32_t i = uint32_t(key >> (64 - kLogContexts));; i = (i + 1) & mask) {
+      uint64_t k = contexts_[i].key.load(std::memory_order_relaxed);
+      if (k == key) {
+        slot = int32_t(i);
+        break;
+      }
+      if (k == 0) {
+        Context& c = contexts_[i];
+        c.return_address = return_address;
+        c.size_bucket = uint8_t(size_bucket);
+        c.key.store(key, std::memory_order_release);
+        ++used_contexts_;
+        slot = int32_t(i);
+        break;
+      }
+    }
+  }
+  unlock();
+  return slot;
+}
+
+bool OnlineLearner::should_sample(int32_t slot) {
+  Context& c = contexts_[slot];
+  uint32_t n = c.checks.load(std::memory_order_relaxed) + 1;
+  c.checks.store(n, std::memory_order_relaxed);  // (a lost increment between threads only shifts the phase)
+  uint8_t state = c.state.load(std::memory_order_relaxed);
+  bool confident = state != kNoClass && (state & kConfidentBit);
+  if (confident && rule_.sample_every > 1 && n % rule_.sample_every != 0) return false;
+  // Unlocked reads: a stale value admits or refuses one sample, which on_sample checks again.
+  return c.live_total < kMaxLivePerContext && live_samples_ < kSamples / 4 * 3;
+}
+
+void OnlineLearner::note_model_class(int32_t slot, unsigned lc) {
+  uint8_t none = kNoClass;
+  contexts_[slot].model_class.compare_exchange_strong(none, uint8_t(lc), std::memory_order_relaxed);
+}
+
+void OnlineLearner::note_override(int32_t slot) {
+  contexts_[slot].overrides.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool OnlineLearner::on_sample(int32_t slot, uintptr_t p, uint64_t now_ns) {
+  if (p == 0 || slot < 0) return false;
+  lock();
+  Context& c = contexts_[slot];
+  bool kept = false;
+  if (c.live_total < kMaxLivePerContext && live_samples_ < kSamples / 4 * 3) {
+    uint32_t mask = kSamples - 1;
+    uint32_t i = sample_index(p);
+    // A block that is handed out again while still in the table was freed unseen (a free the hook missed
+    // cannot happen for a block of the sampled heap, but the entry is replaced rather than trusted).
+    while (samples_table_[i].address != 0 && samples_table_[i].address != p) i = (i + 1) & mask;
+    Sample& s = samples_table_[i];
+    if (s.address == p) {
+      Context& old = contexts_[s.context];
+      old.live[s.aged]--;
+      old.live_total--;
+      --live_samples_;
+    }
+    s.address = p;
+    s.born_ns = now_ns;
+    s.context = uint16_t(slot);
+    s.aged = 0;
+    c.live[0]++;
+    c.live_total++;
+    c.samples++;
+    ++live_samples_;
+    ++samples_;
+    kept = true;
+  } else {
+    ++dropped_;
+  }
+  unlock();
+  return kept;
+}
+
+void OnlineLearner::erase_sample(uint32_t i) {
+  // Backward-shift deletion keeps linear probing's chains unbroken without tombstones.
+  uint32_t mask = kSamples - 1;
+  uint32_t hole = i;
+  for (uint32_t j = (i + 1) & mask; samples_table_[j].address != 0; j = (j + 1) & mask) {
+    uint32_t home = sample_index(samples_table_[j].address);
+    // j's entry may move into the hole when its home is not in (hole, j] (cyclically).
+    bool between = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!between) {
+      samples_table_[hole] = samples_table_[j];
+      hole = j;
+    }
+  }
+  samples_table_[hole] = Sample{};
+}
+
+bool OnlineLearner::on_free(uintptr_t p, uint64_t now_ns) {
+  if (live_samples_ == 0) return false;  // (unlocked: a sample being added is of a block not yet handed out)
+  lock();
+  uint32_t mask = kSamples - 1;
+  uint32_t i = sample_index(p);
+  while (samples_table_[i].address != 0 && samples_table_[i].address != p) i = (i + 1) & mask;
+  bool found = samples_table_[i].address == p;
+  if (found) {
+    Sample s = samples_table_[i];
+    erase_sample(i);
+    Context& c = contexts_[s.context];
+    c.live[s.aged]--;
+    c.live_total--;
+    --live_samples_;
+    c.freed[lifetime_class_of(now_ns > s.born_ns ? now_ns - s.born_ns : 0)]++;
+    ++frees_;
+    // The window: once the frees reach twice `window`, every count halves, so the evidence of a past phase
+    // weighs half as much as the present's each time another window of frees comes in.
+    uint32_t total = 0;
+    for (unsigned k = 0; k < kMaxClasses; ++k) total += c.freed[k];
+    if (rule_.window != 0 && total >= 2 * rule_.window)
+      for (unsigned k = 0; k < kMaxClasses; ++k) c.freed[k] /= 2;
+    redecide(c);
+  }
+  unlock();
+  return found;
+}
+
+void OnlineLearner::age(uint64_t now_ns) {
+  if (live_samples_ == 0) return;
+  lock();
+  for (uint32_t i = 0; i < kSamples; ++i) {
+    Sample& s = samples_table_[i];
+    if (s.address == 0) continue;
+    unsigned reached = lifetime_class_of(now_ns > s.born_ns ? now_ns - s.born_ns : 0);
+    if (reached <= s.aged) continue;
+    Context& c = contexts_[s.context];
+    c.live[s.aged]--;
+    c.live[reached]++;
+    s.aged = uint8_t(reached);
+    ++aged_;
+    redecide(c);
+  }
+  unlock();
+}
+
+uint8_t OnlineLearner::decide(const LearnRule& rule, const uint32_t* freed, const uint32_t* live,
+                              uint32_t* evidence) {
+  double score[kMaxClasses];
+  uint32_t n = 0;
+  for (unsigned k = 0; k < kMaxClasses; ++k) {
+    // A live object younger than class 0's bound could still be of any class: it is no evidence yet. One that
+    // has reached class k is evidence of at least class k.
+    uint32_t counted = freed[k] + (k > 0 ? live[k] : 0);
+    score[k] = double(counted);
+    n += counted;
+  }
+  if (evidence != nullptr) *evidence = n;
+  if (n == 0 || n < rule.min_samples) return kNoClass;
+  unsigned lc = rule.label.apply(score);
+  if (lc < rule.shortest) lc = rule.shortest;
+  return uint8_t(lc);
+}
+
+void OnlineLearner::redecide(Context& c) {
+  uint32_t evidence = 0;
+  uint8_t lc = decide(rule_, c.freed, c.live, &evidence);
+  // (A window below override_samples caps the evidence of frees near twice the window, halved to the window:
+  // the window is then enough.)
+  uint32_t confident_at = rule_.window != 0 && rule_.window < rule_.override_samples ? rule_.window
+                                                                                     : rule_.override_samples;
+  uint8_t state = lc == kNoClass ? kNoClass : uint8_t(lc | (evidence >= confident_at ? kConfidentBit : 0));
+  c.state.store(state, std::memory_order_relaxed);
+}
+
+LearnerTotals OnlineLearner::totals() const {
+  LearnerTotals t;
+  const_cast<OnlineLearner*>(this)->lock();
+  t.contexts = used_contexts_;
+  t.samples = samples_;
+  t.frees = frees_;
+  t.aged = aged_;
+  t.dropped_samples = dropped_;
+  t.live_samples = live_samples_;
+  for (uint32_t i = 0; i < kContexts; ++i) {
+    const Context& c = contexts_[i];
+    if (c.key.load(std::memory_order_relaxed) == 0) continue;
+    if (c.state.load(std::memory_order_relaxed) != kNoClass) ++t.decided;
+    t.overrides += c.overrides.load(std::memory_order_relaxed);
+  }
+  const_cast<OnlineLearner*>(this)->unlock();
+  return t;
+}
+
+}  // namespace llamalloc::model

@@ -1,0 +1,183 @@
+// Online lifetime learning (docs/prediction.md, "Online learning"): the allocator learns each calling context's
+// lifetime class in the process, from the objects it samples, as the LLAMA paper's per-site lifetime counters
+// learn it offline. A sampled allocation records its context and its allocation time in a fixed table; its free
+// puts its lifetime into the context's per-class counts; an object still live is aged by the sweeper's passes
+// (a sampled object alive past class k's bound counts as at least class k + 1), so a context whose objects are
+// never freed is learned too. Once a context has enough evidence, the label rule of training decides its
+// class; the class is decided again whenever the evidence changes, and old frees weigh less than new ones (a
+// phase change moves it).
+//
+// Rules, and why:
+// - Fixed-size tables in static storage, no allocation: the learner runs inside malloc and free.
+// - One lock for every change; lookups (the class of a context) take none: the prediction cache consults the
+//   learner on every check of an entry, which must stay cheap on every thread.
+// - The same code serves the process (LearnedPredictor) and the replay (src/sim, llama-online), with the time
+//   given by the caller, so that both learn the same thing from the same events.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "model_file.h"
+#include "vocabulary.h"
+
+namespace llamalloc::model {
+
+// The class of a context that is not decided yet.
+inline constexpr uint8_t kNoClass = 0xff;
+
+// The learner's thresholds: the heap's options LEARN_MIN_SAMPLES, LEARN_OVERRIDE_SAMPLES, LEARN_WINDOW and
+// LEARN_SAMPLE_EVERY (options.h, where their reasons are), and the label rule that turns counts into a class.
+struct LearnRule {
+  uint32_t min_samples = 8;        // evidence before a context's class is decided
+  uint32_t override_samples = 32;  // evidence before it overrides a model's class (at most the window)
+  uint32_t window = 64;            // frees kept at full weight: counts halve once they reach twice this
+  uint32_t sample_every = 16;      // once a context is confident: one in this many of its checks is sampled
+  LabelRule label = kTrainLabelRule;
+  unsigned shortest = 0;  // a decided class shorter than this is raised to it (LLAMALLOC_MIN_CLASS)
+};
+
+// What the learner knows of one context, for the statistics and tests.
+struct LearnedContext {
+  uint64_t key;
+  uintptr_t return_address;
+  unsigned size_bucket;
+  uint8_t learned;      // kNoClass: undecided
+  bool confident;       // evidence >= override_samples
+  uint8_t model_class;  // the model's class when it first predicted this context (kNoClass: none)
+  uint32_t freed[kMaxClasses];  // frees by lifetime class (halved as the window slides)
+  uint32_t live[kMaxClasses];   // sampled objects still live, by the class their age has reached
+  uint64_t samples;    // objects sampled
+  uint64_t overrides;  // times a cached model class was replaced by the learned one
+};
+
+struct LearnerTotals {
+  uint64_t contexts = 0, decided = 0, samples = 0, frees = 0, aged = 0, overrides = 0, dropped_samples = 0,
+           live_samples = 0;
+};
+
+class OnlineLearner {
+ public:
+  static constexpr unsigned kLogContexts = 11;  // 2,048 contexts (about 200 KiB)
+  static constexpr unsigned kLogSamples = 12;   // 4,096 sampled objects live at once (96 KiB)
+  // A context stops being sampled while this many of its sampled objects are live: a long-lived context would
+  // otherwise fill the table with objects that only confirm what it already says.
+  static constexpr uint32_t kMaxLivePerContext = 64;
+
+  void configure(const LearnRule& rule) { rule_ = rule; }
+  const LearnRule& rule() const { return rule_; }
+
+  // The key of a calling context that is the same in every thread: the return address, the stack depth (the
+  // thread's stack top minus the frame address), the model size bucket and a hash of the callers above.
+  static uint64_t context_key(uintptr_t return_address, uintptr_t depth, unsigned size_bucket, uint64_t callers);
+
+  // The slot of a context, added when new; -1 when the table is full. Lock-free when the context is known.
+  int32_t find_or_add(uint64_t key, uintptr_t return_address, unsigned size_bucket);
+  int32_t find(uint64_t key) const;
+  // The context's learned class, kNoClass while undecided or, with `need_confidence`, while its evidence is
+  // below override_samples. One relaxed load.
+  uint8_t learned(int32_t slot, bool need_confidence) const {
+    const Context& c = contexts_[slot];
+    uint8_t state = c.state.load(std::memory_order_relaxed);
+    if (state == kNoClass || (need_confidence && !(state & kConfidentBit))) return kNoClass;
+    return uint8_t(state & ~kConfidentBit);
+  }
+  // Whether the allocation at this check of the context is to be sampled: every check while the context is not
+  // confident, then one in sample_every; never while kMaxLivePerContext of its objects are live or the sample
+  // table is three quarters full.
+  bool should_sample(int32_t slot);
+  // The model's class for this context (kept once: the first model run's), and an override of it.
+  void note_model_class(int32_t slot, unsigned lc);
+  void note_override(int32_t slot);
+
+  // A sampled object of context `slot` at address p, allocated at now_ns. false when the table is full (the
+  // object is then not sampled).
+  bool on_sample(int32_t slot, uintptr_t p, uint64_t now_ns);
+  // An object was freed at now_ns: if it was sampled, its lifetime goes into its context's counts (true).
+  bool on_free(uintptr_t p, uint64_t now_ns);
+  // Ages the live sampled objects (the sweeper's passes): one alive past class k's bound counts as class k + 1.
+  void age(uint64_t now_ns);
+
+  LearnerTotals totals() const;
+  // Calls f(const LearnedContext&) for every context, under the lock (no allocation).
+  template <typename F>
+  void for_each(F&& f) const;
+
+  // fork(): the lock is held across it (pthread_atfork) and made anew in the child.
+  void lock_for_fork();
+  void unlock_after_fork(bool child);
+
+  // The context's class from its counts (the label rule; live objects younger than class 0's bound say nothing
+  // yet), kNoClass below min_samples of evidence. Public for tests.
+  static uint8_t decide(const LearnRule& rule, const uint32_t* freed, const uint32_t* live, uint32_t* evidence);
+
+ private:
+  static constexpr uint8_t kConfidentBit = 0x80;
+  struct Context {
+    std::atomic<uint64_t> key{0};  // 0: empty; set last, with release, when the slot is filled
+    uintptr_t return_address = 0;
+    uint32_t freed[kMaxClasses] = {};
+    uint32_t live[kMaxClasses] = {};
+    std::atomic<uint32_t> checks{0};
+    uint32_t live_total = 0;
+    uint64_t samples = 0;
+    std::atomic<uint64_t> overrides{0};
+    std::atomic<uint8_t> state{kNoClass};  // learned class | kConfidentBit, or kNoClass
+    std::atomic<uint8_t> model_class{kNoClass};
+    uint8_t size_bucket = 0;
+  };
+  struct Sample {
+    uintptr_t address;  // 0: empty
+    uint64_t born_ns;
+    uint16_t context;
+    uint8_t aged;  // the class the object's age had reached when it was last aged
+  };
+  static constexpr uint32_t kContexts = 1u << kLogContexts;
+  static constexpr uint32_t kSamples = 1u << kLogSamples;
+  static_assert(kContexts <= 65536, "a sample names its context in 16 bits");
+
+  void lock();
+  void unlock() { lock_.store(false, std::memory_order_release); }
+  void redecide(Context& c);
+  static uint32_t sample_index(uintptr_t p) {
+    return uint32_t((uint64_t(p) * 0x9E3779B97F4A7C15ull) >> (64 - kLogSamples));
+  }
+  void erase_sample(uint32_t i);
+
+  LearnRule rule_;
+  std::atomic<bool> lock_{false};
+  uint32_t used_contexts_ = 0;  // lock
+  uint32_t live_samples_ = 0;   // lock
+  uint64_t samples_ = 0, frees_ = 0, aged_ = 0, dropped_ = 0;  // lock
+  Context contexts_[kContexts];
+  Sample samples_table_[kSamples] = {};
+};
+
+template <typename F>
+void OnlineLearner::for_each(F&& f) const {
+  const_cast<OnlineLearner*>(this)->lock();
+  for (uint32_t i = 0; i < kContexts; ++i) {
+    const Context& c = contexts_[i];
+    uint64_t key = c.key.load(std::memory_order_acquire);
+    if (key == 0) continue;
+    LearnedContext out{};
+    out.key = key;
+    out.return_address = c.return_address;
+    out.size_bucket = c.size_bucket;
+    uint8_t state = c.state.load(std::memory_order_relaxed);
+    out.learned = state == kNoClass ? kNoClass : uint8_t(state & ~kConfidentBit);
+    out.confident = state != kNoClass && (state & kConfidentBit);
+    out.model_class = c.model_class.load(std::memory_order_relaxed);
+    for (unsigned k = 0; k < kMaxClasses; ++k) {
+      out.freed[k] = c.freed[k];
+      out.live[k] = c.live[k];
+    }
+    out.samples = c.samples;
+    out.overrides = c.overrides.load(std::memory_order_relaxed);
+    f(static_cast<const LearnedContext&>(out));
+  }
+  const_cast<OnlineLearner*>(this)->unlock();
+}
+
+}  // namespace llamalloc::model

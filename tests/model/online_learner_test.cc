@@ -1,0 +1,146 @@
+// The online learner's rules (src/model/online_learner.h), with the time given by the test.
+#include "online_learner.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+namespace llamalloc::model {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+std::unique_ptr<OnlineLearner> make_learner(LearnRule rule = {}) {
+  auto l = std::make_unique<OnlineLearner>();
+  l->configure(rule);
+  return l;
+}
+
+// Samples `n` objects of `slot` at addresses from `base`, born at `now`.
+void sample(OnlineLearner& l, int32_t slot, uintptr_t base, int n, uint64_t now) {
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(l.on_sample(slot, base + uintptr_t(i) * 64, now));
+}
+
+TEST(OnlineLearner, AContextIsLearnedFromTheLifetimesOfItsFreedObjects) {
+  auto l = make_learner();
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x401000, 512, 6, 0), 0x401000, 6);
+  ASSERT_GE(slot, 0);
+  sample(*l, slot, 0x10000, 7, 0);
+  for (int i = 0; i < 7; ++i) EXPECT_TRUE(l->on_free(0x10000 + uintptr_t(i) * 64, 500 * kMs));  // class 2 (< 1 s)
+  EXPECT_EQ(l->learned(slot, false), kNoClass) << "below min_samples (8): undecided";
+  sample(*l, slot, 0x20000, 1, 1000 * kMs);
+  EXPECT_TRUE(l->on_free(0x20000, 1300 * kMs));
+  EXPECT_EQ(l->learned(slot, false), 2u);
+  EXPECT_EQ(l->learned(slot, true), kNoClass) << "below override_samples (32): not confident";
+  EXPECT_FALSE(l->on_free(0x20000, 1400 * kMs)) << "an address freed twice is sampled once";
+  EXPECT_FALSE(l->on_free(0x999999, 1400 * kMs)) << "an object never sampled";
+}
+
+TEST(OnlineLearner, AContextWhoseObjectsAreNeverFreedIsLearnedFromAgingAlone) {
+  auto l = make_learner();
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402000, 256, 5, 0), 0x402000, 5);
+  sample(*l, slot, 0x30000, 40, 0);
+  l->age(5 * kMs);
+  EXPECT_EQ(l->learned(slot, false), kNoClass) << "younger than 10 ms: no evidence yet";
+  l->age(50 * kMs);
+  EXPECT_EQ(l->learned(slot, true), 1u) << "alive past 10 ms: at least class 1";
+  l->age(20'000 * kMs);
+  EXPECT_EQ(l->learned(slot, true), 4u) << "alive past 10 s: at least class 4";
+  EXPECT_EQ(l->totals().live_samples, 40u);
+}
+
+TEST(OnlineLearner, APhaseChangeIsDecidedAgain) {
+  LearnRule rule;
+  rule.window = 16;
+  auto l = make_learner(rule);
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x403000, 128, 7, 0), 0x403000, 7);
+  uint64_t now = 0;
+  for (int i = 0; i < 40; ++i) {  // phase 1: objects live 5 s (class 3)
+    ASSERT_TRUE(l->on_sample(slot, 0x40000, now));
+    now += 5000 * kMs;
+    ASSERT_TRUE(l->on_free(0x40000, now));
+  }
+  EXPECT_EQ(l->learned(slot, true), 3u);
+  for (int i = 0; i < 40; ++i) {  // phase 2: objects live 1 ms (class 0)
+    ASSERT_TRUE(l->on_sample(slot, 0x40000, now));
+    now += kMs;
+    ASSERT_TRUE(l->on_free(0x40000, now));
+  }
+  EXPECT_EQ(l->learned(slot, true), 0u) << "the window halves the old phase's counts";
+}
+
+TEST(OnlineLearner, TheShortestClassRaisesADecision) {
+  LearnRule rule;
+  rule.shortest = 1;
+  uint32_t freed[kMaxClasses] = {20, 0, 0, 0, 0, 0, 0, 0}, live[kMaxClasses] = {};
+  uint32_t evidence = 0;
+  EXPECT_EQ(OnlineLearner::decide(rule, freed, live, &evidence), 1u);
+  EXPECT_EQ(evidence, 20u);
+}
+
+TEST(OnlineLearner, TheLabelRuleIsTraining) {
+  // Mode with ties to the longer class (train's default): 10 short and 9.5-10 long objects tie, the longer wins.
+  LearnRule rule;
+  uint32_t freed[kMaxClasses] = {10, 0, 0, 10, 0, 0, 0, 0}, live[kMaxClasses] = {};
+  EXPECT_EQ(OnlineLearner::decide(rule, freed, live, nullptr), 3u);
+  freed[3] = 5;
+  EXPECT_EQ(OnlineLearner::decide(rule, freed, live, nullptr), 0u);
+  rule.label = LabelRule{kShare, 20, kModeTiePercent};
+  EXPECT_EQ(OnlineLearner::decide(rule, freed, live, nullptr), 3u) << "share20: a third of the objects is kept";
+}
+
+TEST(OnlineLearner, SamplingThinsOutOnceAContextIsConfident) {
+  LearnRule rule;
+  rule.sample_every = 16;
+  auto l = make_learner(rule);
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x404000, 64, 8, 0), 0x404000, 8);
+  int sampled = 0;
+  for (int i = 0; i < 32; ++i) sampled += l->should_sample(slot);
+  EXPECT_EQ(sampled, 32) << "every check while not confident";
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(l->on_sample(slot, 0x50000, 0));
+    ASSERT_TRUE(l->on_free(0x50000, kMs));
+  }
+  sampled = 0;
+  for (int i = 0; i < 160; ++i) sampled += l->should_sample(slot);
+  EXPECT_EQ(sampled, 10);
+}
+
+TEST(OnlineLearner, ALongLivedContextStopsBeingSampledAtItsLiveCap) {
+  auto l = make_learner();
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x405000, 64, 8, 0), 0x405000, 8);
+  for (uint32_t i = 0; i < OnlineLearner::kMaxLivePerContext; ++i) ASSERT_TRUE(l->on_sample(slot, 0x60000 + i * 16, 0));
+  EXPECT_FALSE(l->should_sample(slot));
+  EXPECT_FALSE(l->on_sample(slot, 0x70000, 0));
+  EXPECT_TRUE(l->on_free(0x60000, kMs));
+  EXPECT_TRUE(l->should_sample(slot));
+}
+
+TEST(OnlineLearner, ContextKeysDependOnEveryPart) {
+  uint64_t k = OnlineLearner::context_key(0x401000, 512, 6, 0);
+  EXPECT_NE(k, OnlineLearner::context_key(0x401001, 512, 6, 0));
+  EXPECT_NE(k, OnlineLearner::context_key(0x401000, 528, 6, 0));
+  EXPECT_NE(k, OnlineLearner::context_key(0x401000, 512, 7, 0));
+  EXPECT_NE(k, OnlineLearner::context_key(0x401000, 512, 6, 0x1234));
+  auto l = make_learner();
+  int32_t slot = l->find_or_add(k, 0x401000, 6);
+  EXPECT_GE(slot, 0);
+  EXPECT_EQ(l->find(k), slot);
+  EXPECT_EQ(l->find(k ^ 2), -1);
+}
+
+TEST(OnlineLearner, ManySamplesStayFindableThroughDeletions) {
+  auto l = make_learner();
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x406000, 64, 8, 0), 0x406000, 8);
+  // Fill, free every other one, then every remaining one must still be found (backward-shift deletion).
+  for (uint32_t round = 0; round < 40; ++round) {
+    for (uint32_t i = 0; i < 60; ++i) ASSERT_TRUE(l->on_sample(slot, 0x100000 + (round * 60 + i) * 4096, 0));
+    for (uint32_t i = 0; i < 60; i += 2) ASSERT_TRUE(l->on_free(0x100000 + (round * 60 + i) * 4096, 1));
+    for (uint32_t i = 1; i < 60; i += 2) ASSERT_TRUE(l->on_free(0x100000 + (round * 60 + i) * 4096, 1));
+  }
+  EXPECT_EQ(l->totals().live_samples, 0u);
+  EXPECT_EQ(l->totals().frees, 2400u);
+}
+
+}  // namespace
+}  // namespace llamalloc::model
