@@ -127,7 +127,22 @@ namespace llamalloc {
     "profiler does, so that callers of code built without frame pointers are in the context as in the "        \
     "profile; 0: frame pointers only (they skip such callers).")                                              \
   X(PREDICT_LOG, predict_log, String, "", 0, 0,                                                                  \
-    "Append 'class: token ids' of every model run to this file (tests, debugging). Empty: none.")
+    "Append 'class: token ids' of every model run to this file (tests, debugging). Empty: none.")               \
+  X(LEARN, learn, Uint, 0, 0, 1,                                                                                 \
+    "1: learn each calling context's lifetime class in the process from sampled objects (docs/prediction.md, "  \
+    "'Online learning'): with MODEL, the model's class until the context's own evidence disagrees; without, "    \
+    "DEFAULT_CLASS until then. Every allocation then probes a per-thread prediction cache.")                   \
+  X(LEARN_MIN_SAMPLES, learn_min_samples, Uint, 8, 1, 1000000,                                                 \
+    "Sampled objects (freed, or live past 10 ms) a context needs before LEARN decides its class.")              \
+  X(LEARN_OVERRIDE_SAMPLES, learn_override_samples, Uint, 32, 1, 1000000,                                      \
+    "Sampled objects a context needs before its learned class replaces the model's (at most LEARN_WINDOW): a "  \
+    "model's class is kept until the evidence against it is this strong.")                                    \
+  X(LEARN_WINDOW, learn_window, Uint, 64, 0, 1000000,                                                          \
+    "A context's counts of freed samples halve once they reach twice this, so that a new phase outweighs the "  \
+    "old one after about this many frees. 0: never (all history weighs the same).")                            \
+  X(LEARN_SAMPLE_EVERY, learn_sample_every, Uint, 16, 1, 1000000,                                              \
+    "A context with LEARN_OVERRIDE_SAMPLES of evidence is sampled at one in this many checks of its prediction " \
+    "cache entry (a check comes every 1 to 64 allocations); before that, at every check.")
 
 // The profiler's options: read by libllamalloc_prof.so (`llamalloc record`, `llamalloc trace`; docs/profiler.md)
 // when it is preloaded, with the same parser and warnings. Two more kinds: Choice (one of the words of `min`,
