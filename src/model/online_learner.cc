@@ -2,8 +2,24 @@
 #include "online_learner.h"
 
 #include <sched.h>
+#include <sys/mman.h>
 
 namespace llamalloc::model {
+
+bool OnlineLearner::configure(const LearnRule& rule) {
+  rule_ = rule;
+  if (contexts_ != nullptr) return true;
+  size_t bytes = sizeof(Context) * kContexts + sizeof(Sample) * kSamples;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  samples_table_ = reinterpret_cast<Sample*>(static_cast<char*>(p) + sizeof(Context) * kContexts);
+  contexts_ = static_cast<Context*>(p);
+  return true;
+}
+
+OnlineLearner::~OnlineLearner() {
+  if (contexts_ != nullptr) munmap(contexts_, sizeof(Context) * kContexts + sizeof(Sample) * kSamples);
+}
 
 uint64_t OnlineLearner::context_key(uintptr_t return_address, uintptr_t depth, unsigned size_bucket,
                                     uint64_t callers) {
@@ -27,6 +43,7 @@ void OnlineLearner::unlock_after_fork(bool child) {
 }
 
 int32_t OnlineLearner::find(uint64_t key) const {
+  if (contexts_ == nullptr) return -1;
   uint32_t mask = kContexts - 1;
   for (uint32_t n = 0, i = uint32_t(key >> (64 - kLogContexts)); n < kContexts; ++n, i = (i + 1) & mask) {
     uint64_t k = contexts_[i].key.load(std::memory_order_acquire);
@@ -38,7 +55,7 @@ int32_t OnlineLearner::find(uint64_t key) const {
 
 int32_t OnlineLearner::find_or_add(uint64_t key, uintptr_t return_address, unsigned size_bucket) {
   int32_t found = find(key);
-  if (found >= 0) return found;
+  if (found >= 0 || contexts_ == nullptr) return found;
   lock();
   // Open addressing without removal: the table keeps at most three quarters of its slots, so probes stay short;
   // a context that finds it full is not learned (it keeps the model's or the default class).
@@ -70,16 +87,15 @@ bool OnlineLearner::should_sample(int32_t slot) {
   Context& c = contexts_[slot];
   uint32_t n = c.checks.load(std::memory_order_relaxed) + 1;
   c.checks.store(n, std::memory_order_relaxed);  // (a lost increment between threads only shifts the phase)
-  uint8_t state = c.state.load(std::memory_order_relaxed);
-  bool confident = state != kNoClass && (state & kConfidentBit);
+  bool confident = c.state.load(std::memory_order_relaxed) & kConfidentBit;
   if (confident && rule_.sample_every > 1 && n % rule_.sample_every != 0) return false;
   // Unlocked reads: a stale value admits or refuses one sample, which on_sample checks again.
   return c.live_total < kMaxLivePerContext && live_samples_ < kSamples / 4 * 3;
 }
 
 void OnlineLearner::note_model_class(int32_t slot, unsigned lc) {
-  uint8_t none = kNoClass;
-  contexts_[slot].model_class.compare_exchange_strong(none, uint8_t(lc), std::memory_order_relaxed);
+  uint8_t none = 0;
+  contexts_[slot].model_class.compare_exchange_strong(none, uint8_t(lc + 1), std::memory_order_relaxed);
 }
 
 void OnlineLearner::note_override(int32_t slot) {
@@ -138,7 +154,7 @@ void OnlineLearner::erase_sample(uint32_t i) {
 }
 
 bool OnlineLearner::on_free(uintptr_t p, uint64_t now_ns) {
-  if (live_samples_ == 0) return false;  // (unlocked: a sample being added is of a block not yet handed out)
+  if (live_samples_ == 0) return false;  // (also when not configured)  // (unlocked: a sample being added is of a block not yet handed out)
   lock();
   uint32_t mask = kSamples - 1;
   uint32_t i = sample_index(p);
@@ -208,12 +224,13 @@ void OnlineLearner::redecide(Context& c) {
   // the window is then enough.)
   uint32_t confident_at = rule_.window != 0 && rule_.window < rule_.override_samples ? rule_.window
                                                                                      : rule_.override_samples;
-  uint8_t state = lc == kNoClass ? kNoClass : uint8_t(lc | (evidence >= confident_at ? kConfidentBit : 0));
+  uint8_t state = lc == kNoClass ? 0 : uint8_t((lc + 1) | (evidence >= confident_at ? kConfidentBit : 0));
   c.state.store(state, std::memory_order_relaxed);
 }
 
 LearnerTotals OnlineLearner::totals() const {
   LearnerTotals t;
+  if (contexts_ == nullptr) return t;
   const_cast<OnlineLearner*>(this)->lock();
   t.contexts = used_contexts_;
   t.samples = samples_;
@@ -224,7 +241,7 @@ LearnerTotals OnlineLearner::totals() const {
   for (uint32_t i = 0; i < kContexts; ++i) {
     const Context& c = contexts_[i];
     if (c.key.load(std::memory_order_relaxed) == 0) continue;
-    if (c.state.load(std::memory_order_relaxed) != kNoClass) ++t.decided;
+    if (c.state.load(std::memory_order_relaxed) != 0) ++t.decided;
     t.overrides += c.overrides.load(std::memory_order_relaxed);
   }
   const_cast<OnlineLearner*>(this)->unlock();

@@ -8,7 +8,9 @@
 // phase change moves it).
 //
 // Rules, and why:
-// - Fixed-size tables in static storage, no allocation: the learner runs inside malloc and free.
+// - Fixed-size tables, mapped once (MAP_NORESERVE) by configure(), no allocation: the learner runs inside malloc
+//   and free. An all-zero entry is an empty one, so the tables cost resident memory only where contexts and
+//   samples are.
 // - One lock for every change; lookups (the class of a context) take none: the prediction cache consults the
 //   learner on every check of an entry, which must stay cheap on every thread.
 // - The same code serves the process (LearnedPredictor) and the replay (src/sim, llama-online), with the time
@@ -65,7 +67,13 @@ class OnlineLearner {
   // otherwise fill the table with objects that only confirm what it already says.
   static constexpr uint32_t kMaxLivePerContext = 64;
 
-  void configure(const LearnRule& rule) { rule_ = rule; }
+  OnlineLearner() = default;
+  ~OnlineLearner();
+  OnlineLearner(const OnlineLearner&) = delete;
+  OnlineLearner& operator=(const OnlineLearner&) = delete;
+  // Sets the rule and maps the tables (once). false: they could not be mapped (nothing is learned).
+  bool configure(const LearnRule& rule);
+  bool ready() const { return contexts_ != nullptr; }
   const LearnRule& rule() const { return rule_; }
 
   // The key of a calling context that is the same in every thread: the return address, the stack depth (the
@@ -80,8 +88,8 @@ class OnlineLearner {
   uint8_t learned(int32_t slot, bool need_confidence) const {
     const Context& c = contexts_[slot];
     uint8_t state = c.state.load(std::memory_order_relaxed);
-    if (state == kNoClass || (need_confidence && !(state & kConfidentBit))) return kNoClass;
-    return uint8_t(state & ~kConfidentBit);
+    if (state == 0 || (need_confidence && !(state & kConfidentBit))) return kNoClass;
+    return uint8_t((state & ~kConfidentBit) - 1);
   }
   // Whether the allocation at this check of the context is to be sampled: every check while the context is not
   // confident, then one in sample_every; never while kMaxLivePerContext of its objects are live or the sample
@@ -114,18 +122,19 @@ class OnlineLearner {
 
  private:
   static constexpr uint8_t kConfidentBit = 0x80;
+  // All zero when empty (the tables are fresh anonymous memory).
   struct Context {
-    std::atomic<uint64_t> key{0};  // 0: empty; set last, with release, when the slot is filled
-    uintptr_t return_address = 0;
-    uint32_t freed[kMaxClasses] = {};
-    uint32_t live[kMaxClasses] = {};
-    std::atomic<uint32_t> checks{0};
-    uint32_t live_total = 0;
-    uint64_t samples = 0;
-    std::atomic<uint64_t> overrides{0};
-    std::atomic<uint8_t> state{kNoClass};  // learned class | kConfidentBit, or kNoClass
-    std::atomic<uint8_t> model_class{kNoClass};
-    uint8_t size_bucket = 0;
+    std::atomic<uint64_t> key;  // 0: empty; set last, with release, when the slot is filled
+    uintptr_t return_address;
+    uint32_t freed[kMaxClasses];
+    uint32_t live[kMaxClasses];
+    std::atomic<uint32_t> checks;
+    uint32_t live_total;
+    uint64_t samples;
+    std::atomic<uint64_t> overrides;
+    std::atomic<uint8_t> state;        // (learned class + 1) | kConfidentBit; 0: undecided
+    std::atomic<uint8_t> model_class;  // model's class + 1; 0: none
+    uint8_t size_bucket;
   };
   struct Sample {
     uintptr_t address;  // 0: empty
@@ -150,12 +159,13 @@ class OnlineLearner {
   uint32_t used_contexts_ = 0;  // lock
   uint32_t live_samples_ = 0;   // lock
   uint64_t samples_ = 0, frees_ = 0, aged_ = 0, dropped_ = 0;  // lock
-  Context contexts_[kContexts];
-  Sample samples_table_[kSamples] = {};
+  Context* contexts_ = nullptr;       // [kContexts]
+  Sample* samples_table_ = nullptr;   // [kSamples]
 };
 
 template <typename F>
 void OnlineLearner::for_each(F&& f) const {
+  if (contexts_ == nullptr) return;
   const_cast<OnlineLearner*>(this)->lock();
   for (uint32_t i = 0; i < kContexts; ++i) {
     const Context& c = contexts_[i];
@@ -166,9 +176,10 @@ void OnlineLearner::for_each(F&& f) const {
     out.return_address = c.return_address;
     out.size_bucket = c.size_bucket;
     uint8_t state = c.state.load(std::memory_order_relaxed);
-    out.learned = state == kNoClass ? kNoClass : uint8_t(state & ~kConfidentBit);
-    out.confident = state != kNoClass && (state & kConfidentBit);
-    out.model_class = c.model_class.load(std::memory_order_relaxed);
+    out.learned = state == 0 ? kNoClass : uint8_t((state & ~kConfidentBit) - 1);
+    out.confident = state != 0 && (state & kConfidentBit);
+    uint8_t model = c.model_class.load(std::memory_order_relaxed);
+    out.model_class = model == 0 ? kNoClass : uint8_t(model - 1);
     for (unsigned k = 0; k < kMaxClasses; ++k) {
       out.freed[k] = c.freed[k];
       out.live[k] = c.live[k];

@@ -12,7 +12,7 @@ constexpr uint64_t kMs = 1'000'000;
 
 std::unique_ptr<OnlineLearner> make_learner(LearnRule rule = {}) {
   auto l = std::make_unique<OnlineLearner>();
-  l->configure(rule);
+  EXPECT_TRUE(l->configure(rule));
   return l;
 }
 
