@@ -51,8 +51,16 @@ struct Out {
 
 }  // namespace
 
+namespace {
+std::atomic<StatsSection> g_stats_section{nullptr};
+}  // namespace
+
+void set_stats_section(StatsSection section) { g_stats_section.store(section, std::memory_order_release); }
+
 size_t format_stats_json(PageHeap& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
-  return format_stats_json(read_heap_stats(heap, in_signal, unflushed_live), buf, capacity);
+  HeapStats stats = read_heap_stats(heap, in_signal, unflushed_live);
+  stats.in_signal = in_signal;
+  return format_stats_json(stats, buf, capacity);
 }
 
 size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity) {
@@ -96,7 +104,15 @@ size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity) {
   o.num(k.name.load(std::memory_order_relaxed));
   LLAMALLOC_COUNTERS(LLAMALLOC_PUT_COUNTER)
 #undef LLAMALLOC_PUT_COUNTER
-  o.put("\n  }\n}\n");
+  o.put("\n  }");
+  StatsSection section = g_stats_section.load(std::memory_order_acquire);
+  if (section != nullptr && !stats.in_signal && o.used + 8 < capacity) {
+    o.put(",\n  ");
+    size_t n = section(buf + o.used, capacity - o.used);
+    if (n == 0) o.used -= 4;  // (the ",\n  " again)
+    else o.used += n;
+  }
+  o.put("\n}\n");
   if (o.used >= capacity) return 0;
   buf[o.used] = 0;
   return o.used;
@@ -119,7 +135,7 @@ bool expand_stats_path(const char* pattern, char* out, size_t capacity) {
 }
 
 void print_stats(PageHeap& heap) {
-  char json[8192];
+  char json[32768];
   size_t n = format_stats_json(heap, json, sizeof(json) - 1);
   if (n == 0) return;
   json[n] = '\n';
@@ -132,7 +148,7 @@ void print_stats(PageHeap& heap) {
 }
 
 bool write_stats_file(PageHeap& heap, const char* pattern) {
-  char json[8192];
+  char json[32768];
   size_t n = format_stats_json(heap, json, sizeof(json));
   if (n == 0) return false;
   char path[4096];
@@ -271,7 +287,7 @@ void on_stats_signal(int) {
 void write_stats_snapshot(const char* tag) {
   const char* pattern = options().stats;
   if (stats_snapshot == nullptr || pattern == nullptr || *pattern == 0) return;
-  char json[8192], path[4096];
+  char json[32768], path[4096];
   size_t n = stats_snapshot(json, sizeof(json), /*in_signal=*/false);
   if (n == 0 || !tagged_stats_path(pattern, tag, path, sizeof(path)) || !write_json_file(path, json, n)) {
     warn_line("llamalloc: warning: cannot write the statistics snapshot ", tag, " of LLAMALLOC_STATS=", pattern);

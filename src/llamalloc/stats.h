@@ -34,7 +34,13 @@ namespace llamalloc {
   X(repredictions_changed, "periodic re-predictions that changed a cached class")                \
   X(prediction_keys_shared, "prediction cache keys found shared by call paths (keyed by callers since)") \
   X(prediction_unseen_contexts, "prediction cache misses whose context the model was not trained on (placed long-lived at first)") \
-  X(prediction_caches_dropped, "prediction caches of idle threads given back by the sweeper")
+  X(prediction_caches_dropped, "prediction caches of idle threads given back by the sweeper")                 \
+  X(online_contexts, "calling contexts online learning has seen (LEARN)")                                     \
+  X(online_decided, "contexts whose class online learning has decided")                                       \
+  X(online_samples, "objects sampled for online learning")                                                    \
+  X(online_sampled_frees, "sampled objects freed (their lifetimes learned)")                                   \
+  X(online_overrides, "times a model's cached class was replaced by the learned one")                         \
+  X(online_dropped_samples, "samples refused: the sample table or the context's live samples were full")
 
 struct Counters {
 #define LLAMALLOC_DECLARE_COUNTER(name, help) std::atomic<uint64_t> name{0};
@@ -81,6 +87,7 @@ struct GaugeSnapshot {
 // formatting below reads it.
 struct HeapStats {
   unsigned num_classes = 0;
+  bool in_signal = false;  // read by a signal handler: no StatsSection
   GaugeSnapshot gauges{};
   const Counters* counters = nullptr;  // the page heap's counters (atomics, read as they are formatted)
 };
@@ -93,6 +100,12 @@ HeapStats read_heap_stats(PageHeap& heap, bool in_signal = false, int64_t unflus
 inline GaugeSnapshot read_gauges(PageHeap& heap, bool in_signal = false, int64_t unflushed_live = 0) {
   return read_heap_stats(heap, in_signal, unflushed_live).gauges;
 }
+
+// More of the statistics from outside the heap (the learned predictor's "online" object): writes one JSON member,
+// `"name": value`, into buf and returns its length (0: none, or it does not fit). Called as the JSON is formatted,
+// never in a signal handler (it may take a lock). No allocation.
+using StatsSection = size_t (*)(char* buf, size_t capacity);
+void set_stats_section(StatsSection section);
 
 // Formats the statistics JSON of `stats` (and this process's RSS) into buf; returns its length, or 0 when it
 // does not fit. No allocation.

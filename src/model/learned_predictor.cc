@@ -16,27 +16,36 @@ namespace llamalloc::model {
 using stack_walk::Visit;
 
 bool LearnedPredictor::init(const char* model_path, const char* tokens_path, uint32_t repredict_every,
-                            char* error, size_t cap, unsigned repredict_backoff) {
+                            char* error, size_t cap, unsigned repredict_backoff, unsigned default_class) {
   char why[256];
-  if (!model_.open(model_path, why, sizeof why)) {
-    format_message(error, cap, "%s: %s", model_path, why);
-    return false;
-  }
-  if (tokens_path != nullptr && *tokens_path &&
-      !tables_.open(tokens_path, model_.vocab_crc(), model_.vocab_size(), why, sizeof why)) {
-    format_message(error, cap, "%s: %s", tokens_path, why);
-    model_.close();
-    return false;
+  has_model_ = model_path != nullptr && *model_path;
+  default_class_ = default_class;
+  if (has_model_) {
+    if (!model_.open(model_path, why, sizeof why)) {
+      format_message(error, cap, "%s: %s", model_path, why);
+      return false;
+    }
+    if (tokens_path != nullptr && *tokens_path &&
+        !tables_.open(tokens_path, model_.vocab_crc(), model_.vocab_size(), why, sizeof why)) {
+      format_message(error, cap, "%s: %s", tokens_path, why);
+      model_.close();
+      return false;
+    }
+    thread_root_binary_ = tables_.find_binary("<thread-root>");
   }
   repredict_every_ = repredict_every;
   repredict_backoff_ = repredict_backoff;
-  thread_root_binary_ = tables_.find_binary("<thread-root>");
   if (!map_thread_states()) {
-    format_message(error, cap, "%s: cannot map the prediction caches", model_path);
+    format_message(error, cap, "%s: cannot map the prediction caches", has_model_ ? model_path : "LLAMALLOC_LEARN");
     return false;
   }
-  modules_.refresh(tables_);
+  if (has_model_) modules_.refresh(tables_);
   return true;
+}
+
+bool LearnedPredictor::set_learning(const LearnRule& rule) {
+  learn_ = learner_.configure(rule);
+  return learn_;
 }
 
 size_t LearnedPredictor::tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens,
@@ -71,15 +80,22 @@ size_t LearnedPredictor::tokens_of(const uintptr_t* pcs, size_t depth, size_t si
   return n;
 }
 
-unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadState* state) {
-  uint64_t t0 = monotonic_ns();
+uintptr_t LearnedPredictor::stack_top_of(ThreadState* state) {
   uintptr_t stack_top = state->stack_top.load(std::memory_order_relaxed);
   if (stack_top == 0) {
     uintptr_t low = 0;
-    stack_top = mapping_end(reinterpret_cast<uintptr_t>(&t0), &state->main_thread, &low);
+    stack_top = mapping_end(reinterpret_cast<uintptr_t>(&low), &state->main_thread, &low);
     state->stack_low.store(low, std::memory_order_relaxed);
     state->stack_top.store(stack_top, std::memory_order_relaxed);
   }
+  return stack_top;
+}
+
+unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadState* state) {
+  // Without a model, a context's class is the default one until online learning decides it.
+  if (!has_model_) return default_class_;
+  uint64_t t0 = monotonic_ns();
+  uintptr_t stack_top = stack_top_of(state);
   uintptr_t pcs[kMaxFrames];
   bool broken = false;
   size_t depth = capture_stack(context, stack_top, pcs, kMaxFrames, &broken);
@@ -99,36 +115,45 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
 
 // In the file of predict(), which calls it on every check of the fast path and every miss.
 uint64_t LearnedPredictor::deep_key(uint64_t key, const AllocationContext& context, uintptr_t stack_low,
-                                    uintptr_t stack_top) {
+                                    uintptr_t stack_top, uint64_t* callers) {
   uintptr_t at = context.stack_address;
+  if (callers != nullptr) *callers = 0;
   if (stack_top == 0 || at < stack_low || at > stack_top - 16 || (at & 7) != 0) return 0;
   // The heap's entry frame is [saved rbp, return address into frame 0's function]; the saved rbp is that
   // function's frame (if it keeps one), whose record holds the return address into its caller, and so on. The
   // key mixes those return addresses.
-  uint64_t deep = key;
+  uint64_t deep = key, mixed = 0;
   int frames = 0;
   stack_walk::walk_frame_pointers(*reinterpret_cast<const uintptr_t*>(at), at + 1, stack_top,
                                   [&](uintptr_t, const uintptr_t* record) {
                                     if (frames == kDeepKeyFrames) return Visit::kStop;
                                     deep = (deep ^ record[1]) * 0x9E3779B97F4A7C15ull;
                                     deep ^= deep >> 31;
+                                    mixed = (mixed ^ record[1]) * 0x9E3779B97F4A7C15ull;
+                                    mixed ^= mixed >> 31;
                                     ++frames;
                                     return Visit::kNext;
                                   });
+  if (callers != nullptr) *callers = mixed;
   return frames == 0 ? 0 : deep | 1;
 }
 
 unsigned LearnedPredictor::predict(const AllocationContext& context) {
   ThreadState* state = this_thread_state();
-  if (state == nullptr || state->busy) return model_.default_class();
+  if (state == nullptr || state->busy) return has_model_ ? model_.default_class() : default_class_;
   uint64_t key = cache_key(context.return_address, context.stack_address, model_size_bucket(context.size_bytes));
   state->busy = true;
   auto& e = state->cache.slot(key);
+  // Online learning keys a context by its callers, read within the thread's stack bounds: those from the start.
+  if (learn_) stack_top_of(state);
   // The callers above frame 0 (0 before the thread's first model run has found its stack's bounds). Their tag
   // in the entry tells whether this allocation came by the entry's call path: the fast path comes here every
   // kPredictionCheckEvery hits, misses and re-predictions always do.
+  uint64_t callers = 0;
   uint64_t deep = deep_key(key, context, state->stack_low.load(std::memory_order_relaxed),
-                           state->stack_top.load(std::memory_order_relaxed));
+                           state->stack_top.load(std::memory_order_relaxed), &callers);
+  uint64_t runs_before = state->counters.model_runs.load(std::memory_order_relaxed);
+  PredictionCacheEntry* entry = nullptr;
   uint16_t tag = deep == 0 ? 0 : uint16_t((deep >> 48) | 1);
   if (e.key == key && e.hits != kDeepEntryHits && tag != 0 && e.context != 0 && e.context != tag) {
     // Another call path with the same key: from now on each allocation with it is keyed by its callers too.
@@ -141,6 +166,8 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
     if (deep != 0 && deep != key) {
       lc = state->cache.lookup(deep, repredict_every_, state->counters, [&] { return run_model(context, state); },
                                repredict_backoff_, unseen_trial_);
+      PredictionCacheEntry& d = state->cache.slot(deep);
+      if (d.key == deep) entry = &d;
     } else {
       CacheCounters::bump(state->counters.hits);
       lc = e.lifetime_class;
@@ -149,6 +176,7 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
     lc = state->cache.lookup(key, repredict_every_, state->counters, [&] { return run_model(context, state); },
                              repredict_backoff_, unseen_trial_);
     if (e.key == key) {
+      entry = &e;
       if (e.context == 0) e.context = tag;
       // The next check comes after a random number of hits (1 to kPredictionCheckEvery), not always after
       // kPredictionCheckEvery: where the call paths through one key repeat with a period that divides it (a
@@ -163,8 +191,54 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
       }
     }
   }
+  if (learn_) lc = learn(context, state, callers, entry, lc,
+                         state->counters.model_runs.load(std::memory_order_relaxed) != runs_before);
   state->busy = false;
   return lc;
+}
+
+unsigned LearnedPredictor::learn(const AllocationContext& context, ThreadState* state, uint64_t callers,
+                                 PredictionCacheEntry* entry, unsigned lc, bool model_ran) {
+  // The callers' return addresses rather than the stack height of the cache's key: the same call path in
+  // another thread (another stack) or at another depth of a recursion (an interpreter's) is the same context,
+  // so what one thread learns serves them all, and evidence is not split by depth.
+  unsigned bucket = model_size_bucket(context.size_bytes);
+  int32_t slot = learner_.find_or_add(OnlineLearner::context_key(context.return_address, bucket, callers),
+                                      context.return_address, bucket);
+  if (slot < 0) return lc;
+  if (model_ran) learner_.note_model_class(slot, lc);
+  // With a model, its class stands until the context's evidence is confident; without, the default class
+  // stands only until there is enough evidence to decide.
+  uint8_t learned = learner_.learned(slot, has_model_);
+  if (learned != kNoClass && learned != lc) {
+    if (entry != nullptr) entry->lifetime_class = learned;
+    if (has_model_) learner_.note_override(slot);
+    lc = learned;
+  }
+  if (learner_.should_sample(slot)) {
+    state->pending_sample = slot;
+    lc |= kSampleAllocation;
+  }
+  return lc;
+}
+
+void LearnedPredictor::sampled(void* p) {
+  ThreadState* state = t_thread_state;
+  if (state == nullptr || state->pending_sample < 0) return;
+  learner_.on_sample(state->pending_sample, reinterpret_cast<uintptr_t>(p), monotonic_ns());
+  state->pending_sample = -1;
+}
+
+void LearnedPredictor::freed(void* p) {
+  if (learn_) learner_.on_free(reinterpret_cast<uintptr_t>(p), monotonic_ns());
+}
+
+void LearnedPredictor::before_fork() {
+  if (learn_) learner_.lock_for_fork();
+}
+
+void LearnedPredictor::after_fork(bool child) {
+  if (learn_) learner_.unlock_after_fork(child);
 }
 
 bool LearnedPredictor::thread_cache(PredictionCacheView* view) {
@@ -224,13 +298,129 @@ PredictionTotals LearnedPredictor::totals() const {
 
 void LearnedPredictor::trim() {
   drop_cold_warm_states();
+  if (learn_) learner_.age(monotonic_ns());
+  if (!has_model_) return;
   uint64_t runs = totals().model_runs;
   if (runs_at_trim_.exchange(runs, std::memory_order_relaxed) != runs) return;  // (ran since: still in use)
   model_.drop_resident();
   tables_.drop_resident();
 }
 
+namespace {
+// A bounded JSON writer into a caller's buffer (no allocation); `used` runs past capacity on overflow.
+struct JsonOut {
+  char* buf;
+  size_t capacity;
+  size_t used = 0;
+  void put(const char* s) {
+    for (; *s; ++s, ++used)
+      if (used < capacity) buf[used] = *s;
+  }
+  void num(uint64_t v) {
+    char digits[24];
+    int n = 0;
+    do digits[n++] = char('0' + v % 10); while ((v /= 10) != 0);
+    char text[24];
+    for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+    text[n] = 0;
+    put(text);
+  }
+  void class_or_null(uint8_t lc) {
+    if (lc == kNoClass) put("null");
+    else num(lc);
+  }
+  // A path as a JSON string: quotes, backslashes and control characters escaped.
+  void string(const char* s) {
+    put("\"");
+    for (; *s; ++s) {
+      char c[2] = {*s, 0};
+      if (*s == '"' || *s == '\\') put("\\");
+      if (static_cast<unsigned char>(*s) < 0x20) c[0] = '?';
+      put(c);
+    }
+    put("\"");
+  }
+};
+}  // namespace
+
+size_t LearnedPredictor::describe_learning(char* buf, size_t capacity) {
+  if (!learn_) return 0;
+  // The most sampled contexts, chosen under the learner's lock; their sites are looked up after it.
+  LearnedContext top[kDescribedContexts];
+  unsigned n = 0;
+  learner_.for_each([&](const LearnedContext& c) {
+    if (c.samples == 0) return;
+    unsigned at = n < kDescribedContexts ? n++ : kDescribedContexts;
+    if (at == kDescribedContexts) {
+      if (c.samples <= top[kDescribedContexts - 1].samples) return;
+      at = kDescribedContexts - 1;
+    }
+    while (at > 0 && top[at - 1].samples < c.samples) {
+      top[at] = top[at - 1];
+      --at;
+    }
+    top[at] = c;
+  });
+  LearnerTotals t = learner_.totals();
+  JsonOut o{buf, capacity};
+  o.put("\"online\": {\"contexts\": ");
+  o.num(t.contexts);
+  o.put(", \"decided\": ");
+  o.num(t.decided);
+  o.put(", \"samples\": ");
+  o.num(t.samples);
+  o.put(", \"sampled_frees\": ");
+  o.num(t.frees);
+  o.put(", \"live_samples\": ");
+  o.num(t.live_samples);
+  o.put(", \"overrides\": ");
+  o.num(t.overrides);
+  o.put(",\n    \"most_sampled\": [");
+  for (unsigned i = 0; i < n; ++i) {
+    const LearnedContext& c = top[i];
+    char site[512];
+    // The caller's instruction (return address - 1), as profiles and addr2line name a call site.
+    if (!describe_address(c.return_address - 1, site, sizeof site)) site[0] = '\0';
+    o.put(i ? ",\n      {\"site\": " : "\n      {\"site\": ");
+    o.string(site);
+    o.put(", \"size_bucket\": ");
+    o.num(c.size_bucket);
+    o.put(", \"class\": ");
+    o.class_or_null(c.learned);
+    o.put(", \"confident\": ");
+    o.put(c.confident ? "true" : "false");
+    o.put(", \"model_class\": ");
+    o.class_or_null(c.model_class);
+    o.put(", \"samples\": ");
+    o.num(c.samples);
+    o.put(", \"overrides\": ");
+    o.num(c.overrides);
+    o.put(", \"freed\": [");
+    for (unsigned k = 0; k < kMaxClasses; ++k) {
+      if (k) o.put(", ");
+      o.num(c.freed[k]);
+    }
+    o.put("], \"live\": [");
+    for (unsigned k = 0; k < kMaxClasses; ++k) {
+      if (k) o.put(", ");
+      o.num(c.live[k]);
+    }
+    o.put("]}");
+  }
+  o.put(n ? "\n    ]}" : "]}");
+  return o.used < capacity ? o.used : 0;
+}
+
 void LearnedPredictor::report(Counters& counters) {
+  if (learn_) {
+    LearnerTotals l = learner_.totals();
+    counters.online_contexts.store(l.contexts, std::memory_order_relaxed);
+    counters.online_decided.store(l.decided, std::memory_order_relaxed);
+    counters.online_samples.store(l.samples, std::memory_order_relaxed);
+    counters.online_sampled_frees.store(l.frees, std::memory_order_relaxed);
+    counters.online_overrides.store(l.overrides, std::memory_order_relaxed);
+    counters.online_dropped_samples.store(l.dropped_samples, std::memory_order_relaxed);
+  }
   PredictionTotals t = totals();
   counters.prediction_cache_hits.store(t.hits, std::memory_order_relaxed);
   counters.prediction_cache_misses.store(t.misses, std::memory_order_relaxed);

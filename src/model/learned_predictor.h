@@ -13,6 +13,7 @@
 
 #include "model_file.h"
 #include "module_map.h"
+#include "online_learner.h"
 #include "options.h"
 #include "prediction_cache.h"
 #include "predictor/predictor.h"
@@ -48,9 +49,28 @@ class LearnedPredictor final : public Predictor {
  public:
   LearnedPredictor() = default;
   // Maps the model and the token tables (tokens_path may be null: every frame is then <unsymbolized>, the
-  // model sees only the size). On failure: false and a reason naming the file in `error`.
+  // model sees only the size). model_path null or empty: no model, every context gets `default_class` until
+  // online learning (set_learning) decides it. On failure: false and a reason naming the file in `error`.
   bool init(const char* model_path, const char* tokens_path, uint32_t repredict_every, char* error,
-            size_t error_capacity, unsigned repredict_backoff = kDefaultRepredictBackoff);
+            size_t error_capacity, unsigned repredict_backoff = kDefaultRepredictBackoff,
+            unsigned default_class = kDefaultConfidenceRule.fallback);
+  // Online learning (online_learner.h, docs/prediction.md): on every check and miss of the prediction cache the
+  // context's learned class replaces the cached one once decided (with a model: once confident), and some
+  // allocations are sampled. false: the learner's tables could not be mapped.
+  bool set_learning(const LearnRule& rule);
+  bool learning() const { return learn_; }
+  bool has_model() const { return has_model_; }
+  OnlineLearner& learner() { return learner_; }
+  void sampled(void* p) override;
+  void freed(void* p) override;
+  bool samples() const override { return learn_; }
+  void before_fork() override;
+  void after_fork(bool child) override;
+  // The statistics' "online" object (online learning's totals and its contexts, most sampled first, at most
+  // kDescribedContexts), formatted into buf without allocating; its length (0: learning is off or it does not
+  // fit).
+  size_t describe_learning(char* buf, size_t capacity);
+  static constexpr unsigned kDescribedContexts = 40;
 
   Consult consult() const override { return Consult::kEveryAllocation; }
   unsigned predict(const AllocationContext& context) override;
@@ -91,7 +111,10 @@ class LearnedPredictor final : public Predictor {
   // The key of an allocation whose cache entry is shared by call paths: `key` mixed with the return addresses
   // of up to kDeepKeyFrames callers above frame 0 (the frame chain from context.stack_address, within the
   // thread's stack); 0 when no caller's frame can be read.
-  static uint64_t deep_key(uint64_t key, const AllocationContext& context, uintptr_t stack_low, uintptr_t stack_top);
+  // *callers (optional): the same return addresses mixed without `key` (0 when none), the online learner's
+  // part of a context that every thread shares.
+  static uint64_t deep_key(uint64_t key, const AllocationContext& context, uintptr_t stack_low, uintptr_t stack_top,
+                           uint64_t* callers = nullptr);
 
   // Appends "class: tokens" per model run to fd (tests of the token path); -1: off.
   void set_log_fd(int fd);
@@ -106,6 +129,12 @@ class LearnedPredictor final : public Predictor {
 
  private:
   void log_run(unsigned lc, const uint32_t* tokens, size_t n);
+  // The thread's stack mapping, read once per thread (/proc/self/maps): its top.
+  static uintptr_t stack_top_of(ThreadState* state);
+  // Online learning at a check or miss whose cached class is lc (entry: the cache entry that holds it, or null):
+  // the learned class, with kSampleAllocation when the allocation is to be sampled.
+  unsigned learn(const AllocationContext& context, ThreadState* state, uint64_t callers, PredictionCacheEntry* entry,
+                 unsigned lc, bool model_ran);
 
   ModelFile model_;
   ConfidenceRule confidence_ = kDefaultConfidenceRule;
@@ -116,6 +145,10 @@ class LearnedPredictor final : public Predictor {
   uint32_t unseen_trial_ = kDefaultUnseenTrial;
   int log_fd_ = -1;
   bool dwarf_ = true;
+  bool has_model_ = false;
+  bool learn_ = false;
+  unsigned default_class_ = kDefaultConfidenceRule.fallback;
+  OnlineLearner learner_;
   int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any
   std::atomic<uint64_t> runs_at_trim_{~uint64_t{0}};  // model runs at the previous trim() (never: all ones)
 };

@@ -83,6 +83,28 @@ uintptr_t mapping_end(uintptr_t address, bool* is_main_stack, uintptr_t* start_o
   return found;
 }
 
+bool describe_address(uintptr_t address, char* out, size_t capacity) {
+  if (capacity == 0) return false;
+  out[0] = '\0';
+  bool found = false;
+  for_each_mapping([&](uintptr_t start, uintptr_t end, bool, uint64_t offset, const char* path) {
+    if (address < start || address >= end) return true;
+    if (*path != '/') return false;
+    char hex[20];
+    int n = 0;
+    uint64_t v = address - start + offset;
+    do hex[n++] = "0123456789abcdef"[v & 15]; while ((v >>= 4) != 0);
+    size_t len = 0;
+    for (const char* c = path; *c && len + 1 < capacity; ++c) out[len++] = *c;
+    for (const char* c = "+0x"; *c && len + 1 < capacity; ++c) out[len++] = *c;
+    while (n > 0 && len + 1 < capacity) out[len++] = hex[--n];
+    out[len] = '\0';
+    found = true;
+    return false;
+  });
+  return found;
+}
+
 void ModuleMap::refresh(const TokenTables& tables) {
   Table* cur = current_.load(std::memory_order_acquire);
   Table* next = cur == &tables_[0] ? &tables_[1] : &tables_[0];

@@ -56,6 +56,11 @@ class ModuleMap {
   bool frozen_ = false;  // load() was used: the table is not this process's
 };
 
+// "PATH+0xOFFSET" of `address` (its mapping's file and the file offset, which addr2line takes for a binary
+// without relocations, or after the load bias), written into out (NUL-terminated, cut to capacity); false when
+// no mapped file holds it.
+bool describe_address(uintptr_t address, char* out, size_t capacity);
+
 // The end of the mapping holding `address` (a thread's stack top), from /proc/self/maps; 0 if not found.
 // *is_main_stack: the mapping is the process's [stack]; *start: where the mapping begins.
 uintptr_t mapping_end(uintptr_t address, bool* is_main_stack = nullptr, uintptr_t* start = nullptr);

@@ -21,10 +21,9 @@ OnlineLearner::~OnlineLearner() {
   if (contexts_ != nullptr) munmap(contexts_, sizeof(Context) * kContexts + sizeof(Sample) * kSamples);
 }
 
-uint64_t OnlineLearner::context_key(uintptr_t return_address, uintptr_t depth, unsigned size_bucket,
-                                    uint64_t callers) {
+uint64_t OnlineLearner::context_key(uintptr_t return_address, unsigned size_bucket, uint64_t callers) {
   uint64_t k = uint64_t(return_address) * 0x9E3779B97F4A7C15ull;
-  k ^= (uint64_t(depth) + (uint64_t(size_bucket) << 56)) * 0xC2B2AE3D27D4EB4Full;
+  k ^= (uint64_t(size_bucket) << 56) * 0xC2B2AE3D27D4EB4Full;
   k ^= k >> 29;
   k = (k ^ callers) * 0xBF58476D1CE4E5B9ull;
   k ^= k >> 32;

@@ -76,9 +76,9 @@ class OnlineLearner {
   bool ready() const { return contexts_ != nullptr; }
   const LearnRule& rule() const { return rule_; }
 
-  // The key of a calling context that is the same in every thread: the return address, the stack depth (the
-  // thread's stack top minus the frame address), the model size bucket and a hash of the callers above.
-  static uint64_t context_key(uintptr_t return_address, uintptr_t depth, unsigned size_bucket, uint64_t callers);
+  // The key of a calling context that is the same in every thread: the return address, the model size bucket
+  // and a hash of the return addresses of the callers above (LearnedPredictor::deep_key's).
+  static uint64_t context_key(uintptr_t return_address, unsigned size_bucket, uint64_t callers);
 
   // The slot of a context, added when new; -1 when the table is full. Lock-free when the context is known.
   int32_t find_or_add(uint64_t key, uintptr_t return_address, unsigned size_bucket);

@@ -9,11 +9,16 @@
 
 #include "learned_predictor.h"
 #include "options.h"
+#include "stats.h"
 
 namespace {
 
 // One predictor per process, constructed in static storage at init (never on the heap).
 alignas(llamalloc::model::LearnedPredictor) unsigned char g_predictor_storage[sizeof(llamalloc::model::LearnedPredictor)];
+
+size_t describe_learning(char* buf, size_t capacity) {
+  return reinterpret_cast<llamalloc::model::LearnedPredictor*>(g_predictor_storage)->describe_learning(buf, capacity);
+}
 
 void write_stderr_line(const char* s) {
   size_t n = strlen(s);
@@ -29,6 +34,7 @@ void write_stderr_line(const char* s) {
 
 extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamalloc_make_model_predictor(
     const char* model_path) {
+  // model_path null or empty: online learning alone (LLAMALLOC_LEARN without LLAMALLOC_MODEL).
   using namespace llamalloc::model;
   const llamalloc::Options& o = llamalloc::options();
   // Default-initialised (no "()"): value-initialisation would first zero all of the object, 170 KiB of module
@@ -37,13 +43,22 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
   if (o.predict_log != nullptr && *o.predict_log)
     predictor->set_log_fd(open(o.predict_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   char error[512];
-  if (!predictor->init(model_path, o.tokens, uint32_t(o.repredict_every), error, sizeof error,
-                       unsigned(o.repredict_backoff))) {
+  bool ok = predictor->init(model_path, o.tokens, uint32_t(o.repredict_every), error, sizeof error,
+                            unsigned(o.repredict_backoff), unsigned(o.default_class));
+  if (!ok) {
+    // With LEARN, a bad model file still leaves online learning, which needs none.
     char line[600];
-    format_message(line, sizeof line, "llamalloc: warning: %s; running without predictions\n", error);
+    format_message(line, sizeof line, "llamalloc: warning: %s; running without %s\n", error,
+                   o.learn != 0 ? "the model (learning online)" : "predictions");
     write_stderr_line(line);
     predictor->~LearnedPredictor();
-    return nullptr;
+    if (o.learn == 0 || model_path == nullptr || *model_path == '\0') return nullptr;
+    predictor = new (g_predictor_storage) LearnedPredictor;
+    if (!predictor->init(nullptr, nullptr, uint32_t(o.repredict_every), error, sizeof error,
+                         unsigned(o.repredict_backoff), unsigned(o.default_class))) {
+      predictor->~LearnedPredictor();
+      return nullptr;
+    }
   }
   predictor->set_dwarf_unwind(o.predict_dwarf != 0);
   // MIN_CLASS leaves at least two classes in use: with CLASSES=2 every prediction raised to class 1 would put
@@ -52,5 +67,26 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
   if (shortest + 2 > unsigned(o.classes)) shortest = unsigned(o.classes) - 2;
   predictor->set_confidence_rule(ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class), shortest});
   predictor->set_unseen_trial(uint32_t(o.unseen_trial));
+  if (o.learn != 0) {
+    LearnRule rule;
+    rule.min_samples = uint32_t(o.learn_min_samples);
+    rule.override_samples = uint32_t(o.learn_override_samples);
+    rule.window = uint32_t(o.learn_window);
+    rule.sample_every = uint32_t(o.learn_sample_every);
+    // A distribution model's own label rule, so that a context's learned class means what its predicted one
+    // does; otherwise training's default.
+    rule.label = predictor->has_model() && predictor->model().is_distribution() ? predictor->model().label_rule()
+                                                                                 : kTrainLabelRule;
+    rule.shortest = shortest;
+    if (predictor->set_learning(rule)) {
+      llamalloc::set_stats_section(describe_learning);
+    } else {
+      write_stderr_line("llamalloc: warning: LLAMALLOC_LEARN: cannot map the learner's tables; not learning\n");
+      if (!predictor->has_model()) {
+        predictor->~LearnedPredictor();
+        return nullptr;
+      }
+    }
+  }
   return predictor;
 }

@@ -27,6 +27,7 @@ struct alignas(4096) ThreadState {
   bool main_thread = false; // its stack is the process's [stack]
   bool busy = false;        // a prediction is running (a signal handler that allocates gets the default)
   uint8_t warm_passes = 0;  // trim passes since its thread exited with the cache warm
+  int32_t pending_sample = -1;  // online learning: the context whose allocation predict() asked to sample
 };
 
 // Most threads that hold a state at once.

@@ -23,7 +23,7 @@ void sample(OnlineLearner& l, int32_t slot, uintptr_t base, int n, uint64_t now)
 
 TEST(OnlineLearner, AContextIsLearnedFromTheLifetimesOfItsFreedObjects) {
   auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x401000, 512, 6, 0), 0x401000, 6);
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x401000, 6, 0), 0x401000, 6);
   ASSERT_GE(slot, 0);
   sample(*l, slot, 0x10000, 7, 0);
   for (int i = 0; i < 7; ++i) EXPECT_TRUE(l->on_free(0x10000 + uintptr_t(i) * 64, 500 * kMs));  // class 2 (< 1 s)
@@ -38,7 +38,7 @@ TEST(OnlineLearner, AContextIsLearnedFromTheLifetimesOfItsFreedObjects) {
 
 TEST(OnlineLearner, AContextWhoseObjectsAreNeverFreedIsLearnedFromAgingAlone) {
   auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402000, 256, 5, 0), 0x402000, 5);
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402000, 5, 0), 0x402000, 5);
   sample(*l, slot, 0x30000, 40, 0);
   l->age(5 * kMs);
   EXPECT_EQ(l->learned(slot, false), kNoClass) << "younger than 10 ms: no evidence yet";
@@ -53,7 +53,7 @@ TEST(OnlineLearner, APhaseChangeIsDecidedAgain) {
   LearnRule rule;
   rule.window = 16;
   auto l = make_learner(rule);
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x403000, 128, 7, 0), 0x403000, 7);
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x403000, 7, 0), 0x403000, 7);
   uint64_t now = 0;
   for (int i = 0; i < 40; ++i) {  // phase 1: objects live 5 s (class 3)
     ASSERT_TRUE(l->on_sample(slot, 0x40000, now));
@@ -93,7 +93,7 @@ TEST(OnlineLearner, SamplingThinsOutOnceAContextIsConfident) {
   LearnRule rule;
   rule.sample_every = 16;
   auto l = make_learner(rule);
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x404000, 64, 8, 0), 0x404000, 8);
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x404000, 8, 0), 0x404000, 8);
   int sampled = 0;
   for (int i = 0; i < 32; ++i) sampled += l->should_sample(slot);
   EXPECT_EQ(sampled, 32) << "every check while not confident";
@@ -108,7 +108,7 @@ TEST(OnlineLearner, SamplingThinsOutOnceAContextIsConfident) {
 
 TEST(OnlineLearner, ALongLivedContextStopsBeingSampledAtItsLiveCap) {
   auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x405000, 64, 8, 0), 0x405000, 8);
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x405000, 8, 0), 0x405000, 8);
   for (uint32_t i = 0; i < OnlineLearner::kMaxLivePerContext; ++i) ASSERT_TRUE(l->on_sample(slot, 0x60000 + i * 16, 0));
   EXPECT_FALSE(l->should_sample(slot));
   EXPECT_FALSE(l->on_sample(slot, 0x70000, 0));
@@ -117,11 +117,10 @@ TEST(OnlineLearner, ALongLivedContextStopsBeingSampledAtItsLiveCap) {
 }
 
 TEST(OnlineLearner, ContextKeysDependOnEveryPart) {
-  uint64_t k = OnlineLearner::context_key(0x401000, 512, 6, 0);
-  EXPECT_NE(k, OnlineLearner::context_key(0x401001, 512, 6, 0));
-  EXPECT_NE(k, OnlineLearner::context_key(0x401000, 528, 6, 0));
-  EXPECT_NE(k, OnlineLearner::context_key(0x401000, 512, 7, 0));
-  EXPECT_NE(k, OnlineLearner::context_key(0x401000, 512, 6, 0x1234));
+  uint64_t k = OnlineLearner::context_key(0x401000, 6, 0);
+  EXPECT_NE(k, OnlineLearner::context_key(0x401001, 6, 0));
+  EXPECT_NE(k, OnlineLearner::context_key(0x401000, 7, 0));
+  EXPECT_NE(k, OnlineLearner::context_key(0x401000, 6, 0x1234));
   auto l = make_learner();
   int32_t slot = l->find_or_add(k, 0x401000, 6);
   EXPECT_GE(slot, 0);
@@ -131,7 +130,7 @@ TEST(OnlineLearner, ContextKeysDependOnEveryPart) {
 
 TEST(OnlineLearner, ManySamplesStayFindableThroughDeletions) {
   auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x406000, 64, 8, 0), 0x406000, 8);
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x406000, 8, 0), 0x406000, 8);
   // Fill, free every other one, then every remaining one must still be found (backward-shift deletion).
   for (uint32_t round = 0; round < 40; ++round) {
     for (uint32_t i = 0; i < 60; ++i) ASSERT_TRUE(l->on_sample(slot, 0x100000 + (round * 60 + i) * 4096, 0));

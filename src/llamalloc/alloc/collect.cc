@@ -95,8 +95,8 @@ unsigned sweep_idle_heaps(bool every_heap) {
   return swept;
 }
 
-void sweep_shared_heap(bool always) {
-  ThreadHeap* h = g_page_heap.shared_heap();
+namespace {
+void sweep_locked_heap(ThreadHeap* h, bool always) {
   if (h == nullptr) return;
   LockGuard g(g_page_heap.shared_lock());
   uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
@@ -109,6 +109,12 @@ void sweep_shared_heap(bool always) {
   if (ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, always ? PurgeWhen::kAll : PurgeWhen::kIdle).waiting != 0)
     h->idle_ticks = 0;
   g_page_heap.counters().idle_heap_sweeps.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+void sweep_shared_heap(bool always) {
+  sweep_locked_heap(g_page_heap.shared_heap(), always);
+  sweep_locked_heap(g_page_heap.sampled_heap(), always);
 }
 
 void heap_collect() {

@@ -30,6 +30,7 @@ constinit LinuxPlatform g_platform;
 constinit MonotonicClock g_clock;
 constinit Predictor* g_predictor_ptr = &g_default_predictor;
 constinit bool g_every_allocation = false;
+constinit bool g_learning = false;
 constinit PageHeap g_page_heap(g_platform, g_clock, HeapConfig{});
 
 }  // namespace llamalloc
@@ -53,7 +54,7 @@ void init_once() {
   g_platform.set_huge_pages(o.huge_pages != 0);
   g_share_long_lived = shared_from < g_page_heap.num_classes();  // (from the second thread heap on)
   g_default_predictor.set_class(default_class);
-  if (o.model != nullptr && *o.model) {
+  if ((o.model != nullptr && *o.model) || o.learn != 0) {
     Predictor* model = llamalloc_make_model_predictor ? llamalloc_make_model_predictor(o.model) : nullptr;
     if (model != nullptr) g_predictor_ptr = model;
     else if (!llamalloc_make_model_predictor)  // (the predictor has said what is wrong with the file)
@@ -61,6 +62,12 @@ void init_once() {
                       "using the default class\n");
   }
   g_every_allocation = g_predictor_ptr->consult() == Consult::kEveryAllocation;
+  if (g_predictor_ptr->samples()) {
+    // Online learning: sampled objects come from their own thread heap, whose frees all reach the predictor.
+    g_page_heap.set_sampled_heap(&g_sampled_heap);
+    ThreadHeapOps::set_sampled_free_hook([](void* p) { g_predictor_ptr->freed(p); });
+    g_learning = true;
+  }
 }
 
 }  // namespace

@@ -24,6 +24,10 @@ extern MonotonicClock g_clock;
 // model), so the fast path always misses (fast_class kMaxClasses) unless the thread's prediction cache hits.
 extern Predictor* g_predictor_ptr;
 extern bool g_every_allocation;
+// The predictor samples allocations (online learning, LLAMALLOC_LEARN): g_sampled_heap serves them, and frees
+// that may be of sampled objects go to the predictor.
+extern bool g_learning;
+extern ThreadHeap g_sampled_heap;
 
 // A class the page heap has: a predictor's class above the configured ones is the last one.
 inline unsigned clamp_class(unsigned lc) { return lc < g_page_heap.num_classes() ? lc : g_page_heap.num_classes() - 1; }
@@ -57,7 +61,8 @@ void install_thread_exit_hook();
 
 // ---- Giving memory back (alloc/collect.cc) ----
 
-// The shared heap of long-lived classes, swept as a thread heap is (`always`: now, whether used or not).
+// The shared heap of long-lived classes and the sampled heap, swept as a thread heap is (`always`: now, whether
+// used or not).
 void sweep_shared_heap(bool always);
 
 // ---- The sweeper (alloc/sweeper.cc) ----

@@ -115,6 +115,9 @@ void thread_exit(void* arg) {
 
 }  // namespace
 
+// Sampled objects of every thread (online learning; g_page_heap.shared_lock()).
+constinit ThreadHeap g_sampled_heap;
+
 ThreadHeap* attach_thread_heap() {
   ensure_init();
   bool second = false;

@@ -220,6 +220,11 @@ class PageHeap {
   void set_shared_heap(ThreadHeap* heap) { shared_heap_.store(heap, std::memory_order_release); }
   ThreadHeap* shared_heap() const { return shared_heap_.load(std::memory_order_relaxed); }
   unsigned shared_class_min() const { return config_.shared_class_min; }
+  // The thread heap of sampled objects (online learning; null: no sampling): every free of one of its objects
+  // is a remote free, which the shared heap's lock covers and which tells the predictor (ThreadHeapOps::
+  // shared_free), while the fast paths stay as they are. Its spans are on the pages of their objects' classes.
+  void set_sampled_heap(ThreadHeap* heap) { sampled_heap_.store(heap, std::memory_order_release); }
+  ThreadHeap* sampled_heap() const { return sampled_heap_.load(std::memory_order_relaxed); }
   bool span_recycling() const { return config_.span_recycling; }
   unsigned subrelease_percent() const { return config_.subrelease_percent; }
   // The class whose huge pages an object of class lc takes its blocks from: the longest for lc >=
@@ -334,6 +339,7 @@ class PageHeap {
   HeapConfig config_;
   Lock lock_;
   std::atomic<ThreadHeap*> shared_heap_{nullptr};
+  std::atomic<ThreadHeap*> sampled_heap_{nullptr};
   Lock shared_lock_;
   Counters counters_;
   Gauges gauges_;

@@ -76,6 +76,10 @@ LLAMALLOC_PREDICTOR_INLINE uint64_t prediction_cache_key(uintptr_t return_addres
 }
 
 
+// Or-ed into predict()'s class: sample this allocation (online learning, docs/prediction.md). The heap then
+// allocates it from the sampled heap, whose frees all come to freed(), and hands its address to sampled().
+inline constexpr unsigned kSampleAllocation = 0x10000;
+
 class Predictor {
  public:
   virtual Consult consult() const = 0;
@@ -95,6 +99,17 @@ class Predictor {
   // slow path for a while, while that thread is outside the allocator (the sweep handshake): the cache's memory
   // may be given back; it must read as empty afterwards. Returns whether it was.
   virtual bool drop_thread_cache(const PredictionCacheView&) { return false; }
+  // Online learning: the allocation that predict() asked to sample (kSampleAllocation) is at p; an object that
+  // may have been sampled was freed (every free from the sampled heap, every large object's). Never with the
+  // page heap's lock held; freed() may be called under the shared heap's lock.
+  virtual void sampled(void* /*p*/) {}
+  virtual void freed(void* /*p*/) {}
+  // Whether predict() may ask for samples (the heap then makes its sampled heap).
+  virtual bool samples() const { return false; }
+  // fork(): the predictor's own locks are held across it and made anew in the child (pthread_atfork order: after
+  // the shared heap's lock, which freed() may be called under).
+  virtual void before_fork() {}
+  virtual void after_fork(bool /*child*/) {}
 
  protected:
   ~Predictor() = default;

@@ -496,6 +496,8 @@ void ThreadHeapOps::shared_free(PageHeap& global, SmallSpan* s, void* p) {
   if (LLAMALLOC_UNLIKELY(tl_live_delta < -kLiveFlushBytes)) flush_live_delta(global);
   ThreadHeap& heap = *static_cast<ThreadHeap*>(s->owner);
   LockGuard g(global.shared_lock());
+  // (Before the push: once free, the block may be handed out and sampled again.)
+  if (&heap == global.sampled_heap() && sampled_free_hook_ != nullptr) sampled_free_hook_(p);
   span_push(s, p);
   if (--s->used == 0 || !s->queued) after_owner_free(global, heap, s);
 }
@@ -519,7 +521,8 @@ void ThreadHeapOps::owner_free_after_sweep(PageHeap& global, ThreadHeap& heap, S
 }
 
 void ThreadHeapOps::remote_free(PageHeap& global, SmallSpan* s, void* p) {
-  if (LLAMALLOC_UNLIKELY(s->owner == global.shared_heap())) return shared_free(global, s, p);
+  if (LLAMALLOC_UNLIKELY(s->owner == global.shared_heap() || s->owner == global.sampled_heap()))
+    return shared_free(global, s, p);
   if (LLAMALLOC_UNLIKELY(tl_live_delta < -kLiveFlushBytes)) flush_live_delta(global);
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
   uintptr_t state;
@@ -551,7 +554,7 @@ void ThreadHeapOps::free_suspicious(PageHeap& global, ThreadHeap* heap, SmallSpa
     if (--s->used == 0 || !s->queued) return owner_free_slow(global, *heap, s);
     return owner_exit(heap);
   }
-  if (s->owner == global.shared_heap()) {
+  if (s->owner == global.shared_heap() || s->owner == global.sampled_heap()) {
     {
       LockGuard g(global.shared_lock());  // (its lists change only under it)
       if (on_free_list(s, p)) bad_free(p, "double free, or a pointer never allocated (its block is free)");
@@ -610,6 +613,24 @@ void* ThreadHeapOps::allocate(PageHeap& global, ThreadHeap& heap, unsigned lc, s
     if (p != nullptr) tl_live_delta += int64_t(size);
   }
   if (p == nullptr) errno = ENOMEM;
+  return p;
+}
+
+void* ThreadHeapOps::allocate_sampled(PageHeap& global, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment) {
+  ThreadHeap* sampled = global.sampled_heap();
+  unsigned sc = classify(size, alignment);
+  if (sc == kLargeRequest || sampled == nullptr || sampled == &heap) return allocate(global, heap, lc, size, alignment);
+  void* p;
+  {
+    LockGuard g(global.shared_lock());
+    p = span_pop(sampled->spans[lc][sc]);
+    if (p == nullptr) {
+      owner_count_slow(sampled);  // (the sweeper's sign of activity, as for a thread heap)
+      p = alloc_small(global, *sampled, lc, sc);
+    }
+  }
+  if (p != nullptr) tl_live_delta += int64_t(size_class_bytes(sc));
+  else errno = ENOMEM;
   return p;
 }
 

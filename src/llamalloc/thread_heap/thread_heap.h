@@ -304,6 +304,13 @@ class ThreadHeapOps {
   // under the shared thread heap's lock, as the owner frees (its free list; the span requeued or given back at once),
   // so that what is freed there is taken in without a sweeper (single-threaded programs have none).
   static void shared_free(PageHeap& global, SmallSpan* s, void* p);
+  // A sampled allocation (online learning): from the sampled heap (PageHeap::sampled_heap) under the shared heap's
+  // lock when small, as any allocation when large (free_slow tells the predictor of every large free).
+  static void* allocate_sampled(PageHeap& global, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment);
+  // Called with each object freed into the sampled heap, under the shared heap's lock, before it is free (the
+  // library's: the predictor's freed(); null in the simulator).
+  static void set_sampled_free_hook(void (*hook)(void*)) { sampled_free_hook_ = hook; }
+  static inline void (*sampled_free_hook_)(void*) = nullptr;
   // The owner's free left s empty or freed into it while it was off its queue: requeue it, or give it back.
   static void after_owner_free(PageHeap& global, ThreadHeap& heap, SmallSpan* s);
   // The owner's free when a sweep was requested: waits for it, then frees as usual.
