@@ -1,5 +1,6 @@
 """The allocators that bench and compare run a program under: glibc (nothing preloaded), the peers from the
-system (jemalloc, tcmalloc, mimalloc), llamalloc and llamalloc with a model, or any library under a name."""
+system (jemalloc, tcmalloc, mimalloc), llamalloc, llamalloc learning online, llamalloc with a model (and with a
+model and learning online), or any library under a name."""
 from __future__ import annotations
 
 import os
@@ -18,6 +19,20 @@ PEER_LIBRARIES = {
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc", "llamalloc")
 # llamalloc with a learned model per workload (`llamalloc bench --model WORKLOAD=MODEL`).
 MODEL_ALLOCATOR = "llamalloc+model"
+# llamalloc learning each context's lifetime in the process (LLAMALLOC_LEARN=1; docs/prediction.md), alone and
+# with the model as its head start.
+ONLINE_ALLOCATOR = "llamalloc+online"
+MODEL_ONLINE_ALLOCATOR = "llamalloc+model+online"
+LLAMALLOC_VARIANTS = ("llamalloc", ONLINE_ALLOCATOR, MODEL_ALLOCATOR, MODEL_ONLINE_ALLOCATOR)
+# The allocators that need a model, and those that learn online.
+MODEL_ALLOCATORS = (MODEL_ALLOCATOR, MODEL_ONLINE_ALLOCATOR)
+ONLINE_ALLOCATORS = (ONLINE_ALLOCATOR, MODEL_ONLINE_ALLOCATOR)
+
+
+def display_name(name: str) -> str:
+    """How tables and plots name an allocator: "llamalloc + model + online" for llamalloc+model+online."""
+    return name.replace("+", " + ") if name in LLAMALLOC_VARIANTS else name
+
 
 @dataclass
 class Allocator:
@@ -27,6 +42,14 @@ class Allocator:
     @property
     def is_llamalloc(self) -> bool:
         return self.name == "llamalloc" or (self.library is not None and "llamalloc" in self.library.name)
+
+    @property
+    def needs_model(self) -> bool:
+        return self.name in MODEL_ALLOCATORS
+
+    @property
+    def learns(self) -> bool:
+        return self.name in ONLINE_ALLOCATORS
 
 
 def parse_allocators(spec: str) -> list[tuple[str, Path | None, str | None]]:
@@ -53,14 +76,14 @@ def parse_allocators(spec: str) -> list[tuple[str, Path | None, str | None]]:
             lib = PEER_LIBRARIES[item]
             out.append((item, lib, None if lib.is_file() else
                         f"allocator {item}: {lib} not found (install it with scripts/setup.sh)"))
-        elif item in ("llamalloc", MODEL_ALLOCATOR):
+        elif item in LLAMALLOC_VARIANTS:
             try:
                 out.append((item, paths.native_library("libllamalloc.so"), None))
             except UserError as e:
                 out.append((item, None, f"allocator {item}: {e}"))
         else:
             raise UserError(f"--allocators: unknown allocator {item!r}; known: {', '.join(ALLOCATORS)}, "
-                            f"{MODEL_ALLOCATOR} (or NAME=/path/to/lib.so)")
+                            f"{', '.join(LLAMALLOC_VARIANTS[1:])} (or NAME=/path/to/lib.so)")
     if len({n for n, _, _ in out}) != len(out):
         raise UserError("--allocators: an allocator is named twice")
     return out
@@ -72,8 +95,11 @@ def allocator_env(allocator: Allocator, stats_path: Path | None,
     env.pop("LLAMALLOC_STATS", None)
     env.pop("LLAMALLOC_MODEL", None)
     env.pop("LLAMALLOC_TOKENS", None)
-    if model_env:
+    env.pop("LLAMALLOC_LEARN", None)
+    if model_env and allocator.needs_model:
         env.update(model_env)
+    if allocator.learns:
+        env["LLAMALLOC_LEARN"] = "1"
     if allocator.library is not None:
         env["LD_PRELOAD"] = str(allocator.library)
     if allocator.is_llamalloc and stats_path is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import workloads as _workloads
-from .allocators import MODEL_ALLOCATOR, Allocator, allocator_env, parse_allocators
+from .allocators import Allocator, allocator_env, parse_allocators
 from .errors import UserError
 from . import files
 
@@ -282,13 +282,15 @@ def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale
             continue
         model_env: dict[str, str] | None = None
         runnable = list(usable)
-        if any(a.name == MODEL_ALLOCATOR for a in usable):
+        if any(a.needs_model for a in usable):
             if workload.name not in models:
-                problem = f"{workload.name} under {MODEL_ALLOCATOR}: no model given (--model {workload.name}=MODEL)"
-                result.problems.append(problem)
-                progress(f"skipped: {problem}")
-                runnable = [a for a in usable if a.name != MODEL_ALLOCATOR]
-                done += repeat
+                for a in usable:
+                    if a.needs_model:
+                        problem = f"{workload.name} under {a.name}: no model given (--model {workload.name}=MODEL)"
+                        result.problems.append(problem)
+                        progress(f"skipped: {problem}")
+                        done += repeat
+                runnable = [a for a in usable if not a.needs_model]
             else:
                 from .prepare import prepare_for_run  # the token tables of the program and its libraries, cached
                 model_env = prepare_for_run(str(models[workload.name]), str(workload.executable()),
@@ -300,7 +302,7 @@ def run_bench(workload_names: list[str], allocator_spec: str, repeat: int, scale
                 label = f"[{done}/{total}] {workload.name} under {allocator.name} (repeat {rep + 1}/{repeat})"
                 progress(f"{label} ...")
                 run = _one_run(workload, allocator, rep, scale, out_dir, interval_seconds,
-                               model_env if allocator.name == MODEL_ALLOCATOR else None, quiet_seconds)
+                               model_env if allocator.needs_model else None, quiet_seconds)
                 result.runs.append(run)
                 if run.ok:
                     peak = run.peak_rss_bytes

@@ -152,8 +152,9 @@ def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | Non
     specs = allocators.parse_allocators(allocator_spec)
     if model is not None and not any(n == allocators.MODEL_ALLOCATOR for n, _, _ in specs):
         specs.append((allocators.MODEL_ALLOCATOR, *allocators.parse_allocators("llamalloc")[0][1:]))
-    if any(n == allocators.MODEL_ALLOCATOR for n, _, _ in specs) and model is None:
-        raise UserError(f"{allocators.MODEL_ALLOCATOR} needs --model FILE")
+    for n, _, _ in specs:
+        if n in allocators.MODEL_ALLOCATORS and model is None:
+            raise UserError(f"{n} needs --model FILE")
     model_env = None
     if model is not None:
         from .prepare import prepare_for_run
@@ -166,7 +167,7 @@ def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | Non
             runs.append(CompareRun(name, problem=problem))
             continue
         allocator = allocators.Allocator(name, library)
-        env = allocators.allocator_env(allocator, None, model_env if name == allocators.MODEL_ALLOCATOR else None)
+        env = allocators.allocator_env(allocator, None, model_env)
         runs.append(run_one(name, env, cmd, client, out_dir, interval, startup))
     return runs
 

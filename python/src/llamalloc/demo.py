@@ -2,6 +2,8 @@
 the one-line conclusion from their steady state."""
 from __future__ import annotations
 
+from .allocators import display_name
+
 
 def mib(n) -> str:
     """Bytes as MiB for a table; "-" for a missing figure."""
@@ -25,7 +27,7 @@ def steady_rows(bench: dict, workload: str, model_run: dict, model_stats: dict):
         foot = s.get("steady_footprint_bytes", s.get("steady_workload_footprint_bytes"))
         live = s.get("steady_live_bytes", s.get("steady_workload_live_bytes"))
         name = r.get("allocator", "?")
-        rows.append(("llamalloc + model" if name == "llamalloc+model" else name, s.get("seconds"),
+        rows.append((display_name(name), s.get("seconds"),
                      s.get("peak_rss_bytes"), s.get("steady_rss_bytes"), foot, live, s.get("final_rss_bytes")))
     if (model_stats or model_run) and not any(row[0] == "llamalloc + model" for row in rows):
         st = model_run.get("steady_state") or {}
@@ -51,7 +53,7 @@ def steady_spread(bench: dict, workload: str) -> dict:
         values = [v for v in values if v]
         if len(values) >= 2:
             name = r.get("allocator", "?")
-            spread["llamalloc + model" if name == "llamalloc+model" else name] = (min(values), max(values))
+            spread[display_name(name)] = (min(values), max(values))
     return spread
 
 
@@ -85,6 +87,9 @@ def conclusion(rows, spread: dict | None = None) -> str:
         pages = (f"{abs(fp_change):.0%} {'fewer' if fp_change < 0 else 'more'}" if abs(fp_change) > SAME_RSS
                  else "about as many")
         line += f"; it holds {pages} huge pages ({mib(fp_model)} MiB of them with it, {mib(fp_none)} MiB without)"
+    online = steady.get("llamalloc + online")
+    if online:
+        line += f"; learning online without the model: {mib(online)} MiB ({online / without - 1:+.0%})"
     if peers:
         best = min(peers, key=peers.get)
         if with_model <= peers[best]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from .. import workloads
+from ..allocators import ONLINE_ALLOCATOR
 from ..demo import conclusion, mib, ratio, steady_rows, steady_spread
 from ..errors import UserError
 from ..run import start_program
@@ -172,8 +173,12 @@ def command(workload, scale, out_dir, allocators, repeat, epochs, sample_bytes):
     steps.run("replay the trace under each placement policy: " + ", ".join(policies), sim_args)
     # llamalloc + model runs in the bench too, so that it is measured as the others are (same harness, repeats).
     bench_model = ["--model", f"{workload}={model}"] if "llamalloc" in allocators.split(",") else []
+    # ... and llamalloc learning online, beside it and the model.
+    bench_allocators = allocators
+    if "llamalloc" in allocators.split(",") and ONLINE_ALLOCATOR not in allocators.split(","):
+        bench_allocators = f"{allocators},{ONLINE_ALLOCATOR}"
     steps.run("compare the allocators side by side",
-              ["bench", "-w", workload, "--allocators", allocators, "--repeat", str(repeat), "--scale", scale,
+              ["bench", "-w", workload, "--allocators", bench_allocators, "--repeat", str(repeat), "--scale", scale,
                "--out", str(bench_dir), *bench_model])
     if has_report:
         steps.run("write the report", ["report", "--sim", str(sim_json), "--bench", str(bench_dir / "bench.json"),
