@@ -18,6 +18,10 @@
  *   fork               allocates, forks; the child allocates from new contexts and exits 0
  *   deep DEPTH COUNT   COUNT malloc/free pairs at the bottom of a DEPTH-frame recursion (model-run timing with
  *                      LLAMALLOC_REPREDICT_EVERY=1: every allocation after the first runs the model)
+ *   learn ROUNDS MS    a server's phases for online learning (LLAMALLOC_LEARN): each round makes footprint's
+ *                      buffers (handle_request) and records (store_records), sleeps MS ms and frees the buffers;
+ *                      the records are never freed
+ *   learn-freed ROUNDS MS  as learn, but the records are freed with their round's buffers
  *   idle N MS          N threads allocate as `threads` does, then stay alive without allocating for MS ms; then
  *                      prints "resident <KiB> <KiB>": the process's anonymous resident memory outside the heap's
  *                      huge-page regions, and that of libllamalloc's zero-initialised data (the mapping after
@@ -113,6 +117,35 @@ static int footprint(int rounds, int via) {
   free(temps);
   for (size_t i = 0; i < n_kept; ++i) sum += ((unsigned char*)kept[i])[3];
   g_sink = kept;  /* kept objects are never freed */
+  printf("ok %lu\n", sum);
+  return 0;
+}
+
+/* Rounds of request buffers and records, MS ms apart (online learning learns from the objects' lifetimes as it
+   goes: the buffers die after MS ms, the records never, or with the buffers when free_records). */
+static int learn_rounds(int rounds, int ms, int free_records) {
+  enum { kTemps = 40000, kKeepEvery = 200 };  /* 8 MiB of buffers a round */
+  void** temps = calloc(kTemps, sizeof(void*));
+  void** kept = calloc((size_t)rounds * (kTemps / kKeepEvery), sizeof(void*));
+  unsigned long sum = 0;
+  for (int r = 0; r < rounds; ++r) {
+    void** round_kept = kept + (size_t)r * (kTemps / kKeepEvery);
+    for (int k = 0; k < kTemps / kKeepEvery; ++k) {
+      handle_request(temps + k * kKeepEvery, kKeepEvery);
+      store_records(round_kept + k, 1);
+    }
+    usleep((useconds_t)ms * 1000);
+    for (int i = 0; i < kTemps; ++i) {
+      sum += ((unsigned char*)temps[i])[7];
+      free(temps[i]);
+    }
+    for (int k = 0; k < kTemps / kKeepEvery; ++k) {
+      sum += ((unsigned char*)round_kept[k])[3];
+      if (free_records) free(round_kept[k]);
+    }
+  }
+  free(temps);
+  g_sink = kept;  /* the records of `learn` are never freed */
   printf("ok %lu\n", sum);
   return 0;
 }
@@ -357,7 +390,9 @@ int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "dlopen") == 0) return dlopen_race(argv[2], atoi(argv[3]));
   if (argc >= 2 && strcmp(argv[1], "fork") == 0) return fork_test();
   if (argc >= 4 && strcmp(argv[1], "idle") == 0) return idle_threads(atoi(argv[2]), atoi(argv[3]));
+  if (argc >= 4 && strcmp(argv[1], "learn") == 0) return learn_rounds(atoi(argv[2]), atoi(argv[3]), 0);
+  if (argc >= 4 && strcmp(argv[1], "learn-freed") == 0) return learn_rounds(atoi(argv[2]), atoi(argv[3]), 1);
   fprintf(stderr, "usage: predict-contexts footprint ROUNDS | wrapped ROUNDS | frameless ROUNDS | threads N"
-                  " | serial N | dlopen LIB N | fork | idle N MS\n");
+                  " | serial N | dlopen LIB N | fork | idle N MS | learn ROUNDS MS | learn-freed ROUNDS MS\n");
   return 2;
 }
