@@ -718,6 +718,10 @@ WORKLOADS: dict[str, AnyWorkload] = {
         "frag-micro", "workloads/frag-micro/frag-micro",
         "the LLAMA paper, section 9.6: 64 B objects swinging 1 MB..top, 5 MB long-lived (class 7 under llamalloc)",
         "allocations_per_second", extra_args=["--long-lived-class", "7"]),
+    "frag-micro-unhinted": Workload(
+        "frag-micro-unhinted", "workloads/frag-micro/frag-micro",
+        "frag-micro without its class hint: the long-lived objects placed as the heap or its predictor decides",
+        "allocations_per_second"),
     "redis": RedisWorkload(),
 }
 DEFAULT_WORKLOADS = ("image-server", "word-count", "frag-micro", "redis")
