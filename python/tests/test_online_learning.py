@@ -29,9 +29,8 @@ def env(tmp_path_factory):
 
 def run(tmp: Path, env, name: str, *args, learn=True, model=None) -> dict:
     stats = tmp / f"{name}.json"
-    e = dict(env, LLAMALLOC_LEARN="1" if learn else "0")
-    model_args = ["--model", model] if model else []
-    r = llamalloc("run", *model_args, "--stats", stats, "--", program(), *args, env=e)
+    model_args = (["--model", model] if model else []) + (["--learn"] if learn else [])
+    r = llamalloc("run", *model_args, "--stats", stats, "--", program(), *args, env=env)
     assert r.stdout.startswith("ok "), r.stdout + r.stderr
     return json.loads(stats.read_text())
 

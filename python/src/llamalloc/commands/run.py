@@ -21,16 +21,21 @@ from ..run import llamalloc_env, before_exit_path, check_command, run_program
 @click.option("--model", "model", type=click.Path(dir_okay=False),
               help="Lifetime model (from `llamalloc train`): predict each allocation's lifetime class with it. The "
                    "token tables of CMD and its libraries are prepared first (cached; see docs/prediction.md).")
+@click.option("--learn", "learn", is_flag=True,
+              help="Learn each calling context's lifetime class while CMD runs (LLAMALLOC_LEARN=1; with --model, the "
+                   "model is its head start; docs/prediction.md, \"Online learning\").")
 @click.option("--binary", "binaries", multiple=True, metavar="PATH",
               help="With --model: a binary that CMD runs (when CMD is a wrapper script), whose token tables the "
                    "model needs (repeatable).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(stats, options, model, binaries, cmd):
+def command(stats, options, model, learn, binaries, cmd):
     """Run CMD with libllamalloc.so preloaded. The program's exit status is passed through."""
     cmd = check_command(cmd)
     if binaries and not model:
         raise UserError("--binary names the binaries a model predicts for: give --model with it")
     env = llamalloc_env(options, stats)
+    if learn:
+        env["LLAMALLOC_LEARN"] = "1"
     if model:
         from ..prepare import prepare_for_run
 
