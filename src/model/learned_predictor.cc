@@ -207,15 +207,17 @@ unsigned LearnedPredictor::learn(const AllocationContext& context, ThreadState* 
                                       context.return_address, bucket);
   if (slot < 0) return lc;
   if (model_ran) learner_.note_model_class(slot, lc);
-  // With a model, its class stands until the context's evidence is confident; without, the default class
-  // stands only until there is enough evidence to decide.
-  uint8_t learned = learner_.learned(slot, has_model_);
+  // With a model, its class stands until the context's evidence against it is confident; without, the default
+  // class stands only until there is enough evidence to decide.
+  uint8_t learned = learner_.learned(slot, has_model_ ? uint8_t(lc) : kNoClass);
   if (learned != kNoClass && learned != lc) {
     if (entry != nullptr) entry->lifetime_class = learned;
     if (has_model_) learner_.note_override(slot);
     lc = learned;
   }
-  if (learner_.should_sample(slot)) {
+  // (The thread's hit count, mixed with the slot: a random enough number that no other thread writes.)
+  uint64_t r = (state->counters.hits.load(std::memory_order_relaxed) + uint64_t(slot)) * 0x9E3779B97F4A7C15ull;
+  if (learner_.should_sample(slot, uint32_t(r >> 40))) {
     state->pending_sample = slot;
     lc |= kSampleAllocation;
   }

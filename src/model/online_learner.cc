@@ -82,12 +82,10 @@ int32_t OnlineLearner::find_or_add(uint64_t key, uintptr_t return_address, unsig
   return slot;
 }
 
-bool OnlineLearner::should_sample(int32_t slot) {
-  Context& c = contexts_[slot];
-  uint32_t n = c.checks.load(std::memory_order_relaxed) + 1;
-  c.checks.store(n, std::memory_order_relaxed);  // (a lost increment between threads only shifts the phase)
-  bool confident = c.state.load(std::memory_order_relaxed) & kConfidentBit;
-  if (confident && rule_.sample_every > 1 && n % rule_.sample_every != 0) return false;
+bool OnlineLearner::should_sample(int32_t slot, uint32_t random) const {
+  const Context& c = contexts_[slot];
+  bool confident = c.state.load(std::memory_order_relaxed) & kConfidentBit;  // (either kind)
+  if (confident && rule_.sample_every > 1 && random % rule_.sample_every != 0) return false;
   // Unlocked reads: a stale value admits or refuses one sample, which on_sample checks again.
   return c.live_total < kMaxLivePerContext && live_samples_ < kSamples / 4 * 3;
 }
@@ -199,31 +197,42 @@ void OnlineLearner::age(uint64_t now_ns) {
 }
 
 uint8_t OnlineLearner::decide(const LearnRule& rule, const uint32_t* freed, const uint32_t* live,
-                              uint32_t* evidence) {
+                              uint32_t* evidence, uint32_t* freed_total) {
   double score[kMaxClasses];
-  uint32_t n = 0;
+  uint32_t frees = 0;
   for (unsigned k = 0; k < kMaxClasses; ++k) {
-    // A live object younger than class 0's bound could still be of any class: it is no evidence yet. One that
-    // has reached class k is evidence of at least class k.
-    uint32_t counted = freed[k] + (k > 0 ? live[k] : 0);
-    score[k] = double(counted);
-    n += counted;
+    score[k] = double(freed[k]);
+    frees += freed[k];
   }
+  // A live object's age is only a lower bound on its lifetime: counted as the class it has reached, a context
+  // whose objects are never freed would be decided class 1, then 2, then 3 as they age, and its objects spread
+  // over those classes' pages (and a model's longer class overridden downwards). So a live object is evidence
+  // only once it has outlived what the frees say (the class they decide, at least the shortest class): it
+  // survives, and counts as the longest lifetime class, whose pages keep what outlives every deadline.
+  unsigned said = frees > 0 ? rule.label.apply(score) : 0;
+  if (said < rule.shortest) said = rule.shortest;
+  uint32_t survivors = 0;
+  for (unsigned k = said + 1; k < kMaxClasses; ++k) survivors += live[k];
+  score[kLongestLifetimeClass] += double(survivors);
+  uint32_t n = frees + survivors;
   if (evidence != nullptr) *evidence = n;
+  if (freed_total != nullptr) *freed_total = frees;
   if (n == 0 || n < rule.min_samples) return kNoClass;
-  unsigned lc = rule.label.apply(score);
+  unsigned lc = survivors == 0 ? said : rule.label.apply(score);
   if (lc < rule.shortest) lc = rule.shortest;
   return uint8_t(lc);
 }
 
 void OnlineLearner::redecide(Context& c) {
-  uint32_t evidence = 0;
-  uint8_t lc = decide(rule_, c.freed, c.live, &evidence);
+  uint32_t evidence = 0, frees = 0;
+  uint8_t lc = decide(rule_, c.freed, c.live, &evidence, &frees);
   // (A window below override_samples caps the evidence of frees near twice the window, halved to the window:
   // the window is then enough.)
   uint32_t confident_at = rule_.window != 0 && rule_.window < rule_.override_samples ? rule_.window
                                                                                      : rule_.override_samples;
-  uint8_t state = lc == kNoClass ? 0 : uint8_t((lc + 1) | (evidence >= confident_at ? kConfidentBit : 0));
+  uint8_t state = lc == kNoClass ? 0
+                                 : uint8_t((lc + 1) | (evidence >= confident_at ? kConfidentBit : 0) |
+                                           (frees >= confident_at ? kFreedConfidentBit : 0));
   c.state.store(state, std::memory_order_relaxed);
 }
 

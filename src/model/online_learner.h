@@ -83,18 +83,21 @@ class OnlineLearner {
   // The slot of a context, added when new; -1 when the table is full. Lock-free when the context is known.
   int32_t find_or_add(uint64_t key, uintptr_t return_address, unsigned size_bucket);
   int32_t find(uint64_t key) const;
-  // The context's learned class, kNoClass while undecided or, with `need_confidence`, while its evidence is
-  // below override_samples. One relaxed load.
-  uint8_t learned(int32_t slot, bool need_confidence) const {
-    const Context& c = contexts_[slot];
-    uint8_t state = c.state.load(std::memory_order_relaxed);
-    if (state == 0 || (need_confidence && !(state & kConfidentBit))) return kNoClass;
-    return uint8_t((state & ~kConfidentBit) - 1);
+  // The context's learned class, kNoClass while undecided. With a model (`against` its class, not kNoClass),
+  // kNoClass also while the evidence is below override_samples: frees alone when the learned class is shorter
+  // (only a free proves a lifetime short), frees and survivors when it is longer. One relaxed load.
+  uint8_t learned(int32_t slot, uint8_t against = kNoClass) const {
+    uint8_t state = contexts_[slot].state.load(std::memory_order_relaxed);
+    if (state == 0) return kNoClass;
+    uint8_t lc = uint8_t((state & kClassMask) - 1);
+    if (against != kNoClass && !(state & (lc < against ? kFreedConfidentBit : kConfidentBit))) return kNoClass;
+    return lc;
   }
   // Whether the allocation at this check of the context is to be sampled: every check while the context is not
-  // confident, then one in sample_every; never while kMaxLivePerContext of its objects are live or the sample
-  // table is three quarters full.
-  bool should_sample(int32_t slot);
+  // confident, then when `random` (a number from the calling thread, uniform enough) is a multiple of
+  // sample_every; never while kMaxLivePerContext of its objects are live or the sample table is three quarters
+  // full. Writes nothing: checks come from every thread, and a shared counter would bounce between their caches.
+  bool should_sample(int32_t slot, uint32_t random) const;
   // The model's class for this context (kept once: the first model run's), and an override of it.
   void note_model_class(int32_t slot, unsigned lc);
   void note_override(int32_t slot);
@@ -116,23 +119,27 @@ class OnlineLearner {
   void lock_for_fork();
   void unlock_after_fork(bool child);
 
-  // The context's class from its counts (the label rule; live objects younger than class 0's bound say nothing
-  // yet), kNoClass below min_samples of evidence. Public for tests.
-  static uint8_t decide(const LearnRule& rule, const uint32_t* freed, const uint32_t* live, uint32_t* evidence);
+  // The context's class from its counts, kNoClass below min_samples of evidence: the label rule on the frees'
+  // lifetimes, with the live objects that have outlived the class the frees decide (at least rule.shortest)
+  // counted as the longest lifetime class. *evidence: frees and such survivors; *freed_total: frees. Public for
+  // tests.
+  static uint8_t decide(const LearnRule& rule, const uint32_t* freed, const uint32_t* live, uint32_t* evidence,
+                        uint32_t* freed_total = nullptr);
 
  private:
-  static constexpr uint8_t kConfidentBit = 0x80;
+  static constexpr uint8_t kConfidentBit = 0x80;       // evidence >= override_samples
+  static constexpr uint8_t kFreedConfidentBit = 0x40;  // frees alone >= override_samples
+  static constexpr uint8_t kClassMask = 0x3f;
   // All zero when empty (the tables are fresh anonymous memory).
   struct Context {
     std::atomic<uint64_t> key;  // 0: empty; set last, with release, when the slot is filled
     uintptr_t return_address;
     uint32_t freed[kMaxClasses];
     uint32_t live[kMaxClasses];
-    std::atomic<uint32_t> checks;
     uint32_t live_total;
     uint64_t samples;
     std::atomic<uint64_t> overrides;
-    std::atomic<uint8_t> state;        // (learned class + 1) | kConfidentBit; 0: undecided
+    std::atomic<uint8_t> state;        // (learned class + 1) | confidence bits; 0: undecided
     std::atomic<uint8_t> model_class;  // model's class + 1; 0: none
     uint8_t size_bucket;
   };
@@ -176,7 +183,7 @@ void OnlineLearner::for_each(F&& f) const {
     out.return_address = c.return_address;
     out.size_bucket = c.size_bucket;
     uint8_t state = c.state.load(std::memory_order_relaxed);
-    out.learned = state == 0 ? kNoClass : uint8_t((state & ~kConfidentBit) - 1);
+    out.learned = state == 0 ? kNoClass : uint8_t((state & kClassMask) - 1);
     out.confident = state != 0 && (state & kConfidentBit);
     uint8_t model = c.model_class.load(std::memory_order_relaxed);
     out.model_class = model == 0 ? kNoClass : uint8_t(model - 1);

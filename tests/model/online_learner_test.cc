@@ -27,26 +27,57 @@ TEST(OnlineLearner, AContextIsLearnedFromTheLifetimesOfItsFreedObjects) {
   ASSERT_GE(slot, 0);
   sample(*l, slot, 0x10000, 7, 0);
   for (int i = 0; i < 7; ++i) EXPECT_TRUE(l->on_free(0x10000 + uintptr_t(i) * 64, 500 * kMs));  // class 2 (< 1 s)
-  EXPECT_EQ(l->learned(slot, false), kNoClass) << "below min_samples (8): undecided";
+  EXPECT_EQ(l->learned(slot), kNoClass) << "below min_samples (8): undecided";
   sample(*l, slot, 0x20000, 1, 1000 * kMs);
   EXPECT_TRUE(l->on_free(0x20000, 1300 * kMs));
-  EXPECT_EQ(l->learned(slot, false), 2u);
-  EXPECT_EQ(l->learned(slot, true), kNoClass) << "below override_samples (32): not confident";
+  EXPECT_EQ(l->learned(slot), 2u);
+  EXPECT_EQ(l->learned(slot, 7), kNoClass) << "below override_samples (32): a model's class stands";
   EXPECT_FALSE(l->on_free(0x20000, 1400 * kMs)) << "an address freed twice is sampled once";
   EXPECT_FALSE(l->on_free(0x999999, 1400 * kMs)) << "an object never sampled";
 }
 
 TEST(OnlineLearner, AContextWhoseObjectsAreNeverFreedIsLearnedFromAgingAlone) {
-  auto l = make_learner();
+  LearnRule rule;
+  rule.shortest = 1;
+  auto l = make_learner(rule);
   int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402000, 5, 0), 0x402000, 5);
   sample(*l, slot, 0x30000, 40, 0);
   l->age(5 * kMs);
-  EXPECT_EQ(l->learned(slot, false), kNoClass) << "younger than 10 ms: no evidence yet";
+  EXPECT_EQ(l->learned(slot), kNoClass) << "younger than 10 ms: no evidence yet";
   l->age(50 * kMs);
-  EXPECT_EQ(l->learned(slot, true), 1u) << "alive past 10 ms: at least class 1";
+  EXPECT_EQ(l->learned(slot), kNoClass) << "within the shortest class (< 100 ms): no evidence yet";
+  l->age(200 * kMs);
+  // Outlived the shortest class with no free to say otherwise: survivors, placed with the longest lifetimes at
+  // once (not class 2, then 3, then 4 as they age, spreading the context over three classes' pages).
+  EXPECT_EQ(l->learned(slot), kLongestLifetimeClass);
+  EXPECT_EQ(l->learned(slot, 3), kLongestLifetimeClass) << "40 survivors: confident enough to lengthen a model's";
   l->age(20'000 * kMs);
-  EXPECT_EQ(l->learned(slot, true), 4u) << "alive past 10 s: at least class 4";
+  EXPECT_EQ(l->learned(slot), kLongestLifetimeClass) << "and it stays there";
   EXPECT_EQ(l->totals().live_samples, 40u);
+}
+
+TEST(OnlineLearner, LiveObjectsNeverShortenAModelsClass) {
+  // The model says class 5; sampled objects are live, aged to 100 ms-1 s: a lower bound, not a lifetime.
+  auto l = make_learner();
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402800, 5, 0), 0x402800, 5);
+  sample(*l, slot, 0x38000, 40, 0);
+  l->age(300 * kMs);
+  EXPECT_EQ(l->learned(slot, 5), kLongestLifetimeClass) << "survivors lengthen it; they never shorten it";
+}
+
+TEST(OnlineLearner, ObjectsThatOutliveWhatTheFreesSayAreSurvivors) {
+  // 20 objects freed within 10-100 ms (class 1); 20 more still live past 1 s: they have outlived class 1, and
+  // as many as the frees, the longer class wins the mode's tie.
+  auto l = make_learner();
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402900, 5, 0), 0x402900, 5);
+  sample(*l, slot, 0x39000, 20, 0);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(l->on_free(0x39000 + uintptr_t(i) * 64, 50 * kMs));
+  EXPECT_EQ(l->learned(slot), 1u);
+  sample(*l, slot, 0x3a000, 20, 100 * kMs);
+  l->age(150 * kMs);
+  EXPECT_EQ(l->learned(slot), 1u) << "aged 50 ms: within what the frees say, no evidence";
+  l->age(1500 * kMs);
+  EXPECT_EQ(l->learned(slot), kLongestLifetimeClass);
 }
 
 TEST(OnlineLearner, APhaseChangeIsDecidedAgain) {
@@ -60,13 +91,13 @@ TEST(OnlineLearner, APhaseChangeIsDecidedAgain) {
     now += 5000 * kMs;
     ASSERT_TRUE(l->on_free(0x40000, now));
   }
-  EXPECT_EQ(l->learned(slot, true), 3u);
+  EXPECT_EQ(l->learned(slot, 7), 3u) << "confident from frees: it shortens a model's class";
   for (int i = 0; i < 40; ++i) {  // phase 2: objects live 1 ms (class 0)
     ASSERT_TRUE(l->on_sample(slot, 0x40000, now));
     now += kMs;
     ASSERT_TRUE(l->on_free(0x40000, now));
   }
-  EXPECT_EQ(l->learned(slot, true), 0u) << "the window halves the old phase's counts";
+  EXPECT_EQ(l->learned(slot, 7), 0u) << "the window halves the old phase's counts";
 }
 
 TEST(OnlineLearner, TheShortestClassRaisesADecision) {
@@ -95,14 +126,14 @@ TEST(OnlineLearner, SamplingThinsOutOnceAContextIsConfident) {
   auto l = make_learner(rule);
   int32_t slot = l->find_or_add(OnlineLearner::context_key(0x404000, 8, 0), 0x404000, 8);
   int sampled = 0;
-  for (int i = 0; i < 32; ++i) sampled += l->should_sample(slot);
+  for (uint32_t i = 0; i < 32; ++i) sampled += l->should_sample(slot, i);
   EXPECT_EQ(sampled, 32) << "every check while not confident";
   for (int i = 0; i < 40; ++i) {
     ASSERT_TRUE(l->on_sample(slot, 0x50000, 0));
     ASSERT_TRUE(l->on_free(0x50000, kMs));
   }
   sampled = 0;
-  for (int i = 0; i < 160; ++i) sampled += l->should_sample(slot);
+  for (uint32_t i = 0; i < 160; ++i) sampled += l->should_sample(slot, i);
   EXPECT_EQ(sampled, 10);
 }
 
@@ -110,10 +141,10 @@ TEST(OnlineLearner, ALongLivedContextStopsBeingSampledAtItsLiveCap) {
   auto l = make_learner();
   int32_t slot = l->find_or_add(OnlineLearner::context_key(0x405000, 8, 0), 0x405000, 8);
   for (uint32_t i = 0; i < OnlineLearner::kMaxLivePerContext; ++i) ASSERT_TRUE(l->on_sample(slot, 0x60000 + i * 16, 0));
-  EXPECT_FALSE(l->should_sample(slot));
+  EXPECT_FALSE(l->should_sample(slot, 0));
   EXPECT_FALSE(l->on_sample(slot, 0x70000, 0));
   EXPECT_TRUE(l->on_free(0x60000, kMs));
-  EXPECT_TRUE(l->should_sample(slot));
+  EXPECT_TRUE(l->should_sample(slot, 0));
 }
 
 TEST(OnlineLearner, ContextKeysDependOnEveryPart) {
