@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from llamalloc import simulate as sim
 from llamalloc.cli import main
+from llamalloc.model import modelfile
 
-from test_sim_support import alloc, free, stack_record, trace_with
+from test_sim_model import LOAD, SEG_OFFSET, llamalloc, policy, runtime_frame, switch_model, write_tables
+from test_sim_support import alloc, free, mapping_record, stack_record, trace_with
 
 BASE = 0x7F0000000000
 KEPT, BRIEF = 1, 2  # stacks: objects never freed, objects freed at once
@@ -66,3 +68,45 @@ def test_simulate_help_lists_llama_online_and_learn_is_a_replayed_heap_option(tm
     assert rc == 0, err
     assert "does not model" not in err
     assert "decided 0 of 2 contexts" in stdout
+
+
+def test_llama_model_with_learn_overrides_a_wrong_model_class(tmp_path):
+    # The made-up program of test_sim_model.py, its "switch" model saying temp_buffer's objects are never freed;
+    # they die within a millisecond. Re-predictions every 5 hits put the model's class back in the cache entry,
+    # and the next check gives it the learned class again.
+    binary = tmp_path / "app"
+    binary.write_bytes(b"not really an ELF file, but the tables only look at its size and mtime" * 10)
+    records = [mapping_record(LOAD, LOAD + 0x1000, SEG_OFFSET, str(binary)),
+               stack_record(2, [runtime_frame("temp_buffer"), runtime_frame("main")])]
+    n = 3000
+    events = []
+    for i in range(n):
+        events.append(alloc(i, BASE + i * 0x1000, 4096, stack=2))
+        events.append(free(i + 0.5, BASE + i * 0x1000))
+    trace = tmp_path / "app.trace"
+    trace.write_bytes(trace_with(records, events))
+    m = switch_model({"temp_buffer": 7}, 0, ["keep_record", "temp_buffer", "main"])
+    modelfile.write(tmp_path / "m.model", m)
+    tokens = write_tables(m, binary, tmp_path / "m.tokens")
+    common = ["--model", tmp_path / "m.model", "--tokens", tokens, "--heap-option", "REPREDICT_EVERY=5",
+              "--heap-option", "REPREDICT_BACKOFF=0", "-q"]
+    r = llamalloc("simulate", trace, "-p", "llama-model", "-o", tmp_path / "plain.json", *common)
+    assert r.returncode == 0, r.stderr
+    plain = policy(tmp_path / "plain.json", "llama-model")["extras"]
+    assert plain["allocs_class_7"] == n and "learn_contexts" not in plain
+    r = llamalloc("simulate", trace, "-p", "llama-model", "-o", tmp_path / "learn.json", *common,
+                  "--heap-option", "LEARN=1", "--heap-option", "LEARN_MIN_SAMPLES=4",
+                  "--heap-option", "LEARN_OVERRIDE_SAMPLES=8")
+    assert r.returncode == 0, r.stderr
+    learned = policy(tmp_path / "learn.json", "llama-model")
+    e = learned["extras"]
+    assert e["learn_contexts"] == 1 and e["learn_decided"] == 1
+    # The learned class (0, raised to MIN_CLASS 1) once 8 samples are in: about 8 checks of 1 to 64 allocations.
+    assert e["allocs_class_1"] > n / 2 and e["allocs_class_7"] > 0
+    assert e["allocs_class_1"] + e["allocs_class_7"] == n
+    # Every re-prediction hands the entry the model's class again, which the next check overrides.
+    assert e["learn_overrides"] > 1
+    assert e["accuracy_exact"] == 0.0 and e["placed_accuracy_within_one_class"] > 0.5
+    (context,) = learned["learned_contexts"]
+    assert context["model_class"] == 7 and context["learned"] == 1 and context["confident"]
+    assert "overrides of the model's class" in r.stdout
