@@ -80,7 +80,7 @@ uint8_t learned_class(const model::OnlineLearner& learner, uintptr_t return_addr
   return found;
 }
 
-// What llama-online is: the heap with every object in the class the learner gives its context.
+// The class source of llama-online (no model) or of llama-model under LEARN=1 (a model).
 std::shared_ptr<OnlineClassSource> learner_over(const TraceStacks& stacks, std::shared_ptr<ClassSource> model,
                                                 const Options& heap_options = {}) {
   return std::make_shared<OnlineClassSource>(heap_options, stacks, std::move(model), learn_label_of(nullptr));
