@@ -1,8 +1,10 @@
 #include "sim/online_policy.h"
 
+#include <stdexcept>
+
 #include "alloc/heap_config.h"
-#include "predictor/predictor.h"
 #include "common/stack_walk.h"
+#include "predictor/predictor.h"
 #include "trace_predictor.h"
 
 namespace llamalloc::sim {
@@ -21,8 +23,19 @@ model::LearnRule learn_rule_of(const Options& heap_options, const model::LabelRu
   rule.window = uint32_t(heap_options.learn_window);
   rule.sample_every = uint32_t(heap_options.learn_sample_every);
   rule.label = label;
-  rule.shortest = unsigned(heap_options.min_class);
+  // As the process raises its classes: MIN_CLASS, leaving two classes in use (the replay has all eight).
+  unsigned shortest = unsigned(heap_options.min_class);
+  rule.shortest = shortest + 2 > kMaxClasses ? kMaxClasses - 2 : shortest;
   return rule;
+}
+
+uint64_t OnlineClassSource::callers_of(const uint64_t* frames, uint32_t depth) {
+  uint64_t mixed = 0;
+  for (uint32_t i = 1; i < depth && i <= uint32_t(model::kDeepKeyFrames); ++i) {
+    mixed = (mixed ^ stack_walk::return_address_of(uintptr_t(frames[i]))) * 0x9E3779B97F4A7C15ull;
+    mixed ^= mixed >> 31;
+  }
+  return mixed;
 }
 
 OnlineClassSource::OnlineClassSource(const Options& heap_options, const TraceStacks& stacks,
@@ -31,73 +44,125 @@ OnlineClassSource::OnlineClassSource(const Options& heap_options, const TraceSta
       stacks_(stacks),
       model_(std::move(model)),
       default_class_(default_class_of(heap_options)),
+      repredict_every_(uint32_t(heap_options.repredict_every)),
+      repredict_backoff_(unsigned(heap_options.repredict_backoff)),
       stack_info_(1024),
-      entries_(4096),
+      thread_index_(64),
+      shadows_(4096),
       thread_hits_(64) {
-  learner_->configure(learn_rule_of(heap_options, label));
+  if (!learner_->configure(learn_rule_of(heap_options, label)))
+    throw std::runtime_error("llama-online: cannot map the online learner's tables");
 }
 
 OnlineClassSource::~OnlineClassSource() = default;
 
+// The fast path's test, then at a visit the predictor's lookup with the default class for the model's and the
+// jitter of the next check: heap_malloc (alloc/alloc.h) and LearnedPredictor::predict without a model.
+unsigned OnlineClassSource::visit_without_model(uint32_t thread, uint64_t key, bool* visited, uint8_t** held) {
+  uint32_t index;
+  if (const uint32_t* found = thread_index_.find(uint64_t{thread} + 1)) {
+    index = *found;
+  } else {
+    index = uint32_t(threads_.size());
+    threads_.push_back(std::make_unique<ThreadCache>());
+    thread_index_.put(uint64_t{thread} + 1, index);
+  }
+  ThreadCache& t = *threads_[index];
+  PredictionCacheEntry& e = t.cache.slot(key);
+  uint32_t every = repredict_every_ == 0 ? UINT32_MAX : repredict_every_;
+  uint32_t n = e.hits + 1;
+  if (e.key == key && n % kPredictionCheckEvery != 0 && n < uint64_t(every) << e.backoff) {
+    e.hits++;
+    model::CacheCounters::bump(t.counters.hits);
+    *visited = false;
+    return e.lifetime_class;
+  }
+  *visited = true;
+  unsigned lc = t.cache.lookup(key, repredict_every_, t.counters, [&] { return default_class_; },
+                               repredict_backoff_);
+  PredictionCacheEntry& f = t.cache.slot(key);  // (a miss put the key in its set's first entry)
+  uint64_t r = (t.counters.hits.load(std::memory_order_relaxed) ^ key) * 0x9E3779B97F4A7C15ull;
+  uint32_t low = uint32_t(r >> 58) & (kPredictionCheckEvery - 1);
+  uint32_t jittered = (f.hits & ~(kPredictionCheckEvery - 1)) | low;
+  if (jittered != kDeepEntryHits) f.hits = jittered;
+  *held = &f.lifetime_class;
+  return lc;
+}
+
+// llama-model's class, and what the process's entry holds instead of it.
+unsigned OnlineClassSource::visit_with_model(const ObjectAlloc& object, uint64_t key, bool* visited,
+                                             bool* model_ran, uint8_t** held, unsigned* model_class) {
+  unsigned base = model_->class_of(object);
+  *model_class = base;
+  ModelRun run = model_->last_model_run();
+  uint64_t& hits = thread_hits_.get_or_insert(uint64_t{object.thread} + 1);
+  uint64_t shadow_key = (key ^ (uint64_t{object.thread} * 0x9E3779B97F4A7C15ull)) | 1;
+  Shadow* s = shadows_.find(shadow_key);
+  if (s == nullptr) {
+    // The thread's first allocation with this key misses llama-model's cache too.
+    s = &shadows_.put(shadow_key, Shadow{model::kNoClass, 0});
+    *visited = true;
+  } else if (run == ModelRun::kMiss) {
+    s->lifetime_class = model::kNoClass;  // llama-model's cache lost the entry: it comes back with the model's class
+    *visited = true;
+  } else if (run == ModelRun::kRepredict) {
+    if (s->lifetime_class != model::kNoClass && base > s->lifetime_class) s->lifetime_class = model::kNoClass;
+    *visited = true;
+    ++hits;
+  } else {
+    *visited = --s->until_visit == 0;
+    ++hits;
+  }
+  *model_ran = run != ModelRun::kNone;
+  unsigned lc = s->lifetime_class == model::kNoClass ? base : s->lifetime_class;
+  if (*visited) {
+    uint64_t r = (hits ^ key) * 0x9E3779B97F4A7C15ull;
+    s->until_visit = uint8_t(kPredictionCheckEvery - (uint32_t(r >> 58) & (kPredictionCheckEvery - 1)));
+    *held = &s->lifetime_class;
+  }
+  return lc;
+}
+
 unsigned OnlineClassSource::class_of(const ObjectAlloc& object) {
   if (object.time_ns > now_ns_) now_ns_ = object.time_ns;
-  // The model's class (its prediction cache as in llama-model), or the heap's default without one.
-  unsigned base = model_ ? model_->class_of(object) : default_class_;
-  ModelRun run = model_ ? model_->last_model_run() : ModelRun::kNone;
-
   StackInfo* info = stack_info_.find(uint64_t{object.stack_id} + 1);
   if (info == nullptr) {
     const uint64_t* frames = nullptr;
     uint32_t depth = 0;
     stacks_.stack(object.stack_id, &frames, &depth);  // (a stack the trace lacks: no frames, as in llama-model)
     StackInfo fresh{depth > 0 ? stack_walk::return_address_of(uintptr_t(frames[0])) : 0,
-                    model::TracePredictor::stack_height_stand_in(frames, depth)};
+                    model::TracePredictor::stack_height_stand_in(frames, depth), callers_of(frames, depth)};
     info = &stack_info_.put(uint64_t{object.stack_id} + 1, fresh);
   }
   unsigned bucket = model_size_bucket(object.size_bytes);
-  uint64_t key = model::OnlineLearner::context_key(info->return_address, uintptr_t(info->height), bucket, 0);
-  uint64_t& hits = thread_hits_.get_or_insert(uint64_t{object.thread} + 1);
-
-  uint64_t entry_key = (key ^ (uint64_t{object.thread} * 0x9E3779B97F4A7C15ull)) | 1;
-  Entry* e = entries_.find(entry_key);
-  bool miss = false, check;
-  if (e == nullptr) {
-    e = &entries_.put(entry_key, Entry{learner_->find_or_add(key, info->return_address, bucket), model::kNoClass, 0});
-    miss = check = true;
-  } else if (run == ModelRun::kMiss) {
-    // The model's cache lost the entry: it comes back with the model's class.
-    e->lifetime_class = model::kNoClass;
-    miss = check = true;
-  } else if (run == ModelRun::kRepredict) {
-    // A re-prediction keeps the longer of the model's class and the entry's.
-    if (e->lifetime_class != model::kNoClass && base > e->lifetime_class) e->lifetime_class = model::kNoClass;
-    check = true;
-  } else {
-    check = --e->until_check == 0;
-  }
-  if (!miss) ++hits;
+  uint64_t cache_key = model::cache_key(info->return_address, uintptr_t(info->height), bucket);
+  bool visited = false, model_ran = false;
+  uint8_t* held = nullptr;
+  unsigned base = default_class_;  // the class without learning: the model's or the default
+  unsigned lc = model_ ? visit_with_model(object, cache_key, &visited, &model_ran, &held, &base)
+                       : visit_without_model(object.thread, cache_key, &visited, &held);
   bool sample = false;
-  if (check) {
+  int32_t slot = -1;
+  if (visited) {
+    // LearnedPredictor::learn: the context's learned class replaces the entry's once decided (with a model, once
+    // confident), and the learner says whether to sample this allocation.
     ++checks_;
-    if (e->slot >= 0) {
-      if (miss && model_) learner_->note_model_class(e->slot, base);
-      uint8_t learned = learner_->learned(e->slot, /*need_confidence=*/model_ != nullptr);
-      unsigned held = e->lifetime_class == model::kNoClass ? base : e->lifetime_class;
-      if (learned != model::kNoClass && learned != held) {
-        e->lifetime_class = learned;
-        if (model_) learner_->note_override(e->slot);
+    slot = learner_->find_or_add(model::OnlineLearner::context_key(info->return_address, bucket, info->callers),
+                                 info->return_address, bucket);
+    if (slot >= 0) {
+      if (model_ran) learner_->note_model_class(slot, lc);
+      uint8_t learned = learner_->learned(slot, /*need_confidence=*/model_ != nullptr);
+      if (learned != model::kNoClass && learned != lc) {
+        *held = learned;
+        if (model_) learner_->note_override(slot);
+        lc = learned;
       }
-      sample = learner_->should_sample(e->slot);
+      sample = learner_->should_sample(slot);
     }
-    // The next check after 1 to kPredictionCheckEvery allocations, drawn as LearnedPredictor::predict draws it.
-    uint64_t r = (hits ^ key) * 0x9E3779B97F4A7C15ull;
-    uint32_t low = uint32_t(r >> 58) & (kPredictionCheckEvery - 1);
-    e->until_check = uint8_t(kPredictionCheckEvery - low);
   }
-  unsigned lc = e->lifetime_class == model::kNoClass ? base : e->lifetime_class;
   if (lc != base) ++given_learned_;
   // The replay's object is known by its trace address until its free: the sampled object's address.
-  if (sample && learner_->on_sample(e->slot, object.address, now_ns_)) ++sampled_;
+  if (sample && learner_->on_sample(slot, object.address, now_ns_)) ++sampled_;
   if (lc > kNeverFreedClass) lc = kNeverFreedClass;
   if (object.lifetime_class < kMaxClasses) ++confusion_[object.lifetime_class][lc];
   return lc;

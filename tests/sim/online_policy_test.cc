@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "learned_predictor.h"
 #include "sim/engine.h"
 #include "sim/heap_options.h"
 #include "sim/policies.h"
@@ -24,6 +27,13 @@ VectorTraceStacks two_contexts() {
   stacks.add(kKeptStack, {0x401233, 0x402000, 0x403000});
   stacks.add(kBriefStack, {0x401456, 0x402000, 0x403000});
   return stacks;
+}
+
+const uint64_t* stacks_frames(const TraceStacks& stacks, uint32_t id) {
+  const uint64_t* frames = nullptr;
+  uint32_t depth = 0;
+  stacks.stack(id, &frames, &depth);
+  return frames;
 }
 
 Event at(Event e, uint32_t stack) {
@@ -131,11 +141,21 @@ TEST(OnlinePolicy, ContextsOfDifferentLifetimesAreLearnedApartAndTheFootprintShr
       << learned.summary.final_footprint_bytes << " vs " << fixed.summary.final_footprint_bytes;
 }
 
-// A model that says every context's objects live forever.
+// A model that says every context's objects live forever, through a cache that misses once per thread and stack.
 class EverythingLivesForever final : public ClassSource {
  public:
-  unsigned class_of(const ObjectAlloc&) override { return kNeverFreedClass; }
+  unsigned class_of(const ObjectAlloc& object) override {
+    uint64_t key = (uint64_t{object.thread} << 32 | object.stack_id) + 1;
+    last_ = seen_.find(key) == nullptr ? ModelRun::kMiss : ModelRun::kNone;
+    seen_.put(key, 1);
+    return kNeverFreedClass;
+  }
+  ModelRun last_model_run() const override { return last_; }
   std::vector<std::pair<std::string, double>> summary_extras() const override { return {{"model_figure", 1}}; }
+
+ private:
+  FlatMap<int> seen_;
+  ModelRun last_ = ModelRun::kNone;
 };
 
 TEST(OnlinePolicy, AModelsWrongClassIsOverriddenOnceTheEvidenceIsConfident) {
@@ -195,6 +215,41 @@ TEST(OnlinePolicy, LlamaModelLearnsOnlineUnderTheHeapOptionLearn) {
   EXPECT_EQ(rule.shortest, Options{}.min_class);
   EXPECT_EQ(rule.label.kind, model::kTrainLabelRule.kind);
   EXPECT_EQ(policy_named("llama-online", stacks, heap_options)->name(), "llama-online");
+}
+
+// The learner's context is the process's: frame 0's return address, the size bucket and up to kDeepKeyFrames
+// callers, the same in every thread; deeper callers (another stack height, a recursion) do not split it.
+TEST(OnlinePolicy, AContextIsItsCallSiteAndNearestCallersInEveryThread) {
+  VectorTraceStacks stacks;
+  stacks.add(1, {0x401233, 0x402000, 0x403000, 0x404000, 0x405000, 0x406000});
+  stacks.add(2, {0x401233, 0x402000, 0x403000, 0x404000, 0x405000, 0x407000, 0x408000});  // deeper callers differ
+  stacks.add(3, {0x401233, 0x402000, 0x403000, 0x404000, 0x409000, 0x406000});            // the 4th differs
+  ASSERT_EQ(model::kDeepKeyFrames, 4);
+  EXPECT_EQ(OnlineClassSource::callers_of(stacks_frames(stacks, 1), 6),
+            OnlineClassSource::callers_of(stacks_frames(stacks, 2), 7));
+  EXPECT_NE(OnlineClassSource::callers_of(stacks_frames(stacks, 1), 6),
+            OnlineClassSource::callers_of(stacks_frames(stacks, 3), 6));
+  EXPECT_EQ(OnlineClassSource::callers_of(stacks_frames(stacks, 1), 1), 0u) << "no callers";
+  std::vector<Event> events;
+  uint64_t address = 0x10000000;
+  for (uint32_t thread : {1u, 2u})
+    for (uint32_t stack : {1u, 2u, 3u})
+      for (int i = 0; i < 100; ++i) {
+        Event e = at(alloc_event(uint64_t(i) * kMs, address, 64), stack);
+        e.thread = thread;
+        events.push_back(e);
+        address += 0x100;
+      }
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; });
+  LlamaOptions options;
+  options.class_source = learner_over(stacks, nullptr);
+  auto& source = static_cast<OnlineClassSource&>(*options.class_source);
+  LlamaPolicy policy(options);
+  VectorEventSource trace(events);
+  replay(trace, policy, EngineOptions{});
+  EXPECT_EQ(source.learner().totals().contexts, 2u);
+  // Each thread's cache has an entry per stack (three keys): each one's first allocation is a visit.
+  EXPECT_GE(source.checks(), 6u);
 }
 
 }  // namespace
