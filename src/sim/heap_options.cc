@@ -13,9 +13,12 @@ namespace {
 
 constexpr char kPrefix[] = "LLAMALLOC_";
 
-// The options the replay reads besides the placement options: the predictor's rules (llama-model).
-constexpr const char* kPredictorOptionNames[] = {"REPREDICT_EVERY", "REPREDICT_BACKOFF", "UNSEEN_TRIAL",
-                                                 "MIN_CONFIDENCE", "MIN_CLASS"};
+// The options the replay reads besides the placement options: the predictor's rules (llama-model) and the online
+// learner's (llama-online; llama-model with LEARN=1).
+constexpr const char* kPredictorOptionNames[] = {"REPREDICT_EVERY",   "REPREDICT_BACKOFF",      "UNSEEN_TRIAL",
+                                                 "MIN_CONFIDENCE",    "MIN_CLASS",              "LEARN",
+                                                 "LEARN_MIN_SAMPLES", "LEARN_OVERRIDE_SAMPLES", "LEARN_WINDOW",
+                                                 "LEARN_SAMPLE_EVERY"};
 // Options that name files: `llamalloc simulate` has flags for them (it prepares the token tables itself).
 constexpr std::pair<const char*, const char*> kOptionFlags[] = {
     {"MODEL", "--model"}, {"TOKENS", "--tokens"}, {"PREDICT_LOG", "--predict-log"}};

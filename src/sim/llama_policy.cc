@@ -244,6 +244,12 @@ void LlamaPolicy::at_exit() {
 void LlamaPolicy::advance_time(uint64_t time_ns) {
   now_ns_ = std::max(now_ns_, time_ns);
   clock_->set(now_ns_);
+  // The sweeper's pass for the class source (the online learner ages its live samples there), on the trace's
+  // clock: at the first event or sample of each period.
+  if (options_.class_source && now_ns_ - last_source_sweep_ns_ >= kSweepPeriodNs) {
+    last_source_sweep_ns_ = now_ns_;
+    options_.class_source->on_sweep(now_ns_);
+  }
   while (next_snapshot_ < options_.snapshot_times_ns.size() && options_.snapshot_times_ns[next_snapshot_] <= now_ns_) {
     global_->tick();
     take_snapshot(options_.snapshot_times_ns[next_snapshot_]);
@@ -281,9 +287,10 @@ bool LlamaPolicy::realloc_in_place(uint64_t old_size_bytes, uint64_t new_size_by
   return realloc_stays_in_place(old_size_bytes, new_size_bytes);
 }
 
-void LlamaPolicy::free(uint64_t, uint64_t address, uint64_t, uint32_t thread) {
+void LlamaPolicy::free(uint64_t time_ns, uint64_t address, uint64_t, uint32_t thread) {
   Placed placed;
   if (!placed_.erase(address, &placed)) return;
+  if (options_.class_source) options_.class_source->on_free(std::max(time_ns, now_ns_), address);
   tl_heap = &heap_for(thread);  // the freeing thread, as in the process
   ThreadHeapOps::deallocate(*global_, tl_heap, reinterpret_cast<void*>(placed.address));
 }

@@ -26,12 +26,24 @@ class SimPlatform;
 class TraceClock;
 
 // Where the lifetime class of each object comes from when it is neither the oracle's nor a fixed one: the
-// llama-model policy's learned predictor (sim/model_policy.h).
+// llama-model policy's learned predictor (sim/model_policy.h), the online learner (llama-online and llama-model with
+// LEARN=1, sim/online_policy.h).
 class ClassSource {
  public:
+  // How the last class_of got its class from a model's prediction cache (sim/online_policy.h: in the process the
+  // fast path then went to the predictor).
+  enum class ModelRun : uint8_t { kNone, kMiss, kRepredict };
+
   virtual ~ClassSource() = default;
+  // The policy's name in the results.
+  virtual std::string name() const { return "llama-model"; }
   // The class the heap gets for this allocation (object.lifetime_class holds the oracle's true class).
   virtual unsigned class_of(const ObjectAlloc& object) = 0;
+  virtual ModelRun last_model_run() const { return ModelRun::kNone; }
+  // An object of the heap was freed (its ObjectAlloc::address), at the trace's time.
+  virtual void on_free(uint64_t /*time_ns*/, uint64_t /*address*/) {}
+  // The library's sweeper passes, every LLAMALLOC_SWEEP_MS of trace time.
+  virtual void on_sweep(uint64_t /*time_ns*/) {}
   virtual std::vector<std::pair<std::string, double>> summary_extras() const { return {}; }
   virtual std::vector<std::pair<std::string, std::string>> summary_json() const { return {}; }
 };
@@ -45,7 +57,7 @@ struct LlamaOptions {
   // -1: llama-oracle (each object's true class). 0..7: llama-default, every object in this class, which is
   // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS).
   int fixed_class = -1;
-  // Set: llama-model, each object in the class this source gives (fixed_class is then ignored).
+  // Set: llama-model or llama-online, each object in the class this source gives (fixed_class is then ignored).
   std::shared_ptr<ClassSource> class_source;
   // A thread with no event for this long gives its empty spans back (release_all), as the library's sweeper
   // does for an idle thread (it also sweeps working threads every LLAMALLOC_SWEEP_MS, which this does not) and as a
@@ -61,9 +73,11 @@ class LlamaPolicy final : public Policy {
   ~LlamaPolicy() override;
 
   std::string name() const override {
-    return options_.class_source ? "llama-model" : options_.fixed_class < 0 ? "llama-oracle" : "llama-default";
+    return options_.class_source ? options_.class_source->name()
+           : options_.fixed_class < 0 ? "llama-oracle"
+                                      : "llama-default";
   }
-  // llama-model needs them too: its summary compares each prediction with the true class.
+  // llama-model and llama-online need them too: their summaries compare each prediction with the true class.
   bool needs_lifetime_classes() const override { return options_.fixed_class < 0 || options_.class_source; }
   void allocate(const ObjectAlloc& object) override;
   // The library's rule (alloc/realloc_rule.h): a realloc that stays in the object's size class or shrinks it by at
@@ -109,6 +123,7 @@ class LlamaPolicy final : public Policy {
   // The library's sweeper period (LLAMALLOC_SWEEP_MS's default) and the trace time of the last pass.
   static constexpr uint64_t kSweepPeriodNs = Options{}.sweep_ms * 1'000'000;
   uint64_t last_sweep_ns_ = 0;
+  uint64_t last_source_sweep_ns_ = 0;  // the class source's (ClassSource::on_sweep)
   // Where a live object of the trace is in the simulated heap, and what it is (heap snapshots list the
   // contexts that keep each page).
   struct Placed {

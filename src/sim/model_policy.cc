@@ -8,6 +8,7 @@
 
 #include "alloc/heap_config.h"
 #include "options.h"
+#include "sim/online_policy.h"
 #include "sim/trace_reader.h"
 #include "trace_predictor.h"
 
@@ -55,7 +56,12 @@ unsigned ModelClassSource::class_of(const ObjectAlloc& object) {
     info = &stack_info_.put(key, fresh);
   }
   if (info->frames == nullptr) ++without_stack_;
+  model::TracePredictionTotals before = predictor_->totals();
   unsigned lc = predictor_->predict(object.thread, info->frames, info->depth, object.size_bytes, info->height);
+  model::TracePredictionTotals after = predictor_->totals();
+  last_run_ = after.misses != before.misses               ? ModelRun::kMiss
+              : after.repredictions != before.repredictions ? ModelRun::kRepredict
+                                                            : ModelRun::kNone;
   if (lc > kNeverFreedClass) lc = kNeverFreedClass;
   ++predicted_;
   if (object.lifetime_class < kMaxClasses) ++confusion_[object.lifetime_class][lc];
@@ -113,7 +119,13 @@ std::vector<std::pair<std::string, std::string>> ModelClassSource::summary_json(
 
 std::unique_ptr<LlamaPolicy> make_model_policy(LlamaOptions options, const ModelOptions& model,
                                              const TraceStacks& stacks, std::string* warning) {
-  options.class_source = std::make_shared<ModelClassSource>(model, options.heap_options, stacks, warning);
+  auto source = std::make_shared<ModelClassSource>(model, options.heap_options, stacks, warning);
+  if (options.heap_options.learn) {
+    model::LabelRule label = learn_label_of(&source->predictor().model());
+    options.class_source = std::make_shared<OnlineClassSource>(options.heap_options, stacks, source, label);
+  } else {
+    options.class_source = source;
+  }
   return std::make_unique<LlamaPolicy>(std::move(options));
 }
 

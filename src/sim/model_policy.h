@@ -36,6 +36,7 @@ class ModelClassSource final : public ClassSource {
   ~ModelClassSource() override;
 
   unsigned class_of(const ObjectAlloc& object) override;
+  ModelRun last_model_run() const override { return last_run_; }
   std::vector<std::pair<std::string, double>> summary_extras() const override;
   std::vector<std::pair<std::string, std::string>> summary_json() const override;
 
@@ -54,10 +55,12 @@ class ModelClassSource final : public ClassSource {
   FlatMap<StackInfo> stack_info_;  // stack id + 1 -> its frames, computed once per stack
   std::array<std::array<uint64_t, 8>, 8> confusion_{};
   uint64_t predicted_ = 0, without_stack_ = 0;
+  ModelRun last_run_ = ModelRun::kNone;
   int log_fd_ = -1;
 };
 
-// The llama-model policy: LlamaPolicy with a ModelClassSource.
+// The llama-model policy: LlamaPolicy with a ModelClassSource; with the heap option LEARN=1, the online learner
+// over it (sim/online_policy.h), as the library runs a model under LLAMALLOC_LEARN=1.
 std::unique_ptr<LlamaPolicy> make_model_policy(LlamaOptions options, const ModelOptions& model,
                                              const TraceStacks& stacks, std::string* warning);
 

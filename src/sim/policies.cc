@@ -6,6 +6,7 @@
 #include "options.h"
 #include "sim/llama_policy.h"
 #include "sim/mesh_policy.h"
+#include "sim/online_policy.h"
 #include "sim/page_policy.h"
 #include "sim/tcmalloc_policy.h"
 
@@ -13,7 +14,8 @@ namespace llamalloc::sim {
 
 std::vector<std::string> policy_names() {
   return {"pages-4k",          "pages-2m",     "mesh-4k",           "mesh-2m",       "tcmalloc",
-          "tcmalloc-lifetime", "llama-oracle", "llama-oracle-best", "llama-default", "llama-model"};
+          "tcmalloc-lifetime", "llama-oracle", "llama-oracle-best", "llama-default", "llama-model",
+          "llama-online"};
 }
 
 std::vector<std::string> expand_policy_name(const std::string& name) {
@@ -61,6 +63,17 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySetting
     auto policy = make_model_policy(o, settings.model, *settings.stacks, &warning);
     if (!warning.empty() && settings.warn) settings.warn(warning);
     return policy;
+  }
+  if (name == "llama-online") {
+    if (settings.stacks == nullptr) throw std::invalid_argument("llama-online needs the trace's stacks");
+    LlamaOptions o;
+    o.snapshot_times_ns = settings.snapshot_times_ns;
+    o.heap_options = settings.heap_options;
+    o.thread_idle_ns = settings.thread_idle_ns;
+    // The library under LLAMALLOC_LEARN=1 without a model: DEFAULT_CLASS until a context's evidence decides it.
+    o.class_source = std::make_shared<OnlineClassSource>(settings.heap_options, *settings.stacks, nullptr,
+                                                         learn_label_of(nullptr));
+    return std::make_unique<LlamaPolicy>(o);
   }
   if (name == "llama-oracle-best")
     throw std::invalid_argument("llama-oracle-best is a search over llama-oracle replays: search_oracle_options");

@@ -27,7 +27,7 @@ FORMAT = "llamalloc-sim"
 VERSION = 1
 BINARY = "src/sim/llamalloc-sim"
 POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle",
-            "llama-oracle-best", "llama-default", "llama-model")
+            "llama-oracle-best", "llama-default", "llama-model", "llama-online")
 #: The tracer's own library: its frames are removed from the trace's stacks, so it needs no token table.
 TRACER_LIBRARY = "libllamalloc_prof"
 ALIASES = {"mesh": ("mesh-4k", "mesh-2m")}

@@ -36,6 +36,10 @@ def summary_table(result: sim.SimResult) -> str:
                      f"misses), {e.get('model_runs', 0):.0f} model runs; against each object's true class: "
                      f"{100 * e.get('accuracy_exact', 0):.1f}% exact, "
                      f"{100 * e.get('accuracy_within_one_class', 0):.1f}% within one class")
+    for name in ("llama-model", "llama-online"):
+        learner = result.policies.get(name)
+        if learner is not None and "learn_contexts" in learner.extras:
+            lines.append(learning_line(name, learner.extras))
     best = result.policies.get("llama-oracle-best")
     if best is not None and best.search:
         lines.append(sim.search_summary(best))
@@ -44,6 +48,17 @@ def summary_table(result: sim.SimResult) -> str:
         lines.append(f"note: {first['unknown_frees']} frees named an address that was never allocated "
                      "(counted and skipped)")
     return "\n".join(lines)
+
+
+def learning_line(name: str, e: dict) -> str:
+    """What the online learner did in a replay (llama-online, llama-model with LEARN=1)."""
+    line = (f"{name}: online learning decided {e.get('learn_decided', 0):.0f} of {e.get('learn_contexts', 0):.0f} "
+            f"contexts from {e.get('learn_samples', 0):.0f} sampled objects")
+    if name == "llama-model":
+        line += f", {e.get('learn_overrides', 0):.0f} overrides of the model's class"
+    return (line + f"; the heap's classes against each object's true class: "
+            f"{100 * e.get('placed_accuracy_exact', 0):.1f}% exact, "
+            f"{100 * e.get('placed_accuracy_within_one_class', 0):.1f}% within one class")
 
 
 #: Flags that earlier versions had for some of the library's options, kept as deprecated spellings of
@@ -63,7 +78,8 @@ def _deprecated_option_flags(f):
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--policy", "-p", "policies", multiple=True, required=True,
               help="pages-4k, pages-2m, mesh (= mesh-4k + mesh-2m), mesh-4k, mesh-2m, tcmalloc, "
-                   "tcmalloc-lifetime, llama-oracle, llama-oracle-best, llama-default, llama-model (with --model); "
+                   "tcmalloc-lifetime, llama-oracle, llama-oracle-best, llama-default, llama-model (with --model; "
+                   "--heap-option LEARN=1 adds online learning), llama-online (online learning without a model); "
                    "repeat for several")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="result JSON (default: TRACE's file name with the suffix .sim.json, in the current folder: "

@@ -1,0 +1,257 @@
+#include "sim/online_policy.h"
+
+#include <stdexcept>
+
+#include "alloc/heap_config.h"
+#include "common/stack_walk.h"
+#include "predictor/predictor.h"
+#include "trace_predictor.h"
+
+namespace llamalloc::sim {
+
+model::LabelRule learn_label_of(const model::ModelFile* model) {
+  // A distribution model places a context by a label rule of its class shares; the learner decides a context by
+  // the same rule, so that its class and the model's mean the same. A label model (one class per context) was
+  // trained on training's rule.
+  return model != nullptr && model->is_distribution() ? model->label_rule() : model::kTrainLabelRule;
+}
+
+model::LearnRule learn_rule_of(const Options& heap_options, const model::LabelRule& label) {
+  model::LearnRule rule;
+  rule.min_samples = uint32_t(heap_options.learn_min_samples);
+  rule.override_samples = uint32_t(heap_options.learn_override_samples);
+  rule.window = uint32_t(heap_options.learn_window);
+  rule.sample_every = uint32_t(heap_options.learn_sample_every);
+  rule.label = label;
+  // As the process raises its classes: MIN_CLASS, leaving two classes in use (the replay has all eight).
+  unsigned shortest = unsigned(heap_options.min_class);
+  rule.shortest = shortest + 2 > kMaxClasses ? kMaxClasses - 2 : shortest;
+  return rule;
+}
+
+uint64_t OnlineClassSource::callers_of(const uint64_t* frames, uint32_t depth) {
+  uint64_t mixed = 0;
+  for (uint32_t i = 1; i < depth && i <= uint32_t(model::kDeepKeyFrames); ++i) {
+    mixed = (mixed ^ stack_walk::return_address_of(uintptr_t(frames[i]))) * 0x9E3779B97F4A7C15ull;
+    mixed ^= mixed >> 31;
+  }
+  return mixed;
+}
+
+OnlineClassSource::OnlineClassSource(const Options& heap_options, const TraceStacks& stacks,
+                                     std::shared_ptr<ClassSource> model, const model::LabelRule& label)
+    : learner_(std::make_unique<model::OnlineLearner>()),
+      stacks_(stacks),
+      model_(std::move(model)),
+      default_class_(default_class_of(heap_options)),
+      repredict_every_(uint32_t(heap_options.repredict_every)),
+      repredict_backoff_(unsigned(heap_options.repredict_backoff)),
+      stack_info_(1024),
+      thread_index_(64),
+      shadows_(4096),
+      thread_hits_(64) {
+  if (!learner_->configure(learn_rule_of(heap_options, label)))
+    throw std::runtime_error("llama-online: cannot map the online learner's tables");
+}
+
+OnlineClassSource::~OnlineClassSource() = default;
+
+// The fast path's test, then at a visit the predictor's lookup with the default class for the model's and the
+// jitter of the next check: heap_malloc (alloc/alloc.h) and LearnedPredictor::predict without a model.
+unsigned OnlineClassSource::visit_without_model(uint32_t thread, uint64_t key, bool* visited, uint8_t** held) {
+  uint32_t index;
+  if (const uint32_t* found = thread_index_.find(uint64_t{thread} + 1)) {
+    index = *found;
+  } else {
+    index = uint32_t(threads_.size());
+    threads_.push_back(std::make_unique<ThreadCache>());
+    thread_index_.put(uint64_t{thread} + 1, index);
+  }
+  ThreadCache& t = *threads_[index];
+  PredictionCacheEntry& e = t.cache.slot(key);
+  uint32_t every = repredict_every_ == 0 ? UINT32_MAX : repredict_every_;
+  uint32_t n = e.hits + 1;
+  if (e.key == key && n % kPredictionCheckEvery != 0 && n < uint64_t(every) << e.backoff) {
+    e.hits++;
+    model::CacheCounters::bump(t.counters.hits);
+    *visited = false;
+    return e.lifetime_class;
+  }
+  *visited = true;
+  unsigned lc = t.cache.lookup(key, repredict_every_, t.counters, [&] { return default_class_; },
+                               repredict_backoff_);
+  PredictionCacheEntry& f = t.cache.slot(key);  // (a miss put the key in its set's first entry)
+  uint64_t r = (t.counters.hits.load(std::memory_order_relaxed) ^ key) * 0x9E3779B97F4A7C15ull;
+  uint32_t low = uint32_t(r >> 58) & (kPredictionCheckEvery - 1);
+  uint32_t jittered = (f.hits & ~(kPredictionCheckEvery - 1)) | low;
+  if (jittered != kDeepEntryHits) f.hits = jittered;
+  *held = &f.lifetime_class;
+  return lc;
+}
+
+// llama-model's class, and what the process's entry holds instead of it.
+unsigned OnlineClassSource::visit_with_model(const ObjectAlloc& object, uint64_t key, bool* visited,
+                                             bool* model_ran, uint8_t** held, unsigned* model_class) {
+  unsigned base = model_->class_of(object);
+  *model_class = base;
+  ModelRun run = model_->last_model_run();
+  uint64_t& hits = thread_hits_.get_or_insert(uint64_t{object.thread} + 1);
+  uint64_t shadow_key = (key ^ (uint64_t{object.thread} * 0x9E3779B97F4A7C15ull)) | 1;
+  Shadow* s = shadows_.find(shadow_key);
+  if (s == nullptr) {
+    // The thread's first allocation with this key misses llama-model's cache too.
+    s = &shadows_.put(shadow_key, Shadow{model::kNoClass, 0});
+    *visited = true;
+  } else if (run == ModelRun::kMiss) {
+    s->lifetime_class = model::kNoClass;  // llama-model's cache lost the entry: it comes back with the model's class
+    *visited = true;
+  } else if (run == ModelRun::kRepredict) {
+    if (s->lifetime_class != model::kNoClass && base > s->lifetime_class) s->lifetime_class = model::kNoClass;
+    *visited = true;
+    ++hits;
+  } else {
+    *visited = --s->until_visit == 0;
+    ++hits;
+  }
+  *model_ran = run != ModelRun::kNone;
+  unsigned lc = s->lifetime_class == model::kNoClass ? base : s->lifetime_class;
+  if (*visited) {
+    uint64_t r = (hits ^ key) * 0x9E3779B97F4A7C15ull;
+    s->until_visit = uint8_t(kPredictionCheckEvery - (uint32_t(r >> 58) & (kPredictionCheckEvery - 1)));
+    *held = &s->lifetime_class;
+  }
+  return lc;
+}
+
+unsigned OnlineClassSource::class_of(const ObjectAlloc& object) {
+  if (object.time_ns > now_ns_) now_ns_ = object.time_ns;
+  StackInfo* info = stack_info_.find(uint64_t{object.stack_id} + 1);
+  if (info == nullptr) {
+    const uint64_t* frames = nullptr;
+    uint32_t depth = 0;
+    stacks_.stack(object.stack_id, &frames, &depth);  // (a stack the trace lacks: no frames, as in llama-model)
+    StackInfo fresh{depth > 0 ? stack_walk::return_address_of(uintptr_t(frames[0])) : 0,
+                    model::TracePredictor::stack_height_stand_in(frames, depth), callers_of(frames, depth)};
+    info = &stack_info_.put(uint64_t{object.stack_id} + 1, fresh);
+  }
+  unsigned bucket = model_size_bucket(object.size_bytes);
+  uint64_t cache_key = model::cache_key(info->return_address, uintptr_t(info->height), bucket);
+  bool visited = false, model_ran = false;
+  uint8_t* held = nullptr;
+  unsigned base = default_class_;  // the class without learning: the model's or the default
+  unsigned lc = model_ ? visit_with_model(object, cache_key, &visited, &model_ran, &held, &base)
+                       : visit_without_model(object.thread, cache_key, &visited, &held);
+  bool sample = false;
+  int32_t slot = -1;
+  if (visited) {
+    // LearnedPredictor::learn: the context's learned class replaces the entry's once decided (with a model, once
+    // confident), and the learner says whether to sample this allocation.
+    ++checks_;
+    slot = learner_->find_or_add(model::OnlineLearner::context_key(info->return_address, bucket, info->callers),
+                                 info->return_address, bucket);
+    if (slot >= 0) {
+      if (model_ran) learner_->note_model_class(slot, lc);
+      uint8_t learned = learner_->learned(slot, /*need_confidence=*/model_ != nullptr);
+      if (learned != model::kNoClass && learned != lc) {
+        *held = learned;
+        if (model_) learner_->note_override(slot);
+        lc = learned;
+      }
+      sample = learner_->should_sample(slot);
+    }
+  }
+  if (lc != base) ++given_learned_;
+  // The replay's object is known by its trace address until its free: the sampled object's address.
+  if (sample && learner_->on_sample(slot, object.address, now_ns_)) ++sampled_;
+  if (lc > kNeverFreedClass) lc = kNeverFreedClass;
+  if (object.lifetime_class < kMaxClasses) ++confusion_[object.lifetime_class][lc];
+  return lc;
+}
+
+void OnlineClassSource::on_free(uint64_t time_ns, uint64_t address) {
+  if (time_ns > now_ns_) now_ns_ = time_ns;
+  learner_->on_free(address, now_ns_);
+}
+
+void OnlineClassSource::on_sweep(uint64_t time_ns) {
+  if (time_ns > now_ns_) now_ns_ = time_ns;
+  learner_->age(now_ns_);
+}
+
+std::vector<std::pair<std::string, double>> OnlineClassSource::summary_extras() const {
+  std::vector<std::pair<std::string, double>> e;
+  if (model_) e = model_->summary_extras();
+  model::LearnerTotals t = learner_->totals();
+  const model::LearnRule& rule = learner_->rule();
+  uint64_t known = 0, exact = 0, within_one = 0, over = 0, under = 0;
+  for (int truth = 0; truth < 8; ++truth) {
+    for (int p = 0; p < 8; ++p) {
+      uint64_t n = confusion_[truth][p];
+      known += n;
+      if (p == truth) exact += n;
+      if (p - truth <= 1 && truth - p <= 1) within_one += n;
+      if (p > truth) over += n;
+      if (p < truth) under += n;
+    }
+  }
+  auto frac = [](uint64_t a, uint64_t b) { return b ? double(a) / double(b) : 0.0; };
+  std::vector<std::pair<std::string, double>> own = {
+      {"learn_contexts", double(t.contexts)},
+      {"learn_decided", double(t.decided)},
+      {"learn_samples", double(t.samples)},
+      {"learn_frees", double(t.frees)},
+      {"learn_aged", double(t.aged)},
+      {"learn_overrides", double(t.overrides)},
+      {"learn_dropped_samples", double(t.dropped_samples)},
+      {"learn_live_samples", double(t.live_samples)},
+      {"learn_checks", double(checks_)},
+      {"learn_allocs_learned_class", double(given_learned_)},
+      {"learn_min_samples", double(rule.min_samples)},
+      {"learn_override_samples", double(rule.override_samples)},
+      {"learn_window", double(rule.window)},
+      {"learn_sample_every", double(rule.sample_every)},
+      {"placed_accuracy_exact", frac(exact, known)},
+      {"placed_accuracy_within_one_class", frac(within_one, known)},
+      {"placed_over_predicted_fraction", frac(over, known)},
+      {"placed_under_predicted_fraction", frac(under, known)},
+  };
+  for (auto& kv : own) e.push_back(std::move(kv));
+  return e;
+}
+
+std::vector<std::pair<std::string, std::string>> OnlineClassSource::summary_json() const {
+  std::vector<std::pair<std::string, std::string>> json;
+  if (model_) json = model_->summary_json();
+  // The learner's contexts: each one's class (null: undecided), the model's, its evidence and overrides.
+  std::string contexts = "[";
+  bool first = true;
+  learner_->for_each([&](const model::LearnedContext& c) {
+    uint64_t freed = 0, live = 0;
+    for (unsigned k = 0; k < kMaxClasses; ++k) {
+      freed += c.freed[k];
+      live += c.live[k];
+    }
+    contexts += first ? "\n        " : ",\n        ";
+    first = false;
+    auto cls = [](uint8_t lc) { return lc == model::kNoClass ? std::string("null") : std::to_string(lc); };
+    contexts += "{\"return_address\": " + std::to_string(c.return_address) +
+                ", \"size_bucket\": " + std::to_string(c.size_bucket) + ", \"learned\": " + cls(c.learned) +
+                ", \"confident\": " + (c.confident ? "true" : "false") + ", \"model_class\": " + cls(c.model_class) +
+                ", \"samples\": " + std::to_string(c.samples) + ", \"freed\": " + std::to_string(freed) +
+                ", \"live\": " + std::to_string(live) + ", \"overrides\": " + std::to_string(c.overrides) + "}";
+  });
+  contexts += first ? "]" : "\n      ]";
+  json.emplace_back("learned_contexts", contexts);
+  std::string j = "[";
+  for (int truth = 0; truth < 8; ++truth) {
+    j += truth ? ", [" : "[";
+    for (int p = 0; p < 8; ++p) j += (p ? ", " : "") + std::to_string(confusion_[truth][p]);
+    j += "]";
+  }
+  j += "]";
+  // Rows: the object's true class (from the trace); columns: the class the heap got.
+  json.emplace_back("placed_class_confusion", j);
+  return json;
+}
+
+}  // namespace llamalloc::sim
