@@ -151,13 +151,15 @@ unsigned OnlineClassSource::class_of(const ObjectAlloc& object) {
                                  info->return_address, bucket);
     if (slot >= 0) {
       if (model_ran) learner_->note_model_class(slot, lc);
-      uint8_t learned = learner_->learned(slot, /*need_confidence=*/model_ != nullptr);
+      uint8_t learned = learner_->learned(slot, model_ ? uint8_t(lc) : model::kNoClass);
       if (learned != model::kNoClass && learned != lc) {
         *held = learned;
         if (model_) learner_->note_override(slot);
         lc = learned;
       }
-      sample = learner_->should_sample(slot);
+      // (The process draws from its thread's hit count; the replay from its count of checks.)
+      uint64_t r = (checks_ + uint64_t(slot)) * 0x9E3779B97F4A7C15ull;
+      sample = learner_->should_sample(slot, uint32_t(r >> 40));
     }
   }
   if (lc != base) ++given_learned_;
