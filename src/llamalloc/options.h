@@ -140,6 +140,10 @@ namespace llamalloc {
   X(LEARN_WINDOW, learn_window, Uint, 64, 0, 1000000,                                                          \
     "A context's counts of freed samples halve once they reach twice this, so that a new phase outweighs the "  \
     "old one after about this many frees. 0: never (all history weighs the same).")                            \
+  X(LEARN_MARGIN, learn_margin, Uint, 2, 1, 7,                                                                  \
+    "Classes a learned class must differ by to replace a context's class without learning (the model's, or "   \
+    "DEFAULT_CLASS): a class one off places the context's objects together all the same, and moving the rest "  \
+    "of them would split them over two classes' pages. 1: any difference.")                                   \
   X(LEARN_SAMPLE_EVERY, learn_sample_every, Uint, 16, 1, 1000000,                                              \
     "A context with LEARN_OVERRIDE_SAMPLES of evidence is sampled at one in this many checks of its prediction " \
     "cache entry (a check comes every 1 to 64 allocations); before that, at every check.")

@@ -207,13 +207,22 @@ unsigned LearnedPredictor::learn(const AllocationContext& context, ThreadState* 
                                       context.return_address, bucket);
   if (slot < 0) return lc;
   if (model_ran) learner_.note_model_class(slot, lc);
-  // With a model, its class stands until the context's evidence against it is confident; without, the default
-  // class stands only until there is enough evidence to decide.
-  uint8_t learned = learner_.learned(slot, has_model_ ? uint8_t(lc) : kNoClass);
-  if (learned != kNoClass && learned != lc) {
-    if (entry != nullptr) entry->lifetime_class = learned;
-    if (has_model_) learner_.note_override(slot);
-    lc = learned;
+  // The class without learning: the model's (as it first predicted the context), or the default one. It stands
+  // until the context's evidence says a class at least the margin away (with a model, confidently); then the
+  // learned class replaces it in the entry, and the base comes back if the evidence moves back within the margin.
+  uint8_t base = has_model_ ? learner_.model_class(slot) : uint8_t(default_class_);
+  if (base == kNoClass) base = uint8_t(lc);
+  uint8_t learned = learner_.learned(slot, base, has_model_);
+  if (learned != kNoClass) {
+    if (learned != lc) {
+      if (entry != nullptr) entry->lifetime_class = learned;
+      if (has_model_) learner_.note_override(slot);
+      lc = learned;
+    }
+  } else if (!has_model_ && lc != base) {
+    // (With a model its re-predictions bring its class back.)
+    if (entry != nullptr) entry->lifetime_class = base;
+    lc = base;
   }
   // (The thread's hit count, mixed with the slot: a random enough number that no other thread writes.)
   uint64_t r = (state->counters.hits.load(std::memory_order_relaxed) + uint64_t(slot)) * 0x9E3779B97F4A7C15ull;

@@ -8,6 +8,9 @@ namespace llamalloc::model {
 
 bool OnlineLearner::configure(const LearnRule& rule) {
   rule_ = rule;
+  // (A window below override_samples caps the evidence of frees near twice the window, halved to the window:
+  // the window is then enough.)
+  confident_at_ = rule.window != 0 && rule.window < rule.override_samples ? rule.window : rule.override_samples;
   if (contexts_ != nullptr) return true;
   size_t bytes = sizeof(Context) * kContexts + sizeof(Sample) * kSamples;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -226,14 +229,13 @@ uint8_t OnlineLearner::decide(const LearnRule& rule, const uint32_t* freed, cons
 void OnlineLearner::redecide(Context& c) {
   uint32_t evidence = 0, frees = 0;
   uint8_t lc = decide(rule_, c.freed, c.live, &evidence, &frees);
-  // (A window below override_samples caps the evidence of frees near twice the window, halved to the window:
-  // the window is then enough.)
-  uint32_t confident_at = rule_.window != 0 && rule_.window < rule_.override_samples ? rule_.window
-                                                                                     : rule_.override_samples;
-  uint8_t state = lc == kNoClass ? 0
-                                 : uint8_t((lc + 1) | (evidence >= confident_at ? kConfidentBit : 0) |
-                                           (frees >= confident_at ? kFreedConfidentBit : 0));
-  c.state.store(state, std::memory_order_relaxed);
+  c.state.store(lc == kNoClass ? 0 : uint8_t((lc + 1) | (evidence >= confident_at_ ? kConfidentBit : 0)),
+                std::memory_order_relaxed);
+  // The frees alone, for a model's class (learned()).
+  static constexpr uint32_t kNone[kMaxClasses] = {};
+  uint8_t by_frees = decide(rule_, c.freed, kNone, nullptr);
+  c.freed_state.store(by_frees == kNoClass ? 0 : uint8_t((by_frees + 1) | (frees >= confident_at_ ? kConfidentBit : 0)),
+                      std::memory_order_relaxed);
 }
 
 LearnerTotals OnlineLearner::totals() const {

@@ -36,6 +36,7 @@ struct LearnRule {
   uint32_t override_samples = 32;  // evidence before it overrides a model's class (at most the window)
   uint32_t window = 64;            // frees kept at full weight: counts halve once they reach twice this
   uint32_t sample_every = 16;      // once a context is confident: one in this many of its checks is sampled
+  uint32_t margin = 2;             // classes a learned class must differ by to replace the base one
   LabelRule label = kTrainLabelRule;
   unsigned shortest = 0;  // a decided class shorter than this is raised to it (LLAMALLOC_MIN_CLASS)
 };
@@ -83,15 +84,41 @@ class OnlineLearner {
   // The slot of a context, added when new; -1 when the table is full. Lock-free when the context is known.
   int32_t find_or_add(uint64_t key, uintptr_t return_address, unsigned size_bucket);
   int32_t find(uint64_t key) const;
-  // The context's learned class, kNoClass while undecided. With a model (`against` its class, not kNoClass),
-  // kNoClass also while the evidence is below override_samples: frees alone when the learned class is shorter
-  // (only a free proves a lifetime short), frees and survivors when it is longer. One relaxed load.
-  uint8_t learned(int32_t slot, uint8_t against = kNoClass) const {
+  // The context's learned class, kNoClass while undecided or within the rule's margin of `base`, the class it
+  // has without learning (the default class, or the model's: `model`). A class one off places a context's
+  // objects together all the same, and moving the rest of them elsewhere would split them over two classes'
+  // pages, and open a class's pages for one context's objects.
+  // Without a model: the decision from frees and survivors (decide()). With one, the model's class stands unless
+  // the evidence against it is confident (override_samples): the class the frees alone decide; or, for a model
+  // that says too short a lifetime, that many live objects that have outlived its class by two classes (a
+  // hundredfold), which make it the longest. A few relaxed loads.
+  uint8_t learned(int32_t slot, uint8_t base, bool model) const {
+    const Context& c = contexts_[slot];
+    auto apart = [&](uint8_t lc) { return (lc > base ? lc - base : base - lc) >= rule_.margin; };
+    if (!model) {
+      uint8_t state = c.state.load(std::memory_order_relaxed);
+      if (state == 0) return kNoClass;
+      uint8_t lc = uint8_t((state & kClassMask) - 1);
+      return apart(lc) ? lc : kNoClass;
+    }
+    uint8_t freed = c.freed_state.load(std::memory_order_relaxed);
+    if (freed & kConfidentBit) {
+      uint8_t lc = uint8_t((freed & kClassMask) - 1);
+      if (apart(lc)) return lc;
+    }
+    uint32_t outlived = 0;
+    for (unsigned k = unsigned(base) + 2; k < kMaxClasses; ++k) outlived += c.live[k];  // (racy reads: a hint)
+    return outlived >= confident_at_ && apart(kLongestLifetimeClass) ? uint8_t(kLongestLifetimeClass) : kNoClass;
+  }
+  // learned() without a base: the decision from frees and survivors, kNoClass while undecided.
+  uint8_t decided(int32_t slot) const {
     uint8_t state = contexts_[slot].state.load(std::memory_order_relaxed);
-    if (state == 0) return kNoClass;
-    uint8_t lc = uint8_t((state & kClassMask) - 1);
-    if (against != kNoClass && !(state & (lc < against ? kFreedConfidentBit : kConfidentBit))) return kNoClass;
-    return lc;
+    return state == 0 ? kNoClass : uint8_t((state & kClassMask) - 1);
+  }
+  // The model's class noted for the context (kNoClass: none yet).
+  uint8_t model_class(int32_t slot) const {
+    uint8_t m = contexts_[slot].model_class.load(std::memory_order_relaxed);
+    return m == 0 ? kNoClass : uint8_t(m - 1);
   }
   // Whether the allocation at this check of the context is to be sampled: every check while the context is not
   // confident, then when `random` (a number from the calling thread, uniform enough) is a multiple of
@@ -127,8 +154,7 @@ class OnlineLearner {
                         uint32_t* freed_total = nullptr);
 
  private:
-  static constexpr uint8_t kConfidentBit = 0x80;       // evidence >= override_samples
-  static constexpr uint8_t kFreedConfidentBit = 0x40;  // frees alone >= override_samples
+  static constexpr uint8_t kConfidentBit = 0x80;  // evidence >= override_samples
   static constexpr uint8_t kClassMask = 0x3f;
   // All zero when empty (the tables are fresh anonymous memory).
   struct Context {
@@ -139,7 +165,8 @@ class OnlineLearner {
     uint32_t live_total;
     uint64_t samples;
     std::atomic<uint64_t> overrides;
-    std::atomic<uint8_t> state;        // (learned class + 1) | confidence bits; 0: undecided
+    std::atomic<uint8_t> state;        // (learned class + 1) | kConfidentBit; 0: undecided
+    std::atomic<uint8_t> freed_state;  // the same from the frees alone
     std::atomic<uint8_t> model_class;  // model's class + 1; 0: none
     uint8_t size_bucket;
   };
@@ -162,6 +189,7 @@ class OnlineLearner {
   void erase_sample(uint32_t i);
 
   LearnRule rule_;
+  uint32_t confident_at_ = 32;  // override_samples, at most the window (configure)
   std::atomic<bool> lock_{false};
   uint32_t used_contexts_ = 0;  // lock
   uint32_t live_samples_ = 0;   // lock

@@ -73,6 +73,7 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
     rule.override_samples = uint32_t(o.learn_override_samples);
     rule.window = uint32_t(o.learn_window);
     rule.sample_every = uint32_t(o.learn_sample_every);
+    rule.margin = uint32_t(o.learn_margin);
     // A distribution model's own label rule, so that a context's learned class means what its predicted one
     // does; otherwise training's default.
     rule.label = predictor->has_model() && predictor->model().is_distribution() ? predictor->model().label_rule()

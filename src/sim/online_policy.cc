@@ -22,6 +22,7 @@ model::LearnRule learn_rule_of(const Options& heap_options, const model::LabelRu
   rule.override_samples = uint32_t(heap_options.learn_override_samples);
   rule.window = uint32_t(heap_options.learn_window);
   rule.sample_every = uint32_t(heap_options.learn_sample_every);
+  rule.margin = uint32_t(heap_options.learn_margin);
   rule.label = label;
   // As the process raises its classes: MIN_CLASS, leaving two classes in use (the replay has all eight).
   unsigned shortest = unsigned(heap_options.min_class);
@@ -151,11 +152,18 @@ unsigned OnlineClassSource::class_of(const ObjectAlloc& object) {
                                  info->return_address, bucket);
     if (slot >= 0) {
       if (model_ran) learner_->note_model_class(slot, lc);
-      uint8_t learned = learner_->learned(slot, model_ ? uint8_t(lc) : model::kNoClass);
-      if (learned != model::kNoClass && learned != lc) {
-        *held = learned;
-        if (model_) learner_->note_override(slot);
-        lc = learned;
+      uint8_t base = model_ ? learner_->model_class(slot) : uint8_t(default_class_);
+      if (base == model::kNoClass) base = uint8_t(lc);
+      uint8_t learned = learner_->learned(slot, base, model_ != nullptr);
+      if (learned != model::kNoClass) {
+        if (learned != lc) {
+          *held = learned;
+          if (model_) learner_->note_override(slot);
+          lc = learned;
+        }
+      } else if (!model_ && lc != base) {
+        *held = base;
+        lc = base;
       }
       // (The process draws from its thread's hit count; the replay from its count of checks.)
       uint64_t r = (checks_ + uint64_t(slot)) * 0x9E3779B97F4A7C15ull;

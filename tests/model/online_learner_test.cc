@@ -27,11 +27,11 @@ TEST(OnlineLearner, AContextIsLearnedFromTheLifetimesOfItsFreedObjects) {
   ASSERT_GE(slot, 0);
   sample(*l, slot, 0x10000, 7, 0);
   for (int i = 0; i < 7; ++i) EXPECT_TRUE(l->on_free(0x10000 + uintptr_t(i) * 64, 500 * kMs));  // class 2 (< 1 s)
-  EXPECT_EQ(l->learned(slot), kNoClass) << "below min_samples (8): undecided";
+  EXPECT_EQ(l->decided(slot), kNoClass) << "below min_samples (8): undecided";
   sample(*l, slot, 0x20000, 1, 1000 * kMs);
   EXPECT_TRUE(l->on_free(0x20000, 1300 * kMs));
-  EXPECT_EQ(l->learned(slot), 2u);
-  EXPECT_EQ(l->learned(slot, 7), kNoClass) << "below override_samples (32): a model's class stands";
+  EXPECT_EQ(l->decided(slot), 2u);
+  EXPECT_EQ(l->learned(slot, 7, true), kNoClass) << "below override_samples (32): a model's class stands";
   EXPECT_FALSE(l->on_free(0x20000, 1400 * kMs)) << "an address freed twice is sampled once";
   EXPECT_FALSE(l->on_free(0x999999, 1400 * kMs)) << "an object never sampled";
 }
@@ -43,16 +43,18 @@ TEST(OnlineLearner, AContextWhoseObjectsAreNeverFreedIsLearnedFromAgingAlone) {
   int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402000, 5, 0), 0x402000, 5);
   sample(*l, slot, 0x30000, 40, 0);
   l->age(5 * kMs);
-  EXPECT_EQ(l->learned(slot), kNoClass) << "younger than 10 ms: no evidence yet";
+  EXPECT_EQ(l->decided(slot), kNoClass) << "younger than 10 ms: no evidence yet";
   l->age(50 * kMs);
-  EXPECT_EQ(l->learned(slot), kNoClass) << "within the shortest class (< 100 ms): no evidence yet";
+  EXPECT_EQ(l->decided(slot), kNoClass) << "within the shortest class (< 100 ms): no evidence yet";
   l->age(200 * kMs);
   // Outlived the shortest class with no free to say otherwise: survivors, placed with the longest lifetimes at
   // once (not class 2, then 3, then 4 as they age, spreading the context over three classes' pages).
-  EXPECT_EQ(l->learned(slot), kLongestLifetimeClass);
-  EXPECT_EQ(l->learned(slot, 3), kLongestLifetimeClass) << "40 survivors: confident enough to lengthen a model's";
+  EXPECT_EQ(l->decided(slot), kLongestLifetimeClass);
+  EXPECT_EQ(l->learned(slot, 1, true), kNoClass) << "a model's class 1 stands: only one class outlived";
   l->age(20'000 * kMs);
-  EXPECT_EQ(l->learned(slot), kLongestLifetimeClass) << "and it stays there";
+  EXPECT_EQ(l->decided(slot), kLongestLifetimeClass) << "and it stays there";
+  EXPECT_EQ(l->learned(slot, 1, true), kLongestLifetimeClass) << "40 objects 100x past a model's class 1 lengthen it";
+  EXPECT_EQ(l->learned(slot, 3, true), kNoClass) << "a model's class 3 (< 10 s) stands at 20 s";
   EXPECT_EQ(l->totals().live_samples, 40u);
 }
 
@@ -62,7 +64,8 @@ TEST(OnlineLearner, LiveObjectsNeverShortenAModelsClass) {
   int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402800, 5, 0), 0x402800, 5);
   sample(*l, slot, 0x38000, 40, 0);
   l->age(300 * kMs);
-  EXPECT_EQ(l->learned(slot, 5), kLongestLifetimeClass) << "survivors lengthen it; they never shorten it";
+  EXPECT_EQ(l->learned(slot, 5, true), kNoClass) << "live objects never shorten a model's class";
+  EXPECT_EQ(l->decided(slot), kLongestLifetimeClass) << "(without a model they are survivors)";
 }
 
 TEST(OnlineLearner, ObjectsThatOutliveWhatTheFreesSayAreSurvivors) {
@@ -72,12 +75,12 @@ TEST(OnlineLearner, ObjectsThatOutliveWhatTheFreesSayAreSurvivors) {
   int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402900, 5, 0), 0x402900, 5);
   sample(*l, slot, 0x39000, 20, 0);
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(l->on_free(0x39000 + uintptr_t(i) * 64, 50 * kMs));
-  EXPECT_EQ(l->learned(slot), 1u);
+  EXPECT_EQ(l->decided(slot), 1u);
   sample(*l, slot, 0x3a000, 20, 100 * kMs);
   l->age(150 * kMs);
-  EXPECT_EQ(l->learned(slot), 1u) << "aged 50 ms: within what the frees say, no evidence";
+  EXPECT_EQ(l->decided(slot), 1u) << "aged 50 ms: within what the frees say, no evidence";
   l->age(1500 * kMs);
-  EXPECT_EQ(l->learned(slot), kLongestLifetimeClass);
+  EXPECT_EQ(l->decided(slot), kLongestLifetimeClass);
 }
 
 TEST(OnlineLearner, APhaseChangeIsDecidedAgain) {
@@ -91,13 +94,13 @@ TEST(OnlineLearner, APhaseChangeIsDecidedAgain) {
     now += 5000 * kMs;
     ASSERT_TRUE(l->on_free(0x40000, now));
   }
-  EXPECT_EQ(l->learned(slot, 7), 3u) << "confident from frees: it shortens a model's class";
+  EXPECT_EQ(l->learned(slot, 7, true), 3u) << "confident from frees: it shortens a model's class";
   for (int i = 0; i < 40; ++i) {  // phase 2: objects live 1 ms (class 0)
     ASSERT_TRUE(l->on_sample(slot, 0x40000, now));
     now += kMs;
     ASSERT_TRUE(l->on_free(0x40000, now));
   }
-  EXPECT_EQ(l->learned(slot, 7), 0u) << "the window halves the old phase's counts";
+  EXPECT_EQ(l->learned(slot, 7, true), 0u) << "the window halves the old phase's counts";
 }
 
 TEST(OnlineLearner, TheShortestClassRaisesADecision) {
