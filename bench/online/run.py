@@ -90,11 +90,40 @@ def replay(corpus, out: Path, name: str, model: Path, scale: str) -> dict[str, f
         both = out / f"{name}.sim-learn.json"
         sh("simulate", str(trace), "-o", str(both), "-q", "-p", "llama-model", "--model", str(model),
            "--heap-option", "LEARN=1", log=out / f"{name}.sim-learn.txt")
-    vals = corpus.sim_after_peak(sim_json)
+    vals = quiet_footprints(sim_json)
     both = out / f"{name}.sim-learn.json"
     if both.exists():
-        vals["llama-model+online"] = corpus.sim_after_peak(both).get("llama-model")
+        vals["llama-model+online"] = quiet_footprints(both).get("llama-model")
     return vals
+
+
+def quiet_footprints(sim_json: Path) -> dict[str, float]:
+    """Policy -> the replay's footprint over the workload's quiet phase, which the process's steady state
+    measures: the median footprint of the timeline's samples after the load (the last sample with at least half
+    the peak live bytes) while live bytes stay at least half the phase's median (before the teardown)."""
+    import csv
+
+    data = json.loads(sim_json.read_text())
+    path = Path(data.get("timeline_csv") or sim_json.with_suffix(".timeline.csv"))
+    if not path.is_absolute():
+        path = sim_json.parent / path.name
+    by_policy: dict[str, list[tuple[int, int]]] = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            by_policy.setdefault(row["policy"], []).append((int(row["live_bytes"]), int(row["footprint_bytes"])))
+    out = {}
+    for policy, rows in by_policy.items():
+        peak = max(live for live, _ in rows) if rows else 0
+        last_load = max((i for i, (live, _) in enumerate(rows) if live * 2 >= peak), default=None)
+        if last_load is None:
+            continue
+        after = rows[last_load + 1:]
+        if not after:
+            continue
+        mid = statistics.median(live for live, _ in after)
+        quiet = [fp for live, fp in after if live * 2 >= mid]
+        out[policy] = statistics.median(quiet) if quiet else None
+    return out
 
 
 def main() -> None:
@@ -134,7 +163,7 @@ def main() -> None:
                          + ("-" if None in (none, online) else f"{online / none:.2f}x") + f" | {share} | "
                          + ("-" if None in (both, lower) else f"{both / lower:.2f}x") + " |")
     if not a.no_sim:
-        lines += ["", "## Replays: footprint after the peak (MiB), beside the process's steady footprint", "",
+        lines += ["", "## Replays: footprint over the quiet phase (MiB), beside the process's steady footprint", "",
                   "| workload | " + " | ".join(POLICIES) + " | process: " + " | process: ".join(VARIANTS)
                   + " | replay / process (online) |", "|" + "---|" * (len(POLICIES) + len(VARIANTS) + 2)]
         for name in names:
