@@ -327,7 +327,7 @@ def trained_on_other_program(model: modelfile.ModelFile, programs: list[str]) ->
 
 def trained_on_other_build(model: modelfile.ModelFile, binaries: list[str]) -> list[tuple[str, str]]:
     """(binary, its build id) for each of `binaries` that is a program the model was trained on (by file name or
-    real path) but not a build it was trained on. None for a model that records no build ids (written before
+    real path) but not a build it was trained on. Empty for a model that records no build ids (written before
     they were recorded) or a binary without one."""
     trained_ids = set(model.metadata.get("build_ids") or [])
     trained = [p for p in (model.program or "").split("\n") if p]
