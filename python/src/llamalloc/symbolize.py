@@ -8,7 +8,6 @@ skipped with a warning: its addresses stay unsymbolised rather than being given 
 """
 from __future__ import annotations
 
-import bisect
 import json
 import os
 import re
@@ -166,15 +165,16 @@ def _record_program_functions(p, mappings: list[_trace.Mapping], resolved_mappin
         if seg is not None:
             ranges.append((start - seg.vaddr + seg.file_offset, end - seg.vaddr + seg.file_offset))
     ranges.sort()
+    by_start = {start: (start, end) for start, end in ranges}
     by_id = {m.id: m for m in p.mapping}
     held = set()
     for loc in p.location:
         if loc.mapping_id in ids and loc.line:
             m = by_id[loc.mapping_id]
             a = loc.address - m.memory_start + m.file_offset
-            i = bisect.bisect_right(ranges, (a, 1 << 64)) - 1
-            if i >= 0 and ranges[i][0] <= a < ranges[i][1]:
-                held.add(ranges[i])
+            offset = _profile.function_offset(ranges, a)
+            if offset is not None:
+                held.add(by_start[a - offset])
     p.comment.append(_profile._Strings(p.string_table).add(_profile.format_functions(sorted(held))))
 
 
