@@ -15,6 +15,10 @@
 // a renamed task planner and an extra wrapper frame around every stage, the way a later release differs
 // (the LLAMA paper, Table 2). It is built at the same optimisation level as revision 1, so that lifetimes, the
 // model's labels, stay comparable between the two (docs/model.md).
+//
+// WORDCOUNT_REBUILT adds one unrelated function ahead of all others (run once, before main, by a static
+// initialiser): the same program rebuilt with code added elsewhere, so that every later function has moved and
+// its own code has not (the word-count-rebuilt workload; docs/model.md, "Call sites").
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -46,6 +50,16 @@
 #define WC_NAMESPACE wc_r2
 #else
 #define WC_NAMESPACE wordcount
+#endif
+
+#ifdef WORDCOUNT_REBUILT
+namespace rebuilt {
+[[gnu::noinline]] int environment_marker() {
+  const char* value = std::getenv("WORDCOUNT_REBUILT_MARKER");
+  return value != nullptr ? std::atoi(value) : 0;
+}
+[[maybe_unused]] const int marker = environment_marker();
+}  // namespace rebuilt
 #endif
 
 namespace WC_NAMESPACE {

@@ -8,8 +8,8 @@ tokens it would have had in a profile:
 
 * call sites: every `call` instruction (found with `objdump -d`) keyed by its return address; its tokens are the
   words of each (inlined) frame eu-addr2line gives for return address - 1, innermost first, separated by `@`,
-  and in the program's own binary the call-site word of return address - 1 (llamalloc.profile.site_frame):
-  exactly what a profile's stack holds for that return address;
+  and in the program's own binary the call-site word of return address - 1 (llamalloc.profile.site_frame: its
+  offset in the function symbol that holds it): exactly what a profile's stack holds for that return address;
 * functions (from `nm`), the fallback for a return address that is not after a call we know: the function's
   name as eu-addr2line gives it at its entry;
 * an address no symbol covers is `<unsymbolized>`, as in a profile.
@@ -48,7 +48,7 @@ MAX_SEGMENTS = 4
 MAX_BINARIES = 256
 TERMINAL = 0x80000000
 #: Part of the cache keys: bump when what prepare computes changes (cached tables are then rebuilt).
-PREPARE_REVISION = 3
+PREPARE_REVISION = 4
 assert HEADER.size == 64
 
 #: Root frames the profiler's DWARF unwinder finds above a C-library function that a frame-pointer walk cannot
@@ -114,24 +114,6 @@ def call_return_addresses(binary: str) -> list[int]:
     return sorted(set(rets))
 
 
-def function_ranges(binary: str) -> list[tuple[int, int]]:
-    """Non-overlapping [start, end) of the code symbols (nm, dynamic symbols too), sorted."""
-    ranges: set[tuple[int, int]] = set()
-    for extra in ([], ["-D"]):
-        for line in _run([_tool("nm"), "--defined-only", "-S", "-P", *extra, binary]).splitlines():
-            f = line.split()
-            if len(f) >= 4 and f[1] in "tTwWiI" and f[1] != "":
-                start, size = int(f[2], 16), int(f[3], 16)
-                if size > 0:
-                    ranges.add((start, start + size))
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if out and start < out[-1][1]:
-            continue  # an alias or a symbol nested in the previous one: the outer range names it
-        out.append((start, end))
-    return out
-
-
 def _frame_tokens(vocab: Vocabulary, names: list[str]) -> list[int]:
     ids: list[int] = []
     for i, name in enumerate(names):
@@ -144,14 +126,6 @@ def _frame_tokens(vocab: Vocabulary, names: list[str]) -> list[int]:
 def _with_root(names: list[str]) -> tuple[list[str], bool]:
     chain = ROOT_CHAINS.get(names[-1]) if names else None
     return (names + chain, True) if chain else (names, False)
-
-
-def _file_offset(segments: list[tuple[int, int, int]], vaddr: int) -> int:
-    """The file offset of an ELF virtual address in one of the executable segments (file offset, vaddr, size)."""
-    for offset, start, size in segments:
-        if start <= vaddr < start + size:
-            return vaddr - start + offset
-    return vaddr
 
 
 def build_binary_table(binary: str, vocab: Vocabulary) -> BinaryTable:
@@ -172,7 +146,7 @@ def build_binary_table(binary: str, vocab: Vocabulary) -> BinaryTable:
         raise FormatError(binary, f"{len(segments)} executable segments, at most {MAX_SEGMENTS} are supported")
     table = BinaryTable(path, st.st_size, st.st_mtime_ns, symbolize.build_id(path), segments)
     rets = call_return_addresses(path)
-    funcs = function_ranges(path)
+    funcs = symbolize.function_ranges(path)
     frames = symbolize.addr2line(path, [r - 1 for r in rets] + [s for s, _ in funcs])
     # Call-site words (llamalloc.profile.site_frame): training gave one to every frame of the program's own binary,
     # so the model's vocabulary has words of this binary exactly when it is that binary.
@@ -180,8 +154,10 @@ def build_binary_table(binary: str, vocab: Vocabulary) -> BinaryTable:
     for ret, fr in zip(rets, frames[:len(rets)]):
         functions = [f[0] for f in fr]
         names, terminal = _with_root(functions)
-        if sited and functions and functions[-1] not in _profile.UNSITED_FUNCTIONS:
-            names = functions + [_profile.site_frame(path, _file_offset(segments, ret - 1))] + names[len(functions):]
+        offset = _profile.function_offset(funcs, ret - 1) if sited and functions else None
+        if offset is not None and functions[-1] not in _profile.UNSITED_FUNCTIONS:
+            site = _profile.site_frame(path, functions[-1], offset)
+            names = functions + [site] + names[len(functions):]
         ids = _frame_tokens(vocab, names) if names else [UNSYMBOLIZED]
         table.sites.append((ret, ids, terminal))
     for (start, end), fr in zip(funcs, frames[len(rets):]):
@@ -349,6 +325,38 @@ def trained_on_other_program(model: modelfile.ModelFile, programs: list[str]) ->
     return trained
 
 
+def trained_on_other_build(model: modelfile.ModelFile, binaries: list[str]) -> list[tuple[str, str]]:
+    """(binary, its build id) for each of `binaries` that is a program the model was trained on (by file name or
+    real path) but not a build it was trained on. Empty for a model that records no build ids (written before
+    they were recorded) or a binary without one."""
+    trained_ids = set(model.metadata.get("build_ids") or [])
+    trained = [p for p in (model.program or "").split("\n") if p]
+    if not trained_ids or not trained:
+        return []
+    names = {_base(t) for t in trained} | {os.path.realpath(t) for t in trained}
+    out = []
+    for b in binaries:
+        if _base(b) in names or os.path.realpath(b) in names:
+            bid = symbolize.build_id(b)
+            if bid and bid not in trained_ids:
+                out.append((b, bid))
+    return out
+
+
+def _short(build_id: str) -> str:
+    return build_id[:8] + "…"
+
+
+def note_other_builds(model: modelfile.ModelFile, model_path, binaries: list[str], log) -> None:
+    """One note per binary that is another build of a program the model was trained on: not an error, the
+    call-site words of the functions the rebuild left alone still match (docs/model.md, "Call sites")."""
+    trained = ", ".join(_short(b) for b in sorted(model.metadata.get("build_ids") or []))
+    for binary, bid in trained_on_other_build(model, binaries):
+        log(f"note: {os.path.basename(str(model_path))} was trained on another build of {binary} (build id "
+            f"{trained}, this one {_short(bid)}); call sites are matched by function and offset in it, so the "
+            f"functions the rebuild did not change keep their words")
+
+
 def prepare_for_run(model_path, program: str, log=None, binaries: list[str] | None = None) -> dict[str, str]:
     """The environment that makes the allocator predict with `model_path` for `program`: LLAMALLOC_MODEL and
     LLAMALLOC_TOKENS (token tables of the program and its libraries, in the cache, rebuilt when the model or a
@@ -376,6 +384,8 @@ def prepare_for_run(model_path, program: str, log=None, binaries: list[str] | No
         log(f"warning: {model_path} was trained on {', '.join(other)}, not on "
             f"{', '.join(executables)}: its classes for this program's own functions are guesses; record and "
             f"train on this program (docs/prediction.md)")
+    else:
+        note_other_builds(model, model_path, executables, log)
     binaries = list(dict.fromkeys(found))
     identity = [f"{vocab_crc(model):08x}", str(len(model.vocabulary))]
     for b in binaries:

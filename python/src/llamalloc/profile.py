@@ -6,11 +6,12 @@ and writer of the format.
 """
 from __future__ import annotations
 
+import bisect
 import gzip
 import os
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
@@ -61,26 +62,62 @@ class Location:
 
 #: The call-site word of a frame in the program's own binary (docs/model.md, "Call sites"): two allocations in one
 #: function (two maps of one type filled in one loop, as word-count's) have the same function names and differ
-#: only in where the function calls. A profile location's address is the return address - 1; the word names
-#: the binary and that address's offset in its file, which `prepare` computes from the binary for the same call
-#: (so a rebuilt binary's words are unknown to a model of the old one: <unk>, as a renamed function's).
+#: only in where the function calls. A profile location's address is the return address - 1; the word names the
+#: binary, the function that holds that address (the outermost, not inlined, frame) and the address's offset from
+#: the start of that function's symbol: "<site:BINARY/FUNCTION+OFFSET>" (hex). `prepare` computes the same word
+#: from the binary for the same call. The offset is taken within the function, not the file, so that a rebuild
+#: which moves the function (code added or removed elsewhere) keeps its words; a rebuild that changes the
+#: function itself gives it new ones (<unk> to a model of the old build, as a renamed function's). "/" ends the
+#: binary's name because no file name holds one.
 SITE_PREFIX = "<site:"
 #: Frames that get no call-site word: the process's start routine, whose one call is into the C library; a walk
 #: in the process ends in the C library's start routines, whose token-table entries name it (prepare.ROOT_CHAINS).
 UNSITED_FUNCTIONS = frozenset({"_start"})
+#: The comment `llamalloc symbolize` writes: the symbols of the program's own binary that hold a location, as
+#: "START+SIZE" (hex file offsets) separated by spaces, from which a location's offset in its function follows.
+FUNCTIONS_COMMENT = "program_functions="
 
 
 def site_prefix(binary: str) -> str:
-    """What every call-site word of `binary` starts with: "<site:NAME+"."""
-    return f"{SITE_PREFIX}{os.path.basename(binary)}+"
+    """What every call-site word of `binary` starts with: "<site:NAME/"."""
+    return f"{SITE_PREFIX}{os.path.basename(binary)}/"
 
 
-def site_frame(binary: str, file_offset: int) -> str:
-    return f"{site_prefix(binary)}{file_offset:x}>"
+def site_frame(binary: str, function: str, offset: int) -> str:
+    """The call-site word of the address `offset` bytes into `function` (its outermost frame's name) of `binary`."""
+    return f"{site_prefix(binary)}{function}+{offset:x}>"
+
+
+def site_binary_prefix(word: str) -> str:
+    """The "<site:NAME/" of a call-site word; "" for an older word without the function ("<site:NAME+OFFSET>")."""
+    slash = word.find("/", len(SITE_PREFIX))
+    return word[:slash + 1] if slash >= 0 else ""
 
 
 def is_site_frame(frame: str) -> bool:
     return frame.startswith(SITE_PREFIX) and frame.endswith(">")
+
+
+def function_offset(functions: list[tuple[int, int]], address: int) -> int | None:
+    """The offset of `address` from the start of the function range [start, end) of the sorted, non-overlapping
+    `functions` that holds it; None where none does."""
+    i = bisect.bisect_right(functions, (address, INT64_MAX)) - 1
+    if i >= 0 and functions[i][0] <= address < functions[i][1]:
+        return address - functions[i][0]
+    return None
+
+
+def format_functions(functions: list[tuple[int, int]]) -> str:
+    return FUNCTIONS_COMMENT + " ".join(f"{start:x}+{end - start:x}" for start, end in sorted(functions))
+
+
+def parse_functions(comment: str) -> list[tuple[int, int]]:
+    """The function ranges of a FUNCTIONS_COMMENT; ValueError if it is not one."""
+    out = []
+    for item in comment[len(FUNCTIONS_COMMENT):].split():
+        start, size = item.split("+")
+        out.append((int(start, 16), int(start, 16) + int(size, 16)))
+    return sorted(out)
 
 
 def functions_only(stack) -> list[str]:
@@ -108,16 +145,20 @@ class Sample:
                 out.append(f"0x{loc.address:x}")
         return out
 
-    def context_stack(self, mappings: list, program_mapping: int) -> list[str]:
+    def context_stack(self, mappings: list, program_mapping: int,
+                      functions: list[tuple[int, int]] = ()) -> list[str]:
         """The stack a model sees: `stack`, with each symbolised location in the program's own binary (mapping
-        `program_mapping`) followed by its call-site word."""
+        `program_mapping`) followed by its call-site word, where one of `functions` (the binary's function
+        ranges, file offsets: `Profile.functions`) holds it."""
         out: list[str] = []
         for loc in self.locations:
             if loc.frames:
                 out.extend(f.function for f in loc.frames)
                 if loc.mapping == program_mapping >= 0 and loc.frames[-1].function not in UNSITED_FUNCTIONS:
                     m = mappings[program_mapping]
-                    out.append(site_frame(m.path, loc.address - m.memory_start + m.file_offset))
+                    offset = function_offset(functions, loc.address - m.memory_start + m.file_offset)
+                    if offset is not None:
+                        out.append(site_frame(m.path, loc.frames[-1].function, offset))
             else:
                 out.append(f"0x{loc.address:x}")
         return out
@@ -140,6 +181,9 @@ class Profile:
     samples: list[Sample]
     proto: object  # the profile_pb2.Profile message
     lifetime_clock: str = "monotonic"  # "program" or "monotonic" (CLOCK_COMMENT)
+    #: The program binary's function ranges (file offsets) that hold a location, as `llamalloc symbolize` found
+    #: them (FUNCTIONS_COMMENT); empty before symbolisation, and then the stacks have no call-site words.
+    functions: list[tuple[int, int]] = field(default_factory=list)
 
     def program_mapping(self) -> int:
         """The index of the program's own executable mapping (its path is the program's), or -1."""
@@ -339,17 +383,23 @@ def load(path) -> Profile:
                               labels.get("min_lifetime", 0), labels.get("max_lifetime", 0)))
     program = ""
     lifetime_clock = "monotonic"
+    functions: list[tuple[int, int]] = []
     for c in p.comment:
         if s(c).startswith("program="):
             program = s(c)[len("program="):]
         elif s(c).startswith(CLOCK_COMMENT):
             lifetime_clock = s(c)[len(CLOCK_COMMENT):]
+        elif s(c).startswith(FUNCTIONS_COMMENT):
+            try:
+                functions = parse_functions(s(c))
+            except ValueError:
+                raise FormatError(path, f"corrupt: bad {FUNCTIONS_COMMENT.rstrip('=')} comment") from None
     if not program and mappings:
         program = mappings[0].path
     build_id = mappings[0].build_id if mappings else ""
     symbolized = any(m.has_functions for m in p.mapping)
     return Profile(str(path), program, build_id, p.period, symbolized, p.time_nanos, p.duration_nanos,
-                   mappings, samples, p, lifetime_clock)
+                   mappings, samples, p, lifetime_clock, functions)
 
 
 def samples_table(paths):
@@ -369,7 +419,7 @@ def samples_table(paths):
             cols["profile"].append(str(path))
             cols["program"].append(prof.program)
             cols["build_id"].append(prof.build_id)
-            cols["stack"].append(smp.context_stack(prof.mappings, program_mapping))
+            cols["stack"].append(smp.context_stack(prof.mappings, program_mapping, prof.functions))
             cols["request_size"].append(smp.request_size)
             cols["alloc_objects"].append(v["alloc_objects"])
             cols["alloc_bytes"].append(v["alloc_space"])

@@ -58,6 +58,27 @@ def build_id(binary: str) -> str:
     return m.group(1).lower() if m else ""
 
 
+def function_ranges(binary: str) -> list[tuple[int, int]]:
+    """Non-overlapping [start, end) ELF vaddrs of the code symbols (nm, dynamic symbols too), sorted. The
+    functions of call-site words (llamalloc.profile.site_frame), for a profile and for `prepare` alike."""
+    ranges: set[tuple[int, int]] = set()
+    for extra in ([], ["-D"]):
+        r = subprocess.run([_tool("nm"), "--defined-only", "-S", "-P", *extra, binary], capture_output=True,
+                           text=True, errors="replace")
+        for line in (r.stdout if r.returncode == 0 else "").splitlines():
+            f = line.split()
+            if len(f) >= 4 and f[1] in "tTwWiI" and f[1] != "":
+                start, size = int(f[2], 16), int(f[3], 16)
+                if size > 0:
+                    ranges.add((start, start + size))
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start < out[-1][1]:
+            continue  # an alias or a symbol nested in the previous one: the outer range names it
+        out.append((start, end))
+    return out
+
+
 def addr2line(binary: str, elf_addresses: list[int]) -> list[Frames]:
     """Frames for each address (empty where addr2line knows nothing)."""
     if not elf_addresses:
@@ -126,6 +147,37 @@ def symbolize_addresses(mappings: list[_trace.Mapping], addresses: set[int],
     return result
 
 
+def _record_program_functions(p, mappings: list[_trace.Mapping], resolved_mappings: set[int]) -> None:
+    """Replaces the profile's FUNCTIONS_COMMENT by the function ranges (file offsets) of the program's own binary
+    that hold one of its symbolised locations: what a location's call-site word needs (profile.site_frame)."""
+    comments = [c for c in p.comment if not p.string_table[c].startswith(_profile.FUNCTIONS_COMMENT)]
+    del p.comment[:]
+    p.comment.extend(comments)
+    program = next((p.string_table[c][len("program="):] for c in comments
+                    if p.string_table[c].startswith("program=")), mappings[0].path if mappings else "")
+    ids = [m.id for i, m in enumerate(p.mapping) if mappings[i].path == program and m.id in resolved_mappings]
+    if not ids:
+        return
+    segments = [s for s in load_segments(program) if s.executable]
+    ranges = []
+    for start, end in function_ranges(program):
+        seg = next((s for s in segments if s.vaddr <= start < s.vaddr + s.filesz), None)
+        if seg is not None:
+            ranges.append((start - seg.vaddr + seg.file_offset, end - seg.vaddr + seg.file_offset))
+    ranges.sort()
+    by_start = {start: (start, end) for start, end in ranges}
+    by_id = {m.id: m for m in p.mapping}
+    held = set()
+    for loc in p.location:
+        if loc.mapping_id in ids and loc.line:
+            m = by_id[loc.mapping_id]
+            a = loc.address - m.memory_start + m.file_offset
+            offset = _profile.function_offset(ranges, a)
+            if offset is not None:
+                held.add(by_start[a - offset])
+    p.comment.append(_profile._Strings(p.string_table).add(_profile.format_functions(sorted(held))))
+
+
 def symbolize_profile(path, out, warn) -> int:
     p = _profile.load_proto(path)
     strings = _profile._Strings(p.string_table)
@@ -148,6 +200,7 @@ def symbolize_profile(path, out, warn) -> int:
             ln = loc.line.add()
             ln.function_id, ln.line = fid, line_no
     resolved_mappings = {loc.mapping_id for loc in p.location if loc.line}
+    _record_program_functions(p, mappings, resolved_mappings)
     for m in p.mapping:
         done = m.id in resolved_mappings
         m.has_functions = m.has_filenames = m.has_line_numbers = m.has_inline_frames = done

@@ -714,6 +714,9 @@ WORKLOADS: dict[str, AnyWorkload] = {
     "word-count-r2": Workload(
         "word-count-r2", "workloads/word-count/word-count-r2",
         "word-count, revision 2: renamed and refactored, -O2", "words_per_second"),
+    "word-count-rebuilt": Workload(
+        "word-count-rebuilt", "workloads/word-count/rebuilt/word-count",
+        "word-count rebuilt with one unrelated function added (its code moved), -O2", "words_per_second"),
     "frag-micro": Workload(
         "frag-micro", "workloads/frag-micro/frag-micro",
         "the LLAMA paper, section 9.6: 64 B objects swinging 1 MB..top, 5 MB long-lived (class 7 under llamalloc)",

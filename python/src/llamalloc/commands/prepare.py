@@ -6,7 +6,8 @@ import sys
 import click
 
 from ..errors import FormatError, UserError
-from ..prepare import prepare, program_binaries, resolve_program
+from ..model import modelfile
+from ..prepare import note_other_builds, prepare, program_binaries, resolve_program
 
 
 @click.command("prepare")
@@ -31,5 +32,7 @@ def command(model, binaries, output, with_libraries):
                 raise FormatError(b, "no such file") from None
             raise
     out = output or f"{model}.tokens"
-    n = prepare(model, paths, out, log=lambda m: print(f"llamalloc: {m}", file=sys.stderr))
+    log = lambda m: print(f"llamalloc: {m}", file=sys.stderr)  # noqa: E731
+    note_other_builds(modelfile.read(model), model, [resolve_program(b, True) for b in binaries], log)
+    n = prepare(model, paths, out, log=log)
     print(f"{out}: token tables of {n} binaries", file=sys.stderr)

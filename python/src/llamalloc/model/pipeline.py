@@ -210,7 +210,12 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
                         "each class by the share of the context's objects in it")
     check_output(output)
     t0 = time.perf_counter()
-    contexts = build_contexts(load(profiles), warn, ", ".join(map(str, profiles)), profiles, label=label)
+    samples = load(profiles)
+    # The builds of the programs profiled (the GNU build ids of their executables): `run --model` and `prepare`
+    # tell a user whose binary is another build (prepare.trained_on_other_build).
+    build_ids = (sorted({b for b in samples.column("build_id").to_pylist() if b})
+                 if "build_id" in samples.column_names else [])
+    contexts = build_contexts(samples, warn, ", ".join(map(str, profiles)), profiles, label=label)
     if holdout_profiles:
         train = contexts
         test = build_contexts(load(holdout_profiles), warn, ", ".join(map(str, holdout_profiles)),
@@ -233,7 +238,7 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
     config = lstm.TrainConfig(hidden_dim=hidden, max_epochs=epochs, seed=seed, weight_power=weight_power,
                               under_weight=under_weight, decision=label if target == "distribution" else None)
     metadata = {"profiles": [str(p) for p in profiles], "holdout": holdout,
-                "holdout_profiles": [str(p) for p in holdout_profiles]}
+                "holdout_profiles": [str(p) for p in holdout_profiles], "build_ids": build_ids}
     trained = train_contexts(train, config, vocab_words, max_tokens, metadata=metadata)
     print(f"trained on {len(train)} contexts in {trained.result.seconds:.1f} s "
           f"({trained.result.epochs_run} epochs, kept epoch {trained.result.best_epoch}"

@@ -9,8 +9,8 @@ at the top of every C++ stack (`std::allocator_traits<std::allocator<T> >::alloc
 ate most of the 128-token budget: in image-server's profile, the first application frame started at token 103
 (median) and one stack in ten never reached one; with these rules it starts at token 65. A frame that is an
 unsymbolised address ("0x<hex>") becomes the single token <unsymbolized>, and a call-site word
-("<site:BINARY+OFFSET>", which follows each frame of the program's own binary, llamalloc.profile.site_frame) is one
-token too. Frames are separated by the token `@`.
+("<site:BINARY/FUNCTION+OFFSET>", which follows each frame of the program's own binary,
+llamalloc.profile.site_frame) is one token too. Frames are separated by the token `@`.
 
 The sequence of a calling context is
 
@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..profile import is_site_frame as is_site_word
+from ..profile import is_site_frame as is_site_word, site_binary_prefix
 from .classes import MODEL_SIZE_BUCKETS
 
 PAD, UNK, SEP, UNSYMBOLIZED = 0, 1, 2, 3
@@ -78,13 +78,15 @@ class Vocabulary:
         self.tokens = tokens
         self.ids = {t: i for i, t in enumerate(tokens)}
         self._frame_cache: dict[str, list[int]] = {}
-        # The binaries whose call-site words the model knows ("<site:NAME+"): another binary's site words are
-        # dropped (a model of one program meets another's frames; `prepare` applies the same rule).
-        self.site_binaries = {t[:t.rindex("+") + 1] for t in tokens if is_site_word(t) and "+" in t}
+        # The binaries whose call-site words the model knows ("<site:NAME/"): another binary's site words are
+        # dropped (a model of one program meets another's frames; `prepare` applies the same rule). The words of
+        # models trained before the words named the function ("<site:NAME+OFFSET>") name no binary here: such a
+        # model is given no call-site words, as one trained before call-site words.
+        self.site_binaries = {site_binary_prefix(t) for t in tokens if is_site_word(t)} - {""}
 
     def keeps_frame(self, frame: str) -> bool:
         """False for a call-site word of a binary the vocabulary has none of."""
-        return not is_site_word(frame) or ("+" in frame and frame[:frame.rindex("+") + 1] in self.site_binaries)
+        return not is_site_word(frame) or site_binary_prefix(frame) in self.site_binaries
 
     def __len__(self) -> int:
         return len(self.tokens)
