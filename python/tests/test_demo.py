@@ -27,8 +27,10 @@ def test_demo_runs_the_whole_loop(tmp_path):
     assert "glibc" in table and "llamalloc" in table and "llama-oracle" in table
     assert "llama-model" in table  # the replay with the model the demo trained
     bench = json.loads((out / "bench" / "bench.json").read_text())
-    # llamalloc + model ran in the bench beside the others, and its row in the closing table is the bench's
-    assert {x["allocator"] for x in bench["results"]} == {"glibc", "llamalloc", "llamalloc+model"}
+    # llamalloc + model and llamalloc learning online ran in the bench beside the others, and their rows in the
+    # closing table are the bench's
+    assert {x["allocator"] for x in bench["results"]} == {"glibc", "llamalloc", "llamalloc+online", "llamalloc+model"}
+    assert any(line.startswith("llamalloc + online") for line in table.splitlines())
     from llamalloc import profile
     assert profile.load(out / "frag-micro.prof").sample_bytes == 2048  # the profile was recorded as asked
     stats = json.loads((out / "frag-micro.stats.json").read_text())
