@@ -210,9 +210,10 @@ unsigned LearnedPredictor::learn(const AllocationContext& context, ThreadState* 
   // The class without learning: the model's (as it first predicted the context), or the default one. It stands
   // until the context's evidence says a class at least the margin away (with a model, confidently); then the
   // learned class replaces it in the entry, and the base comes back if the evidence moves back within the margin.
+  // With a model, nothing is replaced before the model's own class for this context is known (its first model
+  // run): until then the entry's class may be another context's, one whose callers differ under the same key.
   uint8_t base = has_model_ ? learner_.model_class(slot) : uint8_t(default_class_);
-  if (base == kNoClass) base = uint8_t(lc);
-  uint8_t learned = learner_.learned(slot, base, has_model_);
+  uint8_t learned = base == kNoClass ? kNoClass : learner_.learned(slot, base, has_model_);
   if (learned != kNoClass) {
     if (learned != lc) {
       if (entry != nullptr) entry->lifetime_class = learned;

@@ -153,8 +153,7 @@ unsigned OnlineClassSource::class_of(const ObjectAlloc& object) {
     if (slot >= 0) {
       if (model_ran) learner_->note_model_class(slot, lc);
       uint8_t base = model_ ? learner_->model_class(slot) : uint8_t(default_class_);
-      if (base == model::kNoClass) base = uint8_t(lc);
-      uint8_t learned = learner_->learned(slot, base, model_ != nullptr);
+      uint8_t learned = base == model::kNoClass ? model::kNoClass : learner_->learned(slot, base, model_ != nullptr);
       if (learned != model::kNoClass) {
         if (learned != lc) {
           *held = learned;
