@@ -200,7 +200,7 @@ void OnlineLearner::age(uint64_t now_ns) {
 }
 
 uint8_t OnlineLearner::decide(const LearnRule& rule, const uint32_t* freed, const uint32_t* live,
-                              uint32_t* evidence, uint32_t* freed_total) {
+                              uint32_t* evidence, uint32_t* freed_total, unsigned floor) {
   double score[kMaxClasses];
   uint32_t frees = 0;
   for (unsigned k = 0; k < kMaxClasses; ++k) {
@@ -214,8 +214,9 @@ uint8_t OnlineLearner::decide(const LearnRule& rule, const uint32_t* freed, cons
   // survives, and counts as the longest lifetime class, whose pages keep what outlives every deadline.
   unsigned said = frees > 0 ? rule.label.apply(score) : 0;
   if (said < rule.shortest) said = rule.shortest;
+  unsigned outlived = said > floor ? said : floor;
   uint32_t survivors = 0;
-  for (unsigned k = said + 1; k < kMaxClasses; ++k) survivors += live[k];
+  for (unsigned k = outlived + 1; k < kMaxClasses; ++k) survivors += live[k];
   score[kLongestLifetimeClass] += double(survivors);
   uint32_t n = frees + survivors;
   if (evidence != nullptr) *evidence = n;
@@ -231,11 +232,6 @@ void OnlineLearner::redecide(Context& c) {
   uint8_t lc = decide(rule_, c.freed, c.live, &evidence, &frees);
   c.state.store(lc == kNoClass ? 0 : uint8_t((lc + 1) | (evidence >= confident_at_ ? kConfidentBit : 0)),
                 std::memory_order_relaxed);
-  // The frees alone, for a model's class (learned()).
-  static constexpr uint32_t kNone[kMaxClasses] = {};
-  uint8_t by_frees = decide(rule_, c.freed, kNone, nullptr);
-  c.freed_state.store(by_frees == kNoClass ? 0 : uint8_t((by_frees + 1) | (frees >= confident_at_ ? kConfidentBit : 0)),
-                      std::memory_order_relaxed);
 }
 
 LearnerTotals OnlineLearner::totals() const {

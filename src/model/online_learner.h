@@ -89,26 +89,22 @@ class OnlineLearner {
   // objects together all the same, and moving the rest of them elsewhere would split them over two classes'
   // pages, and open a class's pages for one context's objects.
   // Without a model: the decision from frees and survivors (decide()). With one, the model's class stands unless
-  // the evidence against it is confident (override_samples): the class the frees alone decide; or, for a model
-  // that says too short a lifetime, that many live objects that have outlived its class by two classes (a
-  // hundredfold), which make it the longest. A few relaxed loads.
+  // the evidence against it is confident (override_samples): the same decision, where a live object is a
+  // survivor only once it has also outlived the model's class by two classes (a hundredfold), so that a model
+  // one class short keeps its objects together and live objects never shorten its class. A few relaxed loads
+  // (the counts are read without the lock: a torn view decides one check).
   uint8_t learned(int32_t slot, uint8_t base, bool model) const {
     const Context& c = contexts_[slot];
-    auto apart = [&](uint8_t lc) { return (lc > base ? lc - base : base - lc) >= rule_.margin; };
+    auto apart = [&](uint8_t lc) { return uint32_t(lc > base ? lc - base : base - lc) >= rule_.margin; };
     if (!model) {
       uint8_t state = c.state.load(std::memory_order_relaxed);
       if (state == 0) return kNoClass;
       uint8_t lc = uint8_t((state & kClassMask) - 1);
       return apart(lc) ? lc : kNoClass;
     }
-    uint8_t freed = c.freed_state.load(std::memory_order_relaxed);
-    if (freed & kConfidentBit) {
-      uint8_t lc = uint8_t((freed & kClassMask) - 1);
-      if (apart(lc)) return lc;
-    }
-    uint32_t outlived = 0;
-    for (unsigned k = unsigned(base) + 2; k < kMaxClasses; ++k) outlived += c.live[k];  // (racy reads: a hint)
-    return outlived >= confident_at_ && apart(kLongestLifetimeClass) ? uint8_t(kLongestLifetimeClass) : kNoClass;
+    uint32_t evidence = 0;
+    uint8_t lc = decide(rule_, c.freed, c.live, &evidence, nullptr, unsigned(base) + 1);
+    return lc != kNoClass && evidence >= confident_at_ && apart(lc) ? lc : kNoClass;
   }
   // learned() without a base: the decision from frees and survivors, kNoClass while undecided.
   uint8_t decided(int32_t slot) const {
@@ -147,11 +143,11 @@ class OnlineLearner {
   void unlock_after_fork(bool child);
 
   // The context's class from its counts, kNoClass below min_samples of evidence: the label rule on the frees'
-  // lifetimes, with the live objects that have outlived the class the frees decide (at least rule.shortest)
-  // counted as the longest lifetime class. *evidence: frees and such survivors; *freed_total: frees. Public for
-  // tests.
+  // lifetimes, with the live objects that have outlived the class the frees decide (at least rule.shortest, and
+  // at least `floor`) counted as the longest lifetime class. *evidence: frees and such survivors; *freed_total:
+  // frees. Public for tests.
   static uint8_t decide(const LearnRule& rule, const uint32_t* freed, const uint32_t* live, uint32_t* evidence,
-                        uint32_t* freed_total = nullptr);
+                        uint32_t* freed_total = nullptr, unsigned floor = 0);
 
  private:
   static constexpr uint8_t kConfidentBit = 0x80;  // evidence >= override_samples
@@ -166,7 +162,6 @@ class OnlineLearner {
     uint64_t samples;
     std::atomic<uint64_t> overrides;
     std::atomic<uint8_t> state;        // (learned class + 1) | kConfidentBit; 0: undecided
-    std::atomic<uint8_t> freed_state;  // the same from the frees alone
     std::atomic<uint8_t> model_class;  // model's class + 1; 0: none
     uint8_t size_bucket;
   };
