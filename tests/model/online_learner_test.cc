@@ -68,6 +68,21 @@ TEST(OnlineLearner, LiveObjectsNeverShortenAModelsClass) {
   EXPECT_EQ(l->decided(slot), kLongestLifetimeClass) << "(without a model they are survivors)";
 }
 
+TEST(OnlineLearner, FreesThatSayLongerThanAModelLeaveItsClass) {
+  // Objects the model puts in class 1 die within 1-10 s (class 3): freed with their pages all the same, so the
+  // model's class stands; only the longest class, from survivors, lengthens it (AContextWhoseObjectsAre...).
+  auto l = make_learner();
+  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402a00, 17, 0), 0x402a00, 17);
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(l->on_sample(slot, 0x3b000, 0));
+    ASSERT_TRUE(l->on_free(0x3b000, 3000 * kMs));
+  }
+  EXPECT_EQ(l->decided(slot), 3u);
+  EXPECT_EQ(l->learned(slot, 1, true), kNoClass);
+  EXPECT_EQ(l->learned(slot, 1, false), 3u) << "without a model (the default class 1) it moves";
+  EXPECT_EQ(l->learned(slot, 6, true), 3u) << "a model's longer class is shortened by confident frees";
+}
+
 TEST(OnlineLearner, ObjectsThatOutliveWhatTheFreesSayAreSurvivors) {
   // 20 objects freed within 10-100 ms (class 1); 20 more still live past 1 s: they have outlived class 1, and
   // as many as the frees, the longer class wins the mode's tie.
