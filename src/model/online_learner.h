@@ -37,6 +37,7 @@ struct LearnRule {
   uint32_t window = 64;            // frees kept at full weight: counts halve once they reach twice this
   uint32_t sample_every = 16;      // once a context is confident: one in this many of its checks is sampled
   uint32_t margin = 2;             // classes a learned class must differ by to replace the base one
+  unsigned long_class = 4;         // LLAMALLOC_LONG_CLASS: from here on every class is on the longest pages
   LabelRule label = kTrainLabelRule;
   unsigned shortest = 0;  // a decided class shorter than this is raised to it (LLAMALLOC_MIN_CLASS)
 };
@@ -90,12 +91,13 @@ class OnlineLearner {
   // pages, and open a class's pages for one context's objects.
   // Without a model: the decision from frees and survivors (decide()). With one, the model's class stands unless
   // the evidence against it is confident (override_samples): the same decision, where a live object is a
-  // survivor only once it has also outlived the model's class by two classes (a hundredfold). A shorter class
-  // needs that many frees; a longer one is only the longest, from that many survivors: what pins pages is a
-  // model that calls long-lived objects short, while objects that die a few classes later than it says are
-  // freed with their pages all the same (word-count's large buffers, class 1 to the model, 1-10 s by their
-  // frees, kept 130 MiB on class-3 pages against 54 on the model's). A few relaxed loads (the counts are read
-  // without the lock: a torn view decides one check).
+  // survivor only once it has also outlived the model's class by two classes (a hundredfold) and reached
+  // long_class (an age whose objects go on the longest pages anyway). A shorter class needs that many frees; a
+  // longer one is only the longest, from that many survivors: what pins pages is a model that calls long-lived
+  // objects short, while objects that die a few classes later than it says are freed with their pages all the
+  // same (word-count's large buffers, class 1 to the model, 1-10 s by their frees, kept 130 MiB on class-3
+  // pages against 54 on the model's, and 256 when the ones still live past 1 s sent them to the longest). A few
+  // relaxed loads (the counts are read without the lock: a torn view decides one check).
   uint8_t learned(int32_t slot, uint8_t base, bool model) const {
     const Context& c = contexts_[slot];
     auto apart = [&](uint8_t lc) { return uint32_t(lc > base ? lc - base : base - lc) >= rule_.margin; };
@@ -106,7 +108,8 @@ class OnlineLearner {
       return apart(lc) ? lc : kNoClass;
     }
     uint32_t evidence = 0, frees = 0;
-    uint8_t lc = decide(rule_, c.freed, c.live, &evidence, &frees, unsigned(base) + 1);
+    unsigned floor = unsigned(base) + 1 > rule_.long_class - 1 ? unsigned(base) + 1 : rule_.long_class - 1;
+    uint8_t lc = decide(rule_, c.freed, c.live, &evidence, &frees, floor);
     if (lc == kNoClass || !apart(lc)) return kNoClass;
     if (lc < base) return frees >= confident_at_ ? lc : kNoClass;
     return lc == kLongestLifetimeClass && evidence - frees >= confident_at_ ? lc : kNoClass;

@@ -74,6 +74,7 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
     rule.window = uint32_t(o.learn_window);
     rule.sample_every = uint32_t(o.learn_sample_every);
     rule.margin = uint32_t(o.learn_margin);
+    rule.long_class = unsigned(o.long_class);
     // A distribution model's own label rule, so that a context's learned class means what its predicted one
     // does; otherwise training's default.
     rule.label = predictor->has_model() && predictor->model().is_distribution() ? predictor->model().label_rule()

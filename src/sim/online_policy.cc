@@ -23,6 +23,7 @@ model::LearnRule learn_rule_of(const Options& heap_options, const model::LabelRu
   rule.window = uint32_t(heap_options.learn_window);
   rule.sample_every = uint32_t(heap_options.learn_sample_every);
   rule.margin = uint32_t(heap_options.learn_margin);
+  rule.long_class = unsigned(heap_options.long_class);
   rule.label = label;
   // As the process raises its classes: MIN_CLASS, leaving two classes in use (the replay has all eight).
   unsigned shortest = unsigned(heap_options.min_class);
