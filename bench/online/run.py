@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from llamalloc.errors import UserError
+
 MiB = 1 << 20
 VARIANTS = ("llamalloc", "llamalloc+online", "llamalloc+model", "llamalloc+model+online")
 DEFAULT_WORKLOADS = ("image-server", "word-count", "frag-micro-unhinted", "redis")
@@ -198,4 +200,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (RuntimeError, OSError, UserError) as e:  # a failed step or bad input: one line
+        sys.exit(f"online: {e}")

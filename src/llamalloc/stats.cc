@@ -16,42 +16,6 @@
 namespace llamalloc {
 
 namespace {
-
-// A bounded text builder on a caller's buffer: no allocation.
-struct Out {
-  char* buf;
-  size_t capacity;
-  size_t used = 0;
-  void put(const char* s) {
-    size_t n = strlen(s);
-    if (used + n < capacity) memcpy(buf + used, s, n);
-    used += n;
-  }
-  void num(uint64_t v) {
-    char digits[24];
-    int n = 0;
-    do {
-      digits[n++] = char('0' + v % 10);
-      v /= 10;
-    } while (v);
-    char s[24];
-    for (int i = 0; i < n; ++i) s[i] = digits[n - 1 - i];
-    s[n] = 0;
-    put(s);
-  }
-  void field(const char* name, uint64_t v, bool comma = true) {
-    put("  \"");
-    put(name);
-    put("\": ");
-    num(v);
-    if (comma) put(",");
-    put("\n");
-  }
-};
-
-}  // namespace
-
-namespace {
 std::atomic<StatsSection> g_stats_section{nullptr};
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "config.h"
 
@@ -100,6 +101,59 @@ HeapStats read_heap_stats(PageHeap& heap, bool in_signal = false, int64_t unflus
 inline GaugeSnapshot read_gauges(PageHeap& heap, bool in_signal = false, int64_t unflushed_live = 0) {
   return read_heap_stats(heap, in_signal, unflushed_live).gauges;
 }
+
+// A bounded text builder on a caller's buffer, for the statistics JSON: no allocation. `used` runs past
+// `capacity` when the text does not fit (nothing is written past it). Inline: the predictor's part of the
+// statistics (src/model) writes with it too.
+struct Out {
+  char* buf;
+  size_t capacity;
+  size_t used = 0;
+  void put(const char* s);
+  void num(uint64_t v);
+  void field(const char* name, uint64_t v, bool comma = true);  // "  \"name\": v,\n"
+  void string(const char* s);                                    // a JSON string, quotes and backslashes escaped
+};
+
+inline void Out::put(const char* s) {
+  size_t n = strlen(s);
+  if (used + n < capacity) memcpy(buf + used, s, n);
+  used += n;
+}
+
+inline void Out::num(uint64_t v) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = char('0' + v % 10);
+    v /= 10;
+  } while (v);
+  char s[24];
+  for (int i = 0; i < n; ++i) s[i] = digits[n - 1 - i];
+  s[n] = 0;
+  put(s);
+}
+
+inline void Out::field(const char* name, uint64_t v, bool comma) {
+  put("  \"");
+  put(name);
+  put("\": ");
+  num(v);
+  if (comma) put(",");
+  put("\n");
+}
+
+inline void Out::string(const char* s) {
+  put("\"");
+  for (; *s; ++s) {
+    char c[2] = {*s, 0};
+    if (*s == '"' || *s == '\\') put("\\");
+    if (static_cast<unsigned char>(*s) < 0x20) c[0] = '?';  // (paths: no control characters to escape)
+    put(c);
+  }
+  put("\"");
+}
+
 
 // More of the statistics from outside the heap (the learned predictor's "online" object): writes one JSON member,
 // `"name": value`, into buf and returns its length (0: none, or it does not fit). Called as the JSON is formatted,

@@ -319,40 +319,10 @@ void LearnedPredictor::trim() {
 }
 
 namespace {
-// A bounded JSON writer into a caller's buffer (no allocation); `used` runs past capacity on overflow.
-struct JsonOut {
-  char* buf;
-  size_t capacity;
-  size_t used = 0;
-  void put(const char* s) {
-    for (; *s; ++s, ++used)
-      if (used < capacity) buf[used] = *s;
-  }
-  void num(uint64_t v) {
-    char digits[24];
-    int n = 0;
-    do digits[n++] = char('0' + v % 10); while ((v /= 10) != 0);
-    char text[24];
-    for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
-    text[n] = 0;
-    put(text);
-  }
-  void class_or_null(uint8_t lc) {
-    if (lc == kNoClass) put("null");
-    else num(lc);
-  }
-  // A path as a JSON string: quotes, backslashes and control characters escaped.
-  void string(const char* s) {
-    put("\"");
-    for (; *s; ++s) {
-      char c[2] = {*s, 0};
-      if (*s == '"' || *s == '\\') put("\\");
-      if (static_cast<unsigned char>(*s) < 0x20) c[0] = '?';
-      put(c);
-    }
-    put("\"");
-  }
-};
+void class_or_null(Out& o, uint8_t lc) {
+  if (lc == kNoClass) o.put("null");
+  else o.num(lc);
+}
 }  // namespace
 
 size_t LearnedPredictor::describe_learning(char* buf, size_t capacity) {
@@ -374,7 +344,7 @@ size_t LearnedPredictor::describe_learning(char* buf, size_t capacity) {
     top[at] = c;
   });
   LearnerTotals t = learner_.totals();
-  JsonOut o{buf, capacity};
+  Out o{buf, capacity};
   o.put("\"online\": {\"contexts\": ");
   o.num(t.contexts);
   o.put(", \"decided\": ");
@@ -398,11 +368,11 @@ size_t LearnedPredictor::describe_learning(char* buf, size_t capacity) {
     o.put(", \"size_bucket\": ");
     o.num(c.size_bucket);
     o.put(", \"class\": ");
-    o.class_or_null(c.learned);
+    class_or_null(o, c.learned);
     o.put(", \"confident\": ");
     o.put(c.confident ? "true" : "false");
     o.put(", \"model_class\": ");
-    o.class_or_null(c.model_class);
+    class_or_null(o, c.model_class);
     o.put(", \"samples\": ");
     o.num(c.samples);
     o.put(", \"overrides\": ");

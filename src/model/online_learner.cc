@@ -6,6 +6,19 @@
 
 namespace llamalloc::model {
 
+LearnRule learn_rule_of(const Options& o, const ModelFile* model, unsigned shortest) {
+  LearnRule rule;
+  rule.min_samples = uint32_t(o.learn_min_samples);
+  rule.override_samples = uint32_t(o.learn_override_samples);
+  rule.window = uint32_t(o.learn_window);
+  rule.sample_every = uint32_t(o.learn_sample_every);
+  rule.margin = uint32_t(o.learn_margin);
+  rule.long_class = unsigned(o.long_class);
+  rule.label = model != nullptr && model->is_distribution() ? model->label_rule() : kTrainLabelRule;
+  rule.shortest = shortest;
+  return rule;
+}
+
 bool OnlineLearner::configure(const LearnRule& rule) {
   rule_ = rule;
   // (A window below override_samples caps the evidence of frees near twice the window, halved to the window:

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "model_file.h"
+#include "options.h"
 #include "vocabulary.h"
 
 namespace llamalloc::model {
@@ -41,6 +42,12 @@ struct LearnRule {
   LabelRule label = kTrainLabelRule;
   unsigned shortest = 0;  // a decided class shorter than this is raised to it (LLAMALLOC_MIN_CLASS)
 };
+
+// The rule from the heap's options (LEARN_MIN_SAMPLES, LEARN_OVERRIDE_SAMPLES, LEARN_WINDOW, LEARN_SAMPLE_EVERY,
+// LEARN_MARGIN, LONG_CLASS), the shortest class the caller gives a prediction (MIN_CLASS as it applies it), and
+// the label rule of `model` (null: none): a distribution model's own, so that a context's learned class means
+// what its predicted one does, else training's. The process and the replay both take their rule from here.
+LearnRule learn_rule_of(const Options& options, const ModelFile* model, unsigned shortest);
 
 // What the learner knows of one context, for the statistics and tests.
 struct LearnedContext {

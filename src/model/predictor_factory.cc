@@ -68,19 +68,7 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
   predictor->set_confidence_rule(ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class), shortest});
   predictor->set_unseen_trial(uint32_t(o.unseen_trial));
   if (o.learn != 0) {
-    LearnRule rule;
-    rule.min_samples = uint32_t(o.learn_min_samples);
-    rule.override_samples = uint32_t(o.learn_override_samples);
-    rule.window = uint32_t(o.learn_window);
-    rule.sample_every = uint32_t(o.learn_sample_every);
-    rule.margin = uint32_t(o.learn_margin);
-    rule.long_class = unsigned(o.long_class);
-    // A distribution model's own label rule, so that a context's learned class means what its predicted one
-    // does; otherwise training's default.
-    rule.label = predictor->has_model() && predictor->model().is_distribution() ? predictor->model().label_rule()
-                                                                                 : kTrainLabelRule;
-    rule.shortest = shortest;
-    if (predictor->set_learning(rule)) {
+    if (predictor->set_learning(learn_rule_of(o, predictor->has_model() ? &predictor->model() : nullptr, shortest))) {
       llamalloc::set_stats_section(describe_learning);
     } else {
       write_stderr_line("llamalloc: warning: LLAMALLOC_LEARN: cannot map the learner's tables; not learning\n");

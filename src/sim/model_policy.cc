@@ -68,12 +68,11 @@ unsigned ModelClassSource::class_of(const ObjectAlloc& object) {
   return lc;
 }
 
-std::vector<std::pair<std::string, double>> ModelClassSource::summary_extras() const {
-  model::TracePredictionTotals t = predictor_->totals();
+ClassAgreement class_agreement(const std::array<std::array<uint64_t, 8>, 8>& confusion) {
   uint64_t known = 0, exact = 0, within_one = 0, over = 0, under = 0;
   for (int truth = 0; truth < 8; ++truth) {
     for (int p = 0; p < 8; ++p) {
-      uint64_t n = confusion_[truth][p];
+      uint64_t n = confusion[truth][p];
       known += n;
       if (p == truth) exact += n;
       if (p - truth <= 1 && truth - p <= 1) within_one += n;
@@ -81,7 +80,15 @@ std::vector<std::pair<std::string, double>> ModelClassSource::summary_extras() c
       if (p < truth) under += n;
     }
   }
-  auto frac = [](uint64_t a, uint64_t b) { return b ? double(a) / double(b) : 0.0; };
+  if (known == 0) return {};
+  double k = double(known);
+  return {double(exact) / k, double(within_one) / k, double(over) / k, double(under) / k};
+}
+
+std::vector<std::pair<std::string, double>> ModelClassSource::summary_extras() const {
+  model::TracePredictionTotals t = predictor_->totals();
+  ClassAgreement a = class_agreement(confusion_);
+  auto frac = [](uint64_t x, uint64_t y) { return y ? double(x) / double(y) : 0.0; };
   uint64_t lookups = t.hits + t.misses;
   return {
       {"prediction_cache_hits", double(t.hits)},
@@ -98,10 +105,10 @@ std::vector<std::pair<std::string, double>> ModelClassSource::summary_extras() c
       {"prediction_caches", double(t.threads)},
       {"allocs_without_stack", double(without_stack_)},
       {"predicted_objects", double(predicted_)},
-      {"accuracy_exact", frac(exact, known)},
-      {"accuracy_within_one_class", frac(within_one, known)},
-      {"over_predicted_fraction", frac(over, known)},
-      {"under_predicted_fraction", frac(under, known)},
+      {"accuracy_exact", a.exact},
+      {"accuracy_within_one_class", a.within_one},
+      {"over_predicted_fraction", a.over},
+      {"under_predicted_fraction", a.under},
   };
 }
 
@@ -121,8 +128,8 @@ std::unique_ptr<LlamaPolicy> make_model_policy(LlamaOptions options, const Model
                                              const TraceStacks& stacks, std::string* warning) {
   auto source = std::make_shared<ModelClassSource>(model, options.heap_options, stacks, warning);
   if (options.heap_options.learn) {
-    model::LabelRule label = learn_label_of(&source->predictor().model());
-    options.class_source = std::make_shared<OnlineClassSource>(options.heap_options, stacks, source, label);
+    options.class_source = std::make_shared<OnlineClassSource>(options.heap_options, stacks, source,
+                                                               &source->predictor().model());
   } else {
     options.class_source = source;
   }

@@ -26,6 +26,13 @@ struct ModelOptions {
   std::string predict_log;  // non-empty: "class: token ids" per context the model classifies
 };
 
+// What a confusion matrix (rows: true class, columns: the class given) says: the fractions of the objects whose
+// true class is known given exactly it, a class within one of it, a longer one and a shorter one.
+struct ClassAgreement {
+  double exact = 0, within_one = 0, over = 0, under = 0;
+};
+ClassAgreement class_agreement(const std::array<std::array<uint64_t, 8>, 8>& confusion);
+
 class ModelClassSource final : public ClassSource {
  public:
   // Opens the model and the tables and places the trace's mappings; throws FormatError (one line naming the

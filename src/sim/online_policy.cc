@@ -9,26 +9,10 @@
 
 namespace llamalloc::sim {
 
-model::LabelRule learn_label_of(const model::ModelFile* model) {
-  // A distribution model places a context by a label rule of its class shares; the learner decides a context by
-  // the same rule, so that its class and the model's mean the same. A label model (one class per context) was
-  // trained on training's rule.
-  return model != nullptr && model->is_distribution() ? model->label_rule() : model::kTrainLabelRule;
-}
-
-model::LearnRule learn_rule_of(const Options& heap_options, const model::LabelRule& label) {
-  model::LearnRule rule;
-  rule.min_samples = uint32_t(heap_options.learn_min_samples);
-  rule.override_samples = uint32_t(heap_options.learn_override_samples);
-  rule.window = uint32_t(heap_options.learn_window);
-  rule.sample_every = uint32_t(heap_options.learn_sample_every);
-  rule.margin = uint32_t(heap_options.learn_margin);
-  rule.long_class = unsigned(heap_options.long_class);
-  rule.label = label;
+model::LearnRule replay_learn_rule(const Options& heap_options, const model::ModelFile* model) {
   // As the process raises its classes: MIN_CLASS, leaving two classes in use (the replay has all eight).
   unsigned shortest = unsigned(heap_options.min_class);
-  rule.shortest = shortest + 2 > kMaxClasses ? kMaxClasses - 2 : shortest;
-  return rule;
+  return model::learn_rule_of(heap_options, model, shortest + 2 > kMaxClasses ? kMaxClasses - 2 : shortest);
 }
 
 uint64_t OnlineClassSource::callers_of(const uint64_t* frames, uint32_t depth) {
@@ -41,7 +25,7 @@ uint64_t OnlineClassSource::callers_of(const uint64_t* frames, uint32_t depth) {
 }
 
 OnlineClassSource::OnlineClassSource(const Options& heap_options, const TraceStacks& stacks,
-                                     std::shared_ptr<ClassSource> model, const model::LabelRule& label)
+                                     std::shared_ptr<ClassSource> model, const model::ModelFile* model_file)
     : learner_(std::make_unique<model::OnlineLearner>()),
       stacks_(stacks),
       model_(std::move(model)),
@@ -52,7 +36,7 @@ OnlineClassSource::OnlineClassSource(const Options& heap_options, const TraceSta
       thread_index_(64),
       shadows_(4096),
       thread_hits_(64) {
-  if (!learner_->configure(learn_rule_of(heap_options, label)))
+  if (!learner_->configure(replay_learn_rule(heap_options, model_file)))
     throw std::runtime_error("llama-online: cannot map the online learner's tables");
 }
 
@@ -193,18 +177,7 @@ std::vector<std::pair<std::string, double>> OnlineClassSource::summary_extras() 
   if (model_) e = model_->summary_extras();
   model::LearnerTotals t = learner_->totals();
   const model::LearnRule& rule = learner_->rule();
-  uint64_t known = 0, exact = 0, within_one = 0, over = 0, under = 0;
-  for (int truth = 0; truth < 8; ++truth) {
-    for (int p = 0; p < 8; ++p) {
-      uint64_t n = confusion_[truth][p];
-      known += n;
-      if (p == truth) exact += n;
-      if (p - truth <= 1 && truth - p <= 1) within_one += n;
-      if (p > truth) over += n;
-      if (p < truth) under += n;
-    }
-  }
-  auto frac = [](uint64_t a, uint64_t b) { return b ? double(a) / double(b) : 0.0; };
+  ClassAgreement a = class_agreement(confusion_);
   std::vector<std::pair<std::string, double>> own = {
       {"learn_contexts", double(t.contexts)},
       {"learn_decided", double(t.decided)},
@@ -220,10 +193,10 @@ std::vector<std::pair<std::string, double>> OnlineClassSource::summary_extras() 
       {"learn_override_samples", double(rule.override_samples)},
       {"learn_window", double(rule.window)},
       {"learn_sample_every", double(rule.sample_every)},
-      {"placed_accuracy_exact", frac(exact, known)},
-      {"placed_accuracy_within_one_class", frac(within_one, known)},
-      {"placed_over_predicted_fraction", frac(over, known)},
-      {"placed_under_predicted_fraction", frac(under, known)},
+      {"placed_accuracy_exact", a.exact},
+      {"placed_accuracy_within_one_class", a.within_one},
+      {"placed_over_predicted_fraction", a.over},
+      {"placed_under_predicted_fraction", a.under},
   };
   for (auto& kv : own) e.push_back(std::move(kv));
   return e;

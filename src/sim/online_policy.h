@@ -45,18 +45,16 @@
 
 namespace llamalloc::sim {
 
-// The learner's rule as the process sets it from the heap's options: LEARN_MIN_SAMPLES, LEARN_OVERRIDE_SAMPLES,
-// LEARN_WINDOW, LEARN_SAMPLE_EVERY, MIN_CLASS as the shortest class (a model's prediction is raised to it too), and
-// `label`: a distribution model's label rule, else training's (kTrainLabelRule).
-model::LearnRule learn_rule_of(const Options& heap_options, const model::LabelRule& label);
-// The label rule of `model` as the learner takes it (null: no model, training's rule).
-model::LabelRule learn_label_of(const model::ModelFile* model);
+// The learner's rule as the process sets it from the heap's options (model::learn_rule_of), with MIN_CLASS as the
+// shortest class as the replay raises a model's predictions (`model`: null without one).
+model::LearnRule replay_learn_rule(const Options& heap_options, const model::ModelFile* model);
 
 class OnlineClassSource final : public ClassSource {
  public:
-  // `model`: the model's classes (llama-model with LEARN=1), or null (llama-online: DEFAULT_CLASS before evidence).
+  // `model`: the model's classes (llama-model with LEARN=1), or null (llama-online: DEFAULT_CLASS before evidence);
+  // `model_file`: its file, whose label rule the learner takes (null: training's).
   OnlineClassSource(const Options& heap_options, const TraceStacks& stacks, std::shared_ptr<ClassSource> model,
-                    const model::LabelRule& label);
+                    const model::ModelFile* model_file);
   ~OnlineClassSource() override;
 
   std::string name() const override { return model_ ? model_->name() : "llama-online"; }

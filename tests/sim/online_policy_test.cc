@@ -93,7 +93,7 @@ uint8_t learned_class(const model::OnlineLearner& learner, uintptr_t return_addr
 // The class source of llama-online (no model) or of llama-model under LEARN=1 (a model).
 std::shared_ptr<OnlineClassSource> learner_over(const TraceStacks& stacks, std::shared_ptr<ClassSource> model,
                                                 const Options& heap_options = {}) {
-  return std::make_shared<OnlineClassSource>(heap_options, stacks, std::move(model), learn_label_of(nullptr));
+  return std::make_shared<OnlineClassSource>(heap_options, stacks, std::move(model), nullptr);
 }
 
 TEST(OnlinePolicy, ContextsOfDifferentLifetimesAreLearnedApartAndTheFootprintShrinks) {
@@ -207,7 +207,7 @@ TEST(OnlinePolicy, LlamaModelLearnsOnlineUnderTheHeapOptionLearn) {
   Options heap_options = parse_heap_options({"LEARN=1", "LEARN_MIN_SAMPLES=4", "LEARN_OVERRIDE_SAMPLES=16",
                                              "LEARN_WINDOW=32", "LEARN_SAMPLE_EVERY=8"},
                                             [](const std::string& line) { FAIL() << line; });
-  model::LearnRule rule = learn_rule_of(heap_options, learn_label_of(nullptr));
+  model::LearnRule rule = replay_learn_rule(heap_options, nullptr);
   EXPECT_EQ(rule.min_samples, 4u);
   EXPECT_EQ(rule.override_samples, 16u);
   EXPECT_EQ(rule.window, 32u);
