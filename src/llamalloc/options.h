@@ -44,7 +44,8 @@ namespace llamalloc {
     "pass gives back, oldest first, what exceeds the larger of how far the pages in use are below their highest " \
     "and the most pages taken in one SWEEP_MS period, over the last 4 periods, but at most an eighth of the "    \
     "pages in use; a huge object that no cached run fits first gives back as many cached pages as it takes; "    \
-    "llamalloc_collect() gives back all. Only while the sweeper thread runs (single-threaded programs: off). 0: " \
+    "llamalloc_collect() gives back all. Until the sweeper thread runs (single-threaded programs), each free "   \
+    "keeps at most an eighth of the pages in use cached. 0: "                                                    \
     "off, a freed huge object's pages go back to the OS at once (the LLAMA paper, section 8).")                   \
   X(HUGE_PAGES, huge_pages, Uint, 1, 0, 1,                                                                      \
     "Whether the heap asks the kernel for transparent huge pages (MADV_HUGEPAGE on its address space). 1: each "  \

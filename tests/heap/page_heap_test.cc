@@ -743,6 +743,39 @@ TEST_F(PageHeapTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
   heap->check_invariants();
 }
 
+// Without passes to trim it (the library before its sweeper runs), each free keeps the cache within an eighth of
+// the pages in use: a program that replaces big buffers one by one reuses their pages, and one that frees
+// everything keeps nothing cached.
+TEST_F(PageHeapTest, APageCacheBoundedByUseKeepsAtMostAnEighthOfThePagesInUseAtEveryFree) {
+  HeapConfig config{4, kK, true, true, 0};
+  heap->configure(config);
+  heap->set_page_cache_pages(64, true);
+  std::vector<void*> live;
+  for (int i = 0; i < 8; ++i) live.push_back(heap->alloc_large(0, 2 * kHugePageBytes, kBlockBytes));  // 16 pages
+  // A buffer of 2 pages replaced by one of the same size: the second takes the first's pages.
+  void* a = heap->alloc_large(1, 2 * kHugePageBytes, kBlockBytes);
+  heap->free_large(a);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 2 * kHugePageBytes) << "16 pages in use / 8";
+  size_t backed = platform.backed_bytes;
+  void* b = heap->alloc_large(1, 2 * kHugePageBytes, kBlockBytes);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(platform.backed_bytes, backed) << "no fresh memory";
+  EXPECT_EQ(heap->counters().huge_pages_reused.load(), 2u);
+  // A 3-page buffer is more than an eighth of what is in use: it goes back at once.
+  void* c = heap->alloc_large(1, 3 * kHugePageBytes, kBlockBytes);
+  heap->free_large(c);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
+  // Freeing the rest keeps the cache within the share of what is left, down to nothing.
+  heap->free_large(b);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 2 * kHugePageBytes);
+  for (int i = 0; i < 4; ++i) heap->free_large(live[i]);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u) << "8 pages in use keep 1: the 2-page runs went back";
+  for (int i = 4; i < 8; ++i) heap->free_large(live[i]);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
+  EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
+  heap->check_invariants();
+}
+
 TEST_F(PageHeapTest, AnOpenPageThatStaysEmptyIsGivenBackAtTheSweepAfterTheOneThatFoundItEmpty) {
   heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});  // (no lending between classes: one page each)
   uintptr_t a = blocks(0, 4);

@@ -51,6 +51,8 @@ void init_once() {
   HeapConfig config = heap_config_of(o);
   unsigned shared_from = config.shared_class_min;
   g_page_heap.configure(config);
+  // The page cache, within what a pass would leave after every free until the sweeper makes the passes.
+  g_page_heap.set_page_cache_pages(unsigned(o.page_cache_pages), true);
   g_platform.set_huge_pages(o.huge_pages != 0);
   g_share_long_lived = shared_from < g_page_heap.num_classes();  // (from the second thread heap on)
   g_default_predictor.set_class(default_class);

@@ -11,8 +11,10 @@
 // - It runs with every signal blocked: no process-directed signal is delivered to it (programs that sigwait in
 //   one thread block them everywhere else), and no handler of the program runs on it. It ends when it is the
 //   last thread left, so that a program whose main thread called pthread_exit is not kept alive by it.
-// - The page cache (HeapConfig::page_cache_pages) is on only while the sweeper runs: its passes are what give
-//   cached pages back. A program without it would keep freed huge objects' memory until its next slow path.
+// - The page cache (HeapConfig::page_cache_pages) absorbs waves of big buffers only while the sweeper runs: its
+//   passes are what give cached pages back. Until then each free keeps the cache within what a pass leaves after
+//   a peak (HeapConfig::page_cache_bounded_by_use): no pass may follow the last free before the program goes
+//   quiet.
 // - Until it runs (a single-threaded program, a fork child before its second thread heap), the slow paths run
 //   the page passes themselves, at most once per period (run_inline_passes), and look for other threads in the
 //   process from time to time: a program that allocates in one thread while others never call malloc gets the
@@ -100,7 +102,7 @@ void start_sweeper() {
   } else {
     g_sweeper_running.store(true, std::memory_order_relaxed);
     ThreadHeapOps::set_sweeper_running(true);
-    g_page_heap.set_page_cache_pages(unsigned(options().page_cache_pages));
+    g_page_heap.set_page_cache_pages(unsigned(options().page_cache_pages), false);
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
@@ -112,8 +114,9 @@ void forget_sweeper_in_fork_child() {
   g_sweeper_started.store(false, std::memory_order_relaxed);
   g_sweeper_running.store(false, std::memory_order_relaxed);
   ThreadHeapOps::set_sweeper_running(false);
-  // No page cache until the child starts one (this gives back what the parent had cached).
+  // What the parent had cached goes back; until the child starts its sweeper, its cache is bounded by use.
   g_page_heap.set_page_cache_pages(0);
+  g_page_heap.set_page_cache_pages(unsigned(options().page_cache_pages), true);
 }
 
 void run_inline_passes() {

@@ -111,11 +111,11 @@ void PageHeap::free_huge_locked(HugePageMeta* head) {
   size_t usable = round_up(head->huge_requested_bytes, kSmallPageBytes), end = pages * kHugePageBytes;
   // The page cache holds whole backed pages: the slack of an object's last page is backed first, or the pages go
   // back (the memory limits refuse it). Not when its slack was not even reserved (under RLIMIT_AS).
+  account_page(head, -int64_t(pages));
   bool whole = !head->tail_unbacked ||
-               (!head->tail_unreserved && config_.page_cache_pages != 0 && pages <= config_.page_cache_pages &&
+               (!head->tail_unreserved && pages <= page_cache_limit() &&
                 platform_.back(reinterpret_cast<void*>(r->page_address(index) + usable), end - usable));
   size_t mapped = head->tail_unreserved ? usable : 0;
-  account_page(head, -int64_t(pages));
   // Its pages' metadata reads as zero again (state kUnused). Only their headers were written: cleared in place,
   // not dropped page by page (a 1 GiB object has 512 pages, and a madvise each cost more than the object's own
   // mapping calls).

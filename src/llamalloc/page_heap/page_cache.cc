@@ -2,8 +2,9 @@
 // object or page the page heap opens, as the HugeCache of the TCMalloc paper does. Rules: only whole backed pages
 // are cached (a freed huge object's pages; emptied pages of blocks go back at once); the cache holds at most
 // page_cache_pages, oldest runs given back first; a huge object that no run fits first gives back as many cached
-// pages as it takes, so that the cache never adds to what the page heap would hold without it; and each
-// subrelease pass trims the cache to recent demand (trim_page_cache). Cached pages count in page_cache_bytes,
+// pages as it takes, so that the cache never adds to what the page heap would hold without it; each subrelease
+// pass trims the cache to recent demand (trim_page_cache); and where passes may stop at any time, each free keeps
+// it within the share of the pages in use that a pass leaves (HeapConfig::page_cache_bounded_by_use). Cached pages count in page_cache_bytes,
 // never in the footprint.
 #include <cstring>
 
@@ -11,23 +12,34 @@
 
 namespace llamalloc {
 
-void PageHeap::set_page_cache_pages(unsigned pages) {
+void PageHeap::set_page_cache_pages(unsigned pages, bool bounded_by_use) {
   LockGuard g(lock_);
   config_.page_cache_pages = pages;
-  while (cached_runs_ > 0 && gauges_.page_cache_bytes / kHugePageBytes > pages) release_cached_run(0);
+  config_.page_cache_bounded_by_use = bounded_by_use;
+  size_t limit = page_cache_limit();
+  while (cached_runs_ > 0 && gauges_.page_cache_bytes / kHugePageBytes > limit) release_cached_run(0);
+}
+
+size_t PageHeap::page_cache_limit() const {
+  size_t limit = config_.page_cache_pages;
+  if (config_.page_cache_bounded_by_use) {
+    size_t share = gauges_.footprint_bytes / kHugePageBytes / kPageCacheUseShare;
+    limit = share < limit ? share : limit;
+  }
+  return limit;
 }
 
 void PageHeap::cache_or_release(Region* r, size_t index, size_t pages) {
   size_t cached = gauges_.page_cache_bytes / kHugePageBytes;
-  if (config_.page_cache_pages == 0 || pages > config_.page_cache_pages) {
-    give_back_pages(r, index, pages);
-    return;
-  }
-  // Room: the oldest runs go back first.
-  while (cached_runs_ > 0 && cached + pages > config_.page_cache_pages) {
+  size_t limit = page_cache_limit();
+  bool keep = pages <= limit;
+  if (!keep) give_back_pages(r, index, pages);
+  // Room, or within a limit that fell with the pages in use: the oldest runs go back first.
+  while (cached_runs_ > 0 && cached + (keep ? pages : 0) > limit) {
     cached -= cached_[0].pages;
     release_cached_run(0);
   }
+  if (!keep) return;
   gauges_.page_cache_bytes += pages * kHugePageBytes;
   // Right after the newest run of the same region: one run (the pages of a big object freed page by page).
   if (cached_runs_ > 0) {

@@ -48,9 +48,13 @@ struct HeapConfig {
   // fresh pages. Emptied pages of blocks are not kept: they would raise peak RSS for little reuse, as a page of
   // blocks is opened again soon only when its class is busy. The footprint does not count cached pages (they
   // hold no live byte); RSS does, until a pass gives them back. 0: off (as in the LLAMA paper, section 8: a free
-  // page goes back at once). The library turns it on only while its sweeper thread runs, which is what makes
-  // the passes.
+  // page goes back at once).
   unsigned page_cache_pages = 0;
+  // The page cache also holds at most the pages in use / kPageCacheUseShare right after each free, the bound a
+  // pass applies after a peak. For a process whose passes may stop at any time (the library without its sweeper
+  // thread: passes come only with slow paths, and none may follow the last free before the program goes quiet),
+  // so that whatever the cache holds when it goes quiet is what a pass would have left.
+  bool page_cache_bounded_by_use = false;
   // Blocks for objects of this lifetime class and longer (small-object spans and large objects) come from the
   // huge pages of the longest class ("never freed"), not from pages of their own class: each class in use keeps
   // an open page, and a class that holds little would pay a whole page or two for it. Their holes are recycled
@@ -193,9 +197,9 @@ class PageHeap {
   // few MiB in use and a few buffers a second, would otherwise keep several cached pages (2 MiB of RSS each) for
   // what those few buffers reuse; its steady RSS falls as this rises, and the reuse it gives up is small.
   static constexpr unsigned kPageCacheUseShare = 8;
-  // Changes HeapConfig::page_cache_pages (under the lock), giving back the oldest cached pages beyond the new
-  // limit (all of them for 0).
-  void set_page_cache_pages(unsigned pages);
+  // Changes HeapConfig::page_cache_pages and page_cache_bounded_by_use (under the lock), giving back the oldest
+  // cached pages beyond the new limits (all of them for 0).
+  void set_page_cache_pages(unsigned pages, bool bounded_by_use = false);
   // A page from which at most this many blocks were taken since the previous pass counts as idle (its other free
   // blocks may go back): a steady server's sweeps give back a span and its next request takes one again, which
   // would keep a long-lived class's mostly empty open page (all 2 MiB resident) from ever being idle. A page
@@ -306,6 +310,8 @@ class PageHeap {
   // Keeps [index, index + pages) of r backed for reuse, or gives it back when the cache is off or full; takes
   // `pages` contiguous cached pages (aligned to align_pages) for a new page or huge object.
   void cache_or_release(Region* r, size_t index, size_t pages);
+  // The most pages the cache may hold now (HeapConfig::page_cache_pages, page_cache_bounded_by_use).
+  size_t page_cache_limit() const;
   bool take_cached(size_t pages, size_t align_pages, Region** r, size_t* index);
   void release_cached_run(unsigned i);
   // Gives back up to `pages` cached pages to the OS, oldest first (the first pages of a run if it is longer).
