@@ -83,6 +83,7 @@ void forget_purge(PageHeap& global, SmallSpan* s) {
 }
 
 void give_back(PageHeap& global, SmallSpan* s) {
+  ThreadHeapOps::check_released_list(s);
   forget_purge(global, s);
   uintptr_t start = s->start;
   set_size_span(global, start, s->span_bytes, nullptr);
@@ -406,6 +407,7 @@ void ThreadHeapOps::release_span(PageHeap& global, ThreadHeap& heap, SmallSpan* 
     memmove(&heap.cache[lc][kind][0], &heap.cache[lc][kind][1], sizeof(SmallSpan*) * (kSpanCacheSlots - 1));
     --n;
   }
+  check_released_list(s);
   // Kept with its size_spans entries, and extended = 0 so that any free into it is reported.
   forget_purge(global, s);
   s->free = nullptr;
@@ -543,6 +545,26 @@ void ThreadHeapOps::remote_free(PageHeap& global, SmallSpan* s, void* p) {
     // Its thread is gone: the next slow path that would take new memory drains it first.
     if (owner->abandoned.load(std::memory_order_relaxed)) reclaim_pending.store(true, std::memory_order_relaxed);
   }
+}
+
+void ThreadHeapOps::free_checked(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
+  // A free block's first word is an encoded link: inside the span (or null). A live object's first word is the
+  // program's data, which matches that only by chance; then the lists are walked to be sure.
+  uintptr_t link = *static_cast<uintptr_t*>(p) ^ s->key;
+  if (LLAMALLOC_UNLIKELY(link - s->start < s->span_bytes || link == 0)) return free_suspicious(global, heap, s, p);
+  if (s->owner != heap) return remote_free(global, s, p);
+  owner_enter(heap);
+  if (sweep_requested(heap)) return owner_free_after_sweep(global, *heap, s, p);
+  span_push(s, p);
+  if (--s->used == 0 || !s->queued) return owner_free_slow(global, *heap, s);
+  owner_exit(heap);
+}
+
+void ThreadHeapOps::check_released_list(const SmallSpan* s) {
+  void* last = nullptr;
+  uint32_t listed = list_length(s, s->free, &last);  // (aborts on a loop)
+  if (listed + s->parked != s->extended.load(std::memory_order_relaxed))
+    bad_free(s->free, "double free (a span's list of freed blocks holds a block twice)");
 }
 
 void ThreadHeapOps::free_suspicious(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
@@ -719,11 +741,13 @@ bool ThreadHeap::check(PageHeap& global) const {
         if (s->next == nullptr && tails[lc][sc] != s) return false;
         if (s->owner != this || !s->queued || s->cached || s->prev != prev) return false;
         if (s->size_class != sc || s->lifetime_class != lc || s->block_size != size_class_bytes(sc)) return false;
+        // The list first: a double free by the owner (which free() does not look for) makes it loop, which
+        // list_length reports as such, before the counts it also skews.
+        void* last = nullptr;
+        uint32_t listed = list_length(s, s->free, &last);
         uint32_t extended = s->extended.load(std::memory_order_relaxed);
         if (s->used > extended || extended > s->capacity) return false;
         if (ThreadHeapOps::span_of(global, reinterpret_cast<void*>(s->start + s->span_bytes - 1)) != s) return false;
-        void* last = nullptr;
-        uint32_t listed = list_length(s, s->free, &last);
         if (listed + s->used > extended) return false;
         prev = s;
       }

@@ -224,6 +224,12 @@ class ThreadHeapOps {
   LLAMALLOC_FAST static void free_block(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
   // A block whose first word looks like a free-list link: reported if it is on a list, else freed as usual.
   LLAMALLOC_NOINLINE static void free_suspicious(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
+  // free_block's checked path (a free by another thread, or into a span with remote frees waiting): a block whose
+  // first word decodes to a link of its span is looked for on the span's lists (free_suspicious).
+  LLAMALLOC_NOINLINE static void free_checked(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
+  // Before a span that its count says is empty is cached or given back: its list must not loop (a double free by
+  // the owner, which free_block does not look for), else the program is stopped with one line.
+  static void check_released_list(const SmallSpan* s);
   // The one free entry point below the fast path: small (size-class span) or large; the bytes released.
   static size_t deallocate(PageHeap& global, ThreadHeap* heap, void* p);
   // Takes in every remote free, gives every empty span back and drops the cache (the end of a simulated thread,
@@ -327,13 +333,19 @@ class ThreadHeapOps {
 
 // Every call below is in tail position, so that the inlined fast path needs no callee-saved registers (no
 // prologue of pushes before the common case).
+//
+// The owner's free does not read the block: a free of an object the program has not touched for a while would
+// otherwise wait for a cache miss that mimalloc's and tcmalloc's frees do not take (a store does not wait). A
+// double free by the owner is caught later, before any block is handed out twice: the second push makes the
+// span's list loop back through the block, whose link was wiped when it was handed out (or overwritten by the
+// program since), so the malloc that reaches it again finds a link outside its span and aborts
+// (corrupt_free_block); and a span that its count says is empty has its list walked before it is cached or
+// given back (check_released_list), where a loop is reported. A span with frees by other threads waiting
+// (xfree), and every free by another thread, take the checked path (free_checked): a block on the list of
+// remote frees must not be pushed again.
 LLAMALLOC_FAST void ThreadHeapOps::free_block(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
   if (LLAMALLOC_UNLIKELY(block_index(s, p) == ~0u)) bad_small_free(s, p);
-  // A free block's first word is an encoded link: inside the span (or null). A live object's first word is the
-  // program's data, which matches that only by chance; then the lists are walked to be sure.
-  uintptr_t link = *static_cast<uintptr_t*>(p) ^ s->key;
-  if (LLAMALLOC_UNLIKELY(link - s->start < s->span_bytes || link == 0)) return free_suspicious(global, heap, s, p);
-  if (LLAMALLOC_LIKELY(s->owner == heap)) {
+  if (LLAMALLOC_LIKELY(s->owner == heap && s->xfree.load(std::memory_order_relaxed) == 0)) {
     owner_enter(heap);
     if (LLAMALLOC_UNLIKELY(sweep_requested(heap))) return owner_free_after_sweep(global, *heap, s, p);
     span_push(s, p);
@@ -351,7 +363,7 @@ LLAMALLOC_FAST void ThreadHeapOps::free_block(PageHeap& global, ThreadHeap* heap
     }
     return owner_exit(heap);
   }
-  return remote_free(global, s, p);
+  return free_checked(global, heap, s, p);
 }
 
 LLAMALLOC_FAST size_t ThreadHeapOps::free_small(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
