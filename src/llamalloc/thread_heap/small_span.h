@@ -29,6 +29,14 @@ struct alignas(64) SmallSpan {
   uint8_t lifetime_class;
   uint8_t queued;        // in the owner's queue of its (lifetime class, size class)
   uint8_t cached;        // empty, kept in the owner's span cache
+  // Blocks may be waiting on `xfree`: set by the remote free that finds that list empty, cleared by the owner
+  // just before it takes the list. The owner's free reads this instead of `xfree`, whose line other threads
+  // write; while it is set, the owner's free takes the checked path (ThreadHeapOps::free_block). A remote free
+  // sets it just before its push onto an empty list (after it, the owner may take the list and give the span
+  // back); the owner clears it just before its take. Clear with blocks waiting only when a take falls between
+  // a remote free's store and its push: then only a second free of that block by the owner goes unchecked at
+  // free, and the take of the list finds it (it loops, or holds more blocks than were handed out).
+  std::atomic<uint8_t> remote_pending;
   // --- the owner thread's hot fields (no atomics), on their own cache line -----------------------------------
   // Blocks to hand out: a list whose links are xor-ed with `key`. The owner's frees go on top (span_push).
   alignas(64) void* free;
@@ -36,6 +44,10 @@ struct alignas(64) SmallSpan {
   // The class whose queue it goes back to when it comes back from full or is emptied: lifetime_class, unless a
   // shorter class has adopted it (HeapConfig::span_recycling).
   uint8_t home_class;
+  // The owner's free (which does not read the block) has pushed a block since the span was set up: its list
+  // is walked before the span is cached or given back (ThreadHeapOps::check_released_list). Written beside
+  // `free`, whose line that free writes anyway.
+  uint8_t owner_freed;
   SmallSpan* next;       // queue links (owner)
   SmallSpan* prev;
   // Span purge (ThreadHeapOps::purge_sparse_spans): the 4 KiB pages of the span given back to the OS (bit i: the

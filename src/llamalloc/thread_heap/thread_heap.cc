@@ -109,6 +109,8 @@ void init_span(ThreadHeap& heap, SmallSpan* s, uintptr_t start, size_t span_byte
   s->parked = 0;
   s->swept_used = 0;
   s->xfree.store(0, std::memory_order_relaxed);
+  s->remote_pending.store(0, std::memory_order_relaxed);
+  s->owner_freed = 0;
   s->owner = &heap;
   s->notify_next = nullptr;
 }
@@ -366,6 +368,10 @@ void ThreadHeapOps::check_live(const SmallSpan* s, const void* p, const char* wh
 
 void ThreadHeapOps::collect_remote(SmallSpan* s) {
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
+  if ((x & ~kXfreeStateMask) == 0) return;
+  // Cleared before the take (a locked instruction, which orders it): a remote free whose push comes after the
+  // take sets it again after its push.
+  s->remote_pending.store(0, kHandshakeStore);
   do {
     if ((x & ~kXfreeStateMask) == 0) return;
   } while (!s->xfree.compare_exchange_weak(x, x & kXfreeStateMask, std::memory_order_acquire, std::memory_order_relaxed));
@@ -421,6 +427,7 @@ void ThreadHeapOps::drain_notify(PageHeap& global, ThreadHeap& heap) {
   while (s != nullptr) {
     SmallSpan* next = s->notify_next;
     s->notify_next = nullptr;
+    s->remote_pending.store(0, kHandshakeStore);  // (before the take, as collect_remote)
     uintptr_t x = s->xfree.exchange(0, std::memory_order_acquire);  // the blocks, and the state back to normal
     void* head = reinterpret_cast<void*>(x & ~kXfreeStateMask);
     if (head != nullptr) {
@@ -518,6 +525,7 @@ void ThreadHeapOps::owner_free_after_sweep(PageHeap& global, ThreadHeap& heap, S
   wait_for_sweep(heap);
   // s still holds p, so the sweep kept it (it gives back only empty spans) and this heap still owns it.
   span_push(s, p);
+  s->owner_freed = 1;  // (reached from the unchecked free too)
   if (--s->used == 0 || !s->queued) return owner_free_slow(global, heap, s);
   owner_exit(&heap);
 }
@@ -530,6 +538,10 @@ void ThreadHeapOps::remote_free(PageHeap& global, SmallSpan* s, void* p) {
   uintptr_t state;
   do {
     state = x & kXfreeStateMask;
+    // The first block on the list: the owner's free takes the checked path until it takes the list (set before
+    // the push, while p still keeps the span alive; once per batch, so the owner's line is written once per take,
+    // not per remote free).
+    if ((x & ~kXfreeStateMask) == 0) s->remote_pending.store(1, kHandshakeStore);
     *static_cast<uintptr_t*>(p) = (x & ~kXfreeStateMask) ^ s->key;
     // acq_rel: a free that sees the owner's full mark also sees what the owner wrote before setting it (the
     // span's notify link; a lock-prefixed cmpxchg either way on x86).
@@ -561,6 +573,7 @@ void ThreadHeapOps::free_checked(PageHeap& global, ThreadHeap* heap, SmallSpan* 
 }
 
 void ThreadHeapOps::check_released_list(const SmallSpan* s) {
+  if (!s->owner_freed) return;
   void* last = nullptr;
   uint32_t listed = list_length(s, s->free, &last);  // (aborts on a loop)
   if (listed + s->parked != s->extended.load(std::memory_order_relaxed))

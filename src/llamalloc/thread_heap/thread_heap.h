@@ -228,7 +228,9 @@ class ThreadHeapOps {
   // first word decodes to a link of its span is looked for on the span's lists (free_suspicious).
   LLAMALLOC_NOINLINE static void free_checked(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
   // Before a span that its count says is empty is cached or given back: its list must not loop (a double free by
-  // the owner, which free_block does not look for), else the program is stopped with one line.
+  // the owner, which free_block does not look for), else the program is stopped with one line. Walked only when
+  // the owner's unchecked free has pushed a block (SmallSpan::owner_freed): a span emptied by other threads'
+  // frees, which read the block, is not walked again.
   static void check_released_list(const SmallSpan* s);
   // The one free entry point below the fast path: small (size-class span) or large; the bytes released.
   static size_t deallocate(PageHeap& global, ThreadHeap* heap, void* p);
@@ -341,14 +343,15 @@ class ThreadHeapOps {
 // program since), so the malloc that reaches it again finds a link outside its span and aborts
 // (corrupt_free_block); and a span that its count says is empty has its list walked before it is cached or
 // given back (check_released_list), where a loop is reported. A span with frees by other threads waiting
-// (xfree), and every free by another thread, take the checked path (free_checked): a block on the list of
-// remote frees must not be pushed again.
+// (SmallSpan::remote_pending), and every free by another thread, take the checked path (free_checked): a block
+// on the list of remote frees must not be pushed again.
 LLAMALLOC_FAST void ThreadHeapOps::free_block(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
   if (LLAMALLOC_UNLIKELY(block_index(s, p) == ~0u)) bad_small_free(s, p);
-  if (LLAMALLOC_LIKELY(s->owner == heap && s->xfree.load(std::memory_order_relaxed) == 0)) {
+  if (LLAMALLOC_LIKELY(s->owner == heap && s->remote_pending.load(std::memory_order_relaxed) == 0)) {
     owner_enter(heap);
     if (LLAMALLOC_UNLIKELY(sweep_requested(heap))) return owner_free_after_sweep(global, *heap, s, p);
     span_push(s, p);
+    s->owner_freed = 1;
     if (LLAMALLOC_UNLIKELY(--s->used == 0 || !s->queued)) {
       // The span the fast path allocates from emptied (a malloc/free pair, a request's buffers freed as it
       // ends): it stays where it is, so the slow path has nothing to do for it (a malloc/free pair would
