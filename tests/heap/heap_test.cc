@@ -468,6 +468,38 @@ TEST(HeapTest, SpansOfAnExitedThreadGoBackOnceOtherThreadsFreeTheirObjects) {
   check_heap();
 }
 
+// A thread heap adopted from the pool: its exited thread's partially free spans go back onto the new thread's
+// queues, which fills their holes before it takes new spans (a program that starts a thread per task would
+// otherwise take fresh spans for every thread while the last one's sit parked with their holes).
+TEST(HeapTest, AThreadThatAdoptsAnExitedThreadsHeapFillsItsParkedSpansBeforeTakingNewOnes) {
+  std::vector<void*> kept;
+  std::thread first([&] {
+    std::vector<void*> all;
+    for (int i = 0; i < 2000; ++i) all.push_back(heap_malloc(200));
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (i % 4 == 0) kept.push_back(all[i]);
+      else heap_free(all[i]);
+    }
+  });
+  first.join();
+  std::set<SmallSpan*> parked;
+  for (void* p : kept) parked.insert(ThreadHeapOps::span_of(g_page_heap, p));
+  for (SmallSpan* s : parked) EXPECT_FALSE(s->queued) << "parked while its heap waits in the pool";
+  uint64_t spans_before = g_page_heap.counters().block_spans_handed_out.load();
+  std::vector<void*> again;
+  std::thread second([&] {
+    for (int i = 0; i < 1000; ++i) again.push_back(heap_malloc(200));  // fewer than the 1,500 holes
+  });
+  second.join();
+  EXPECT_EQ(g_page_heap.counters().block_spans_handed_out.load(), spans_before) << "no new span";
+  for (void* p : again) EXPECT_EQ(parked.count(ThreadHeapOps::span_of(g_page_heap, p)), 1u) << p;
+  for (void* p : kept) heap_free(p);
+  for (void* p : again) heap_free(p);
+  ThreadHeapOps::reclaim_abandoned(g_page_heap, *ThreadHeapOps::pool_, true);
+  for (void* p : kept) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "span given back";
+  check_heap();
+}
+
 // llamalloc_collect (include/llamalloc.h): an idle thread's spans -- the ones it allocated from, emptied by its
 // own frees or by other threads' -- go back, so that their huge pages can; spans with live objects stay.
 TEST(HeapTest, CollectGivesBackTheCallingThreadsEmptySpansAndItsRemoteFrees) {

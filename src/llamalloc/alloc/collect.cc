@@ -133,7 +133,7 @@ void heap_collect() {
   // when they next need them), and what frees into exited threads' spans have emptied.
   sweep_idle_heaps(true);
   sweep_shared_heap(true);
-  ThreadHeapOps::reclaim_abandoned(g_page_heap, g_heap_pool, true);
+  ThreadHeapOps::purge_pooled(g_page_heap, g_heap_pool, true);
   g_page_heap.release_empty_open_pages(true);
   g_page_heap.subrelease_free_blocks(true);
 }

@@ -63,8 +63,9 @@ void* sweeper_main(void*) {
     if (last_thread_running()) return nullptr;
     sweep_idle_heaps();
     sweep_shared_heap(false);
-    // And what other threads' frees have emptied in the heaps of exited threads.
-    ThreadHeapOps::reclaim_abandoned(g_page_heap, g_heap_pool);
+    // And what other threads' frees have emptied in the heaps of exited threads, and the free pages of the spans
+    // they keep parked for a thread that has not come.
+    ThreadHeapOps::purge_pooled(g_page_heap, g_heap_pool, false);
     // Open huge pages that have stayed empty since the last pass (the sweep above often empties them), then the
     // free blocks of sparse pages that have had no block taken since (subrelease).
     g_page_heap.release_empty_open_pages(false);
@@ -155,6 +156,7 @@ void run_inline_passes() {
     }
     owner_exit(h);
   }
+  ThreadHeapOps::purge_pooled(g_page_heap, g_heap_pool, false);
   g_page_heap.release_empty_open_pages(false);
   // Only this pass's demand: a pass comes only with a slow path, and none may follow the last one before the
   // program goes quiet.

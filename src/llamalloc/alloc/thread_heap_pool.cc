@@ -6,8 +6,9 @@
 //   per thread, and a thread that never allocates costs nothing.
 // - Thread heaps come from metadata pages, never from malloc, and are never unmapped: a heap whose thread exited
 //   waits in the pool (g_heap_pool) for the next new thread, which adopts it as it is. Its queues and span cache
-//   are empty by then (ThreadHeapOps::abandon), and the spans that still hold objects come back through its
-//   notify list as other threads free into them.
+//   are empty by then (ThreadHeapOps::abandon); the spans that still hold objects are parked (ThreadHeap::
+//   pool_parked): other threads' frees into them come through its notify list, which gives them back once
+//   empty, and the thread that adopts the heap takes the others back onto its queues.
 // - The exit hook is a pthread key destructor: keys below PTHREAD_KEY_2NDLEVEL_SIZE never allocate. It takes the
 //   heap off the list of live heaps before it abandons it, so that a sweep of it in progress ends first.
 // - Lock order: the pool's lock, then the page heap's.
@@ -72,6 +73,8 @@ ThreadHeap* acquire_heap(bool* second) {
       g_heap_pool.head = h->next_free;
       h->next_free = nullptr;
       h->prediction_cache = PredictionCacheView{};
+      // Its exited thread's parked spans back on its queues: this thread fills their holes first.
+      ThreadHeapOps::adopt_parked(*h);
       h->abandoned.store(0, std::memory_order_relaxed);
       register_live(h);
       *second = g_live_count >= 2;
@@ -109,6 +112,7 @@ void thread_exit(void* arg) {
   flush_live_bytes();
   if (tl_heap == h) tl_heap = &g_empty_heap;
   LockGuard g(g_heap_pool.lock);
+  h->pool_passes = 0;
   h->next_free = g_heap_pool.head;
   g_heap_pool.head = h;
 }

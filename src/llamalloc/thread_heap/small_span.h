@@ -37,6 +37,9 @@ struct alignas(64) SmallSpan {
   // a remote free's store and its push: then only a second free of that block by the owner goes unchecked at
   // free, and the take of the list finds it (it loops, or holds more blocks than were handed out).
   std::atomic<uint8_t> remote_pending;
+  // On its abandoned thread heap's list of parked spans (ThreadHeap::pool_parked, linked by next and prev, which
+  // a span off its queue does not use otherwise).
+  uint8_t pool_parked;
   // --- the owner thread's hot fields (no atomics), on their own cache line -----------------------------------
   // Blocks to hand out: a list whose links are xor-ed with `key`. The owner's frees go on top (span_push).
   alignas(64) void* free;

@@ -54,6 +54,25 @@ void unlink(ThreadHeap& heap, SmallSpan* s) {
   s->queued = 0;
 }
 
+// The abandoned heap's list of parked spans (ThreadHeap::pool_parked).
+void park_in_pool(ThreadHeap& heap, SmallSpan* s) {
+  if (s->pool_parked) return;
+  s->prev = nullptr;
+  s->next = heap.pool_parked;
+  if (s->next != nullptr) s->next->prev = s;
+  heap.pool_parked = s;
+  s->pool_parked = 1;
+}
+
+void unpark_from_pool(ThreadHeap& heap, SmallSpan* s) {
+  if (!s->pool_parked) return;
+  if (s->prev != nullptr) s->prev->next = s->next;
+  else heap.pool_parked = s->next;
+  if (s->next != nullptr) s->next->prev = s->prev;
+  s->next = s->prev = nullptr;
+  s->pool_parked = 0;
+}
+
 // Walks an encoded list; the number of blocks and the last one. Aborts on a list longer than the span holds
 // (a cycle: a block freed twice by other threads).
 uint32_t list_length(const SmallSpan* s, void* head, void** last) {
@@ -111,6 +130,7 @@ void init_span(ThreadHeap& heap, SmallSpan* s, uintptr_t start, size_t span_byte
   s->xfree.store(0, std::memory_order_relaxed);
   s->remote_pending.store(0, std::memory_order_relaxed);
   s->owner_freed = 0;
+  s->pool_parked = 0;
   s->owner = &heap;
   s->notify_next = nullptr;
 }
@@ -439,10 +459,15 @@ void ThreadHeapOps::drain_notify(PageHeap& global, ThreadHeap& heap) {
       s->used -= n;
     }
     if (heap.abandoned.load(std::memory_order_relaxed)) {
-      // Nobody allocates from it: give the span back once empty, else purge its free pages and park it again.
+      // Nobody allocates from it: give the span back once empty, else park it again for the thread that adopts
+      // the heap (the sweeper purges its free pages if none comes within a pass: purge_pooled).
       if (s->queued) unlink(heap, s);
-      if (!span_empty(s)) purge_if_sparse(global, s);
-      if (span_empty(s) || !park_abandoned(s)) give_back(global, s);
+      if (span_empty(s) || !park_abandoned(s)) {
+        unpark_from_pool(heap, s);
+        give_back(global, s);
+      } else {
+        park_in_pool(heap, s);
+      }
     } else {
       if (!s->queued) {
         s->lifetime_class = s->home_class;
@@ -721,9 +746,11 @@ void ThreadHeapOps::abandon(PageHeap& global, ThreadHeap& heap) {
         // the drain above); given back now, the drain would later take it again -- by then possibly another
         // thread's span (a block handed out twice). park_abandoned leaves it to the drain.
         bool notified = (s->xfree.load(std::memory_order_acquire) & kXfreeStateMask) == kXfreeNotified;
-        // Nobody allocates from it until the heap is adopted: its free pages go back now if it is sparse.
-        if (!notified && !span_empty(s)) purge_if_sparse(global, s);
+        // Kept for the thread that adopts the heap, which fills its holes before it takes new memory; purged
+        // by the sweeper if none comes within a pass (purge_pooled). Not purged now: a program that starts a
+        // thread per task would purge at every exit the pages that the next thread faults back in.
         if ((span_empty(s) && !notified) || !park_abandoned(s)) give_back(global, s);
+        else park_in_pool(heap, s);
       }
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned k = 0; k < kSpanKinds; ++k)
@@ -741,6 +768,40 @@ void ThreadHeapOps::reclaim_abandoned(PageHeap& global, HeapPool& pool, bool for
   LockGuard g(pool.lock);
   for (ThreadHeap* h = pool.head; h != nullptr; h = h->next_free)
     if (h->notify.load(std::memory_order_acquire) != nullptr) drain_notify(global, *h);
+}
+
+void ThreadHeapOps::purge_pooled(PageHeap& global, HeapPool& pool, bool now) {
+  reclaim_pending.store(false, std::memory_order_relaxed);  // (every notify list is drained below)
+  LockGuard g(pool.lock);
+  for (ThreadHeap* h = pool.head; h != nullptr; h = h->next_free) {
+    if (h->notify.load(std::memory_order_acquire) != nullptr) drain_notify(global, *h);
+    // A heap adopted within a pass of its thread's exit keeps its spans' pages for the next thread.
+    if (!now && h->pool_passes++ == 0) continue;
+    for (SmallSpan* s = h->pool_parked; s != nullptr; s = s->next) {
+      // Notified: a remote free is about to put it on the notify list; the next drain parks it again.
+      if ((s->xfree.load(std::memory_order_acquire) & kXfreeStateMask) != kXfreeFull) continue;
+      uint32_t seen = (s->used + 1) | kSweptExamined;  // (purged at this count already)
+      if (s->swept_used == seen) continue;
+      purge_if_sparse(global, s);
+      s->swept_used = seen;
+    }
+  }
+}
+
+void ThreadHeapOps::adopt_parked(ThreadHeap& heap) {
+  while (SmallSpan* s = heap.pool_parked) {
+    unpark_from_pool(heap, s);
+    // Full back to normal, as when the owner's free brings back a full span (after_owner_free); a span that a
+    // remote free has notified meanwhile is on the notify list, whose drain queues it.
+    uintptr_t x = s->xfree.load(std::memory_order_relaxed);
+    while ((x & kXfreeStateMask) == kXfreeFull &&
+           !s->xfree.compare_exchange_weak(x, x & ~kXfreeFull, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+    if ((x & kXfreeStateMask) == kXfreeNotified) continue;
+    s->lifetime_class = s->home_class;
+    enqueue_back(heap, s);
+  }
+  heap.pool_passes = 0;
 }
 
 bool ThreadHeap::check(PageHeap& global) const {

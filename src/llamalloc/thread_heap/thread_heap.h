@@ -109,6 +109,14 @@ struct alignas(64) ThreadHeap {
   uint32_t shared_allocs[kMaxClasses] = {};
   uint64_t shared_since[kMaxClasses] = {};
   uint8_t own_class[kMaxClasses] = {};
+  // While the heap waits in the pool (its thread exited): the spans that still hold objects and have free blocks,
+  // parked (off the queues, marked full). The thread that adopts the heap takes them back onto its queues, so that
+  // it fills their holes before it takes new memory (a program that starts a thread per task would otherwise take
+  // fresh spans for every thread while the last one's sit parked); the sweeper purges the free pages of those
+  // still parked after a whole pass (ThreadHeapOps::purge_pooled). Under the pool's lock once in the pool.
+  SmallSpan* pool_parked = nullptr;
+  // Sweeper passes since the heap entered the pool (ThreadHeapOps::purge_pooled).
+  uint32_t pool_passes = 0;
 
   constexpr ThreadHeap();
   bool check(PageHeap& global) const;
@@ -247,6 +255,13 @@ class ThreadHeapOps {
   // Drains the notify lists of the pool's heaps (when a free into an abandoned heap's span asked for it, or
   // `force`). Takes the pool's lock, then the page heap lock.
   static void reclaim_abandoned(PageHeap& global, HeapPool& pool, bool force = false);
+  // A pass over the pool's heaps (the sweeper's, llamalloc_collect's with `now`): their notify lists drained,
+  // then the free pages of the sparse parked spans of every heap that has waited in the pool for a whole pass
+  // (`now`: every heap) purged. Takes the pool's lock, then the page heap lock.
+  static void purge_pooled(PageHeap& global, HeapPool& pool, bool now);
+  // The thread that adopts `heap` from the pool (under the pool's lock): its parked spans go back onto its
+  // queues (those a remote free has notified meanwhile come back through the notify list).
+  static void adopt_parked(ThreadHeap& heap);
   // The pool a slow path reclaims from (the library's; null in the simulator).
   static void set_pool(HeapPool* pool) { pool_ = pool; }
   static inline HeapPool* pool_ = nullptr;
