@@ -103,8 +103,8 @@ def run(program, mode):
 # A block freed twice, or a free block freed: reported by the free that finds it on a list (another thread's, or
 # the owner's into a span with remote frees waiting), by the malloc whose list reaches it again, or when its span
 # goes back; never as a plain "double free" for a block that was never handed out.
-DOUBLE = (r"llamalloc: (free of 0x[0-9a-f]+: double free|malloc: freed block 0x[0-9a-f]+: its link was overwritten: "
-          r"written after it was freed, or freed twice$)")
+DOUBLE = (r"llamalloc: (free of 0x[0-9a-f]+: double free|free into the span of 0x[0-9a-f]+: double free|malloc: freed "
+          r"block 0x[0-9a-f]+: its link was overwritten: written after it was freed, or freed twice$)")
 
 
 @pytest.mark.parametrize("mode,message", [

@@ -235,10 +235,10 @@ class ThreadHeapOps {
   // free_block's checked path (a free by another thread, or into a span with remote frees waiting): a block whose
   // first word decodes to a link of its span is looked for on the span's lists (free_suspicious).
   LLAMALLOC_NOINLINE static void free_checked(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
-  // Before a span that its count says is empty is cached or given back: its list must not loop (a double free by
-  // the owner, which free_block does not look for), else the program is stopped with one line. Walked only when
-  // the owner's unchecked free has pushed a block (SmallSpan::owner_freed): a span emptied by other threads'
-  // frees, which read the block, is not walked again.
+  // Before a span that its count says is empty is cached or given back: every block must be free (a double free
+  // by the owner, which free_block does not look for, leaves the count short while a block is in use), else the
+  // program is stopped with one line. Only when the owner's unchecked free has pushed a block
+  // (SmallSpan::owner_freed): a span emptied by other threads' frees, which read the block, is not looked at.
   static void check_released_list(const SmallSpan* s);
   // The one free entry point below the fast path: small (size-class span) or large; the bytes released.
   static size_t deallocate(PageHeap& global, ThreadHeap* heap, void* p);
@@ -356,10 +356,10 @@ class ThreadHeapOps {
 // double free by the owner is caught later, before any block is handed out twice: the second push makes the
 // span's list loop back through the block, whose link was wiped when it was handed out (or overwritten by the
 // program since), so the malloc that reaches it again finds a link outside its span and aborts
-// (corrupt_free_block); and a span that its count says is empty has its list walked before it is cached or
-// given back (check_released_list), where a loop is reported. A span with frees by other threads waiting
-// (SmallSpan::remote_pending), and every free by another thread, take the checked path (free_checked): a block
-// on the list of remote frees must not be pushed again.
+// (corrupt_free_block); and a span that its count says is empty has its blocks scanned before it is cached or
+// given back (check_released_list), where a block still in use is reported. A span with frees by other threads
+// waiting (SmallSpan::remote_pending), and every free by another thread, take the checked path (free_checked):
+// a block on the list of remote frees must not be pushed again.
 LLAMALLOC_FAST void ThreadHeapOps::free_block(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
   if (LLAMALLOC_UNLIKELY(block_index(s, p) == ~0u)) bad_small_free(s, p);
   if (LLAMALLOC_LIKELY(s->owner == heap && s->remote_pending.load(std::memory_order_relaxed) == 0)) {
