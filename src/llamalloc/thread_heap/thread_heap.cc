@@ -280,10 +280,15 @@ bool ThreadHeapOps::purge_span(PageHeap& global, SmallSpan* s) {
   uint64_t free_bits[kPurgeMaxBlocks / 64] = {};
   auto mark = [&](uint32_t i) { free_bits[i / 64] |= uint64_t{1} << (i % 64); };
   auto is_free = [&](uint32_t i) { return (free_bits[i / 64] >> (i % 64) & 1) != 0; };
-  void* last = nullptr;
-  uint32_t listed = list_length(s, s->free, &last);
-  for (void* b = s->free; b != nullptr; b = reinterpret_cast<void*>(*static_cast<uintptr_t*>(b) ^ s->key))
-    mark(block_index(s, b));
+  // One walk of the list, which is cold in a span worth purging: it counts (a list longer than the span holds
+  // loops: a double free) and marks (a link to no block of the span: written after free) as it goes.
+  uint32_t listed = 0;
+  for (void* b = s->free; b != nullptr; b = reinterpret_cast<void*>(*static_cast<uintptr_t*>(b) ^ s->key)) {
+    if (++listed > s->capacity) bad_free(b, "double free (a span's list of freed blocks loops)");
+    uint32_t i = block_index(s, b);
+    if (i == ~0u) corrupt_free_block(s, b);
+    mark(i);
+  }
   if (s->purged_pages != 0)
     for (uint32_t i = 0; i < extended; ++i)
       if ((pages_of_block(s, i) & s->purged_pages) != 0) mark(i);
