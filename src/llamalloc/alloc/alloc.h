@@ -37,20 +37,23 @@
 //   - heap_free(p)                                 FAST, here
 //     - ThreadHeapOps::span_of(p)                  FAST, thread_heap/thread_heap.h: the page map's span slot
 //                                                  (null for nullptr and for large and huge objects)
-//     - ThreadHeapOps::free_block(...)             FAST, thread_heap/thread_heap.h: the block index and
-//                                                  double-free checks, then by who frees:
-//       - the owner: span_push. Done, unless the span emptied or was off its queue:
+//     - ThreadHeapOps::free_block(...)             FAST, thread_heap/thread_heap.h: the block index check,
+//                                                  then by who frees:
+//       - the owner (no remote frees waiting): span_push, without reading the block (a double free is caught
+//         by a later pop or when the span goes back: check_released_list). Done, unless the span emptied or
+//         was off its queue:
 //         - owner_free_slow()                      slow, thread_heap/thread_heap.cc: requeue the span, or cache
 //                                                  it and give the oldest cached one back
 //                                                  (PageHeap::free_large); then maybe_pass_inline
 //       - the owner while a sweep is requested: owner_free_after_sweep()
 //                                                  slow, thread_heap/thread_heap.cc
-//       - another thread: remote_free()            slow, thread_heap/thread_heap.cc: an atomic push on the
-//                                                  span's remote list; the first into a full span also goes
-//                                                  on its owner's notify list (the shared thread heap's
-//                                                  spans: shared_free, under its lock)
-//       - a first word that looks like a free-list link: free_suspicious()
-//                                                  slow, thread_heap/thread_heap.cc
+//       - another thread, or remote frees waiting: free_checked()
+//                                                  slow, thread_heap/thread_heap.cc: the block's first word
+//                                                  read; one that looks like a free-list link goes to
+//                                                  free_suspicious(), which walks the span's lists
+//         - another thread: remote_free()          an atomic push on the span's remote list; the first into
+//                                                  a full span also goes on its owner's notify list (the
+//                                                  shared thread heap's spans: shared_free, under its lock)
 //     - not a small object: free_slow(p)           slow, alloc/alloc.cc
 //       - ThreadHeapOps::deallocate()              thread_heap/thread_heap.cc
 //         - PageHeap::free_large()                 the page heap: page_heap/large_objects.cc, its lock
@@ -138,8 +141,8 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
 }
 
 LLAMALLOC_FAST void heap_free(void* p) {
-  // free() reads the block's first word (the double-free check) and writes it (the link): start the miss on a
-  // block the program has not touched for a while now, so that it overlaps the metadata lookups below.
+  // free() writes the block's first word (the link), and another thread's free reads it first: start the miss
+  // on a block the program has not touched for a while now, so that it overlaps the metadata lookups below.
   __builtin_prefetch(p, 1);
   SmallSpan* s = ThreadHeapOps::span_of(g_page_heap, p);  // null for nullptr: region slot 0 is never ours
   if (LLAMALLOC_LIKELY(s != nullptr)) {

@@ -109,9 +109,10 @@ void PageHeap::free_huge_locked(HugePageMeta* head) {
   Region* r = head->region;
   size_t pages = head->huge_pages, index = head->index, tail_blocks = head->huge_tail_blocks;
   size_t usable = round_up(head->huge_requested_bytes, kSmallPageBytes), end = pages * kHugePageBytes;
+  // (Out of the footprint first: the page cache's limit may depend on the pages in use without this object.)
+  account_page(head, -int64_t(pages));
   // The page cache holds whole backed pages: the slack of an object's last page is backed first, or the pages go
   // back (the memory limits refuse it). Not when its slack was not even reserved (under RLIMIT_AS).
-  account_page(head, -int64_t(pages));
   bool whole = !head->tail_unbacked ||
                (!head->tail_unreserved && pages <= page_cache_limit() &&
                 platform_.back(reinterpret_cast<void*>(r->page_address(index) + usable), end - usable));

@@ -4,8 +4,8 @@
 // page_cache_pages, oldest runs given back first; a huge object that no run fits first gives back as many cached
 // pages as it takes, so that the cache never adds to what the page heap would hold without it; each subrelease
 // pass trims the cache to recent demand (trim_page_cache); and where passes may stop at any time, each free keeps
-// it within the share of the pages in use that a pass leaves (HeapConfig::page_cache_bounded_by_use). Cached pages count in page_cache_bytes,
-// never in the footprint.
+// it within the share of the pages in use that a pass leaves (HeapConfig::page_cache_bounded_by_use). Cached
+// pages count in page_cache_bytes, never in the footprint.
 #include <cstring>
 
 #include "page_heap/page_heap.h"

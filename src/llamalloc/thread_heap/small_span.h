@@ -47,8 +47,8 @@ struct alignas(64) SmallSpan {
   // The class whose queue it goes back to when it comes back from full or is emptied: lifetime_class, unless a
   // shorter class has adopted it (HeapConfig::span_recycling).
   uint8_t home_class;
-  // The owner's free (which does not read the block) has pushed a block since the span was set up: its list
-  // is walked before the span is cached or given back (ThreadHeapOps::check_released_list). Written beside
+  // The owner's free (which does not read the block) has pushed a block since the span was set up: its blocks
+  // are scanned before the span is cached or given back (ThreadHeapOps::check_released_list). Written beside
   // `free`, whose line that free writes anyway.
   uint8_t owner_freed;
   SmallSpan* next;       // queue links (owner)

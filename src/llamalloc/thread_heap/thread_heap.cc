@@ -394,8 +394,8 @@ void ThreadHeapOps::check_live(const SmallSpan* s, const void* p, const char* wh
 void ThreadHeapOps::collect_remote(SmallSpan* s) {
   uintptr_t x = s->xfree.load(std::memory_order_relaxed);
   if ((x & ~kXfreeStateMask) == 0) return;
-  // Cleared before the take (a locked instruction, which orders it): a remote free whose push comes after the
-  // take sets it again after its push.
+  // Cleared before the take (a locked instruction, which orders it): a remote free that pushes onto the emptied
+  // list sets it again first.
   s->remote_pending.store(0, kHandshakeStore);
   do {
     if ((x & ~kXfreeStateMask) == 0) return;
