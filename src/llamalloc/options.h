@@ -99,7 +99,8 @@ namespace llamalloc {
     "main returns (before the destructors of global objects) -- to the STATS path with .before-exit before its " \
     ".json (libllamalloc.so, preloaded or linked; docs/heap.md). llamalloc run --stats sets it.")               \
   X(MODEL, model, String, "", 0, 0,                                                                              \
-    "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS).")  \
+    "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS). "   \
+    "LLAMALLOC_MODEL_DIR (a directory of models, one chosen per build) is read by llamalloc run, not here.")   \
   X(TOKENS, tokens, String, "", 0, 0,                                                                            \
     "Path of the token tables of the program's binaries for the model (llamalloc prepare; docs/prediction.md). " \
     "Empty: every frame is unsymbolized, the model sees only the size.")                                        \

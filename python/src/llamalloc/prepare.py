@@ -357,11 +357,13 @@ def note_other_builds(model: modelfile.ModelFile, model_path, binaries: list[str
             f"functions the rebuild did not change keep their words")
 
 
-def prepare_for_run(model_path, program: str, log=None, binaries: list[str] | None = None) -> dict[str, str]:
+def prepare_for_run(model_path, program: str, log=None, binaries: list[str] | None = None,
+                    note_builds: bool = True) -> dict[str, str]:
     """The environment that makes the allocator predict with `model_path` for `program`: LLAMALLOC_MODEL and
     LLAMALLOC_TOKENS (token tables of the program and its libraries, in the cache, rebuilt when the model or a
     binary changes). A program that is not an ELF executable (a wrapper script) is refused unless `binaries`
-    names the binaries that allocate (`run --binary`): without their tables the model would see only sizes."""
+    names the binaries that allocate (`run --binary`): without their tables the model would see only sizes.
+    note_builds=False: no note that the model was trained on another build (the caller has said so)."""
     import sys
 
     if log is None:
@@ -384,7 +386,7 @@ def prepare_for_run(model_path, program: str, log=None, binaries: list[str] | No
         log(f"warning: {model_path} was trained on {', '.join(other)}, not on "
             f"{', '.join(executables)}: its classes for this program's own functions are guesses; record and "
             f"train on this program (docs/prediction.md)")
-    else:
+    elif note_builds:
         note_other_builds(model, model_path, executables, log)
     binaries = list(dict.fromkeys(found))
     identity = [f"{vocab_crc(model):08x}", str(len(model.vocabulary))]

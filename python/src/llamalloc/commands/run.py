@@ -1,6 +1,7 @@
 """`llamalloc run`: run a program with llamalloc as its allocator."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,30 +22,57 @@ from ..run import llamalloc_env, before_exit_path, check_command, run_program
 @click.option("--model", "model", type=click.Path(dir_okay=False),
               help="Lifetime model (from `llamalloc train`): predict each allocation's lifetime class with it. The "
                    "token tables of CMD and its libraries are prepared first (cached; see docs/prediction.md).")
+@click.option("--model-dir", "model_dir", type=click.Path(),
+              help="A directory of models (*.model): take the one trained on this build of CMD's binary, else the "
+                   "newest one of the same program (with a warning), else run without a model (default: "
+                   "LLAMALLOC_MODEL_DIR, when --model is not given either; docs/prediction.md).")
 @click.option("--learn", "learn", is_flag=True,
               help="Learn each calling context's lifetime class while CMD runs (LLAMALLOC_LEARN=1; with --model, the "
                    "model is its head start; docs/prediction.md, \"Online learning\").")
 @click.option("--binary", "binaries", multiple=True, metavar="PATH",
-              help="With --model: a binary that CMD runs (when CMD is a wrapper script), whose token tables the "
+              help="With --model or --model-dir: a binary that CMD runs (when CMD is a wrapper script), whose token tables the "
                    "model needs (repeatable).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(stats, options, model, learn, binaries, cmd):
+def command(stats, options, model, model_dir, learn, binaries, cmd):
     """Run CMD with libllamalloc.so preloaded. The program's exit status is passed through."""
     cmd = check_command(cmd)
-    if binaries and not model:
-        raise UserError("--binary names the binaries a model predicts for: give --model with it")
+    if model and model_dir:
+        raise UserError("--model and --model-dir both choose the model: give one of them")
+    what = "--model-dir"
+    if not model and not model_dir and os.environ.get("LLAMALLOC_MODEL_DIR"):
+        model_dir, what = os.environ["LLAMALLOC_MODEL_DIR"], "LLAMALLOC_MODEL_DIR"
+    if binaries and not model and not model_dir:
+        raise UserError("--binary names the binaries a model predicts for: give --model or --model-dir with it")
     env = llamalloc_env(options, stats)
+    env.pop("LLAMALLOC_MODEL_DIR", None)  # read here; the allocator reads LLAMALLOC_MODEL only
     if learn:
         env["LLAMALLOC_LEARN"] = "1"
+    note_builds = True
+    if model_dir:
+        model, note_builds = _model_from_directory(model_dir, what, cmd[0], binaries)
     if model:
         from ..prepare import prepare_for_run
 
-        env.update(prepare_for_run(model, cmd[0], binaries=list(binaries)))
+        env.update(prepare_for_run(model, cmd[0], binaries=list(binaries), note_builds=note_builds))
     started = time.time_ns()
     _, status = run_program(cmd, env)
     if stats:
         _say_where_the_statistics_are(Path(stats), started)
     sys.exit(status)
+
+
+def _model_from_directory(directory, what: str, program: str, binaries) -> tuple[str | None, bool]:
+    """The model of `directory` for the program (its executable, and the binaries named by --binary), and whether
+    prepare_for_run should still note another build (not when the choice has said so)."""
+    from ..model_select import check_directory, select_model
+    from ..prepare import resolve_program
+
+    check_directory(directory, what)  # (before the program is looked up: the directory is the user's mistake)
+    executables = [resolve_program(program)] + [resolve_program(b, as_path=True) for b in binaries]
+    chosen, message = select_model(directory, executables, what=what)
+    if message:
+        click.echo(f"llamalloc: warning: {message}", err=True)
+    return (str(chosen) if chosen else None), message is None
 
 
 def _say_where_the_statistics_are(stats: Path, started_ns: int) -> None:
