@@ -138,6 +138,35 @@ uint64_t LearnedPredictor::deep_key(uint64_t key, const AllocationContext& conte
   return frames == 0 ? 0 : deep | 1;
 }
 
+void LearnedPredictor::schedule_check(ThreadState* state, PredictionCacheEntry& e, uint64_t runs_before,
+                                      uint64_t misses_before) const {
+  if (state->check_rng == 0)
+    state->check_rng = (reinterpret_cast<uintptr_t>(state) ^ monotonic_ns() * 0x9E3779B97F4A7C15ull) | 1;
+  uint32_t counted = e.hits & ~(kPredictionCheckEvery - 1);
+  // The next check comes after a random number of hits (1 to kPredictionCheckEvery), not always after
+  // kPredictionCheckEvery: where the call paths through one key repeat with a period that divides it (a function
+  // called four times per request from four places), every check would meet the same path and the others would
+  // never run the model (docs/prediction.md). The hits counter moves by less than kPredictionCheckEvery, so
+  // re-predictions come as often as without the jitter.
+  uint32_t after = next_check_after(state->check_rng);
+  // A young thread state (its first kYoungCheckHits hits from an empty cache, when most contexts appear) checks
+  // every 1 to kYoungCheckEvery hits: a rare call path behind a frequent one with the same key is found after
+  // a few of its allocations instead of about 32, each of which got the frequent path's class and may pin a
+  // page. The fast path counts kPredictionCheckEvery hits at each check, so the count keeps the crossing with
+  // probability (mean distance) / kPredictionCheckEvery: re-predictions still come after about repredict_every
+  // real hits. Not with online learning, whose sampling runs at the checks and is sized for their rate.
+  if (!learn_ && state->counters.hits.load(std::memory_order_relaxed) < state->young_until) {
+    bool crossed = counted != 0 && state->counters.model_runs.load(std::memory_order_relaxed) == runs_before &&
+                   state->counters.misses.load(std::memory_order_relaxed) == misses_before;
+    // Kept with probability (kYoungCheckEvery + 1) / 2 / kPredictionCheckEvery, from 7 random bits.
+    static_assert(kPredictionCheckEvery == 64, "7 bits of a draw give the probability");
+    if (crossed && (next_random(state->check_rng) >> 57) >= kYoungCheckEvery + 1) counted -= kPredictionCheckEvery;
+    after = 1 + (after - 1) % kYoungCheckEvery;
+  }
+  uint32_t next = counted | (kPredictionCheckEvery - after);
+  if (next != kDeepEntryHits) e.hits = next;
+}
+
 unsigned LearnedPredictor::predict(const AllocationContext& context) {
   ThreadState* state = this_thread_state();
   if (state == nullptr || state->busy) return has_model_ ? model_.default_class() : default_class_;
@@ -173,22 +202,13 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
       lc = e.lifetime_class;
     }
   } else {
+    uint64_t misses_before = state->counters.misses.load(std::memory_order_relaxed);
     lc = state->cache.lookup(key, repredict_every_, state->counters, [&] { return run_model(context, state); },
                              repredict_backoff_, unseen_trial_);
     if (e.key == key) {
       entry = &e;
       if (e.context == 0) e.context = tag;
-      // The next check comes after a random number of hits (1 to kPredictionCheckEvery), not always after
-      // kPredictionCheckEvery: where the call paths through one key repeat with a period that divides it (a
-      // function called four times per request from four places), every check would meet the same path and the
-      // others would never run the model (docs/prediction.md). The hits counter moves by less than
-      // kPredictionCheckEvery, so re-predictions come as often as without the jitter.
-      if (e.hits != kDeepEntryHits) {
-        uint64_t r = (state->counters.hits.load(std::memory_order_relaxed) ^ key) * 0x9E3779B97F4A7C15ull;
-        uint32_t low = uint32_t(r >> 58) & (kPredictionCheckEvery - 1);
-        uint32_t jittered = (e.hits & ~(kPredictionCheckEvery - 1)) | low;
-        if (jittered != kDeepEntryHits) e.hits = jittered;
-      }
+      if (e.hits != kDeepEntryHits) schedule_check(state, e, runs_before, misses_before);
     }
   }
   if (learn_) lc = learn(context, state, callers, entry, lc,

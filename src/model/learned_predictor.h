@@ -108,6 +108,9 @@ class LearnedPredictor final : public Predictor {
   size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max,
                    bool thread_root = false);
   unsigned run_model(const AllocationContext& context, ThreadState* state);
+  // Sets the low bits of entry e's hit count so that the fast path comes back for its next check after a random
+  // number of hits; runs_before and misses_before: the thread's counters before this visit's lookup.
+  void schedule_check(ThreadState* state, PredictionCacheEntry& e, uint64_t runs_before, uint64_t misses_before) const;
   // The key of an allocation whose cache entry is shared by call paths: `key` mixed with the return addresses
   // of up to kDeepKeyFrames callers above frame 0 (the frame chain from context.stack_address, within the
   // thread's stack); 0 when no caller's frame can be read.

@@ -89,6 +89,8 @@ ThreadState* start_state(unsigned i, uintptr_t here) {
   s.stack_low.store(0, std::memory_order_relaxed);
   s.stack_top.store(0, std::memory_order_relaxed);
   s.main_thread = false;
+  // Every context of an empty cache is new: its first hits are checked densely (schedule_check).
+  s.young_until = s.counters.hits.load(std::memory_order_relaxed) + kYoungCheckHits;
   return &s;
 }
 

@@ -17,6 +17,11 @@ namespace llamalloc::model {
 // stays idle (drop_thread_cache) and about a second after it exits (trim); the counters and the rest are on the
 // page after it. An exited thread's cache stays warm for that second and goes to the next thread that runs on
 // the same stack (docs/prediction.md).
+// A thread state's first this many prediction cache hits from an empty cache are young: its entries are checked
+// every 1 to kYoungCheckEvery hits instead of every 1 to kPredictionCheckEvery (LearnedPredictor::schedule_check).
+inline constexpr uint64_t kYoungCheckHits = uint64_t{1} << 16;
+inline constexpr uint32_t kYoungCheckEvery = 8;
+
 struct alignas(4096) ThreadState {
   static constexpr unsigned kLogCacheEntries = 11;  // 2048 entries x 16 B = 32 KiB per thread
   PredictionCache<kLogCacheEntries> cache;
@@ -28,6 +33,8 @@ struct alignas(4096) ThreadState {
   bool busy = false;        // a prediction is running (a signal handler that allocates gets the default)
   uint8_t warm_passes = 0;  // trim passes since its thread exited with the cache warm
   int32_t pending_sample = -1;  // online learning: the context whose allocation predict() asked to sample
+  uint64_t check_rng = 0;       // next_check_after()'s generator (seeded at the first check: 0 is not a seed)
+  uint64_t young_until = 0;     // counters.hits below this: young (set when a thread starts from an empty cache)
 };
 
 // Most threads that hold a state at once.

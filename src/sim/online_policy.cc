@@ -9,6 +9,13 @@
 
 namespace llamalloc::sim {
 
+namespace {
+
+// The check generator's seed of a trace thread: fixed, so that a replay gives the same figures every time.
+uint64_t check_seed(uint32_t thread) { return ((uint64_t{thread} + 1) * 0x9E3779B97F4A7C15ull) | 1; }
+
+}  // namespace
+
 model::LearnRule replay_learn_rule(const Options& heap_options, const model::ModelFile* model) {
   // As the process raises its classes: MIN_CLASS, leaving two classes in use (the replay has all eight).
   unsigned shortest = unsigned(heap_options.min_class);
@@ -35,7 +42,7 @@ OnlineClassSource::OnlineClassSource(const Options& heap_options, const TraceSta
       stack_info_(1024),
       thread_index_(64),
       shadows_(4096),
-      thread_hits_(64) {
+      thread_rng_(64) {
   if (!learner_->configure(replay_learn_rule(heap_options, model_file)))
     throw std::runtime_error("llama-online: cannot map the online learner's tables");
 }
@@ -67,8 +74,8 @@ unsigned OnlineClassSource::visit_without_model(uint32_t thread, uint64_t key, b
   unsigned lc = t.cache.lookup(key, repredict_every_, t.counters, [&] { return default_class_; },
                                repredict_backoff_);
   PredictionCacheEntry& f = t.cache.slot(key);  // (a miss put the key in its set's first entry)
-  uint64_t r = (t.counters.hits.load(std::memory_order_relaxed) ^ key) * 0x9E3779B97F4A7C15ull;
-  uint32_t low = uint32_t(r >> 58) & (kPredictionCheckEvery - 1);
+  if (t.check_rng == 0) t.check_rng = check_seed(thread);
+  uint32_t low = kPredictionCheckEvery - next_check_after(t.check_rng);
   uint32_t jittered = (f.hits & ~(kPredictionCheckEvery - 1)) | low;
   if (jittered != kDeepEntryHits) f.hits = jittered;
   *held = &f.lifetime_class;
@@ -81,7 +88,8 @@ unsigned OnlineClassSource::visit_with_model(const ObjectAlloc& object, uint64_t
   unsigned base = model_->class_of(object);
   *model_class = base;
   ModelRun run = model_->last_model_run();
-  uint64_t& hits = thread_hits_.get_or_insert(uint64_t{object.thread} + 1);
+  uint64_t& rng = thread_rng_.get_or_insert(uint64_t{object.thread} + 1);
+  if (rng == 0) rng = check_seed(object.thread);
   uint64_t shadow_key = (key ^ (uint64_t{object.thread} * 0x9E3779B97F4A7C15ull)) | 1;
   Shadow* s = shadows_.find(shadow_key);
   if (s == nullptr) {
@@ -94,16 +102,13 @@ unsigned OnlineClassSource::visit_with_model(const ObjectAlloc& object, uint64_t
   } else if (run == ModelRun::kRepredict) {
     if (s->lifetime_class != model::kNoClass && base > s->lifetime_class) s->lifetime_class = model::kNoClass;
     *visited = true;
-    ++hits;
   } else {
     *visited = --s->until_visit == 0;
-    ++hits;
   }
   *model_ran = run != ModelRun::kNone;
   unsigned lc = s->lifetime_class == model::kNoClass ? base : s->lifetime_class;
   if (*visited) {
-    uint64_t r = (hits ^ key) * 0x9E3779B97F4A7C15ull;
-    s->until_visit = uint8_t(kPredictionCheckEvery - (uint32_t(r >> 58) & (kPredictionCheckEvery - 1)));
+    s->until_visit = uint8_t(next_check_after(rng));
     *held = &s->lifetime_class;
   }
   return lc;

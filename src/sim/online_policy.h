@@ -84,6 +84,7 @@ class OnlineClassSource final : public ClassSource {
   struct ThreadCache {
     model::PredictionCache<model::ThreadState::kLogCacheEntries> cache;
     model::CacheCounters counters;
+    uint64_t check_rng = 0;  // next_check_after()'s generator (seeded from the thread: replays repeat)
   };
   // With a model: what the process's entry of one thread and cache key holds beside llama-model's cache.
   struct Shadow {
@@ -109,7 +110,7 @@ class OnlineClassSource final : public ClassSource {
   FlatMap<uint32_t> thread_index_;                  // thread + 1 -> index in threads_
   std::vector<std::unique_ptr<ThreadCache>> threads_;
   FlatMap<Shadow> shadows_;                         // hash of (thread, cache key)
-  FlatMap<uint64_t> thread_hits_;                   // thread + 1 -> its cache hits (with a model)
+  FlatMap<uint64_t> thread_rng_;                    // thread + 1 -> its next_check_after() generator (with a model)
   uint64_t now_ns_ = 0;
   uint64_t checks_ = 0, sampled_ = 0, given_learned_ = 0;
   std::array<std::array<uint64_t, 8>, 8> confusion_{};

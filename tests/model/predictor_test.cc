@@ -334,6 +334,113 @@ TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
   t.join();
 }
 
+// The heap's fast path over a thread's cache (heap_malloc in alloc/alloc.h): a hit that is due neither for a
+// check nor for a re-prediction stays inline; anything else goes to the predictor. true: it went there.
+LLAMALLOC_FRAMED bool fast_entry(LearnedPredictor& p, const llamalloc::PredictionCacheView& view, size_t size) {
+  uintptr_t ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uint64_t key = llamalloc::prediction_cache_key(ra, sp, llamalloc::model_size_bucket(size));
+  llamalloc::PredictionCacheEntry* way = &view.entries[(key >> view.shift) & ~uint64_t{1}];
+  if (way->key != key) ++way;
+  uint32_t n = way->hits + 1;
+  if (way->key == key && n % llamalloc::kPredictionCheckEvery != 0 &&
+      n < uint64_t(view.repredict_every) << way->backoff) {
+    way->hits++;
+    view.hits->store(view.hits->load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return false;
+  }
+  p.predict({ra, sp, size});
+  asm volatile("" ::: "memory");
+  return true;
+}
+LLAMALLOC_FRAMED bool fast_wrapper(LearnedPredictor& p, const llamalloc::PredictionCacheView& view, size_t size) {
+  bool visited = fast_entry(p, view, size);
+  asm volatile("" ::: "memory");
+  return visited;
+}
+LLAMALLOC_FRAMED bool fast_path_a(LearnedPredictor& p, const llamalloc::PredictionCacheView& view, size_t size) {
+  g_path_a = 3;
+  bool visited = fast_wrapper(p, view, size);
+  asm volatile("" ::: "memory");
+  return visited;
+}
+LLAMALLOC_FRAMED bool fast_path_b(LearnedPredictor& p, const llamalloc::PredictionCacheView& view, size_t size) {
+  g_path_b = 4;
+  bool visited = fast_wrapper(p, view, size);
+  asm volatile("" ::: "memory");
+  return visited;
+}
+// Path a under two more frames: the kDeepKeyFrames callers of the tag end inside run_path_a.
+LLAMALLOC_FRAMED bool fast_path_a_mid(LearnedPredictor& p, const llamalloc::PredictionCacheView& view, size_t size) {
+  bool visited = fast_path_a(p, view, size);
+  asm volatile("" ::: "memory");
+  return visited;
+}
+LLAMALLOC_FRAMED bool fast_path_a_top(LearnedPredictor& p, const llamalloc::PredictionCacheView& view, size_t size) {
+  bool visited = fast_path_a_mid(p, view, size);
+  asm volatile("" ::: "memory");
+  return visited;
+}
+// n allocations of path a, one call path whichever test line asks; how many went to the predictor.
+LLAMALLOC_FRAMED int run_path_a(LearnedPredictor& p, const llamalloc::PredictionCacheView& view, size_t size, int n) {
+  int visits = 0;
+  for (int i = 0; i < n; ++i) visits += fast_path_a_top(p, view, size);
+  asm volatile("" ::: "memory");
+  return visits;
+}
+
+// A key found shared only when a check meets its rare path: each allocation of that path before then gets the
+// frequent path's class (a long-lived record among short-lived buffers pins their page). A thread that starts
+// from an empty cache checks every 1 to kYoungCheckEvery hits for its first kYoungCheckHits, so a path that comes
+// once per 201 allocations is found after about 4.5 of its allocations, not 32.5; its re-predictions still come
+// after about repredict_every hits. Later the checks come every 1 to kPredictionCheckEvery hits (their cost).
+TEST(PredictionCaches, AYoungThreadFindsARarePathBehindAFrequentOneAfterAFewOfItsAllocations) {
+  static LearnedPredictor p;
+  cache_test_predictor();  // writes the model file
+  std::string path = ::testing::TempDir() + "/caches." + std::to_string(getpid()) + ".model";
+  char err[256];
+  constexpr uint32_t kEvery = 1000;
+  ASSERT_TRUE(p.init(path.c_str(), nullptr, kEvery, err, sizeof err, /*repredict_backoff=*/0)) << err;
+  std::thread t([&] {
+    llamalloc::PredictionCacheView view;
+    ASSERT_TRUE(p.thread_cache(&view));
+    uint64_t young_hits = view.hits->load() + kYoungCheckHits;
+    // 20 keys (20 model size buckets), each a record after every 200 buffers until the key is found shared.
+    size_t rare_served = 0;
+    for (unsigned k = 0; k < 20; ++k) {
+      size_t size = size_t{32} << k;
+      uint64_t shared0 = p.totals().shared_keys;
+      size_t rare = 0;
+      while (p.totals().shared_keys == shared0 && rare < 5000) {
+        for (int i = 0; i < 200; ++i) fast_path_a(p, view, size);
+        fast_path_b(p, view, size);
+        ++rare;
+      }
+      ASSERT_GT(p.totals().shared_keys, shared0) << "size " << size << ": never found shared";
+      rare_served += rare;
+    }
+    // Expected 20 x 4.5 = 90 (sd 18); with checks every 1 to 64 hits, 650 (sd 143).
+    EXPECT_LE(rare_served, 250u) << "records served the buffers' class before their keys were found shared";
+
+    // One path of a key no other path has (a model size bucket of its own), young: about one visit per 4.5 hits
+    // and one re-prediction per kEvery hits.
+    constexpr int kHits = 20000;
+    ASSERT_LT(view.hits->load() + kHits, young_hits);
+    uint64_t re0 = p.totals().repredictions;
+    int visits = run_path_a(p, view, 16, kHits);
+    EXPECT_GE(visits, kHits / 8) << "young: checked every 1 to " << kYoungCheckEvery << " hits";
+    uint64_t repredictions = p.totals().repredictions - re0;
+    EXPECT_GE(repredictions, uint64_t(kHits / kEvery / 2));
+    EXPECT_LE(repredictions, uint64_t(kHits / kEvery * 2)) << "the young checks' count stands for the hits";
+
+    // Past its youth: about one visit per 32.5 hits.
+    while (view.hits->load() < young_hits) run_path_a(p, view, 16, 1000);
+    visits = run_path_a(p, view, 16, kHits);
+    EXPECT_LE(visits, kHits / 20) << "checked every 1 to " << llamalloc::kPredictionCheckEvery << " hits";
+  });
+  t.join();
+}
+
 // Bytes of `stack` (filled with 0xA5 before the thread ran) that the thread wrote: from the lowest changed
 // byte to the top.
 size_t stack_used(const unsigned char* stack, size_t bytes) {

@@ -52,6 +52,24 @@ inline constexpr uint32_t kDeepEntryHits = UINT32_MAX;
 // by the entry's call path (a few loads up the frame chain, no model run).
 inline constexpr uint32_t kPredictionCheckEvery = 64;
 
+// A per-thread xorshift64* generator's next draw (`state`: any nonzero seed).
+inline uint64_t next_random(uint64_t& state) {
+  uint64_t x = state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  state = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+// Hits until an entry's next check, 1 to kPredictionCheckEvery. The draws must be independent of the allocation
+// sequence: a draw computed from the thread's hit count and the key is a fixed function of the position, and for
+// some keys such checks fall into step with a call path that comes every 201 allocations and miss it for 60,000
+// allocations, where independent draws meet it after about 6,500 (docs/prediction.md).
+inline uint32_t next_check_after(uint64_t& state) {
+  return kPredictionCheckEvery - uint32_t((next_random(state) >> 58) & (kPredictionCheckEvery - 1));
+}
+
 // What the fast path needs to probe a thread's cache: the two entries of the set at (key >> shift) & ~1 (at least
 // two entries, 32-byte aligned), the re-prediction period
 // (UINT32_MAX: never; an entry's own period is this << its backoff) and the thread's hit counter (one writer,
