@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import os
+import socket
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ INT64_MAX = (1 << 63) - 1
 #: The comment that says which clock the lifetimes were measured on: "program" (the profiler's own time left
 #: out; docs/profiler.md, "Program time") or "monotonic". A profile without it is from before the program clock.
 CLOCK_COMMENT = "lifetime_clock="
+#: The comment that names the machine the profile was recorded on (its host name), for a fleet's corpus
+#: (docs/fleet.md). A profile without it has host "".
+HOST_COMMENT = "host="
 
 SITE = struct.Struct("<IIQQQdQQQdQQQQ8Q")  # SiteRecord, 168 bytes
 assert SITE.size == 168
@@ -184,6 +188,7 @@ class Profile:
     #: The program binary's function ranges (file offsets) that hold a location, as `llamalloc symbolize` found
     #: them (FUNCTIONS_COMMENT); empty before symbolisation, and then the stacks have no call-site words.
     functions: list[tuple[int, int]] = field(default_factory=list)
+    host: str = ""  # the machine it was recorded on (HOST_COMMENT)
 
     def program_mapping(self) -> int:
         """The index of the program's own executable mapping (its path is the program's), or -1."""
@@ -235,6 +240,7 @@ def from_raw(raw_path) -> profile_pb2.Profile:
     p.comment.append(st.add(f"{MARKER} v{VERSION}"))
     p.comment.append(st.add(f"program={raw.program}"))
     p.comment.append(st.add(f"pid={raw.header.pid}"))
+    p.comment.append(st.add(f"{HOST_COMMENT}{socket.gethostname()}"))
     p.comment.append(st.add(f"sampled_allocations={sampled} dropped={dropped}"))
     p.comment.append(st.add(f"{CLOCK_COMMENT}{'program' if raw.header.program_time else 'monotonic'}"))
 
@@ -382,6 +388,7 @@ def load(path) -> Profile:
                               labels.get("request_size", 0), labels.get("alignment", 0),
                               labels.get("min_lifetime", 0), labels.get("max_lifetime", 0)))
     program = ""
+    host = ""
     lifetime_clock = "monotonic"
     functions: list[tuple[int, int]] = []
     for c in p.comment:
@@ -389,6 +396,8 @@ def load(path) -> Profile:
             program = s(c)[len("program="):]
         elif s(c).startswith(CLOCK_COMMENT):
             lifetime_clock = s(c)[len(CLOCK_COMMENT):]
+        elif s(c).startswith(HOST_COMMENT):
+            host = s(c)[len(HOST_COMMENT):]
         elif s(c).startswith(FUNCTIONS_COMMENT):
             try:
                 functions = parse_functions(s(c))
@@ -399,7 +408,7 @@ def load(path) -> Profile:
     build_id = mappings[0].build_id if mappings else ""
     symbolized = any(m.has_functions for m in p.mapping)
     return Profile(str(path), program, build_id, p.period, symbolized, p.time_nanos, p.duration_nanos,
-                   mappings, samples, p, lifetime_clock, functions)
+                   mappings, samples, p, lifetime_clock, functions, host)
 
 
 def samples_table(paths):

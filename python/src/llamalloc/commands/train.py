@@ -9,7 +9,7 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
 
 
 @click.command("train")
-@click.argument("profiles", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("profiles", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", required=True, type=click.Path(), help="Model file to write.")
 @click.option("--holdout", type=float, default=0.2, show_default=True,
               help="Fraction of the stacks kept out of training and reported on (0: report on training data).")
@@ -45,19 +45,31 @@ from ..model.tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS
               help="What the model learns: each context's label, or its class distribution (the share of its "
                    "objects in each class), the class then being the --label rule applied to the predicted "
                    "distribution, also for contexts never seen.")
+@click.option("--program", "programs", multiple=True, metavar="NAME",
+              help="With a corpus: train on this program's contexts only (its path or file name; repeatable).")
+@click.option("--build", "builds", multiple=True, metavar="ID",
+              help="With a corpus: train on this build's contexts only (a GNU build id or a prefix; repeatable).")
 @click.pass_context
 def command(ctx, profiles, output, holdout, holdout_profiles, seed, epochs, hidden, vocab_words, max_tokens,
-            weight_power, refit, list_n, label, under_weight, target):
-    """Train the lifetime model on PROFILE... (from `llamalloc record`, symbolized) and write MODEL.
+            weight_power, refit, list_n, label, under_weight, target, programs, builds):
+    """Train the lifetime model on PROFILE... (from `llamalloc record`, symbolized, or corpus folders from
+    `llamalloc aggregate`) and write MODEL.
 
     Prints, for the LSTM and the exact-match and allocation-site baselines, the weighted and unweighted
     accuracy, off-by-one accuracy and confusion matrix on held-out contexts, then (unless --no-refit) retrains
     on all contexts and writes that model. Progress goes to stderr."""
     if holdout_profiles and ctx.get_parameter_source("holdout") is not click.core.ParameterSource.DEFAULT:
         raise UserError("give either --holdout or --holdout-profile, not both")
-    from ..model.pipeline import run_train  # JAX loads only when training
+    import functools
 
-    run_train(profiles, output, holdout=0.0 if holdout_profiles else holdout, holdout_profiles=holdout_profiles,
+    from ..fleet import corpus
+
+    if (programs or builds) and not any(corpus.is_corpus(p) for p in profiles):
+        raise UserError("--program and --build select the partitions of a corpus: give a corpus folder")
+
+    from ..model.pipeline import load_samples, run_train  # JAX loads only when training
+
+    run_train(profiles, output, load=functools.partial(load_samples, programs=programs, builds=builds), holdout=0.0 if holdout_profiles else holdout, holdout_profiles=holdout_profiles,
               seed=seed, epochs=epochs, hidden=int(hidden), vocab_words=vocab_words, max_tokens=max_tokens,
               weight_power=weight_power, refit=refit, list_n=list_n, label=label, under_weight=under_weight,
               target=target)

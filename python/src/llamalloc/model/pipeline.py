@@ -38,13 +38,28 @@ MIN_HELDOUT_EFFECTIVE_CONTEXTS = 10
 MIN_HELDOUT_OBJECT_SHARE = 0.01
 
 
-def load_samples(paths: Sequence[str]) -> pa.Table:
-    """Samples of the given profiles, through the profile reader (which raises FormatError on bad files)."""
+def load_samples(paths: Sequence[str], programs: Sequence[str] = (), builds: Sequence[str] = ()) -> pa.Table:
+    """Samples of the given profiles and corpora, through the profile reader (which raises FormatError on bad
+    files) and the corpus reader (a corpus folder from `llamalloc aggregate`: one row per context, its counts
+    summed over the fleet's profiles; `programs` and `builds` select its partitions)."""
     try:
         from .. import profile
+        from ..fleet import corpus
     except ImportError:
         raise UserError("the profile reader (llamalloc.profile) is not available in this installation") from None
-    return profile.samples_table([str(p) for p in paths])
+    corpora = [str(p) for p in paths if corpus.is_corpus(p)]
+    files = [str(p) for p in paths if not corpus.is_corpus(p)]
+    for p in files:
+        if Path(p).is_dir():
+            raise UserError(f"{p}: a folder that is not a corpus (no corpus.json; make one with "
+                            f"`llamalloc aggregate {p} -o CORPUS`)")
+    tables = [profile.samples_table(files)] if files else []
+    for folder in corpora:
+        tables.append(corpus.training_samples(folder, programs, builds))
+    if len(tables) == 1:
+        return tables[0]
+    schema = tables[0].schema
+    return pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
 
 
 @dataclass
@@ -238,7 +253,8 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
     config = lstm.TrainConfig(hidden_dim=hidden, max_epochs=epochs, seed=seed, weight_power=weight_power,
                               under_weight=under_weight, decision=label if target == "distribution" else None)
     metadata = {"profiles": [str(p) for p in profiles], "holdout": holdout,
-                "holdout_profiles": [str(p) for p in holdout_profiles], "build_ids": build_ids}
+                "holdout_profiles": [str(p) for p in holdout_profiles], "build_ids": build_ids,
+                "trained_at": int(time.time())}
     trained = train_contexts(train, config, vocab_words, max_tokens, metadata=metadata)
     print(f"trained on {len(train)} contexts in {trained.result.seconds:.1f} s "
           f"({trained.result.epochs_run} epochs, kept epoch {trained.result.best_epoch}"

@@ -1,0 +1,117 @@
+"""`llamalloc aggregate PROFILES... -o CORPUS`: a fleet's profiles into one training corpus (docs/fleet.md)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from ..errors import UserError
+
+#: Skipped files named one per line in the summary; the rest are counted (every one is in the corpus's sources).
+SHOWN_SKIPPED = 10
+
+
+@click.command("aggregate")
+@click.argument("profiles", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Corpus folder: created, or added to when it is a corpus already (files it has read are not "
+                   "read again).")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+              help="duckdb: embedded, on this machine. spark: a Spark job (PySpark), for more data than one "
+                   "machine holds.")
+@click.option("--master", default=None, metavar="URL",
+              help="With --engine spark: the Spark master (local[N], spark://HOST:PORT, yarn, ...). Default "
+                   "local[N] with N this machine's cores.")
+@click.option("--workers", type=click.IntRange(1, 1024), default=None,
+              help="With --engine duckdb: parser processes (default: this machine's cores).")
+@click.option("--memory-limit", default=None, metavar="SIZE",
+              help="With --engine duckdb: DuckDB's memory limit (e.g. 2GB); beyond it the group-by spills to the "
+                   "corpus's staging folder.")
+def command(profiles, output, engine, master, workers, memory_limit):
+    """Aggregate PROFILES (files, folders, quoted glob patterns, or @LIST files of paths) into the training corpus
+    CORPUS: one row per calling context (program, build, stack, request size) with its lifetime counts summed over
+    the profiles, partitioned by program and build, and one row per file read saying where it came from (host,
+    build, time) or why it was skipped. A corrupt, truncated or foreign file is reported and skipped. Until the
+    end nothing of CORPUS changes: interrupted, it is the corpus it was. `llamalloc train CORPUS` trains on it."""
+    from ..fleet import corpus as corpus_mod
+    from ..fleet import inputs
+    from ..progress import Bar
+
+    if master and engine != "spark":
+        raise UserError("--master is a Spark setting: give --engine spark with it")
+    if (workers or memory_limit) and engine != "duckdb":
+        raise UserError("--workers and --memory-limit are DuckDB settings: leave them out with --engine spark")
+    manifest = corpus_mod.open_output(output)
+    paths = inputs.expand(profiles)
+    if not paths:
+        raise UserError("no files to read (the folders given are empty)")
+    known = corpus_mod.ingested(output, manifest) if manifest.sources else set()
+    fresh = []
+    for p in paths:
+        identity = corpus_mod.file_identity(p)
+        if identity is None or identity not in known:
+            fresh.append(os.path.abspath(p))
+    already = len(paths) - len(fresh)
+    say = lambda text: click.echo(f"aggregate: {text}", err=True)
+    if already:
+        say(f"{already:,} of the {len(paths):,} files are in {output} already; reading the other {len(fresh):,}")
+    if not fresh:
+        say(f"nothing new: {output} is unchanged")
+        return
+    workers = workers or os.cpu_count() or 1
+    started = time.monotonic()
+    staging = corpus_mod.Staging(output)
+    bar = Bar(len(fresh), "aggregate", "profile", prefix="aggregate: ")
+    last_line = [started]
+
+    def on_progress(done: int, total: int) -> None:
+        bar.set(done, total)
+        now = time.monotonic()
+        if not bar.enabled and (now - last_line[0] >= 10 or done == total):
+            last_line[0] = now
+            rate = done / max(now - started, 1e-9)
+            left = (total - done) / rate if rate > 0 else 0
+            bar.line(f"{done:,}/{total:,} profiles, {rate:,.0f}/s, about {left:,.0f} s left")
+
+    try:
+        if engine == "duckdb":
+            from ..fleet import duckdb_engine
+            bar.line(f"reading {len(fresh):,} files with {workers} parser processes into DuckDB")
+            sources = duckdb_engine.run(fresh, staging, workers, on_progress, memory_limit)
+        else:
+            from ..fleet import spark_engine
+            sources = spark_engine.run(fresh, staging, master, on_progress, say)
+        ok = [s for s in sources if s["status"] == "ok"]
+        skipped = [s for s in sources if s["status"] != "ok"]
+        builds: dict[str, set] = {}
+        for s in ok:
+            builds.setdefault(s["program"], set()).add(s["build_id"])
+        seconds = time.monotonic() - started
+        entry = {"engine": engine, "profiles": len(ok), "skipped": len(skipped), "seconds": round(seconds, 3),
+                 "builds": {p: sorted(b) for p, b in builds.items()}}
+        bar.close()
+        new = corpus_mod.commit(staging, manifest, entry)
+    except KeyboardInterrupt:
+        bar.close()
+        raise UserError(f"interrupted: {output} is as it was before this aggregation", exit_code=130) from None
+    finally:
+        bar.close()
+        staging.close()
+    for s in skipped[:SHOWN_SKIPPED]:
+        say(f"skipped {s['path']}: {s['reason']}")
+    if len(skipped) > SHOWN_SKIPPED:
+        say(f"... and {len(skipped) - SHOWN_SKIPPED:,} more skipped files (all of them are in the corpus's sources, "
+            f"status 'skipped')")
+    rate = len(sources) / max(seconds, 1e-9)
+    programs = ", ".join(f"{os.path.basename(p) or '?'} ({len(b)} build{'s' if len(b) != 1 else ''})"
+                         for p, b in sorted(builds.items()))
+    say(f"{len(ok):,} profiles read, {len(skipped):,} skipped, in {seconds:,.1f} s ({rate:,.0f} files/s); "
+        f"{programs or 'no program'}")
+    say(f"{output}: {new.profiles:,} profiles of {len(new.builds)} program(s), "
+        f"{sum(len(b) for b in new.builds.values())} build(s); {new.contexts_rows - manifest.contexts_rows:,} "
+        f"context rows added, {new.contexts_rows:,} in all")
+    say(f"next: llamalloc train {output} -o MODEL" + (" --program NAME" if len(new.builds) > 1 else ""))
+    if not ok:
+        sys.exit(1)

@@ -1,0 +1,115 @@
+"""The aggregation on one machine: a pool of worker processes parses the profiles (fleet.parse) into Arrow
+batches, which embedded DuckDB reads as one stream, groups by context and writes as the staged Parquet parts,
+one folder per program and build.
+
+Memory: the parser pool holds at most two batches per worker in flight, and DuckDB's group-by holds the distinct
+contexts (the corpus itself), spilling to disk beyond its memory limit; neither grows with the number of
+profiles.
+"""
+from __future__ import annotations
+
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from typing import Callable, Iterator, Sequence
+
+from . import corpus as corpus_mod
+from .parse import KEY_COLUMNS, SUM_COLUMNS, empty_samples, parse
+
+#: Profiles per task of a parser process: enough that a task's overhead (a pickled batch) is small against
+#: parsing, few enough that progress moves and a batch stays a few MB.
+CHUNK = 16
+
+
+def _ignore_interrupts() -> None:
+    """A parser process leaves Ctrl-C to the driver, which stops the pool (the terminal sends SIGINT to the whole
+    process group)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _parse_chunk(paths: Sequence[str]):
+    """A worker's task: the profiles' source rows and one Arrow batch of their samples."""
+    import pyarrow as pa
+    samples = empty_samples()
+    sources = [parse(p, samples) for p in paths]
+    return sources, pa.RecordBatch.from_pydict(samples, schema=corpus_mod.sample_schema())
+
+
+def grouping_sql(samples: str) -> str:
+    """The aggregation: samples grouped by context (program, build, stack, request size); counts summed, lifetime
+    bounds kept, the samples merged counted, the first and last profile start times. The Spark engine runs the
+    same grouping with its DataFrame API (spark_engine.py); a test compares their corpora."""
+    sums = ", ".join(f"sum({c})::BIGINT AS {c}" for c in SUM_COLUMNS)
+    key = ", ".join(KEY_COLUMNS)
+    return f"""
+        SELECT {key}, {sums}, min(min_lifetime_ns)::BIGINT AS min_lifetime_ns,
+               max(max_lifetime_ns)::BIGINT AS max_lifetime_ns, count(*)::BIGINT AS samples,
+               min(time_ns)::BIGINT AS first_time_ns, max(time_ns)::BIGINT AS last_time_ns,
+               any_value(prog) AS prog, any_value(build) AS build
+        FROM {samples} GROUP BY {key}"""
+
+
+def run(paths: Sequence[str], staging: corpus_mod.Staging, workers: int,
+        on_progress: Callable[[int, int], None], memory_limit: str | None = None) -> list[dict]:
+    """Parses `paths` in `workers` processes and writes the staged parts; returns the source rows."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sources: list[dict] = []
+    chunks = [list(paths[i:i + CHUNK]) for i in range(0, len(paths), CHUNK)]
+    interrupted = False
+
+    def batches(pool: ProcessPoolExecutor) -> Iterator[pa.RecordBatch]:
+        nonlocal interrupted
+        try:
+            yield from _batches(pool)
+        except KeyboardInterrupt:
+            # DuckDB turns an exception of the stream into its own error: remembered here, raised again below.
+            interrupted = True
+            raise
+
+    def _batches(pool: ProcessPoolExecutor) -> Iterator[pa.RecordBatch]:
+        pending = set()
+        queue = iter(chunks)
+        for chunk in queue:  # at most 2 tasks per worker in flight: the pool runs that far ahead of DuckDB
+            pending.add(pool.submit(_parse_chunk, chunk))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                rows, batch = future.result()
+                sources.extend(rows)
+                on_progress(len(sources), len(paths))
+                for chunk in queue:
+                    pending.add(pool.submit(_parse_chunk, chunk))
+                    break
+                if batch.num_rows:
+                    yield batch
+
+    con = duckdb.connect()
+    con.execute("SET preserve_insertion_order = false")
+    con.execute(f"SET temp_directory = '{staging.path / 'spill'}'")
+    if memory_limit:
+        con.execute(f"SET memory_limit = '{memory_limit}'")
+    # Spawned, not forked: this process holds DuckDB's threads and locks.
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=get_context("spawn"),
+                             initializer=_ignore_interrupts) as pool:
+        try:
+            reader = pa.RecordBatchReader.from_batches(corpus_mod.sample_schema(), batches(pool))
+            con.register("sample_stream", reader)
+            con.execute(f"""COPY ({grouping_sql('sample_stream')}) TO '{staging.contexts}'
+                            (FORMAT PARQUET, PARTITION_BY (prog, build), COMPRESSION ZSTD)""")
+        except duckdb.Error:
+            pool.shutdown(wait=False, cancel_futures=True)
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    staging.sources.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(sources, schema=corpus_mod.source_schema()),
+                   staging.sources / "sources.parquet", compression="zstd")
+    return sources
