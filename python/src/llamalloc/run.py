@@ -101,17 +101,32 @@ def run_under_profiler(cmd: Iterable[str], env_extra: Mapping[str, str], preload
     return run_program(cmd, env, on_poll=on_poll)
 
 
+def check_options(options: Iterable[str]) -> None:
+    """Refuses, in one line, an option the allocator does not have or a value its parser refuses (the check of
+    `simulate --heap-option`, by the library's own options table), before the program starts: the allocator
+    itself only warns about them, and the run would go on without the setting the user asked for."""
+    from .simulate import check_heap_options
+    try:
+        check_heap_options(options)
+    except UserError as e:
+        raise UserError(str(e).replace("--heap-option ", "--option ", 1), exit_code=e.exit_code) from None
+
+
 def llamalloc_env(options: Iterable[str] = (), stats: str | os.PathLike | None = None) -> dict[str, str]:
     """The environment of `llamalloc run`: libllamalloc.so preloaded; each NAME=VALUE of `options` as
     LLAMALLOC_<NAME>; with `stats`, the statistics file at exit and the snapshot before the teardown beside it
     (`before_exit_path`)."""
     extra: dict[str, str] = {}
+    given: list[str] = []
     for opt in options:
         name, sep, value = opt.partition("=")
         if not sep or not name:
             raise UserError(f"--option {opt!r}: expected NAME=VALUE")
         name = name.upper()
+        given.append(f"{name}={value}")
         extra[name if name.startswith("LLAMALLOC_") else f"LLAMALLOC_{name}"] = value
+    if given:
+        check_options(given)
     if stats:
         out = Path(stats)
         if not out.parent.exists():

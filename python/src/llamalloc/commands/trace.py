@@ -36,6 +36,9 @@ def command(output, to_parquet, preload, duration, compress, cmd):
         if cmd:
             raise UserError("--to-parquet converts a trace: give no command with it")
         out = Path(output) if output else Path(to_parquet).with_suffix(".parquet")
+        # Checked before the conversion, which reads the whole trace first.
+        if str(out.parent) and not out.parent.is_dir():
+            raise UserError(f"{out.parent}: no such directory (for -o {output})")
         n = _trace.write_parquet(to_parquet, out)
         click.echo(f"{n} events written to {out}", err=True)
         return

@@ -1,0 +1,34 @@
+"""What a new user meets in the first hour: options refused before the program runs, output folders checked
+before the work, and the other checks that keep a mistake from costing a long run."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def llamalloc(*args, check_rc=0, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
+                       timeout=300, **kw)
+    if check_rc is not None:
+        assert r.returncode == check_rc, f"rc={r.returncode}\nstdout={r.stdout}\nstderr={r.stderr}"
+    return r
+
+
+def test_run_refuses_a_misspelled_option_or_a_bad_value_before_the_program_starts(tmp_path):
+    marker = tmp_path / "ran"
+    r = llamalloc("run", "--option", "CLASES=4", "--", "touch", marker, check_rc=2)
+    assert r.stderr.strip() == ("llamalloc: error: --option CLASES=4: LLAMALLOC_CLASES is not a llamalloc option "
+                                "(did you mean LLAMALLOC_CLASSES?)")
+    r = llamalloc("run", "--option", "classes=9", "--", "touch", marker, check_rc=2)
+    assert "--option CLASSES=9" in r.stderr and "[2, 8]" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert not marker.exists(), "the program ran"
+    llamalloc("run", "--option", "classes=4", "--", "touch", marker)
+    assert marker.exists()
+
+
+def test_trace_to_parquet_checks_its_output_folder_before_it_reads_the_trace(tmp_path):
+    # A trace that does not exist: the missing output folder is what is reported, so it was checked first.
+    r = llamalloc("trace", "--to-parquet", tmp_path / "absent.trace", "-o", tmp_path / "missing" / "x.parquet",
+                  check_rc=2)
+    assert r.stderr.strip() == f"llamalloc: error: {tmp_path / 'missing'}: no such directory (for -o " \
+                               f"{tmp_path / 'missing' / 'x.parquet'})"
