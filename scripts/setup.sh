@@ -16,6 +16,7 @@ apt_packages=(
   tcl                                             # redis build and redis's own test suite (runtest)
   libpython3.11-testsuite                         # CPython's regression tests (python/tests/test_cpython_regrtest.py)
   chromium                                        # headless check of llamalloc report's HTML page
+  openjdk-17-jre-headless                         # Spark's JVM: llamalloc aggregate --engine spark
 )
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -29,7 +30,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- Python package (the `llamalloc` command) ------------------------------------------------
-if ! python3 -c 'import llamalloc, jax, optax, duckdb, matplotlib, google.protobuf, click, pytest, scikit_build_core' 2>/dev/null \
+if ! python3 -c 'import llamalloc, jax, optax, duckdb, pyspark, matplotlib, google.protobuf, click, pytest, scikit_build_core' 2>/dev/null \
    || [ "$(python3 -c 'import llamalloc,os;print(os.path.realpath(llamalloc.__file__))' 2>/dev/null)" != "$repo/python/src/llamalloc/__init__.py" ]; then
   log "installing the Python package and its dependencies"
   python3 -m pip install -q --disable-pip-version-check -e "$repo/python[dev]"

@@ -18,7 +18,8 @@ from ..run import llamalloc_env, before_exit_path, check_command, run_program
                    "before the program's teardown (when main returns or exit() is called, before static destructors "
                    "and atexit handlers) beside it: stats.json -> stats.before-exit.json.")
 @click.option("--option", "options", multiple=True, metavar="NAME=VALUE",
-              help="Set an allocator option, e.g. --option CLASSES=4 (LLAMALLOC_<NAME>; see docs/options.md).")
+              help="Set an allocator option, e.g. --option CLASSES=4 (LLAMALLOC_<NAME>; see docs/options.md). An "
+                   "unknown name or a bad value is refused before CMD starts.")
 @click.option("--model", "model", type=click.Path(dir_okay=False),
               help="Lifetime model (from `llamalloc train`): predict each allocation's lifetime class with it. The "
                    "token tables of CMD and its libraries are prepared first (cached; see docs/prediction.md).")
