@@ -32,3 +32,20 @@ def test_trace_to_parquet_checks_its_output_folder_before_it_reads_the_trace(tmp
                   check_rc=2)
     assert r.stderr.strip() == f"llamalloc: error: {tmp_path / 'missing'}: no such directory (for -o " \
                                f"{tmp_path / 'missing' / 'x.parquet'})"
+
+
+def test_the_build_tree_has_a_pkg_config_file_that_links_in_place(tmp_path):
+    from llamalloc import paths
+    folder = paths.build_dir() / "src" / "llamalloc"
+    src = tmp_path / "prog.c"
+    src.write_text('#include <llamalloc.h>\n#include <stdio.h>\n#include <stdlib.h>\n'
+                   'int main(void) { void *p = malloc(100); char b[8192];\n'
+                   '  size_t n = llamalloc_stats_json(b, sizeof b); free(p);\n'
+                   '  printf("%s\\n", n > 0 && b[0] == 123 ? "llamalloc" : "other"); return 0; }\n')
+    env = dict(__import__("os").environ, PKG_CONFIG_PATH=str(folder))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "llamalloc"], capture_output=True, text=True,
+                           env=env, check=True).stdout.split()
+    exe = tmp_path / "prog"
+    subprocess.run(["cc", str(src), *flags, "-o", str(exe)], check=True, capture_output=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "llamalloc"  # the header and the library found, the library at run time too
