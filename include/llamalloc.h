@@ -28,8 +28,9 @@ void *llamalloc_malloc_class(size_t size, unsigned lifetime_class);
 /* Runtime statistics, while the program runs (as jemalloc's malloc_stats_print, mimalloc's mi_stats_print): the
  * JSON object that LLAMALLOC_STATS=path writes at exit (docs/formats.md), of this moment. Neither allocates.
  * llamalloc_stats_json writes it into buf (not NUL-terminated unless room is left) and returns its length, or 0
- * when it does not fit in `capacity` bytes (8 KiB always suffice). llamalloc_stats_print writes it and a newline
- * to stderr. Live bytes are summed from per-thread counts flushed every 256 KiB, so they may lag by that much per
+ * when it does not fit in `capacity` bytes (8 KiB always suffice). llamalloc_stats_print writes a one-line
+ * summary (live, footprint and its ratio, RSS, huge pages, pages by class, subreleased), then the JSON and a
+ * newline, to stderr. Live bytes are summed from per-thread counts flushed every 256 KiB, so they may lag by that much per
  * thread. */
 size_t llamalloc_stats_json(char *buf, size_t capacity);
 void llamalloc_stats_print(void);

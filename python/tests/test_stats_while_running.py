@@ -5,6 +5,7 @@ static destructors), beside the file at exit."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -117,6 +118,22 @@ def _llamalloc(*args) -> subprocess.CompletedProcess:
                           env=_env(), timeout=300)
 
 
+def test_run_stats_prints_the_summary_line_of_the_file_at_exit(prog, tmp_path):
+    stats = tmp_path / "stats.json"
+    r = _llamalloc("run", "--stats", stats, "--", prog, "return")
+    assert r.returncode == 0, r.stderr
+    at_exit = json.loads(stats.read_text())
+    lines = [line for line in r.stderr.splitlines() if line.startswith("llamalloc: live ")]
+    assert len(lines) == 1, r.stderr
+    m = re.match(r"llamalloc: live ([0-9.]+) MiB \(peak ([0-9.]+)\), footprint ([0-9.]+) MiB", lines[0])
+    assert m, lines[0]
+    for value, key in zip(m.groups(), ("live_bytes", "peak_live_bytes", "footprint_bytes")):
+        assert abs(float(value) - at_exit[key] / 2**20) <= 0.05, (lines[0], key, at_exit[key])
+    # Preloaded with only LLAMALLOC_STATS, the file is written and nothing is printed.
+    r = _preloaded(prog, "return", LLAMALLOC_STATS=str(tmp_path / "quiet.json"))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
 @pytest.mark.parametrize("how, status", [("return", 0), ("exit", 3)])
 def test_run_stats_keeps_the_state_before_the_teardown(prog, tmp_path, how, status):
     stats = tmp_path / "stats.json"
@@ -162,7 +179,10 @@ def test_signal_without_a_statistics_file_prints_to_stderr(prog):
     r = _preloaded(prog, "signal", str(int(signal.SIGUSR2)), LLAMALLOC_STATS_SIGNAL="USR2")
     assert r.returncode == 0, r.stderr
     decoder = json.JSONDecoder()
-    text = r.stderr.strip()
+    # Each signal's summary line, then its JSON.
+    summaries = [line for line in r.stderr.splitlines() if line.startswith("llamalloc: live ")]
+    assert len(summaries) == 2, r.stderr
+    text = "\n".join(line for line in r.stderr.splitlines() if not line.startswith("llamalloc: live ")).strip()
     first, end = decoder.raw_decode(text)
     second, _ = decoder.raw_decode(text[end:].lstrip())
     assert first["live_bytes"] >= BIG + 32 * MIB and second["live_bytes"] < BIG + 32 * MIB
@@ -207,7 +227,11 @@ def test_stats_json_and_print_while_running(tmp_path):
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     now = json.loads(r.stdout)
-    printed = json.loads(r.stderr)
+    summary, _, rest = r.stderr.partition("\n")  # llamalloc_stats_print: the summary line, then the JSON
+    printed = json.loads(rest)
+    live_mib = float(re.match(r"llamalloc: live ([0-9.]+) MiB", summary).group(1))
+    assert abs(live_mib - printed["live_bytes"] / 2**20) <= 0.05, summary
+    assert f"pages by class {' '.join(map(str, printed['huge_pages_by_class']))}," in summary, summary
     for doc in (now, printed):
         assert doc["footprint_bytes"] >= 20000 * 512
         assert doc["live_bytes"] >= 20000 * 512 - 2 * 256 * 1024

@@ -98,17 +98,84 @@ bool expand_stats_path(const char* pattern, char* out, size_t capacity) {
   return true;
 }
 
-void print_stats(PageHeap& heap) {
-  char json[32768];
-  size_t n = format_stats_json(heap, json, sizeof(json) - 1);
-  if (n == 0) return;
-  json[n] = '\n';
+namespace {
+
+// Bytes as MiB with one decimal ("12.3"), rounded.
+void put_mib(Out& o, uint64_t bytes) {
+  uint64_t tenths = (bytes * 10 + (uint64_t{1} << 19)) >> 20;
+  o.num(tenths / 10);
+  char d[3] = {'.', char('0' + tenths % 10), 0};
+  o.put(d);
+}
+
+void write_all(int fd, const char* text, size_t n) {
   size_t done = 0;
-  while (done < n + 1) {
-    ssize_t w = ::write(2, json + done, n + 1 - done);
+  while (done < n) {
+    ssize_t w = ::write(fd, text + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return;
     done += size_t(w);
   }
+}
+
+}  // namespace
+
+size_t format_stats_summary(const HeapStats& stats, uint64_t rss, uint64_t anon_huge, char* buf, size_t capacity) {
+  const GaugeSnapshot& g = stats.gauges;
+  Out o{buf, capacity};
+  o.put("llamalloc: live ");
+  put_mib(o, g.live_bytes);
+  o.put(" MiB (peak ");
+  put_mib(o, g.peak_live_bytes);
+  o.put("), footprint ");
+  put_mib(o, g.footprint_bytes);
+  o.put(" MiB (");
+  if (g.live_bytes > 0) {
+    // The ratio with one decimal: how many bytes of huge pages each live byte keeps.
+    uint64_t tenths = (g.footprint_bytes * 10 + g.live_bytes / 2) / g.live_bytes;
+    o.num(tenths / 10);
+    char d[3] = {'.', char('0' + tenths % 10), 0};
+    o.put(d);
+    o.put("x live; peak ");
+  } else {
+    o.put("nothing live; peak ");
+  }
+  put_mib(o, g.peak_footprint_bytes);
+  o.put("), RSS ");
+  put_mib(o, rss);
+  o.put(" MiB (huge pages ");
+  put_mib(o, anon_huge);
+  o.put("), pages by class");
+  for (unsigned c = 0; c < stats.num_classes; ++c) {
+    o.put(" ");
+    o.num(g.huge_pages_by_class[c]);
+  }
+  o.put(", subreleased ");
+  put_mib(o, g.subreleased_bytes + g.span_purged_bytes);
+  o.put(" MiB, page cache ");
+  put_mib(o, g.page_cache_bytes);
+  o.put(" MiB\n");
+  if (o.used >= capacity) return 0;
+  buf[o.used] = 0;
+  return o.used;
+}
+
+size_t format_stats_summary(PageHeap& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
+  HeapStats stats = read_heap_stats(heap, in_signal, unflushed_live);
+  uint64_t rss = 0, anon_huge = 0;
+  read_resident(&rss, &anon_huge);
+  return format_stats_summary(stats, rss, anon_huge, buf, capacity);
+}
+
+void print_stats(PageHeap& heap) {
+  char summary[512];
+  size_t s = format_stats_summary(heap, summary, sizeof(summary));
+  char json[32768];
+  size_t n = format_stats_json(heap, json, sizeof(json) - 1);
+  write_all(2, summary, s);
+  if (n == 0) return;
+  json[n] = '\n';
+  write_all(2, json, n + 1);
 }
 
 bool write_stats_file(PageHeap& heap, const char* pattern) {
@@ -213,6 +280,7 @@ std::atomic<bool> g_in_handler{false};
 std::atomic<uint64_t> g_signal_dumps{0};
 char g_signal_json[8192];
 char g_signal_path[4096];
+char g_signal_summary[512];
 
 void on_stats_signal(int) {
   int saved_errno = errno;
@@ -232,14 +300,13 @@ void on_stats_signal(int) {
         warn_line("llamalloc: warning: cannot write the statistics file for LLAMALLOC_STATS_SIGNAL: ", pattern);
       }
     } else {
+      // On stderr a person reads it: the summary line first, then the JSON.
+      size_t s = stats_summary_snapshot != nullptr
+                     ? stats_summary_snapshot(g_signal_summary, sizeof(g_signal_summary), /*in_signal=*/true)
+                     : 0;
+      write_all(2, g_signal_summary, s);
       g_signal_json[n] = '\n';
-      size_t done = 0;
-      while (done < n + 1) {
-        ssize_t w = ::write(2, g_signal_json + done, n + 1 - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        done += size_t(w);
-      }
+      write_all(2, g_signal_json, n + 1);
     }
     g_in_handler.store(false, std::memory_order_release);
   }

@@ -170,7 +170,15 @@ size_t format_stats_json(PageHeap& heap, char* buf, size_t capacity, bool in_sig
 // Writes the JSON to `path` through a temporary file and rename(2). false (and errno) on failure. "%p" in the
 // path becomes the process id (every process that inherits LLAMALLOC_STATS writes the file at its exit).
 bool write_stats_file(PageHeap& heap, const char* path);
-// Writes the JSON, and a newline, to stderr (llamalloc_stats_print). No allocation.
+// The one-line summary of `stats` for a person (a newline at its end): "llamalloc: live 1.2 MiB (peak 20.2),
+// footprint 6.0 MiB (4.9x live; peak 22.0), RSS 9.3 MiB (huge pages 4.0), pages by class 0 2 0 0 0 0 0 1,
+// subreleased 0.8 MiB, page cache 0.0 MiB". Its length, or 0 when it does not fit (200 bytes suffice). No
+// allocation.
+size_t format_stats_summary(const HeapStats& stats, uint64_t rss, uint64_t anon_huge, char* buf, size_t capacity);
+// The same for `heap` read now.
+size_t format_stats_summary(PageHeap& heap, char* buf, size_t capacity, bool in_signal = false,
+                            int64_t unflushed_live = 0);
+// Writes the summary line, then the JSON and a newline, to stderr (llamalloc_stats_print). No allocation.
 void print_stats(PageHeap& heap);
 // `pattern` with %p replaced by the process id; false if it does not fit.
 bool expand_stats_path(const char* pattern, char* out, size_t capacity);
@@ -187,6 +195,8 @@ int parse_signal(const char* text);
 // predictor's counters filled in): defined by the library's entry points (override/stats.cc), so absent (null)
 // in llamalloc_core, which has no process-wide heap.
 size_t stats_snapshot(char* buf, size_t capacity, bool in_signal) __attribute__((weak));
+// The same heap's one-line summary (format_stats_summary).
+size_t stats_summary_snapshot(char* buf, size_t capacity, bool in_signal) __attribute__((weak));
 // Writes stats_snapshot to the LLAMALLOC_STATS path tagged with `tag` (tagged_stats_path); a one-line warning
 // when it cannot. Not for signal handlers (see install_stats_hooks).
 void write_stats_snapshot(const char* tag);

@@ -133,6 +133,7 @@ def llamalloc_env(options: Iterable[str] = (), stats: str | os.PathLike | None =
             raise UserError(f"{out.parent}: no such directory (for --stats {stats})")
         extra["LLAMALLOC_STATS"] = str(out.resolve())
         extra["LLAMALLOC_STATS_BEFORE_EXIT"] = "1"
+        extra["LLAMALLOC_STATS_SUMMARY"] = "1"
     return preload_env([native_library(ALLOCATOR_LIBRARY)], extra)
 
 

@@ -125,5 +125,9 @@ __attribute__((destructor)) static void llamalloc_finish() {
       write_stderr(path);
       write_stderr("\n");
     }
+    if (options().stats_summary != 0) {
+      char summary[512];
+      if (format_stats_summary(g_page_heap, summary, sizeof(summary)) != 0) write_stderr(summary);
+    }
   }
 }

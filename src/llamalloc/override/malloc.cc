@@ -25,5 +25,10 @@ LLAMALLOC_EXPORT void* llamalloc_malloc_class(size_t size, unsigned lifetime_cla
 
 // Runtime statistics (include/llamalloc.h): the JSON of LLAMALLOC_STATS, at any time, without allocating.
 LLAMALLOC_EXPORT size_t llamalloc_stats_json(char* buf, size_t capacity) { return stats_snapshot(buf, capacity, false); }
-LLAMALLOC_EXPORT void llamalloc_stats_print(void) { print_stats(g_page_heap); }
+LLAMALLOC_EXPORT void llamalloc_stats_print(void) {
+  // As llamalloc_stats_json: this thread's live-byte delta and the predictor's counters first.
+  flush_live_bytes();
+  if (Predictor* p = predictor()) p->report(g_page_heap.counters());
+  print_stats(g_page_heap);
+}
 LLAMALLOC_EXPORT void llamalloc_collect(void) { heap_collect(); }

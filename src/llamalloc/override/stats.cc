@@ -13,4 +13,9 @@ size_t stats_snapshot(char* buf, size_t capacity, bool in_signal) {
   return format_stats_json(g_page_heap, buf, capacity, in_signal, in_signal ? tl_live_delta : 0);
 }
 
+size_t stats_summary_snapshot(char* buf, size_t capacity, bool in_signal) {
+  if (!in_signal) flush_live_bytes();
+  return format_stats_summary(g_page_heap, buf, capacity, in_signal, in_signal ? tl_live_delta : 0);
+}
+
 }  // namespace llamalloc
