@@ -82,7 +82,7 @@ def command(profiles, output, engine, master, workers, memory_limit):
             sources = duckdb_engine.run(fresh, staging, workers, on_progress, memory_limit)
         else:
             from ..fleet import spark_engine
-            sources = spark_engine.run(fresh, staging, master, on_progress, say)
+            sources = spark_engine.run(fresh, staging, master, on_progress, bar.line)
         ok = [s for s in sources if s["status"] == "ok"]
         skipped = [s for s in sources if s["status"] != "ok"]
         builds: dict[str, set] = {}
