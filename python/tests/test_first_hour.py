@@ -49,3 +49,15 @@ def test_the_build_tree_has_a_pkg_config_file_that_links_in_place(tmp_path):
     subprocess.run(["cc", str(src), *flags, "-o", str(exe)], check=True, capture_output=True)
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "llamalloc"  # the header and the library found, the library at run time too
+
+
+def test_record_symbolizes_its_profile_so_that_train_takes_it_at_once(tmp_path):
+    from llamalloc import paths, profile
+    prog = paths.build_dir() / "tests" / "model" / "predict-contexts"
+    symbolized, bare = tmp_path / "s.prof", tmp_path / "b.prof"
+    r = llamalloc("record", "--sample-bytes", "1", "-o", symbolized, "--", prog, "footprint", 5)
+    assert "addresses symbolized" in r.stderr and f"next: llamalloc train {symbolized}" in r.stderr, r.stderr
+    assert profile.load(symbolized).symbolized
+    r = llamalloc("record", "--no-symbolize", "--sample-bytes", "1", "-o", bare, "--", prog, "footprint", 5)
+    assert f"next: llamalloc symbolize {bare}" in r.stderr, r.stderr
+    assert not profile.load(bare).symbolized

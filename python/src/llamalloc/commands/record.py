@@ -35,6 +35,26 @@ def parse_steady_state(spec: str | None) -> tuple[float, float] | None:
     return start, end
 
 
+def _symbolize_all(profiles) -> bool:
+    """Symbolizes each profile in place; a failure is a warning (the profile stays as written, to be symbolized
+    later), not an error: the program's run is not lost. True when all were symbolized."""
+    from .. import symbolize as _symbolize
+
+    def warn(msg):
+        click.echo(f"llamalloc: warning: {msg}", err=True)
+
+    total, ok = 0, True
+    for path in profiles:
+        try:
+            total += _symbolize.symbolize(path, None, warn)
+        except UserError as e:
+            warn(f"{path} is not symbolized ({e}); run `llamalloc symbolize {path}`")
+            ok = False
+    if ok:
+        click.echo(f"llamalloc: {total} addresses symbolized", err=True)
+    return ok
+
+
 @click.command("record", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", default="llamalloc.prof", show_default=True, type=click.Path(dir_okay=False),
               help="Profile to write (pprof profile.proto, gzipped).")
@@ -48,8 +68,12 @@ def parse_steady_state(spec: str | None) -> tuple[float, float] | None:
                    "kept as OUTPUT.at-exit. The program keeps running.")
 @click.option("--preload", multiple=True, metavar="LIB",
               help="A library to preload after the profiler, e.g. another allocator (repeatable).")
+@click.option("--symbolize/--no-symbolize", "symbolize", default=True, show_default=True,
+              help="Name the profiles' addresses (functions, files, lines; llamalloc symbolize) once the program "
+                   "has ended, here, where its binaries are; --no-symbolize leaves that to a later "
+                   "`llamalloc symbolize`.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(output, sample_bytes, interval, steady_state, preload, cmd):
+def command(output, sample_bytes, interval, steady_state, preload, symbolize, cmd):
     """Run CMD under the sampling lifetime profiler and write its profile.
 
     The program's exit status is passed through. Its children that also allocate (fork, exec) get profiles of
@@ -83,6 +107,9 @@ def command(output, sample_bytes, interval, steady_state, preload, cmd):
         click.echo(f"llamalloc: profiles of {len(children)} other processes: "
                    f"{', '.join(str(c) for c in children[:4])}{' ...' if len(children) > 4 else ''}", err=True)
     model = out.with_suffix(".model") if out.suffix else out.with_name(out.name + ".model")
-    click.echo(f"llamalloc: next: llamalloc symbolize {out} && llamalloc train {out} -o {model}", err=True)
+    if symbolize and _symbolize_all([out, *dumps, *children]):
+        click.echo(f"llamalloc: next: llamalloc train {out} -o {model}", err=True)
+    else:
+        click.echo(f"llamalloc: next: llamalloc symbolize {out} && llamalloc train {out} -o {model}", err=True)
     # The program's status is this command's (SystemExit: cli.main keeps no status of a command's own).
     sys.exit(status)
