@@ -33,7 +33,7 @@ def test_interrupt_keeps_the_best_finished_epoch():
     assert any(c.startswith("interrupted: keeping epoch") for c in calls)
 
 
-def test_ctrl_c_in_train_writes_the_best_model_so_far(tmp_path):
+def test_ctrl_c_in_train_exits_130_and_writes_the_best_model_so_far_as_partial(tmp_path):
     out = tmp_path / "m.model"
     proc = subprocess.Popen([sys.executable, "-m", "llamalloc", "train", str(DATA / "prof_sites.prof"), "-o",
                              str(out), "--epochs", "10000", "--hidden", "16"], stderr=subprocess.PIPE,
@@ -50,6 +50,34 @@ def test_ctrl_c_in_train_writes_the_best_model_so_far(tmp_path):
         if proc.poll() is None:
             proc.kill()
     err = "".join(lines) + rest[1]
-    assert proc.returncode == 0, err
-    assert "interrupted: keeping epoch" in err and "the best model so far is written" in err
-    assert modelfile.read(out).metadata["interrupted"] is True
+    # A script's `train && deploy` stops; OUTPUT is not written, the partial model says what it is by its name.
+    assert proc.returncode == 130, err
+    assert "interrupted: keeping epoch" in err and f"written to {out}.partial; {out} not written" in err, err
+    assert "Traceback" not in err
+    assert not out.exists()
+    assert modelfile.read(f"{out}.partial").metadata["interrupted"] is True
+
+
+def test_ctrl_c_while_the_refit_compiles_writes_the_split_model_as_partial(tmp_path):
+    out = tmp_path / "m.model"
+    proc = subprocess.Popen([sys.executable, "-m", "llamalloc", "train", str(DATA / "prof_sites.prof"), "-o",
+                             str(out), "--epochs", "40", "--hidden", "16"], stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    lines, compiles = [], 0
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            compiles += line.startswith("compiling the training step")
+            if compiles == 2:  # the refit's: the split run is over
+                proc.send_signal(signal.SIGINT)
+                break
+        rest = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = "".join(lines) + rest[1]
+    assert compiles == 2, err
+    assert proc.returncode == 130, err
+    assert "the refit was interrupted" in err and f"written to {out}.partial" in err and "Traceback" not in err
+    assert not out.exists()
+    assert modelfile.read(f"{out}.partial").metadata["refit"] is False

@@ -314,6 +314,8 @@ def train(ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray, weights: np.
     stale = 0
     epoch = 0
     interrupted = False
+    # The first epoch compiles the training step (XLA); nothing else is printed meanwhile.
+    progress("compiling the training step (up to about 20 s the first time on a machine; cached on disk after)")
     try:
         for epoch in range(1, config.max_epochs + 1):
             sums = []  # device scalars, read once per epoch so that steps are dispatched without waiting

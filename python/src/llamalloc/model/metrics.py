@@ -67,7 +67,7 @@ def _pct(x: float | None) -> str:
 
 
 def format_report(title: str, scores: list[Scores], n_contexts: int, total_weight: float) -> str:
-    lines = [f"{title}: {n_contexts} contexts, {int(total_weight)} sampled objects", ""]
+    lines = [f"{title}: {n_contexts} contexts, {int(total_weight):,} objects (estimated from the samples)", ""]
     header = f"{'predictor':<28}{'weighted':>10}{'unweighted':>12}{'off-by-1 w':>12}{'off-by-1 u':>12}" \
              f"{'found w':>10}{'found u':>10}"
     lines += [header, "-" * len(header)]

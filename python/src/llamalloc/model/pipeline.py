@@ -198,6 +198,24 @@ def check_output(output) -> None:
         raise UserError(f"{output}: folder {folder} is not writable")
 
 
+def partial_path(output) -> Path:
+    """Where an interrupted `train` writes its model: OUTPUT.partial, a name that no deployment takes for OUTPUT."""
+    output = Path(output)
+    return output.with_name(output.name + ".partial")
+
+
+def _write_partial(output, trained: "Trained", what: str):
+    """Ctrl-C: the model so far goes to OUTPUT.partial (OUTPUT is left as it was), and the command ends as an
+    interrupted one (status 130), so that `train && deploy` stops."""
+    path = partial_path(output)
+    try:
+        modelfile.write(path, trained.model)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write the model: {e.strerror}") from None
+    raise UserError(f"interrupted: {what}, written to {path}; {output} not written (rename the partial model to use "
+                    f"it)", exit_code=130)
+
+
 def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdout_profiles: Sequence[str] = (),
               seed: int = 0, epochs: int = 100, hidden: int = 64, vocab_words: int = DEFAULT_VOCAB_WORDS,
               max_tokens: int = DEFAULT_MAX_TOKENS, out=None, warn: Warn = warn_on_stderr,
@@ -244,12 +262,11 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         total_weight = float(contexts.weights.sum())
     learns = "each context's class distribution" if target == "distribution" else "the labels"
     print(f"dataset: {len(contexts)} contexts ({len(set(contexts.stacks))} stacks), "
-          f"{int(contexts.weights.sum())} sampled objects; labels ({label}): {class_histogram(contexts)}; the model "
+          f"{int(contexts.weights.sum()):,} objects (estimated from the samples); labels ({label}): {class_histogram(contexts)}; the model "
           f"learns {learns} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
-    if len(test):
-        problem = heldout_warning(test, total_weight)
-        if problem:
-            warn(problem)
+    problem = heldout_warning(test, total_weight) if len(test) else None
+    if problem:
+        warn(problem)
     config = lstm.TrainConfig(hidden_dim=hidden, max_epochs=epochs, seed=seed, weight_power=weight_power,
                               under_weight=under_weight, decision=label if target == "distribution" else None)
     metadata = {"profiles": [str(p) for p in profiles], "holdout": holdout,
@@ -258,8 +275,7 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
     trained = train_contexts(train, config, vocab_words, max_tokens, metadata=metadata)
     print(f"trained on {len(train)} contexts in {trained.result.seconds:.1f} s "
           f"({trained.result.epochs_run} epochs, kept epoch {trained.result.best_epoch}"
-          f"{'; interrupted by Ctrl-C, the best model so far is written' if trained.result.interrupted else ''})",
-          file=sys.stderr)
+          f"{'; interrupted by Ctrl-C' if trained.result.interrupted else ''})", file=sys.stderr)
     scored, scored_what = (test, held_what) if len(test) else (train, "training contexts (nothing held out)")
     predictions = predict_all(trained.model, scored)
     scores = score_predictions(predictions, scored)
@@ -268,6 +284,8 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         match, total = matching_stacks(trained.model, test)
         report += f"\n\nmatching stack traces (training vs test): {match} / {total} ({100 * match / total:.2f}%)"
     print(report, file=out)
+    if problem:  # again beside the table it qualifies (the first one scrolled away with the epochs)
+        print(f"warning: {problem}", file=out)
     if list_n > 0:
         print_mispredictions(trained.model, scored, list_n, out, predictions)
     deployed = trained
@@ -280,19 +298,25 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
                  "heldout_stacks": len(set(test.stacks)), "epochs": refit_epochs,
                  "heldout_weighted_accuracy": round(scores[0].weighted_accuracy, 6),
                  "heldout_unweighted_accuracy": round(scores[0].unweighted_accuracy, 6)}
-        deployed = train_contexts(contexts, replace(config, max_epochs=refit_epochs), vocab_words, max_tokens,
-                                  metadata={**metadata, "refit": True, "split": split}, validate=False)
-        if deployed.result.interrupted:
-            print("refit interrupted by Ctrl-C: writing the split model instead", file=sys.stderr)
+        try:
+            deployed = train_contexts(contexts, replace(config, max_epochs=refit_epochs), vocab_words, max_tokens,
+                                      metadata={**metadata, "refit": True, "split": split}, validate=False)
+        except KeyboardInterrupt:  # (before its first epoch finished: while the refit compiles)
+            deployed = None
+        if deployed is None or deployed.result.interrupted:
             trained.model.metadata["refit"] = False
-            deployed = trained
-        else:
-            print(f"deployed model: retrained on all {len(contexts)} contexts ({len(set(contexts.stacks))} stacks) for "
-                  f"{refit_epochs} epochs, the split run's kept epoch, in {deployed.result.seconds:.1f} s; the "
-                  f"accuracy above is the split model's on contexts it never saw (--no-refit writes that model)",
-                  file=sys.stderr)
+            return _write_partial(output, trained, "the refit was interrupted: the split model, which never saw "
+                                                   "the held-out stacks")
+        print(f"deployed model: retrained on all {len(contexts)} contexts ({len(set(contexts.stacks))} stacks): "
+              f"ran {deployed.result.epochs_run} of at most {refit_epochs} epochs (the split run's kept epoch), "
+              f"kept epoch {deployed.result.best_epoch}, in {deployed.result.seconds:.1f} s; the accuracy above is "
+              f"the split model's on contexts it never saw (--no-refit writes that model)", file=sys.stderr)
     else:
         trained.model.metadata["refit"] = False
+    if trained.result.interrupted:
+        return _write_partial(output, trained, f"training was interrupted: the best of the "
+                                               f"{trained.result.epochs_run} finished epochs "
+                                               f"(epoch {trained.result.best_epoch})")
     try:
         modelfile.write(output, deployed.model)
     except OSError as e:
@@ -325,6 +349,8 @@ def run_evaluate(model_path: str, profiles: Sequence[str], out=None, warn: Warn 
     match, total = matching_stacks(model, test)
     report += f"\n\nmatching stack traces (training vs test): {match} / {total} ({100 * match / total:.2f}%)"
     print(report, file=out)
+    if problem:  # again beside the table it qualifies (the first one scrolled away with the epochs)
+        print(f"warning: {problem}", file=out)
     if list_n > 0:
         print_mispredictions(model, test, list_n, out, predictions)
     return scores
