@@ -45,8 +45,18 @@ def test_compare_a_program_under_three_allocators(prog, tmp_path):
     assert "peak MiB" in r.stdout and "steady MiB" in r.stdout and "final MiB" in r.stdout
     verdict = [line for line in r.stdout.splitlines() if line.startswith("least memory after the peak: ")]
     assert len(verdict) == 1
+    # Three runs each by default: medians and spread, and whether the winner is beyond the spread.
+    assert "medians of 3 runs" in r.stdout
+    assert "beyond the spread of 3 runs" in verdict[0] or "within the spread of the runs" in verdict[0], verdict
+    ours = [line for line in r.stdout.splitlines() if line.startswith("llamalloc: ")]
+    assert len(ours) == 1 and "memory after the peak than" in ours[0], r.stdout
+    if "more memory" in ours[0]:
+        assert "llamalloc trace -o prog.trace --" in ours[0] and "-p llama-oracle" in ours[0]
+    # Live progress: each run announced and reported, with an estimate of the time left.
+    assert "compare: [9/9] llamalloc run 3/3: " in r.stderr and "s left)" in r.stderr, r.stderr
     doc = json.loads((out / "compare.json").read_text())
-    assert [x["allocator"] for x in doc["runs"]] == ["glibc", "jemalloc", "llamalloc"]
+    assert [x["allocator"] for x in doc["runs"]] == ["glibc"] * 3 + ["jemalloc"] * 3 + ["llamalloc"] * 3
+    assert [x["runs"] for x in doc["summary"]] == [3, 3, 3]
     for x in doc["runs"]:
         assert x["status"] == 0 and x["problem"] is None
         assert x["peak_rss_bytes"] >= 40000 * 256  # the program's peak is seen
@@ -57,7 +67,7 @@ def test_compare_a_program_under_three_allocators(prog, tmp_path):
 def test_compare_a_server_driven_by_a_client(prog, tmp_path):
     out = tmp_path / "cmp"
     r = llamalloc("compare", "--allocators", "glibc,llamalloc", "--client", "sleep 0.3", "--startup", "0.5",
-                  "-o", out, "--", prog, "serve")
+                  "--repeat", "1", "-o", out, "--", prog, "serve")
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "compare.json").read_text())
     for x in doc["runs"]:
@@ -71,3 +81,36 @@ def test_compare_bad_input_is_one_line(prog, tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("llamalloc: error: --allocators: unknown allocator 'nosuch'")
     r = llamalloc("compare", "--alocators", "glibc", "--", prog)
     assert r.returncode == 2 and "no such option: --alocators (did you mean --allocators?)" in r.stderr
+
+
+def test_compare_exits_1_and_leaves_nothing_when_no_allocator_runs_the_program_to_the_end(tmp_path):
+    out = tmp_path / "cmp"
+    r = llamalloc("compare", "--allocators", "glibc,llamalloc", "--repeat", "1", "-o", out, "--",
+                  "sh", "-c", "echo cannot open the config >&2; exit 3")
+    assert r.returncode == 1, r.stderr
+    assert "llamalloc: error: no allocator ran sh to the end" in r.stderr and "cannot open the config" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists(), list(out.iterdir())
+
+
+def test_ctrl_c_prints_the_finished_rows_exits_130_and_leaves_nothing(prog, tmp_path):
+    import signal
+    import sys
+    out = tmp_path / "cmp"
+    p = subprocess.Popen([sys.executable, "-m", "llamalloc", "compare", "--allocators", "glibc,llamalloc",
+                          "--repeat", "3", "-o", str(out), "--", "sleep", "0.5"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    err = ""
+    for line in p.stderr:
+        err += line
+        if "[2/6] llamalloc run 1/3: " in line:
+            p.send_signal(signal.SIGINT)
+            break
+    stdout, rest = p.communicate(timeout=60)
+    err += rest
+    assert p.returncode == 130, err
+    rows = [line.split()[0] for line in stdout.splitlines() if line.split() and line.split()[0] in
+            ("glibc", "llamalloc")]
+    assert rows[:2] == ["glibc", "llamalloc"], stdout  # the two finished runs
+    assert "interrupted after" in err and "Traceback" not in err
+    assert not out.exists()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import statistics
 import subprocess
@@ -68,6 +69,7 @@ def tree_memory(pid: int) -> tuple[int, int] | None:
 @dataclass
 class CompareRun:
     allocator: str
+    repeat: int = 0  # which run of this allocator (0-based)
     status: int | None = None
     seconds: float | None = None
     samples: list = field(default_factory=list)  # (seconds, rss bytes, anon huge bytes)
@@ -98,10 +100,15 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def log_path(out_dir: Path, name: str, repeat: int) -> Path:
+    return out_dir / (f"{name}.log" if repeat == 0 else f"{name}.run{repeat + 1}.log")
+
+
 def run_one(name: str, env: dict, cmd: list[str], client: str | None, out_dir: Path, interval: float,
-            startup: float) -> CompareRun:
-    run = CompareRun(name)
-    log = open(out_dir / f"{name}.log", "wb")
+            startup: float, repeat: int = 0) -> CompareRun:
+    run = CompareRun(name, repeat)
+    log_file = log_path(out_dir, name, repeat)
+    log = open(log_file, "wb")
     try:
         start = time.monotonic()
         proc = start_program(cmd, env, stdout=log, stderr=subprocess.STDOUT)
@@ -138,7 +145,7 @@ def run_one(name: str, env: dict, cmd: list[str], client: str | None, out_dir: P
         run.status = shell_status(proc.returncode)
         stopped_by_us = client is not None and run.status == 128 + signal.SIGTERM
         if run.status != 0 and not stopped_by_us and run.problem is None:
-            run.problem = f"exited with status {run.status} (output in {out_dir / (name + '.log')})"
+            run.problem = f"exited with status {run.status} (output in {log_file})"
         if client is not None and client_proc is None:
             run.problem = run.problem or f"ended before the client started ({startup:g} s)"
     finally:
@@ -146,9 +153,22 @@ def run_one(name: str, env: dict, cmd: list[str], client: str | None, out_dir: P
     return run
 
 
+class Interrupted(Exception):
+    """Ctrl-C during compare: `runs` are the ones that finished."""
+
+    def __init__(self, runs: list[CompareRun]):
+        super().__init__("interrupted")
+        self.runs = runs
+
+
 def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | None = None,
             binaries: list[str] | None = None, client: str | None = None, interval: float = 0.05,
-            startup: float = 1.0, progress: Callable | None = None) -> list[CompareRun]:
+            startup: float = 1.0, repeat: int = 1,
+            on_start: Callable[[int, int, str, int], None] | None = None,
+            on_done: Callable[[int, int, CompareRun], None] | None = None) -> list[CompareRun]:
+    """Runs cmd under each allocator `repeat` times, the allocators in turn within each round (so that a slow
+    period of a shared machine falls on all of them). on_start(i, total, name, repeat) and on_done(i, total, run)
+    report each run; Ctrl-C raises Interrupted with the runs that finished."""
     specs = allocators.parse_allocators(allocator_spec)
     if model is not None and not any(n == allocators.MODEL_ALLOCATOR for n, _, _ in specs):
         specs.append((allocators.MODEL_ALLOCATOR, *allocators.parse_allocators("llamalloc")[0][1:]))
@@ -160,55 +180,142 @@ def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | Non
         from .prepare import prepare_for_run
 
         model_env = prepare_for_run(model, cmd[0], binaries=list(binaries or []))
-    runs = []
-    items = specs if progress is None else progress(specs)
-    for name, library, problem in items:
-        if problem is not None:
-            runs.append(CompareRun(name, problem=problem))
-            continue
-        allocator = allocators.Allocator(name, library)
-        env = allocators.allocator_env(allocator, None, model_env)
-        runs.append(run_one(name, env, cmd, client, out_dir, interval, startup))
+    runs: list[CompareRun] = [CompareRun(name, problem=problem) for name, _, problem in specs if problem]
+    todo = [(rep, name, library) for rep in range(repeat) for name, library, problem in specs if problem is None]
+    try:
+        for i, (rep, name, library) in enumerate(todo):
+            if on_start is not None:
+                on_start(i, len(todo), name, rep)
+            allocator = allocators.Allocator(name, library)
+            env = allocators.allocator_env(allocator, None, model_env)
+            run = run_one(name, env, cmd, client, out_dir, interval, startup, rep)
+            runs.append(run)
+            if on_done is not None:
+                on_done(i, len(todo), run)
+    except KeyboardInterrupt:
+        raise Interrupted(runs) from None
+    order = {name: k for k, (name, _, _) in enumerate(specs)}
+    runs.sort(key=lambda r: (order.get(r.allocator, 0), r.repeat))
     return runs
+
+
+FIGURES = ("peak_rss_bytes", "steady_rss_bytes", "final_rss_bytes", "peak_anon_huge_bytes", "final_anon_huge_bytes")
+
+
+@dataclass
+class Summary:
+    """One allocator's runs: medians, and the least and most of each figure over the runs that ended well."""
+    allocator: str
+    runs: int = 0  # runs that ended well
+    tried: int = 0
+    problem: str | None = None  # the first failed run's problem
+    median: dict = field(default_factory=dict)
+    low: dict = field(default_factory=dict)
+    high: dict = field(default_factory=dict)
+
+
+def summarize(runs: list[CompareRun]) -> list[Summary]:
+    out: dict[str, Summary] = {}
+    for r in runs:
+        s = out.setdefault(r.allocator, Summary(r.allocator))
+        s.tried += 1
+        if r.problem is not None or not r.samples:
+            s.problem = s.problem or r.problem or "no memory sample (it ended at once)"
+    for s in out.values():
+        good = [r for r in runs if r.allocator == s.allocator and r.problem is None and r.samples]
+        s.runs = len(good)
+        if not good:
+            continue
+        values = {k: [r.figures()[k] for r in good] for k in FIGURES}
+        values["seconds"] = [r.seconds for r in good]
+        for k, v in values.items():
+            s.median[k] = statistics.median(v)
+            s.low[k], s.high[k] = min(v), max(v)
+    return list(out.values())
 
 
 def _mib(v) -> str:
     return "-" if v is None else f"{v / bench.MiB:,.1f}"
 
 
+def _spread(s: Summary, key: str) -> str:
+    """The spread of a figure over the runs, as +-% of its median (half the range)."""
+    m = s.median.get(key)
+    if s.runs < 2 or not m:
+        return ""
+    return f" ±{50 * (s.high[key] - s.low[key]) / m:.0f}%"
+
+
 def format_table(runs: list[CompareRun]) -> str:
-    head = (f"{'allocator':<16} {'peak MiB':>9} {'steady MiB':>10} {'final MiB':>9} {'peak THP':>9} "
-            f"{'final THP':>9} {'seconds':>8}  note")
+    summaries = summarize(runs)
+    n = max((s.tried for s in summaries), default=1)
+    head = (f"{'allocator':<16} {'peak MiB':>13} {'steady MiB':>13} {'final MiB':>13} {'peak THP':>9} "
+            f"{'final THP':>9} {'seconds':>12}  note")
     lines = [head, "-" * len(head)]
-    for r in runs:
-        f = r.figures()
-        secs = "-" if r.seconds is None else f"{r.seconds:.2f}"
-        lines.append(f"{r.allocator:<16} {_mib(f['peak_rss_bytes']):>9} {_mib(f['steady_rss_bytes']):>10} "
-                     f"{_mib(f['final_rss_bytes']):>9} {_mib(f['peak_anon_huge_bytes']):>9} "
-                     f"{_mib(f['final_anon_huge_bytes']):>9} {secs:>8}  {r.problem or ''}")
-    lines.append("MiB of RSS (the process and its children); THP: AnonHugePages; steady: the median after the peak; "
-                 "final: the last sample before the end")
+    for s in summaries:
+        m = s.median
+        secs = "-" if "seconds" not in m else f"{m['seconds']:.2f}{_spread(s, 'seconds')}"
+        note = s.problem or ""
+        if s.problem and s.runs:
+            note = f"{s.tried - s.runs} of {s.tried} runs failed: {s.problem}"
+        lines.append(f"{s.allocator:<16} {_mib(m.get('peak_rss_bytes')) + _spread(s, 'peak_rss_bytes'):>13} "
+                     f"{_mib(m.get('steady_rss_bytes')) + _spread(s, 'steady_rss_bytes'):>13} "
+                     f"{_mib(m.get('final_rss_bytes')) + _spread(s, 'final_rss_bytes'):>13} "
+                     f"{_mib(m.get('peak_anon_huge_bytes')):>9} {_mib(m.get('final_anon_huge_bytes')):>9} "
+                     f"{secs:>12}  {note}")
+    runs_text = f"medians of {n} runs, ± half their range" if n > 1 else "one run each"
+    lines.append(f"MiB of RSS (the process and its children), {runs_text}; THP: AnonHugePages; steady: the median "
+                 f"after the peak; final: the last sample before the end")
     return "\n".join(lines)
 
 
-def verdict(runs: list[CompareRun]) -> str:
-    ok = [r for r in runs if r.problem is None and r.figures()["steady_rss_bytes"] is not None]
+def verdict(runs: list[CompareRun], cmd: list[str] | None = None) -> str:
+    """What the figures say: which allocator keeps the least after the peak, whether that is beyond the spread of
+    the runs, and where llamalloc stands (when behind: the one command that shows whether lifetimes could help)."""
+    ok = [s for s in summarize(runs) if s.runs and s.problem is None]
     if not ok:
         return "no allocator ran the command to the end"
-    best = min(ok, key=lambda r: r.figures()["steady_rss_bytes"])
-    rest = sorted((r for r in ok if r is not best), key=lambda r: r.figures()["steady_rss_bytes"])
-    tail = ""
-    if rest:
-        nxt = rest[0]
-        b, n = best.figures()["steady_rss_bytes"], nxt.figures()["steady_rss_bytes"]
-        tail = f", {100 * (n - b) / n:.0f}% less than {nxt.allocator} ({_mib(n)} MiB)" if n else ""
-    return (f"least memory after the peak: {best.allocator} ({_mib(best.figures()['steady_rss_bytes'])} MiB "
-            f"steady{tail})")
+    key = "steady_rss_bytes"
+    ranked = sorted(ok, key=lambda s: s.median[key])
+    best = ranked[0]
+    lines = []
+    text = f"least memory after the peak: {best.allocator} ({_mib(best.median[key])} MiB steady)"
+    if len(ranked) > 1:
+        nxt = ranked[1]
+        b, n = best.median[key], nxt.median[key]
+        text += f", {100 * (n - b) / n:.0f}% less than {nxt.allocator} ({_mib(n)} MiB)" if n else ""
+        if best.runs < 2 or nxt.runs < 2:
+            text += "; one run each: --repeat 3 shows whether that is beyond the noise"
+        elif best.high[key] < nxt.low[key]:
+            text += f"; beyond the spread of {min(best.runs, nxt.runs)} runs"
+        else:
+            text += (f"; within the spread of the runs ({best.allocator} {_mib(best.low[key])}-"
+                     f"{_mib(best.high[key])}, {nxt.allocator} {_mib(nxt.low[key])}-{_mib(nxt.high[key])} MiB): "
+                     f"not a clear difference")
+    lines.append(text)
+    ours = [s for s in ok if s.allocator.startswith("llamalloc")]
+    peers = [s for s in ok if not s.allocator.startswith("llamalloc")]
+    if ours and peers:
+        mine = min(ours, key=lambda s: s.median[key])
+        peer = min(peers, key=lambda s: s.median[key])
+        a, p = mine.median[key], peer.median[key]
+        if a <= p:
+            lines.append(f"{mine.allocator}: {100 * (p - a) / p if p else 0:.0f}% less memory after the peak than "
+                         f"the best other allocator ({peer.allocator})")
+        else:
+            target = shlex.join(cmd) if cmd else "PROG ARGS"
+            lines.append(f"{mine.allocator}: {100 * (a - p) / p if p else 0:.0f}% more memory after the peak than "
+                         f"{peer.allocator}. Whether placing objects by lifetime could help this program (what "
+                         f"an oracle that knows each object's lifetime would keep, against 2 MiB pages): "
+                         f"llamalloc trace -o prog.trace -- {target} && llamalloc simulate prog.trace "
+                         f"-p pages-2m -p llama-oracle")
+    return "\n".join(lines)
 
 
 def write_json(runs: list[CompareRun], cmd: list[str], client: str | None, path: Path) -> None:
     doc = {"format": JSON_FORMAT, "version": 1, "command": cmd, "client": client,
-           "runs": [dict(asdict(r), **r.figures()) for r in runs]}
+           "runs": [dict(asdict(r), **r.figures()) for r in runs],
+           "summary": [asdict(s) for s in summarize(runs)]}
     files.write_text(path, json.dumps(doc, indent=1))
 
 
@@ -218,19 +325,25 @@ def plot(runs: list[CompareRun], path: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    for i, r in enumerate(runs):
-        if not r.samples:
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    # One line per allocator (its first run that ended well): RSS solid; AnonHugePages dashed in the same color,
+    # only where it is ever above zero and without a legend entry of its own (a legend of ten lines, half of them
+    # flat zero, hid the plot). The legend sits outside the axes.
+    names = list(dict.fromkeys(r.allocator for r in runs))
+    for i, name in enumerate(names):
+        r = next((r for r in runs if r.allocator == name and r.samples and r.problem is None),
+                 next((r for r in runs if r.allocator == name and r.samples), None))
+        if r is None:
             continue
         color = f"C{i}"
         t = [s[0] for s in r.samples]
-        ax.plot(t, [s[1] / bench.MiB for s in r.samples], color=color, lw=1.4, label=f"{r.allocator} RSS")
-        ax.plot(t, [s[2] / bench.MiB for s in r.samples], color=color, lw=1, ls="--",
-                label=f"{r.allocator} AnonHugePages")
+        ax.plot(t, [s[1] / bench.MiB for s in r.samples], color=color, lw=1.4, label=name)
+        if any(s[2] for s in r.samples):
+            ax.plot(t, [s[2] / bench.MiB for s in r.samples], color=color, lw=1, ls="--")
     ax.set_xlabel("seconds")
     ax.set_ylabel("MiB")
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"{title}\nRSS (solid) and AnonHugePages (dashed)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     with files.replacing(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")

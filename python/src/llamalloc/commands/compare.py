@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import shlex
-import sys
+import shutil
+import time
 from pathlib import Path
 
 import click
@@ -27,10 +28,13 @@ from ..run import check_command
               help="With --client: seconds to give the server before the client starts.")
 @click.option("--interval", type=click.FloatRange(min=0.005), default=0.05, show_default=True,
               help="Seconds between memory samples.")
+@click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="Runs per allocator (in turn, so that a slow moment of the machine falls on all): medians, and "
+                   "whether the difference is beyond the runs' spread.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="llamalloc-compare",
               show_default=True, help="Folder for compare.json, compare.png and each run's output (NAME.log).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(allocators, model, binaries, client, startup, interval, out_dir, cmd):
+def command(allocators, model, binaries, client, startup, interval, repeat, out_dir, cmd):
     """Run CMD under glibc, jemalloc, tcmalloc, mimalloc and llamalloc (and llamalloc+model with --model), sample
     its memory, and compare peak, steady-state (after the peak) and final RSS and time.
 
@@ -42,23 +46,73 @@ def command(allocators, model, binaries, client, startup, interval, out_dir, cmd
     if binaries and not model:
         raise UserError("--binary names the binaries a model predicts for: give --model with it")
     out = Path(out_dir)
+    existed = out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"{out}: cannot create the folder: {e.strerror}") from None
-    from tqdm import tqdm
+    from ..progress import Bar
 
-    def progress(items):
-        bar = tqdm(items, desc="compare", unit="allocator", file=sys.stderr, leave=False,
-                   disable=not sys.stderr.isatty())
-        for item in bar:
-            bar.set_postfix_str(item[0])
-            yield item
+    bar = Bar(None, "compare", "run", prefix="compare: ")
+    started = time.monotonic()
+    names = {}
 
-    runs = _compare.compare(list(cmd), allocators, out, model=model, binaries=list(binaries), client=client,
-                            interval=interval, startup=startup, progress=progress)
+    def on_start(i: int, total: int, name: str, rep: int) -> None:
+        bar.set(i, total)
+        elapsed = time.monotonic() - started
+        left = f", about {elapsed / i * (total - i):.0f} s left" if i else ""
+        names[i] = f"[{i + 1}/{total}] {name}" + (f" run {rep + 1}/{repeat}" if repeat > 1 else "")
+        bar.line(f"{names[i]} ... ({elapsed:.0f} s elapsed{left})")
+
+    def on_done(i: int, total: int, run) -> None:
+        bar.set(i + 1, total)
+        f = run.figures()
+        what = (run.problem if run.problem else
+                f"{run.seconds:.2f} s, peak {_compare._mib(f['peak_rss_bytes'])} MiB, steady "
+                f"{_compare._mib(f['steady_rss_bytes'])} MiB")
+        bar.line(f"{names[i]}: {what}")
+
+    written = []
+
+    def clean_up() -> None:
+        """What this compare wrote goes (the folder too when it made it): nothing half-done is left behind."""
+        for r in runs:
+            _compare.log_path(out, r.allocator, r.repeat).unlink(missing_ok=True)
+        for p in written:
+            p.unlink(missing_ok=True)
+        if not existed:
+            shutil.rmtree(out, ignore_errors=True)
+
+    runs = []
+    try:
+        runs = _compare.compare(list(cmd), allocators, out, model=model, binaries=list(binaries), client=client,
+                                interval=interval, startup=startup, repeat=repeat, on_start=on_start,
+                                on_done=on_done)
+    except _compare.Interrupted as e:
+        bar.close()
+        runs = e.runs
+        if runs:
+            click.echo(_compare.format_table(runs))
+        clean_up()
+        raise UserError(f"interrupted after {len(runs)} runs (the rows above); {out} left as it was",
+                        exit_code=130) from None
+    finally:
+        bar.close()
     click.echo(_compare.format_table(runs))
-    click.echo(_compare.verdict(runs))
+    click.echo(_compare.verdict(runs, list(cmd)))
+    if not any(s.runs for s in _compare.summarize(runs)):
+        failed = next((r for r in runs if r.problem), None)
+        tail = ""
+        if failed is not None:
+            log = _compare.log_path(out, failed.allocator, failed.repeat)
+            try:
+                last = log.read_text(errors="replace").strip().splitlines()[-3:]
+                tail = f"; the last lines of its output under {failed.allocator}: " + " | ".join(last) if last else ""
+            except OSError:
+                pass
+        clean_up()
+        raise UserError(f"no allocator ran {cmd[0]} to the end{tail}", exit_code=1)
     _compare.write_json(runs, list(cmd), client, out / "compare.json")
+    written.append(out / "compare.json")
     png = _compare.plot(runs, out / "compare.png", shlex.join(cmd)[:80])
     click.echo(f"wrote {out / 'compare.json'} and {png}", err=True)
