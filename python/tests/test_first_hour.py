@@ -61,3 +61,25 @@ def test_record_symbolizes_its_profile_so_that_train_takes_it_at_once(tmp_path):
     r = llamalloc("record", "--no-symbolize", "--sample-bytes", "1", "-o", bare, "--", prog, "footprint", 5)
     assert f"next: llamalloc symbolize {bare}" in r.stderr, r.stderr
     assert not profile.load(bare).symbolized
+
+
+def test_top_lists_what_stays_live_by_call_site_from_a_profile_and_a_trace(tmp_path):
+    from llamalloc import paths
+    prog = paths.build_dir() / "tests" / "model" / "predict-contexts"
+    prof, trace = tmp_path / "f.prof", tmp_path / "f.trace"
+    llamalloc("record", "--sample-bytes", "1", "-o", prof, "--", prog, "footprint", 10)
+    llamalloc("trace", "-o", trace, "--", prog, "footprint", 10)
+    llamalloc("symbolize", trace)
+    for f, pages in ((prof, False), (trace, True)):
+        r = llamalloc("top", f)
+        # footprint keeps a 256-byte record per 200 buffers, never freed: 200 records from keep_record, and the
+        # buffers (freed) are not live.
+        rows = [line for line in r.stdout.splitlines() if "keep_record (predict_contexts.c:" in line]
+        assert len(rows) == 1, r.stdout
+        assert " 200 " in rows[0] and " never " in rows[0], rows[0]
+        assert not any("temp_buffer" in line or "handle_request (" in line for line in r.stdout.splitlines())
+        assert ("huge pages" in r.stdout.splitlines()[0]) == pages, r.stdout
+    r = llamalloc("top", prof, "--at", "1", check_rc=2)
+    assert r.stderr.startswith("llamalloc: error: --at applies to a trace") and len(r.stderr.splitlines()) == 1
+    r = llamalloc("top", trace, "--at", "0")  # before anything was allocated: nothing live
+    assert r.stdout.startswith("0.0 MiB live in 0 objects"), r.stdout

@@ -1,0 +1,196 @@
+"""`llamalloc top PROFILE|TRACE`: what is live after the peak, by call site (heaptrack's and memray's first
+question): bytes, objects, the site's lifetime class and, from a trace, the huge pages those objects pin.
+
+A site is the innermost frame of the allocation's stack that is not the allocator's own entry point, with its file
+and line where the file is symbolized, and the two callers above it for context. From a profile, "live" is what
+the profile holds live (`live_at_exit_*`: at exit, or at the time a kept profile was taken); from a trace, the
+allocations not freed by the end (or by `--at SECONDS`), whose addresses give the 2 MiB pages they sit on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import FormatError, UserError
+from .model.classes import CLASS_UPPER_BOUNDS_NS, NUM_CLASSES
+
+HUGE_PAGE_SHIFT = 21
+CLASS_NAMES = ("<10ms", "<100ms", "<1s", "<10s", "<100s", "<1000s", ">=1000s", "never")
+#: Frames that are the allocation's entry, not its site.
+ENTRY_FUNCTIONS = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
+                             "valloc", "pvalloc", "operator new", "operator new[]", "__libc_malloc",
+                             "__libc_calloc", "__libc_realloc", "strdup", "strndup"})
+
+
+@dataclass
+class Site:
+    name: str
+    bytes: int = 0
+    objects: int = 0
+    class_counts: list = field(default_factory=lambda: [0] * NUM_CLASSES)
+    pages: set | None = None  # 2 MiB page numbers of its live objects (traces only)
+
+    @property
+    def lifetime_class(self) -> int:
+        return int(np.argmax(self.class_counts)) if any(self.class_counts) else NUM_CLASSES - 1
+
+
+#: Prefixes of the standard library's own frames (std::allocator, make_unique, vector growth): the site is the
+#: program's frame that called them.
+LIBRARY_PREFIXES = ("std::", "__gnu_cxx::", "void std::", "decltype", "__")
+
+
+def _is_entry(function: str) -> bool:
+    base = function.split("(", 1)[0].strip()
+    return base in ENTRY_FUNCTIONS or base.startswith("operator new")
+
+
+def short(function: str) -> str:
+    """A C++ name without its parameters and template arguments: `a::b<T>::f(int) const` -> `a::b<…>::f`."""
+    out, depth = [], 0
+    for ch in function:
+        if ch == "<":
+            if depth == 0:
+                out.append("<…>")
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif ch == "(" and depth == 0 and out and not "".join(out).endswith("operator"):
+            break
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).strip() or function
+
+
+def site_name(frames: list[tuple[str, str, int]]) -> str:
+    """'function (file:line) <- caller <- caller' from (function, file, line) frames, innermost first: the first
+    frame that is neither the allocation's entry point nor the standard library's."""
+    frames = [f for f in frames if f[0] and not _is_entry(f[0])] or frames
+    inner = [f for f in frames if not f[0].startswith(LIBRARY_PREFIXES)] or frames
+    if not inner:
+        return "?"
+    fn, file, line = inner[0]
+    where = f" ({Path(file).name}:{line})" if file and line else ""
+    callers = [short(f[0]) for f in inner[1:3]]
+    return " <- ".join([f"{short(fn)}{where}", *callers])
+
+
+def from_profile(path) -> tuple[list[Site], str]:
+    from . import profile
+    prof = profile.load(path)
+    sites: dict[str, Site] = {}
+    for smp in prof.samples:
+        frames = []
+        for loc in smp.locations:
+            if loc.frames:
+                frames.extend((f.function, f.file, f.line) for f in loc.frames)
+            else:
+                frames.append((f"0x{loc.address:x}", "", 0))
+        name = site_name(frames)
+        s = sites.setdefault(name, Site(name))
+        s.bytes += smp.values["live_at_exit_space"]
+        s.objects += smp.values["live_at_exit_objects"]
+        for k, c in enumerate(smp.class_counts):
+            s.class_counts[k] += c
+    note = ("live when the profile was taken, estimated from the samples; "
+            + ("symbolized" if prof.symbolized else "not symbolized: run `llamalloc symbolize` for names"))
+    return [s for s in sites.values() if s.bytes > 0], note
+
+
+def from_trace(path, at_seconds: float | None) -> tuple[list[Site], str]:
+    from . import trace
+    t = trace.load(path)
+    table = t.to_table()
+    kind = np.asarray(table.column("kind").to_pylist()) == "alloc"  # small traces; the table is already in memory
+    times = table.column("time_ns").to_numpy()
+    stacks = table.column("stack_id").to_numpy()
+    sizes = table.column("size_bytes").to_numpy()
+    addresses = table.column("address").to_numpy().astype(np.uint64)
+    alloc_index = table.column("alloc_index").to_numpy()
+    end = times[-1] if len(times) else 0
+    cut = end if at_seconds is None else int(at_seconds * 1e9)
+    n = len(times)
+    freed_at = np.full(n, -1, np.int64)
+    frees = np.nonzero((~kind) & (alloc_index >= 0))[0]
+    freed_at[alloc_index[frees]] = times[frees]
+    allocs = np.nonzero(kind & (times <= cut))[0]
+    live = allocs[(freed_at[allocs] < 0) | (freed_at[allocs] > cut)]
+    lifetimes = np.where(freed_at[allocs] >= 0, freed_at[allocs] - times[allocs], -1)
+    classes = np.where(lifetimes < 0, NUM_CLASSES - 1, np.searchsorted(np.asarray(CLASS_UPPER_BOUNDS_NS), lifetimes,
+                                                                      side="right"))
+    names: dict[int, str] = {}
+
+    def name_of(stack_id: int) -> str:
+        if stack_id not in names:
+            frames = []
+            for a in t.stacks.get(int(stack_id), ()):
+                fr = t.symbols.get(a) if t.symbols else None
+                frames.extend(fr if fr else [(f"0x{a:x}", "", 0)])
+            names[stack_id] = site_name(frames)
+        return names[stack_id]
+
+    sites: dict[str, Site] = {}
+    for stack_id, cls in zip(stacks[allocs], classes):
+        s = sites.setdefault(name_of(int(stack_id)), Site(name_of(int(stack_id)), pages=set()))
+        s.class_counts[int(min(cls, NUM_CLASSES - 1))] += 1
+    for i in live:
+        s = sites[name_of(int(stacks[i]))]
+        s.bytes += int(sizes[i])
+        s.objects += 1
+        first, last = int(addresses[i]) >> HUGE_PAGE_SHIFT, (int(addresses[i]) + max(int(sizes[i]), 1) - 1) >> HUGE_PAGE_SHIFT
+        s.pages.update(range(first, last + 1))
+    when = "at the end of the trace" if at_seconds is None else f"at {at_seconds:g} s"
+    note = f"live {when}; " + ("symbolized" if t.symbolized else "not symbolized: run `llamalloc symbolize` for names")
+    return [s for s in sites.values() if s.objects > 0], note
+
+
+def load(path, at_seconds: float | None = None) -> tuple[list[Site], str, bool]:
+    """The sites of a profile or a trace (by its first bytes: a profile is gzip), most live bytes first; the
+    note; whether it is a trace."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except FileNotFoundError:
+        raise FormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise FormatError(path, "is a directory, not a profile or a trace") from None
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror}") from None
+    if head == b"\x1f\x8b":
+        if at_seconds is not None:
+            raise UserError("--at applies to a trace: a profile holds what was live when it was taken (record "
+                            "--interval or --steady-state keeps profiles of other times)")
+        sites, note = from_profile(path)
+        is_trace = False
+    else:
+        sites, note = from_trace(path, at_seconds)
+        is_trace = True
+    sites.sort(key=lambda s: (-s.bytes, s.name))
+    return sites, note, is_trace
+
+
+def format_top(sites: list[Site], note: str, is_trace: bool, limit: int) -> str:
+    total_bytes = sum(s.bytes for s in sites)
+    total_objects = sum(s.objects for s in sites)
+    lines = [f"{total_bytes / 2**20:,.1f} MiB live in {total_objects:,} objects from {len(sites):,} call sites ({note})"]
+    if is_trace:
+        pages = set().union(*(s.pages for s in sites)) if sites else set()
+        lines[0] += f"; they sit on {len(pages):,} huge pages ({len(pages) * 2:,} MiB)"
+    head = f"{'live MiB':>9} {'share':>6} {'objects':>10} {'class':>8}" + (f" {'pages':>6}" if is_trace else "") + \
+        "  call site"
+    lines += [head, "-" * max(len(head), 60)]
+    for s in sites[:limit]:
+        share = 100 * s.bytes / total_bytes if total_bytes else 0
+        row = f"{s.bytes / 2**20:>9,.2f} {share:>5.1f}% {s.objects:>10,} {CLASS_NAMES[s.lifetime_class]:>8}"
+        if is_trace:
+            row += f" {len(s.pages):>6,}"
+        lines.append(f"{row}  {s.name}")
+    if len(sites) > limit:
+        rest = sites[limit:]
+        lines.append(f"... {len(rest):,} more sites: {sum(s.bytes for s in rest) / 2**20:,.2f} MiB (--limit N)")
+    lines.append("class: the lifetime class most of the site's objects had (the profile's counts, or the trace's "
+                 "lifetimes)" + ("; pages: the 2 MiB pages its live objects touch (a page with several sites' "
+                                 "objects counts for each)" if is_trace else ""))
+    return "\n".join(lines)
