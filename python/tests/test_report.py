@@ -80,6 +80,17 @@ def test_report_files_and_page_open_in_headless_chromium(sim_result, tmp_path, c
     assert not re.search(r'(src|href)="(https?:|file:|//)', page)
     for text in ("Footprint over time", "Meshing comparison", "Heap map", "Object lifetimes", "frag-micro"):
         assert text in page
+    # It opens with its conclusion, computed from the figures: the oracle's footprint at the end against 2 MiB
+    # pages, and whether lifetime placement could help.
+    first = page.index('<p class="conclusion">')
+    assert first < page.index("<section")
+    o = sim_result.policies["llama-oracle"].summary["final_footprint_bytes"]
+    b = sim_result.policies["pages-2m"].summary["final_footprint_bytes"]
+    helps = (b - o) / b >= 0.1
+    sentence = re.search(r'<p class="conclusion"><strong>(.*?)</strong>', page).group(1)
+    assert f"{o / 2**20:,.1f} MiB" in sentence and f"{b / 2**20:,.1f} MiB" in sentence, sentence
+    assert ("lifetime placement can help" in sentence) == helps
+    assert ("lifetime placement would not help" in sentence) == (not helps)
     # The summary table carries the simulated figures.
     oracle = sim_result.policies["llama-oracle"].summary
     assert f"{oracle['peak_footprint_bytes'] / 2**20:,.1f}" in page

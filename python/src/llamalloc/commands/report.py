@@ -24,4 +24,6 @@ def command(sims: tuple[Path, ...], bench: Path | None, profiles: tuple[Path, ..
     meshing comparison, heap maps and bench results, as PNGs and one self-contained HTML page."""
     progress = None if quiet else (lambda line: click.echo(f"report: {line}", err=True))
     r = report_mod.make_report(sims, bench, profiles, out_dir, progress=progress)
+    for c in r.conclusions:
+        click.echo(c)
     click.echo(f"wrote {len(r.png_paths)} figures and {r.html_path} (open it in a browser)")

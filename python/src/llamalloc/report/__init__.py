@@ -42,6 +42,40 @@ class Report:
     out_dir: Path
     html_path: Path
     png_paths: list[Path]
+    conclusions: list[str] = field(default_factory=list)
+
+
+def sim_conclusion(result, trace_name: str) -> str | None:
+    """One or two sentences computed from a replay's figures: what an oracle that knows every lifetime keeps at the
+    end against 2 MiB pages without lifetimes (and 4 KiB pages, and the model, when replayed): whether lifetime
+    placement could help this program, and by how much."""
+    p = result.policies
+    oracle = p.get("llama-oracle") or p.get("llama-oracle-best")
+    base = p.get("pages-2m") or p.get("tcmalloc")
+    if oracle is None or base is None:
+        return None
+    o, b = oracle.summary["final_footprint_bytes"], base.summary["final_footprint_bytes"]
+    live = oracle.summary.get("final_live_bytes") or 0
+    if not b:
+        return None
+    saved = (b - o) / b
+    if saved >= 0.1:
+        text = (f"{trace_name}: placed by lifetime, the program would keep {_mib(o)} MiB of huge pages at the end "
+                f"instead of {_mib(b)} MiB ({base.policy}), {100 * saved:.0f}% less, for {_mib(live)} MiB live: "
+                f"lifetime placement can help this program.")
+        model = p.get("llama-model")
+        if model is not None:
+            m = model.summary["final_footprint_bytes"]
+            text += (f" The model keeps {_mib(m)} MiB: "
+                     + ("it gets most of that gain." if m <= o + 0.5 * (b - o) else
+                        "it gets less than half of that gain (a denser profile, or online learning, may help)."))
+        return text
+    text = (f"{trace_name}: the oracle keeps {_mib(o)} MiB at the end, about as much as {base.policy} "
+            f"({_mib(b)} MiB), for {_mib(live)} MiB live: lifetime placement would not help this program.")
+    small = p.get("pages-4k")
+    if small is not None:
+        text += f" 4 KiB pages would keep {_mib(small.summary['final_footprint_bytes'])} MiB."
+    return text
 
 
 def _safe(name: str) -> str:
@@ -127,6 +161,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir))
     sections: list[Section] = []
+    conclusions: list[str] = []
     try:
         used_stems: set[str] = set()
         for path, result in sim_results:
@@ -135,6 +170,9 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
                 stem += "_"
             used_stems.add(stem)
             trace_name = Path(result.trace).name or path.name
+            conclusion = sim_conclusion(result, trace_name)
+            if conclusion:
+                conclusions.append(conclusion)
             say(f"drawing {trace_name}")
             sec = Section(f"Simulation of {trace_name}",
                           f"From {path.name}: the trace replayed under each policy, sampled every "
@@ -209,7 +247,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
                 sec.intro += " Problems: " + "; ".join(map(str, bench_doc["problems"]))
             sections.append(sec)
 
-        page = _html_page(sections, staging)
+        page = _html_page(sections, staging, conclusions)
         pngs = []
         for png in sorted(staging.glob("*.png")):
             files.move_file(png, out_dir / png.name)
@@ -220,7 +258,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
         for leftover in staging.glob("*"):
             leftover.unlink()
         staging.rmdir()
-    return Report(out_dir, html_path, pngs)
+    return Report(out_dir, html_path, pngs, conclusions)
 
 
 CSS = """
@@ -246,11 +284,12 @@ window.addEventListener("load", function () {
 """
 
 
-def _html_page(sections: list[Section], staging: Path) -> str:
+def _html_page(sections: list[Section], staging: Path, conclusions: list[str] = ()) -> str:
     nav = " ".join(f'<a href="#s{i}">{html.escape(s.title)}</a>' for i, s in enumerate(sections))
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              "<title>llamalloc report</title>", f"<style>{CSS}</style></head><body>",
              "<h1>llamalloc report</h1>",
+             *(f'<p class="conclusion"><strong>{html.escape(c)}</strong></p>' for c in conclusions),
              "<p>Memory measured as in llamalloc's design: <em>live</em> is the bytes the program asked for and has "
              "not freed; <em>footprint</em> is the bytes of pages holding at least one live byte; their ratio is "
              "the fragmentation ratio.</p>", f"<nav>{nav}</nav>"]
