@@ -83,3 +83,15 @@ def test_top_lists_what_stays_live_by_call_site_from_a_profile_and_a_trace(tmp_p
     assert r.stderr.startswith("llamalloc: error: --at applies to a trace") and len(r.stderr.splitlines()) == 1
     r = llamalloc("top", trace, "--at", "0")  # before anything was allocated: nothing live
     assert r.stdout.startswith("0.0 MiB live in 0 objects"), r.stdout
+
+
+def test_trace_and_a_dense_record_say_what_their_lifetimes_are_measured_on(tmp_path):
+    from llamalloc import paths
+    prog = paths.build_dir() / "tests" / "model" / "predict-contexts"
+    r = llamalloc("trace", "-o", tmp_path / "t.trace", "--", prog, "footprint", 2)
+    assert "the tracer slows allocating code" in r.stderr and "program's own" in r.stderr, r.stderr
+    r = llamalloc("record", "--sample-bytes", "1", "--no-symbolize", "-o", tmp_path / "p.prof", "--", prog,
+                  "footprint", 2)
+    assert "lifetimes are on the program's own clock" in r.stderr, r.stderr
+    r = llamalloc("record", "--no-symbolize", "-o", tmp_path / "q.prof", "--", prog, "footprint", 2)
+    assert "program's own clock" not in r.stderr  # the default sampling costs little

@@ -99,6 +99,11 @@ def command(output, sample_bytes, interval, steady_state, preload, symbolize, cm
         click.echo(f"llamalloc: profile written to {out}{rec.note}", err=True)
     for m in rec.messages:
         click.echo(f"llamalloc: {m}", err=True)
+    if sample_bytes <= 4096:
+        # A dense profile is the tracer's cost again: say what the lifetimes are measured on.
+        click.echo("llamalloc: sampling this densely slows allocating code several times (sleeps and I/O are "
+                   "not slowed); lifetimes are on the program's own clock, the profiler's work left out "
+                   "(docs/profiler.md, \"Program time\")", err=True)
     dumps, children = rec.dumps, rec.children
     if dumps:
         click.echo(f"llamalloc: {len(dumps)} profiles taken while it ran (SIGUSR2, --interval): "

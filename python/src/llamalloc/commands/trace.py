@@ -66,5 +66,9 @@ def command(output, to_parquet, preload, duration, compress, cmd):
     if status != 0:
         click.echo(f"llamalloc: {cmd[0]} exited with status {status}; trace written to {out}", err=True)
     click.echo(f"llamalloc: trace of {t.events} events written to {out} ({size})", err=True)
+    # What the measurement is: a user comparing the trace's lifetimes with the run's should know.
+    click.echo("llamalloc: the tracer slows allocating code several times (8-14x on the bundled workloads; sleeps "
+               "and I/O are not slowed); the trace's times are the program's own, with the tracer's work left "
+               "out, so that lifetimes are those of an untraced run (docs/profiler.md, \"Program time\")", err=True)
     click.echo(f"llamalloc: next: llamalloc simulate {out} -p pages-2m -p mesh -p llama-oracle", err=True)
     sys.exit(status)
