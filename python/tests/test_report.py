@@ -78,7 +78,8 @@ def test_report_files_and_page_open_in_headless_chromium(sim_result, tmp_path, c
     # Self-contained: every figure embedded, nothing fetched from elsewhere.
     assert page.count('src="data:image/png;base64,') == len(pngs)
     assert not re.search(r'(src|href)="(https?:|file:|//)', page)
-    for text in ("Footprint over time", "Meshing comparison", "Heap map", "Object lifetimes", "frag-micro"):
+    for text in ("Footprint over time", "Meshing comparison", "Heap map", "Object lifetimes", "frag-micro",
+                 "What stays live, by call site"):
         assert text in page
     # It opens with its conclusion, computed from the figures: the oracle's footprint at the end against 2 MiB
     # pages, and whether lifetime placement could help.

@@ -37,6 +37,10 @@ class Section:
     tables: list[str] = field(default_factory=list)  # HTML
 
 
+#: Call sites listed per profile in "What stays live".
+TOP_SITES = 10
+
+
 @dataclass
 class Report:
     out_dir: Path
@@ -210,6 +214,18 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
             if first.get("unknown_frees"):
                 sec.intro += (f" {first['unknown_frees']} frees named an address that was never allocated "
                               "(counted and skipped).")
+            sections.append(sec)
+        if profiles:
+            from .. import top as top_mod
+            sec = Section("What stays live, by call site", "From each profile: what it holds live (at exit, or when "
+                          "it was taken), most bytes first, as `llamalloc top` lists it.")
+            for path in profiles:
+                sites, note, _ = top_mod.load(path)
+                total = sum(x.bytes for x in sites) or 1
+                rows = [[_mib(x.bytes), f"{100 * x.bytes / total:.1f}%", f"{x.objects:,}",
+                         top_mod.CLASS_NAMES[x.lifetime_class], x.name] for x in sites[:TOP_SITES]]
+                sec.tables.append(f"<h3>{html.escape(path.name)} ({html.escape(note)})</h3>" + _table(
+                    ["live MiB", "share", "objects", "class", "call site"], rows))
             sections.append(sec)
         if class_counts:
             say("drawing lifetimes")
