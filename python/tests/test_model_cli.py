@@ -1,5 +1,6 @@
 """`llamalloc train` and `llamalloc evaluate` end to end on profile files, and their error paths."""
 import gzip
+import re
 
 import numpy as np
 import pytest
@@ -94,6 +95,14 @@ def test_train_reports_every_predictor_and_writes_the_model(profiles, tmp_path, 
         assert predictor in out
     assert "held-out contexts (30% of the stacks" in out and "confusion matrix of lstm" in out
     assert "epoch   1/2" in err and "epoch   2/2" in err  # progress on stderr
+    # Before the first epoch, a line while XLA compiles (otherwise nothing moves for up to 20 s).
+    assert err.index("compiling the training step") < err.index("epoch   1/2")
+    assert re.search(r"[0-9,]+ objects \(estimated from the samples\)", err), err
+    # The refit says what it ran: at most the split run's kept epoch, and the epoch it kept.
+    refit = re.search(r"deployed model: .*: ran (\d+) of at most (\d+) epochs .*, kept epoch (\d+)", err)
+    assert refit, err
+    ran, most, kept = map(int, refit.groups())
+    assert 1 <= kept <= ran <= most <= 2
     m = modelfile.read(model)
     assert m.hidden_dim == 16 and m.max_tokens == 32 and m.program == "synthetic-server"
     assert [p.name for p in tmp_path.iterdir()] == ["m.model"]  # no temporary file left behind
@@ -188,3 +197,14 @@ def test_evaluate_refuses_bad_model_files(profiles, trained_model, tmp_path, cap
     not_model = tmp_path / "profile-as-model"
     not_model.write_bytes(rev2.read_bytes())
     expect_error(["evaluate", str(not_model), str(rev2)], capsys, "not a llamalloc model file")
+
+
+def test_the_small_held_out_warning_is_repeated_under_the_table_it_qualifies(profiles, tmp_path, capsys):
+    _, rev1, _ = profiles
+    rc, out, err = run(["train", str(rev1), "-o", str(tmp_path / "m.model"), "--hidden", "16", "--epochs", "1",
+                        "--max-tokens", "32", "--holdout", "0.1"], capsys)
+    assert rc == 0, err
+    assert "warning: the held-out set is too small" in err  # before the epochs, as it was found
+    lines = out.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("warning: the held-out set is too small")]
+    assert len(at) == 1 and at[0] > max(i for i, line in enumerate(lines) if "confusion matrix" in line), out
