@@ -53,10 +53,11 @@ def command(profiles, output, engine, master, workers, memory_limit):
         identity = corpus_mod.file_identity(p)
         if identity is None or identity not in known:
             fresh.append(os.path.abspath(p))
-    already = len(paths) - len(fresh)
+    already, given = len(paths) - len(fresh), len(paths)
+    del paths, known  # (only the files to read are kept while they are read)
     say = lambda text: click.echo(f"aggregate: {text}", err=True)
     if already:
-        say(f"{already:,} of the {len(paths):,} files are in {output} already; reading the other {len(fresh):,}")
+        say(f"{already:,} of the {given:,} files are in {output} already; reading the other {len(fresh):,}")
     if not fresh:
         say(f"nothing new: {output} is unchanged")
         return
@@ -79,17 +80,13 @@ def command(profiles, output, engine, master, workers, memory_limit):
         if engine == "duckdb":
             from ..fleet import duckdb_engine
             bar.line(f"reading {len(fresh):,} files with {workers} parser processes into DuckDB")
-            sources = duckdb_engine.run(fresh, staging, workers, on_progress, memory_limit)
+            tally = duckdb_engine.run(fresh, staging, workers, on_progress, memory_limit)
         else:
             from ..fleet import spark_engine
-            sources = spark_engine.run(fresh, staging, master, on_progress, bar.line)
-        ok = [s for s in sources if s["status"] == "ok"]
-        skipped = [s for s in sources if s["status"] != "ok"]
-        builds: dict[str, set] = {}
-        for s in ok:
-            builds.setdefault(s["program"], set()).add(s["build_id"])
+            tally = corpus_mod.SourceTally.of(spark_engine.run(fresh, staging, master, on_progress, bar.line))
+        builds = tally.builds
         seconds = time.monotonic() - started
-        entry = {"engine": engine, "profiles": len(ok), "skipped": len(skipped), "seconds": round(seconds, 3),
+        entry = {"engine": engine, "profiles": tally.ok, "skipped": tally.skipped, "seconds": round(seconds, 3),
                  "builds": {p: sorted(b) for p, b in builds.items()}}
         bar.close()
         new = corpus_mod.commit(staging, manifest, entry)
@@ -99,19 +96,19 @@ def command(profiles, output, engine, master, workers, memory_limit):
     finally:
         bar.close()
         staging.close()
-    for s in skipped[:SHOWN_SKIPPED]:
+    for s in tally.first_skipped[:SHOWN_SKIPPED]:
         say(f"skipped {s['path']}: {s['reason']}")
-    if len(skipped) > SHOWN_SKIPPED:
-        say(f"... and {len(skipped) - SHOWN_SKIPPED:,} more skipped files (all of them are in the corpus's sources, "
+    if tally.skipped > SHOWN_SKIPPED:
+        say(f"... and {tally.skipped - SHOWN_SKIPPED:,} more skipped files (all of them are in the corpus's sources, "
             f"status 'skipped')")
-    rate = len(sources) / max(seconds, 1e-9)
+    rate = (tally.ok + tally.skipped) / max(seconds, 1e-9)
     programs = ", ".join(f"{os.path.basename(p) or '?'} ({len(b)} build{'s' if len(b) != 1 else ''})"
                          for p, b in sorted(builds.items()))
-    say(f"{len(ok):,} profiles read, {len(skipped):,} skipped, in {seconds:,.1f} s ({rate:,.0f} files/s); "
+    say(f"{tally.ok:,} profiles read, {tally.skipped:,} skipped, in {seconds:,.1f} s ({rate:,.0f} files/s); "
         f"{programs or 'no program'}")
     say(f"{output}: {new.profiles:,} profiles of {len(new.builds)} program(s), "
         f"{sum(len(b) for b in new.builds.values())} build(s); {new.contexts_rows - manifest.contexts_rows:,} "
         f"context rows added, {new.contexts_rows:,} in all")
     say(f"next: llamalloc train {output} -o MODEL" + (" --program NAME" if len(new.builds) > 1 else ""))
-    if not ok:
+    if not tally.ok:
         sys.exit(1)

@@ -85,6 +85,35 @@ class Manifest:
                            "history": self.history}, indent=1, sort_keys=False) + "\n"
 
 
+class SourceTally:
+    """What the summary and the manifest need of an aggregation's source rows, without keeping them: the counts,
+    the first skipped files, the builds of each program (the rows themselves go to the sources part as they
+    come)."""
+
+    def __init__(self, keep_skipped: int = 10):
+        self.ok = 0
+        self.skipped = 0
+        self.first_skipped: list[dict] = []
+        self.builds: dict[str, set] = {}
+        self.keep_skipped = keep_skipped
+
+    def add(self, rows) -> None:
+        for row in rows:
+            if row["status"] == "ok":
+                self.ok += 1
+                self.builds.setdefault(row["program"], set()).add(row["build_id"])
+            else:
+                self.skipped += 1
+                if len(self.first_skipped) < self.keep_skipped:
+                    self.first_skipped.append({"path": row["path"], "reason": row["reason"]})
+
+    @classmethod
+    def of(cls, rows) -> "SourceTally":
+        tally = cls()
+        tally.add(rows)
+        return tally
+
+
 def is_corpus(path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 

@@ -18,6 +18,8 @@ from .parse import KEY_COLUMNS, SUM_COLUMNS, empty_samples, parse
 #: Profiles per task of a parser process: enough that a task's overhead (a pickled batch) is small against
 #: parsing, few enough that progress moves and a batch stays a few MB.
 CHUNK = 16
+#: Source rows written to the sources part at a time (one Parquet row group each).
+SOURCE_ROWS_PER_GROUP = 8192
 
 
 def _ignore_interrupts() -> None:
@@ -50,15 +52,20 @@ def grouping_sql(samples: str) -> str:
 
 
 def run(paths: Sequence[str], staging: corpus_mod.Staging, workers: int,
-        on_progress: Callable[[int, int], None], memory_limit: str | None = None) -> list[dict]:
-    """Parses `paths` in `workers` processes and writes the staged parts; returns the source rows."""
+        on_progress: Callable[[int, int], None], memory_limit: str | None = None) -> corpus_mod.SourceTally:
+    """Parses `paths` in `workers` processes and writes the staged parts; returns the tally of the source rows,
+    which go to the sources part as they come (held, a row per profile would grow with the fleet)."""
     import duckdb
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    sources: list[dict] = []
-    chunks = [list(paths[i:i + CHUNK]) for i in range(0, len(paths), CHUNK)]
+    tally = corpus_mod.SourceTally()
+    done = 0
+    chunks = [paths[i:i + CHUNK] for i in range(0, len(paths), CHUNK)]
     interrupted = False
+    staging.sources.mkdir(parents=True, exist_ok=True)
+    source_writer = pq.ParquetWriter(staging.sources / "sources.parquet", corpus_mod.source_schema(),
+                                     compression="zstd")
 
     def batches(pool: ProcessPoolExecutor) -> Iterator[pa.RecordBatch]:
         nonlocal interrupted
@@ -68,6 +75,18 @@ def run(paths: Sequence[str], staging: corpus_mod.Staging, workers: int,
             # DuckDB turns an exception of the stream into its own error: remembered here, raised again below.
             interrupted = True
             raise
+
+    pending_sources: list[dict] = []
+
+    def flush_sources() -> None:
+        if pending_sources:
+            source_writer.write_table(pa.Table.from_pylist(pending_sources, schema=corpus_mod.source_schema()))
+            pending_sources.clear()
+
+    def progress(n: int) -> None:
+        nonlocal done
+        done += n
+        on_progress(done, len(paths))
 
     def _batches(pool: ProcessPoolExecutor) -> Iterator[pa.RecordBatch]:
         pending = set()
@@ -80,8 +99,11 @@ def run(paths: Sequence[str], staging: corpus_mod.Staging, workers: int,
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 rows, batch = future.result()
-                sources.extend(rows)
-                on_progress(len(sources), len(paths))
+                tally.add(rows)
+                pending_sources.extend(rows)
+                if len(pending_sources) >= SOURCE_ROWS_PER_GROUP:
+                    flush_sources()
+                progress(len(rows))
                 for chunk in queue:
                     pending.add(pool.submit(_parse_chunk, chunk))
                     break
@@ -109,7 +131,6 @@ def run(paths: Sequence[str], staging: corpus_mod.Staging, workers: int,
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
-    staging.sources.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(sources, schema=corpus_mod.source_schema()),
-                   staging.sources / "sources.parquet", compression="zstd")
-    return sources
+    flush_sources()
+    source_writer.close()
+    return tally
