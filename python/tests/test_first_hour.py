@@ -58,6 +58,11 @@ def test_record_symbolizes_its_profile_so_that_train_takes_it_at_once(tmp_path):
     r = llamalloc("record", "--sample-bytes", "1", "-o", symbolized, "--", prog, "footprint", 5)
     assert "addresses symbolized" in r.stderr and f"next: llamalloc train {symbolized}" in r.stderr, r.stderr
     assert profile.load(symbolized).symbolized
+    # train takes it as it is, and names its objects as estimated from the allocations the profiler sampled.
+    r = llamalloc("train", symbolized, "-o", tmp_path / "s.model", "--holdout", "0", "--hidden", "16", "--epochs",
+                  "1")
+    n = profile.sampled_allocations(symbolized)
+    assert n and f"objects (estimated from {n:,} sampled allocations)" in r.stderr, r.stderr
     r = llamalloc("record", "--no-symbolize", "--sample-bytes", "1", "-o", bare, "--", prog, "footprint", 5)
     assert f"next: llamalloc symbolize {bare}" in r.stderr, r.stderr
     assert not profile.load(bare).symbolized

@@ -97,6 +97,7 @@ def test_train_reports_every_predictor_and_writes_the_model(profiles, tmp_path, 
     assert "epoch   1/2" in err and "epoch   2/2" in err  # progress on stderr
     # Before the first epoch, a line while XLA compiles (otherwise nothing moves for up to 20 s).
     assert err.index("compiling the training step") < err.index("epoch   1/2")
+    # Objects named as the estimate they are, beside the samples they stand on (the synthetic profile says none).
     assert re.search(r"[0-9,]+ objects \(estimated from the samples\)", err), err
     # The refit says what it ran: at most the split run's kept epoch, and the epoch it kept.
     refit = re.search(r"deployed model: .*: ran (\d+) of at most (\d+) epochs .*, kept epoch (\d+)", err)

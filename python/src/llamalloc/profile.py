@@ -411,6 +411,20 @@ def load(path) -> Profile:
                    mappings, samples, p, lifetime_clock, functions, host)
 
 
+def sampled_allocations(path) -> int | None:
+    """The allocations the profiler sampled for this profile (its `sampled_allocations=` comment: the samples
+    behind the estimated counts), or None when the profile does not say."""
+    p = load_proto(path)
+    for c in p.comment:
+        text = p.string_table[c] if 0 <= c < len(p.string_table) else ""
+        if text.startswith("sampled_allocations="):
+            try:
+                return int(text.split()[0].split("=", 1)[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
 def samples_table(paths):
     """One row per sample of each profile (columns in docs/formats/profile.md, "samples_table")."""
     import pyarrow as pa

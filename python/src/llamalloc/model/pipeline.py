@@ -198,6 +198,22 @@ def check_output(output) -> None:
         raise UserError(f"{output}: folder {folder} is not writable")
 
 
+def _sampled_allocations(paths: Sequence[str]) -> int | None:
+    """The allocations the profiler sampled over the profile files (what the estimated counts stand on), or None
+    when a file does not say (a corpus, or a profile from before the comment)."""
+    from .. import profile
+    from ..fleet import corpus
+    total = 0
+    for p in paths:
+        if corpus.is_corpus(p):
+            return None
+        n = profile.sampled_allocations(p)
+        if n is None:
+            return None
+        total += n
+    return total
+
+
 def partial_path(output) -> Path:
     """Where an interrupted `train` writes its model: OUTPUT.partial, a name that no deployment takes for OUTPUT."""
     output = Path(output)
@@ -261,8 +277,10 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         held_what = f"held-out contexts ({100 * holdout:.0f}% of the stacks, never seen in training)"
         total_weight = float(contexts.weights.sum())
     learns = "each context's class distribution" if target == "distribution" else "the labels"
+    sampled = _sampled_allocations(profiles)
+    from_what = f"{sampled:,} sampled allocations" if sampled is not None else "the samples"
     print(f"dataset: {len(contexts)} contexts ({len(set(contexts.stacks))} stacks), "
-          f"{int(contexts.weights.sum()):,} objects (estimated from the samples); labels ({label}): {class_histogram(contexts)}; the model "
+          f"{int(contexts.weights.sum()):,} objects (estimated from {from_what}); labels ({label}): {class_histogram(contexts)}; the model "
           f"learns {learns} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     problem = heldout_warning(test, total_weight) if len(test) else None
     if problem:
