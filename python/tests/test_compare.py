@@ -114,3 +114,17 @@ def test_ctrl_c_prints_the_finished_rows_exits_130_and_leaves_nothing(prog, tmp_
     assert rows[:2] == ["glibc", "llamalloc"], stdout  # the two finished runs
     assert "interrupted after" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_the_plot_has_one_line_per_allocator_and_no_flat_zero_lines():
+    from llamalloc import compare
+    mib = 1 << 20
+    runs = [compare.CompareRun("glibc", r, 0, 1.0, [(0.0, 10 * mib, 0), (0.1, 20 * mib, 0)]) for r in range(3)]
+    runs += [compare.CompareRun("llamalloc", r, 0, 1.0, [(0.0, 8 * mib, 2 * mib), (0.1, 9 * mib, 4 * mib)])
+             for r in range(3)]
+    runs.append(compare.CompareRun("jemalloc", 0, None, None, [], "exited with status 1"))
+    series = compare.plot_series(runs)
+    assert [name for name, *_ in series] == ["glibc", "llamalloc"]  # one each; nothing for a run with no samples
+    glibc, ours = series
+    assert glibc[3] is None  # AnonHugePages stayed at zero: not drawn
+    assert ours[2] == [8.0, 9.0] and ours[3] == [2.0, 4.0]

@@ -319,6 +319,20 @@ def write_json(runs: list[CompareRun], cmd: list[str], client: str | None, path:
     files.write_text(path, json.dumps(doc, indent=1))
 
 
+def plot_series(runs: list[CompareRun]) -> list[tuple[str, list, list, list | None]]:
+    """What the plot draws: per allocator (in order, once), its first run that ended well (else any run with
+    samples): times, RSS in MiB, and AnonHugePages in MiB or None when it stayed at zero."""
+    out = []
+    for name in dict.fromkeys(r.allocator for r in runs):
+        r = next((r for r in runs if r.allocator == name and r.samples and r.problem is None),
+                 next((r for r in runs if r.allocator == name and r.samples), None))
+        if r is None:
+            continue
+        thp = [s[2] / bench.MiB for s in r.samples] if any(s[2] for s in r.samples) else None
+        out.append((name, [s[0] for s in r.samples], [s[1] / bench.MiB for s in r.samples], thp))
+    return out
+
+
 def plot(runs: list[CompareRun], path: Path, title: str) -> Path:
     import matplotlib
 
@@ -329,17 +343,11 @@ def plot(runs: list[CompareRun], path: Path, title: str) -> Path:
     # One line per allocator (its first run that ended well): RSS solid; AnonHugePages dashed in the same color,
     # only where it is ever above zero and without a legend entry of its own (a legend of ten lines, half of them
     # flat zero, hid the plot). The legend sits outside the axes.
-    names = list(dict.fromkeys(r.allocator for r in runs))
-    for i, name in enumerate(names):
-        r = next((r for r in runs if r.allocator == name and r.samples and r.problem is None),
-                 next((r for r in runs if r.allocator == name and r.samples), None))
-        if r is None:
-            continue
+    for i, (name, t, rss, thp) in enumerate(plot_series(runs)):
         color = f"C{i}"
-        t = [s[0] for s in r.samples]
-        ax.plot(t, [s[1] / bench.MiB for s in r.samples], color=color, lw=1.4, label=name)
-        if any(s[2] for s in r.samples):
-            ax.plot(t, [s[2] / bench.MiB for s in r.samples], color=color, lw=1, ls="--")
+        ax.plot(t, rss, color=color, lw=1.4, label=name)
+        if thp is not None:
+            ax.plot(t, thp, color=color, lw=1, ls="--")
     ax.set_xlabel("seconds")
     ax.set_ylabel("MiB")
     ax.set_title(f"{title}\nRSS (solid) and AnonHugePages (dashed)", fontsize=9)
