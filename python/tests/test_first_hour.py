@@ -24,6 +24,8 @@ def test_run_refuses_a_misspelled_option_or_a_bad_value_before_the_program_start
     assert not marker.exists(), "the program ran"
     llamalloc("run", "--option", "classes=4", "--", "touch", marker)
     assert marker.exists()
+    # Every option of the library is taken, those the replay takes as flags of its own too.
+    llamalloc("run", "--option", f"PREDICT_LOG={tmp_path / 'log'}", "--option", "SWEEP_MS=100", "--", "true")
 
 
 def test_trace_to_parquet_checks_its_output_folder_before_it_reads_the_trace(tmp_path):
