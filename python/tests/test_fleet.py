@@ -136,14 +136,14 @@ def test_an_interrupted_aggregation_leaves_the_corpus_it_found(recorded, tmp_pat
     llamalloc("aggregate", tmp_path / "old", "-o", out, env=env)
     manifest = (out / corpus.MANIFEST).read_bytes()
     parts = sorted(p for p in out.rglob("*.parquet"))
-    fleet(recorded, tmp_path / "new", 3000, seed=5)
+    fleet(recorded, tmp_path / "new", 6000, seed=5)
     proc = subprocess.Popen([sys.executable, "-m", "llamalloc", "aggregate", tmp_path / "new", "-o", out,
                              "--workers", "2"], stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     seen = ""
     while "parser processes" not in seen and time.monotonic() < deadline:
         seen += proc.stderr.readline()
-    time.sleep(1.0)
+    time.sleep(0.3)  # (a moment into the reading; the whole of it takes a few seconds even on a quiet machine)
     proc.send_signal(signal.SIGINT)
     err = seen + proc.stderr.read()
     assert proc.wait(timeout=120) == 130, err
@@ -151,6 +151,17 @@ def test_an_interrupted_aggregation_leaves_the_corpus_it_found(recorded, tmp_pat
     assert (out / corpus.MANIFEST).read_bytes() == manifest
     assert sorted(p for p in out.rglob("*.parquet")) == parts
     assert not list(out.glob(".staging-*"))
+    # A new corpus interrupted leaves no folder at all.
+    fresh = tmp_path / "fresh"
+    proc = subprocess.Popen([sys.executable, "-m", "llamalloc", "aggregate", tmp_path / "new", "-o", fresh],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    seen = ""
+    while "parser processes" not in seen and time.monotonic() < deadline + 60:
+        seen += proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    err = seen + proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, err
+    assert not fresh.exists()
 
 
 def test_training_reads_the_same_contexts_from_a_corpus_as_from_its_profiles(recorded, tmp_path, env):

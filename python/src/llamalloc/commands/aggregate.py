@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 
@@ -43,6 +44,7 @@ def command(profiles, output, engine, master, workers, memory_limit):
         raise UserError("--master is a Spark setting: give --engine spark with it")
     if (workers or memory_limit) and engine != "duckdb":
         raise UserError("--workers and --memory-limit are DuckDB settings: leave them out with --engine spark")
+    existed = os.path.exists(output)
     manifest = corpus_mod.open_output(output)
     paths = inputs.expand(profiles)
     if not paths:
@@ -96,6 +98,8 @@ def command(profiles, output, engine, master, workers, memory_limit):
     finally:
         bar.close()
         staging.close()
+        if not existed and not corpus_mod.is_corpus(output):
+            shutil.rmtree(output, ignore_errors=True)  # a new corpus that never was: no empty folder left
     for s in tally.first_skipped[:SHOWN_SKIPPED]:
         say(f"skipped {s['path']}: {s['reason']}")
     if tally.skipped > SHOWN_SKIPPED:

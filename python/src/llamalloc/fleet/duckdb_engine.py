@@ -123,9 +123,10 @@ def run(paths: Sequence[str], staging: corpus_mod.Staging, workers: int,
             con.register("sample_stream", reader)
             con.execute(f"""COPY ({grouping_sql('sample_stream')}) TO '{staging.contexts}'
                             (FORMAT PARQUET, PARTITION_BY (prog, build), COMPRESSION ZSTD)""")
-        except duckdb.Error:
+        except duckdb.Error as e:
             pool.shutdown(wait=False, cancel_futures=True)
-            if interrupted:
+            # Ctrl-C while DuckDB itself runs: it stops the query with its own exception.
+            if interrupted or isinstance(e, duckdb.InterruptException):
                 raise KeyboardInterrupt from None
             raise
         except BaseException:
