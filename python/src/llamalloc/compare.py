@@ -181,17 +181,17 @@ def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | Non
 
         model_env = prepare_for_run(model, cmd[0], binaries=list(binaries or []))
     runs: list[CompareRun] = [CompareRun(name, problem=problem) for name, _, problem in specs if problem]
-    todo = [(rep, name, library) for rep in range(repeat) for name, library, problem in specs if problem is None]
+    planned = [(rep, name, library) for rep in range(repeat) for name, library, problem in specs if problem is None]
     try:
-        for i, (rep, name, library) in enumerate(todo):
+        for i, (rep, name, library) in enumerate(planned):
             if on_start is not None:
-                on_start(i, len(todo), name, rep)
+                on_start(i, len(planned), name, rep)
             allocator = allocators.Allocator(name, library)
             env = allocators.allocator_env(allocator, None, model_env)
             run = run_one(name, env, cmd, client, out_dir, interval, startup, rep)
             runs.append(run)
             if on_done is not None:
-                on_done(i, len(todo), run)
+                on_done(i, len(planned), run)
     except KeyboardInterrupt:
         raise Interrupted(runs) from None
     order = {name: k for k, (name, _, _) in enumerate(specs)}
