@@ -128,3 +128,70 @@ def test_the_plot_has_one_line_per_allocator_and_no_flat_zero_lines():
     glibc, ours = series
     assert glibc[3] is None  # AnonHugePages stayed at zero: not drawn
     assert ours[2] == [8.0, 9.0] and ours[3] == [2.0, 4.0]
+
+
+def test_bad_input_creates_nothing(tmp_path):
+    out = tmp_path / "cmp" / "sub"
+    for args, rc, text in ((["--allocators", "glibc,nosuch"], 2, "unknown allocator 'nosuch'"),
+                           (["--model", str(tmp_path / "absent.model")], 2, "absent.model: no such file")):
+        r = llamalloc("compare", *args, "-o", out, "--", "sleep", "0.1")
+        assert r.returncode == rc and r.stderr.startswith("llamalloc: error: ") and text in r.stderr, r.stderr
+        assert not (tmp_path / "cmp").exists()
+    r = llamalloc("compare", "--allocators", "glibc", "--repeat", "1", "-o", out, "--", tmp_path / "no-such-prog")
+    assert r.returncode == 127 and r.stderr.strip().endswith("no-such-prog: command not found"), r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "cmp").exists()  # no folder, and no glibc.log of a run that never started
+
+
+def test_an_output_folder_under_a_file_is_refused_before_any_run(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    marker = tmp_path / "ran"
+    r = llamalloc("compare", "--allocators", "glibc", "--repeat", "1", "-o", a_file / "cmp", "--", "touch", marker)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"llamalloc: error: {a_file / 'cmp'}: ") and "is not a folder" in r.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_full_disk_under_the_outputs_is_one_line_and_keeps_what_was_there(tmp_path, capsys, monkeypatch,
+                                                                             existed):
+    import errno
+    import os
+
+    import matplotlib.figure
+
+    from llamalloc.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+    out = tmp_path / "cmp"
+    if existed:
+        out.mkdir()
+        (out / "compare.json").write_text("the former result")
+    rc = main(["compare", "--allocators", "glibc", "--repeat", "1", "-o", str(out), "--", "sleep", "0.3"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("llamalloc: ")]
+    assert lines == [f"llamalloc: error: cannot write {out / 'compare.png'}: No space left on device; the runs' "
+                     f"results are not kept ({out} left as it was)"], err
+    if existed:
+        assert sorted(p.name for p in out.iterdir()) == ["compare.json"]
+        assert (out / "compare.json").read_text() == "the former result"
+    else:
+        assert not out.exists()
+
+
+def test_a_full_standard_output_is_one_line_and_the_files_are_written(tmp_path):
+    import sys
+    out = tmp_path / "cmp"
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "llamalloc", "compare", "--allocators", "glibc", "--repeat", "1",
+                            "-o", str(out), "--", "sleep", "0.3"], stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == ("llamalloc: error: cannot write the standard output: No space left "
+                                                 "on device")
+    assert json.loads((out / "compare.json").read_text())["runs"][0]["allocator"] == "glibc"

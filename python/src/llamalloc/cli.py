@@ -65,6 +65,34 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except OSError as e:
+        click.echo(f"llamalloc: error: {_os_error_line(e)}", err=True)
+        return 1
+
+
+def _os_error_line(e: OSError) -> str:
+    """What an OSError that no command turned into a UserError says, in one line. Files the tool writes are named by
+    their own errors (llamalloc.files); what is left is mostly the standard output on a full disk (`> file`
+    there, or /dev/full), which a click.echo that failed holds as its `file`."""
+    if _failed_on_stdout(e):
+        return f"cannot write the standard output: {e.strerror or e}"
+    return f"{e.filename}: {e.strerror or e}" if e.filename else str(e.strerror or e)
+
+
+def _failed_on_stdout(e: OSError) -> bool:
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    for value in tb.tb_frame.f_locals.values():
+        if hasattr(value, "write") and hasattr(value, "fileno"):
+            try:
+                if value.fileno() == 1:
+                    return True
+            except (OSError, ValueError):  # (io.UnsupportedOperation is both)
+                pass
+    return False
 
 
 if __name__ == "__main__":

@@ -108,10 +108,17 @@ def run_one(name: str, env: dict, cmd: list[str], client: str | None, out_dir: P
             startup: float, repeat: int = 0) -> CompareRun:
     run = CompareRun(name, repeat)
     log_file = log_path(out_dir, name, repeat)
-    log = open(log_file, "wb")
+    try:
+        log = open(log_file, "wb")
+    except OSError as e:
+        raise UserError(f"cannot write {log_file}: {e.strerror or e}") from None
     try:
         start = time.monotonic()
-        proc = start_program(cmd, env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            proc = start_program(cmd, env, stdout=log, stderr=subprocess.STDOUT)
+        except UserError:
+            log_file.unlink(missing_ok=True)  # a program that never started leaves no log
+            raise
         samples = run.samples
         client_proc = None
         client_start = None
@@ -168,7 +175,10 @@ def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | Non
             on_done: Callable[[int, int, CompareRun], None] | None = None) -> list[CompareRun]:
     """Runs cmd under each allocator `repeat` times, the allocators in turn within each round (so that a slow
     period of a shared machine falls on all of them). on_start(i, total, name, repeat) and on_done(i, total, run)
-    report each run; Ctrl-C raises Interrupted with the runs that finished."""
+    report each run; Ctrl-C raises Interrupted with the runs that finished. Everything given is checked (the
+    allocators, the model, the program) before out_dir is created, so that bad input leaves nothing behind."""
+    from .prepare import resolve_program
+
     specs = allocators.parse_allocators(allocator_spec)
     if model is not None and not any(n == allocators.MODEL_ALLOCATOR for n, _, _ in specs):
         specs.append((allocators.MODEL_ALLOCATOR, *allocators.parse_allocators("llamalloc")[0][1:]))
@@ -180,6 +190,8 @@ def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | Non
         from .prepare import prepare_for_run
 
         model_env = prepare_for_run(model, cmd[0], binaries=list(binaries or []))
+    resolve_program(cmd[0])  # "command not found" before any folder or log is made
+    files.make_folder(out_dir)
     runs: list[CompareRun] = [CompareRun(name, problem=problem) for name, _, problem in specs if problem]
     planned = [(rep, name, library) for rep in range(repeat) for name, library, problem in specs if problem is None]
     try:
@@ -312,11 +324,16 @@ def verdict(runs: list[CompareRun], cmd: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def write_json(runs: list[CompareRun], cmd: list[str], client: str | None, path: Path) -> None:
+def json_text(runs: list[CompareRun], cmd: list[str], client: str | None) -> str:
+    """compare.json."""
     doc = {"format": JSON_FORMAT, "version": 1, "command": cmd, "client": client,
            "runs": [dict(asdict(r), **r.figures()) for r in runs],
            "summary": [asdict(s) for s in summarize(runs)]}
-    files.write_text(path, json.dumps(doc, indent=1))
+    return json.dumps(doc, indent=1)
+
+
+def write_json(runs: list[CompareRun], cmd: list[str], client: str | None, path: Path) -> None:
+    files.write_text(path, json_text(runs, cmd, client))
 
 
 def plot_series(runs: list[CompareRun]) -> list[tuple[str, list, list, list | None]]:
@@ -334,6 +351,14 @@ def plot_series(runs: list[CompareRun]) -> list[tuple[str, list, list, list | No
 
 
 def plot(runs: list[CompareRun], path: Path, title: str) -> Path:
+    """Draws compare.png at `path` (through files.replacing)."""
+    with files.replacing(path) as tmp:
+        draw(runs, tmp, title)
+    return path
+
+
+def draw(runs: list[CompareRun], path: Path, title: str) -> None:
+    """Draws the plot into the file `path` as it is (plot() is the atomic write)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -353,7 +378,7 @@ def plot(runs: list[CompareRun], path: Path, title: str) -> Path:
     ax.set_title(f"{title}\nRSS (solid) and AnonHugePages (dashed)", fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
-    with files.replacing(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    return path
+    try:
+        fig.savefig(path, dpi=110, format="png")
+    finally:
+        plt.close(fig)

@@ -40,6 +40,78 @@ def replacing(path, *, durable: bool = False) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def _try_writing_in(folder: Path, target: Path) -> None:
+    """Creates and removes a file in `folder`, or raises a UserError that names `target`. It tries rather than asks
+    (os.access): for root the permission bits always say yes, and neither a read-only mount nor a folder such as
+    /proc shows in them."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".llamalloc-check-", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise UserError(f"{target}: cannot write in folder {folder}: {e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def check_output_file(path, what: str = "output") -> Path:
+    """Refuses, before any long work, a file path that cannot be written: a folder, a file in a folder that does not
+    exist, or one in which no file can be created. `what` names the file in the message ("model" -> "give the
+    model file's path"). Returns the path."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory; give the {what} file's path")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UserError(f"{path}: folder {folder} does not exist")
+    _try_writing_in(folder, path)
+    return path
+
+
+def check_output_folder(folder) -> Path:
+    """Refuses, before any long work, an output folder that cannot be written: one that is a file, or lies under a
+    file, or whose nearest existing folder (itself, or where it would be created) takes no new file. Creates
+    nothing. Returns the folder."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{folder}: exists and is not a folder")
+    existing = folder.absolute()
+    while not existing.is_dir():
+        if existing.exists() or existing.is_symlink():
+            raise UserError(f"{folder}: cannot create the folder: {existing} is not a folder")
+        existing = existing.parent
+    _try_writing_in(existing, folder)
+    return folder
+
+
+def missing_top(folder) -> Path | None:
+    """The outermost folder of the path `folder` that is not there yet (what creating it would create first, and
+    what to remove to leave nothing behind), or None when `folder` is there."""
+    folder = Path(folder).absolute()
+    if folder.exists():
+        return None
+    while not folder.parent.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def make_folder(folder) -> Path | None:
+    """Creates `folder` (and its missing parents) when it is not there. Returns the outermost folder this call
+    created (what to remove to leave nothing behind), or None when it was there. An OSError becomes a UserError
+    that names the folder."""
+    folder = Path(folder)
+    top = missing_top(folder)
+    if top is None:
+        return None
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        if folder.is_dir():
+            return None
+        raise UserError(f"{folder}: exists and is not a folder") from None
+    except OSError as e:
+        raise UserError(f"{folder}: cannot create the folder: {e.strerror or e}") from None
+    return top
+
+
 def write_bytes(path, data: bytes, *, durable: bool = False) -> None:
     """Writes `data` to `path` through `replacing`."""
     with replacing(path, durable=durable) as tmp:

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from .. import compare as _compare
+from .. import files
 from ..errors import UserError
 from ..run import check_command
 
@@ -45,12 +46,10 @@ def command(allocators, model, binaries, client, startup, interval, repeat, out_
     cmd = check_command(cmd)
     if binaries and not model:
         raise UserError("--binary names the binaries a model predicts for: give --model with it")
-    out = Path(out_dir)
-    existed = out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"{out}: cannot create the folder: {e.strerror}") from None
+    # The folder is checked here and made by compare() once the allocators, the model and the program are known
+    # to be good: bad input leaves nothing behind.
+    out = files.check_output_folder(out_dir)
+    made = files.missing_top(out)  # what compare creates, and removes on failure
     from ..progress import Bar
 
     bar = Bar(None, "compare", "run", prefix="compare: ")
@@ -72,16 +71,12 @@ def command(allocators, model, binaries, client, startup, interval, repeat, out_
                 f"{_compare._mib(f['steady_rss_bytes'])} MiB")
         bar.line(f"{names[i]}: {what}")
 
-    written = []
-
     def clean_up() -> None:
         """What this compare wrote goes (the folder too when it made it): nothing half-done is left behind."""
         for r in runs:
             _compare.log_path(out, r.allocator, r.repeat).unlink(missing_ok=True)
-        for p in written:
-            p.unlink(missing_ok=True)
-        if not existed:
-            shutil.rmtree(out, ignore_errors=True)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
 
     runs = []
     try:
@@ -96,11 +91,15 @@ def command(allocators, model, binaries, client, startup, interval, repeat, out_
         clean_up()
         raise UserError(f"interrupted after {len(runs)} runs (the rows above); {out} left as it was",
                         exit_code=130) from None
+    except UserError:
+        bar.close()
+        clean_up()
+        raise
     finally:
         bar.close()
-    click.echo(_compare.format_table(runs))
-    click.echo(_compare.verdict(runs, list(cmd)))
     if not any(s.runs for s in _compare.summarize(runs)):
+        click.echo(_compare.format_table(runs))
+        click.echo(_compare.verdict(runs, list(cmd)))
         failed = next((r for r in runs if r.problem), None)
         tail = ""
         if failed is not None:
@@ -112,7 +111,17 @@ def command(allocators, model, binaries, client, startup, interval, repeat, out_
                 pass
         clean_up()
         raise UserError(f"no allocator ran {cmd[0]} to the end{tail}", exit_code=1)
-    _compare.write_json(runs, list(cmd), client, out / "compare.json")
-    written.append(out / "compare.json")
-    png = _compare.plot(runs, out / "compare.png", shlex.join(cmd)[:80])
-    click.echo(f"wrote {out / 'compare.json'} and {png}", err=True)
+    # The files first, then the table: a full standard output (llamalloc.cli) loses no result. Both files are
+    # written, or neither (a full disk): what a former compare left in the folder stays as it was.
+    json_path, png = out / "compare.json", out / "compare.png"
+    try:
+        with files.replacing(json_path) as json_tmp, files.replacing(png) as png_tmp:
+            json_tmp.write_text(_compare.json_text(runs, list(cmd), client))
+            _compare.draw(runs, png_tmp, shlex.join(cmd)[:80])
+    except UserError as e:
+        click.echo(_compare.format_table(runs))
+        clean_up()
+        raise UserError(f"{e}; the runs' results are not kept ({out} left as it was)", exit_code=1) from None
+    click.echo(_compare.format_table(runs))
+    click.echo(_compare.verdict(runs, list(cmd)))
+    click.echo(f"wrote {json_path} and {png}", err=True)
