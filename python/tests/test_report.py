@@ -129,3 +129,20 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(sim_result, tmp_path, 
     rc = main(["report", "-o", str(out)])
     assert rc == 2 and "nothing to report" in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("where", ["under a file", "in /proc"])
+def test_an_output_folder_that_cannot_be_made_is_one_line_before_any_input_is_read(tmp_path, capsys, monkeypatch,
+                                                                                    where):
+    import llamalloc.report as report_mod
+
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    # /proc takes no new file, whatever the permission bits say to root.
+    out = a_file / "rep" if where == "under a file" else Path("/proc/llamalloc-report")
+    monkeypatch.setattr(report_mod, "profile_class_counts",
+                        lambda *_: pytest.fail("the inputs were read before the output folder was checked"))
+    rc = main(["report", "--profile", str(DATA / "prof_sites.prof"), "-o", str(out), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"llamalloc: error: {out}: "), err
+    assert not out.exists()

@@ -7,6 +7,7 @@ import base64
 import html
 import json
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +153,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
     sims, profiles = [Path(s) for s in sims], [Path(p) for p in profiles]
     if not sims and bench is None and not profiles:
         raise UserError("report: nothing to report: give --sim, --bench or --profile files")
+    out_dir = files.check_output_folder(out_dir)  # before the inputs are read and the figures drawn
     sim_results = [(p, sim.load(p)) for p in sims]
     bench_doc = load_bench(bench) if bench is not None else None
     class_counts = profile_class_counts(profiles) if profiles else {}
@@ -161,11 +163,15 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
             class_counts[f"trace {Path(result.trace).name or path.name}"] = np.array(
                 [oracle.extras.get(f"allocs_class_{c}", 0) for c in range(8)], dtype=float)
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir))
+    created = files.make_folder(out_dir)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir))
+    except OSError as e:
+        _remove_created(created)
+        raise UserError(f"{out_dir}: cannot write in the folder: {e.strerror or e}") from None
     sections: list[Section] = []
     conclusions: list[str] = []
+    done = False
     try:
         used_stems: set[str] = set()
         for path, result in sim_results:
@@ -270,11 +276,20 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
             pngs.append(out_dir / png.name)
         html_path = out_dir / "index.html"
         files.write_bytes(html_path, page.encode())
+        done = True
     finally:
         for leftover in staging.glob("*"):
             leftover.unlink()
         staging.rmdir()
+        if not done:
+            _remove_created(created)
     return Report(out_dir, html_path, pngs, conclusions)
+
+
+def _remove_created(created: Path | None) -> None:
+    """A report that failed leaves no folder that it created."""
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
 
 
 CSS = """
