@@ -207,3 +207,13 @@ def test_settings_are_one_record(tmp_path):
     assert result.policies["llama-default"].extras["deadline_k"] == 3
     with pytest.raises(sim.UserError, match="DEADLINE_K=0: not an integer"):
         sim.simulate(trace, ["llama-default"], tmp_path / "c.json", heap_options=["DEADLINE_K=0"])
+
+
+def test_an_output_that_cannot_be_written_is_one_line_before_the_replay(small_trace, capsys, monkeypatch):
+    # /proc takes no new file, whatever the permission bits say to root (os.access says yes).
+    out = "/proc/llamalloc-small.sim.json"
+    monkeypatch.setattr(sim.subprocess, "Popen", lambda *_, **__: pytest.fail("the replay ran"))
+    rc, _, err = run(["simulate", str(small_trace), "-p", "pages-4k", "-o", out, "-q"], capsys)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"llamalloc: error: {out}: cannot write in folder "
+                                                               "/proc: "), err

@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from . import paths
+from . import files, paths
 from .errors import FormatError, UserError
 
 FORMAT = "llamalloc-sim"
@@ -271,14 +271,10 @@ def simulate(trace: str | os.PathLike, policies: Iterable[str], out: str | os.Pa
         raise UserError("llama-model needs a model: --model FILE (from `llamalloc train`)")
     if not wants_model and (model is not None or tokens is not None):
         raise UserError("--model and --tokens are for --policy llama-model")
-    out = Path(out)
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.is_dir():  # before the replay, which may take minutes
-        raise UserError(f"{out}: folder {folder} does not exist")
-    if out.is_dir():
-        raise UserError(f"{out}: is a directory; give the result file's path")
-    if not os.access(folder, os.W_OK):
-        raise UserError(f"{out}: folder {folder} is not writable")
+    # Before the replay, which may take minutes: the result, its timeline beside it, and the prediction log.
+    out = files.check_output_file(out, "result")
+    if settings.predict_log is not None:
+        files.check_output_file(settings.predict_log, "--predict-log")
     if settings.search and "llama-oracle-best" not in policies:
         raise UserError("--search is for --policy llama-oracle-best")
     if settings.jobs < 0:
