@@ -312,10 +312,11 @@ void LearnedPredictor::log_run(unsigned lc, const uint32_t* tokens, size_t n) {
 
 PredictionTotals LearnedPredictor::totals() const {
   PredictionTotals t;
-  const ThreadState* states = thread_states();
   uint32_t used = thread_states_used();
   for (uint32_t i = 0; i < used; ++i) {
-    const CacheCounters& c = states[i].counters;
+    const ThreadState* s = thread_state_at(i);
+    if (s == nullptr) continue;
+    const CacheCounters& c = s->counters;
     t.hits += c.hits.load(std::memory_order_relaxed);
     t.misses += c.misses.load(std::memory_order_relaxed);
     t.model_runs += c.model_runs.load(std::memory_order_relaxed);

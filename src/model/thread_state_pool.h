@@ -1,8 +1,11 @@
-// The pool of per-thread prediction states: one ThreadState per thread that predicts, from an array mapped once.
+// The pool of per-thread prediction states: one ThreadState per thread that predicts, from chunks of
+// kThreadStatesPerChunk states mapped as threads claim them.
 // Rules: never malloc (the pool serves the allocator itself); no lock (a state is claimed with a compare-and-swap
-// on a bitmap and handed back by a pthread key destructor), so fork is safe; a state's cache is whole pages, so
-// it can be given back with MADV_DONTNEED and read back as empty. An exited thread's warm cache is kept for the
-// next thread that runs on the same stack, since its keys hold that stack's frame addresses.
+// on a bitmap and handed back by a pthread key destructor, a chunk is published with a compare-and-swap), so
+// fork is safe; address space grows with the threads in use, not with kMaxThreads (a process under `ulimit -v`
+// pays for the threads it has); a state's cache is whole pages, so it can be given back with MADV_DONTNEED and
+// read back as empty. An exited thread's warm cache is kept for the next thread that runs on the same stack,
+// since its keys hold that stack's frame addresses.
 #pragma once
 
 #include <atomic>
@@ -12,7 +15,7 @@
 
 namespace llamalloc::model {
 
-// Per-thread state, from a pool mapped once (never malloc): the cache and its counters. Page-aligned, so that the
+// Per-thread state, from the pool's chunks (never malloc): the cache and its counters. Page-aligned, so that the
 // cache is whole pages that can be given back (MADV_DONTNEED, reading back as an empty cache) when the thread
 // stays idle (drop_thread_cache) and about a second after it exits (trim); the counters and the rest are on the
 // page after it. An exited thread's cache stays warm for that second and goes to the next thread that runs on
@@ -39,10 +42,18 @@ struct alignas(4096) ThreadState {
 
 // Most threads that hold a state at once.
 inline constexpr unsigned kMaxThreads = 4096;
+// States mapped together when the first of them is claimed: 32 x 36 KiB = 1.1 MiB of address space, so a
+// process of a few threads maps one chunk, and one of 4,096 maps 128 (one mmap per 32 threads).
+inline constexpr unsigned kThreadStatesPerChunk = 32;
+inline constexpr unsigned kThreadStateChunks = kMaxThreads / kThreadStatesPerChunk;
+static_assert(kMaxThreads % kThreadStatesPerChunk == 0 && 64 % kThreadStatesPerChunk == 0,
+              "a chunk is whole and lies within one word of the claim bitmap");
 
-// Maps the pool (once; later calls return true). false: the mapping failed.
+// Maps the pool's first chunk (once; later calls return true), so that a predictor that starts has states for
+// its first threads. false: the mapping failed.
 bool map_thread_states();
-// The calling thread's state: one initial-exec TLS load once claimed; null when the pool is not mapped or full.
+// The calling thread's state: one initial-exec TLS load once claimed; null when the pool is not mapped, full,
+// or a new chunk could not be mapped (the thread then predicts without a state, as when the pool is full).
 extern __thread ThreadState* t_thread_state __attribute__((tls_model("initial-exec")));
 ThreadState* claim_thread_state(uintptr_t here);
 inline ThreadState* this_thread_state() {
@@ -50,9 +61,12 @@ inline ThreadState* this_thread_state() {
   if (__builtin_expect(s != nullptr, 1)) return s;
   return claim_thread_state(reinterpret_cast<uintptr_t>(__builtin_frame_address(0)));
 }
-// Every state ever claimed (threads that exited included): [0, thread_states_used()).
-const ThreadState* thread_states();
+// Every state ever claimed (threads that exited included) is one of thread_state_at(i) for i in
+// [0, thread_states_used()); null where i's chunk is not mapped (a chunk skipped while another was mapped).
+const ThreadState* thread_state_at(uint32_t i);
 uint32_t thread_states_used();
+// Chunks mapped so far (at most kThreadStateChunks).
+uint32_t thread_state_chunks_mapped();
 // Drops the cache of the state whose cache starts at `entries`; false when it is no state of the pool.
 bool drop_thread_state_cache(const void* entries);
 // Drops the caches of exited threads that no new thread took within a few calls (the sweeper's passes).
