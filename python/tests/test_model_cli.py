@@ -209,3 +209,15 @@ def test_the_small_held_out_warning_is_repeated_under_the_table_it_qualifies(pro
     lines = out.splitlines()
     at = [i for i, line in enumerate(lines) if line.startswith("warning: the held-out set is too small")]
     assert len(at) == 1 and at[0] > max(i for i, line in enumerate(lines) if "confusion matrix" in line), out
+
+
+def test_a_model_path_that_cannot_be_written_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    from llamalloc.model import pipeline
+
+    prof = tmp_path / "small.prof"
+    write_profile(prof, synthetic_samples(5))
+    monkeypatch.setattr(pipeline, "load_samples", lambda *_, **__: pytest.fail("the profiles were read (training "
+                                                                               "started) before the output check"))
+    # /proc takes no new file, whatever the permission bits say to root (os.access says yes).
+    expect_error(["train", str(prof), "-o", "/proc/llamalloc.model"], capsys, "/proc/llamalloc.model: ",
+                 "cannot write in folder /proc")

@@ -194,8 +194,8 @@ def check_output(output) -> None:
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise UserError(f"{output}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UserError(f"{output}: folder {folder} is not writable")
+    from .. import files
+    files.check_output_file(path, "model")  # tries to write there: os.access says yes to root
 
 
 def _sampled_allocations(paths: Sequence[str]) -> int | None:
