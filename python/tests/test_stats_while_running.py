@@ -235,3 +235,14 @@ def test_stats_json_and_print_while_running(tmp_path):
     for doc in (now, printed):
         assert doc["footprint_bytes"] >= 20000 * 512
         assert doc["live_bytes"] >= 20000 * 512 - 2 * 256 * 1024
+
+
+def test_run_stats_where_no_file_can_be_written_is_one_line_before_the_program_starts(tmp_path):
+    marker = tmp_path / "ran"
+    # /proc takes no new file, whatever the permission bits say to root.
+    for stats in (Path("/proc/llamalloc-stats.json"), tmp_path / "missing" / "stats.json"):
+        r = _llamalloc("run", "--stats", stats, "--", "touch", marker)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0].startswith(f"llamalloc: error: --stats {stats}: "), lines
+        assert not marker.exists(), "the program ran"

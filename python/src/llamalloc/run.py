@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from . import files
 from .errors import UserError
 from .paths import native_library
 
@@ -134,8 +135,12 @@ def llamalloc_env(options: Iterable[str] = (), stats: str | os.PathLike | None =
         check_options(given)
     if stats:
         out = Path(stats)
-        if not out.parent.exists():
-            raise UserError(f"{out.parent}: no such directory (for --stats {stats})")
+        # Before the program starts: the allocator writes the file only at the program's exit, and could then
+        # only warn.
+        try:
+            files.check_output_file(out, "statistics")
+        except UserError as e:
+            raise UserError(f"--stats {e}") from None
         extra["LLAMALLOC_STATS"] = str(out.resolve())
         extra["LLAMALLOC_STATS_BEFORE_EXIT"] = "1"
         extra["LLAMALLOC_STATS_SUMMARY"] = "1"
