@@ -214,3 +214,23 @@ def test_bad_outputs_and_inputs_get_one_line(recorded, tmp_path, env):
     assert "corrupt corpus manifest" in r.stderr and "Traceback" not in r.stderr
     for r in (r,):
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_only_unreadable_inputs_are_one_error_and_write_nothing(recorded, tmp_path, env):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "notes.txt").write_text("not a profile\n")
+    (bad / "cpu.prof").write_bytes(b"\x1f\x8b" + os.urandom(64))
+    out = tmp_path / "corpus"
+    r = llamalloc("aggregate", bad, "-o", out, "--workers", "1", env=env, check_rc=1)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("llamalloc: ")]
+    assert len(errors) == 1, r.stderr
+    assert errors[0].startswith("llamalloc: error: no profile could be read (none of the 2 files): "), errors
+    assert "notes.txt" in errors[0] and "cpu.prof" in errors[0] and f"nothing was written to {out}" in errors[0]
+    assert "llamalloc train" not in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+    # A corpus that is there stays as it was.
+    llamalloc("aggregate", recorded[0], "-o", out, env=env)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    llamalloc("aggregate", bad, "-o", out, "--workers", "1", env=env, check_rc=1)
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 
 import click
@@ -86,6 +85,10 @@ def command(profiles, output, engine, master, workers, memory_limit):
         else:
             from ..fleet import spark_engine
             tally = corpus_mod.SourceTally.of(spark_engine.run(fresh, staging, master, on_progress, bar.line))
+        if not tally.ok:
+            # Nothing to add: no corpus is made or changed, and no `train` is suggested.
+            bar.close()
+            raise UserError(_none_read(tally, output), exit_code=1)
         builds = tally.builds
         seconds = time.monotonic() - started
         entry = {"engine": engine, "profiles": tally.ok, "skipped": tally.skipped, "seconds": round(seconds, 3),
@@ -114,5 +117,17 @@ def command(profiles, output, engine, master, workers, memory_limit):
         f"{sum(len(b) for b in new.builds.values())} build(s); {new.contexts_rows - manifest.contexts_rows:,} "
         f"context rows added, {new.contexts_rows:,} in all")
     say(f"next: llamalloc train {output} -o MODEL" + (" --program NAME" if len(new.builds) > 1 else ""))
-    if not tally.ok:
-        sys.exit(1)
+
+
+#: Skipped files named in the one line of an aggregation that read none.
+NAMED_WHEN_NONE_READ = 3
+
+
+def _none_read(tally, output) -> str:
+    """One line: that no file given could be read, the first few with their reasons, and that nothing was
+    written."""
+    shown = "; ".join(f"{s['path']}: {s['reason']}" for s in tally.first_skipped[:NAMED_WHEN_NONE_READ])
+    more = tally.skipped - min(len(tally.first_skipped), NAMED_WHEN_NONE_READ)
+    count = f" (none of the {tally.skipped:,} files)" if tally.skipped > 1 else ""
+    return (f"no profile could be read{count}: {shown}" + (f"; and {more:,} more" if more else "")
+            + f"; nothing was written to {output}")
