@@ -33,6 +33,8 @@ def cli() -> None:
       llamalloc record -o server.prof -- ./server      sampled lifetime profile
       llamalloc train server.prof -o server.model      train the lifetime model
       llamalloc run --model server.model -- ./server   run with the allocator and the model
+      llamalloc compare -- ./server                    your program under every allocator, side by side
+      llamalloc top server.prof                        what stays live, by call site
       llamalloc trace -o server.trace -- ./server      every malloc/free
       llamalloc simulate server.trace --policy P       what-if replay
       llamalloc bench                                  workloads under every allocator
