@@ -188,3 +188,25 @@ def test_the_preloaded_allocator_says_that_it_does_not_read_model_dir(world, tmp
     assert r.returncode == 0 and r.stdout.strip() == "model=(none)"
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and "LLAMALLOC_MODEL_DIR is read by `llamalloc run`" in lines[0], lines
+
+
+def test_run_says_which_model_of_the_directory_it_took(tmp_path):
+    from predict_support import random_model
+
+    (tmp_path / "app.c").write_text(APP_C)
+    exe = tmp_path / "app"
+    subprocess.run([shutil.which("cc") or shutil.which("gcc"), "-O1", f"-Wl,--build-id=0x{BUILD_A}", "-o", str(exe),
+                    str(tmp_path / "app.c")], check=True)
+    models = tmp_path / "models"
+    models.mkdir()
+    m = random_model()
+    m.metadata["build_ids"] = [BUILD_A]
+    modelfile.write(models / "a.model", m)
+    env = dict(os.environ, LLAMALLOC_CACHE_DIR=str(tmp_path / "cache"))
+    for name in ("LLAMALLOC_MODEL", "LLAMALLOC_MODEL_DIR", "LLAMALLOC_TOKENS"):
+        env.pop(name, None)
+    chosen, lines, _ = run_app(env, exe, "--model-dir", models)
+    assert chosen == os.path.realpath(models / "a.model")
+    said = [line for line in lines if line.startswith("llamalloc: model for ")]
+    assert said == [f"llamalloc: model for {os.path.realpath(exe)}: {models / 'a.model'} (build {BUILD_A[:8]}…)"], \
+        lines

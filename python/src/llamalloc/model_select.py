@@ -87,6 +87,21 @@ def check_directory(directory, what: str = "model directory") -> Path:
     return d
 
 
+def describe_choice(chosen, binaries: Iterable[str | os.PathLike]) -> str:
+    """What a model of the running build was chosen for, in the words of one line: "BINARY: MODEL (build ID…)",
+    the binary being the first of `binaries` whose build id the model records."""
+    binaries = [str(b) for b in binaries]
+    try:
+        recorded = {str(b).lower() for b in (modelfile.read(chosen).metadata.get("build_ids") or []) if b}
+    except (FormatError, OSError):
+        recorded = set()
+    for b in binaries:
+        i = symbolize.build_id(b)
+        if i and i in recorded:
+            return f"{b}: {chosen} (build {_short(i)})"
+    return f"{binaries[0]}: {chosen}"
+
+
 def select_model(directory, binaries: str | os.PathLike | Iterable[str | os.PathLike],
                  warn: Callable[[str], None] | None = None, what: str = "model directory"
                  ) -> tuple[Path | None, str | None]:

@@ -65,7 +65,7 @@ def command(stats, options, model, model_dir, learn, binaries, cmd):
 def _model_from_directory(directory, what: str, program: str, binaries) -> tuple[str | None, bool]:
     """The model of `directory` for the program (its executable, and the binaries named by --binary), and whether
     prepare_for_run should still note another build (not when the choice has said so)."""
-    from ..model_select import check_directory, select_model
+    from ..model_select import check_directory, describe_choice, select_model
     from ..prepare import resolve_program
 
     check_directory(directory, what)  # (before the program is looked up: the directory is the user's mistake)
@@ -73,6 +73,9 @@ def _model_from_directory(directory, what: str, program: str, binaries) -> tuple
     chosen, message = select_model(directory, executables, what=what)
     if message:
         click.echo(f"llamalloc: warning: {message}", err=True)
+    elif chosen is not None:
+        # A model of this very build: no warning, but the choice is the directory's, so it is said which.
+        click.echo(f"llamalloc: model for {describe_choice(chosen, executables)}", err=True)
     return (str(chosen) if chosen else None), message is None
 
 
