@@ -219,6 +219,10 @@ bool ModelFile::validate(char* error, size_t cap) {
   bool seen_decision = false;
   token_contexts_ = nullptr;
   token_context_count_ = 0;
+  token_class_ = nullptr;
+  uint64_t token_class_count = 0;
+  unseen_default_ = false;
+  bool seen_unseen = false;
   decision_kind_ = kArgmax;
   decision_parameter_ = decision_tie_ = 0;
   const uint64_t v = vocab_size_, four_h = 4ull * hidden_dim_;
@@ -265,6 +269,25 @@ bool ModelFile::validate(char* error, size_t cap) {
       token_context_count_ = shape[0];
       continue;
     }
+    if (strcmp(name, "train.token_class") == 0) {
+      if (token_class_ != nullptr) return format_message(error, cap, "corrupt: section %s twice", name), false;
+      if (dtype != kU8 || ndim != 1 || uint64_t(shape[0]) != size)
+        return format_message(error, cap, "section train.token_class has the wrong type or shape"), false;
+      for (uint64_t i = 0; i < size; ++i)
+        if (h[offset + i] >= kNumClasses)
+          return format_message(error, cap, "corrupt: section train.token_class holds a class out of range"), false;
+      token_class_ = h + offset;
+      token_class_count = size;
+      continue;
+    }
+    if (strcmp(name, "deploy.unseen") == 0) {
+      if (seen_unseen) return format_message(error, cap, "corrupt: section %s twice", name), false;
+      seen_unseen = true;
+      if (dtype != kU32 || ndim != 1 || shape[0] != 1 || size != 4 || load<uint32_t>(h + offset) > 1)
+        return format_message(error, cap, "section deploy.unseen is not one u32 of 0 or 1"), false;
+      unseen_default_ = load<uint32_t>(h + offset) == 1;
+      continue;
+    }
     for (Want& w : want) {
       if (strcmp(w.name, name) != 0) continue;
       if (w.found) return format_message(error, cap, "corrupt: section %s twice", name), false;
@@ -285,6 +308,8 @@ bool ModelFile::validate(char* error, size_t cap) {
   }
   for (const Want& w : want)
     if (!w.found) return format_message(error, cap, "corrupt: section %s missing", w.name), false;
+  if (token_class_ != nullptr && (token_contexts_ == nullptr || token_class_count != token_context_count_))
+    return format_message(error, cap, "corrupt: section train.token_class does not match train.token_contexts"), false;
   const auto* off = static_cast<const uint32_t*>(offsets);
   for (uint64_t i = 0; i < v; ++i)
     if (off[i] > off[i + 1]) return format_message(error, cap, "corrupt: vocabulary offsets not increasing"), false;
@@ -303,8 +328,8 @@ bool ModelFile::validate(char* error, size_t cap) {
   return true;
 }
 
-bool ModelFile::knows_context(const uint32_t* tokens, size_t count) const {
-  if (token_contexts_ == nullptr) return true;
+int64_t ModelFile::find_context(const uint32_t* tokens, size_t count) const {
+  if (token_contexts_ == nullptr) return -1;
   uint64_t key = token_context_key(tokens, count);
   size_t lo = 0, hi = token_context_count_;
   while (lo < hi) {
@@ -312,7 +337,17 @@ bool ModelFile::knows_context(const uint32_t* tokens, size_t count) const {
     if (token_contexts_[mid] < key) lo = mid + 1;
     else hi = mid;
   }
-  return lo < token_context_count_ && token_contexts_[lo] == key;
+  return lo < token_context_count_ && token_contexts_[lo] == key ? int64_t(lo) : -1;
+}
+
+bool ModelFile::knows_context(const uint32_t* tokens, size_t count) const {
+  return token_contexts_ == nullptr || find_context(tokens, count) >= 0;
+}
+
+int ModelFile::table_class(const uint32_t* tokens, size_t count) const {
+  if (token_class_ == nullptr) return -1;
+  int64_t i = find_context(tokens, count);
+  return i >= 0 ? int(token_class_[i]) : -1;
 }
 
 unsigned ModelFile::decide(const float* logits) const {

@@ -93,8 +93,16 @@ class ModelFile {
   bool has_token_contexts() const { return token_contexts_ != nullptr; }
   uint64_t token_context_count() const { return token_context_count_; }
   bool knows_context(const uint32_t* tokens, size_t count) const;
+  // The deployed predictor's table (section `train.token_class`): the class training labelled these token ids
+  // with, or -1 where the file has no table or the context is not in it.
+  int table_class(const uint32_t* tokens, size_t count) const;
+  bool has_table() const { return token_class_ != nullptr; }
+  // Whether a context outside the table gets the default class instead of the LSTM's (section `deploy.unseen`:
+  // `train` chose it because the LSTM predicted contexts it never saw worse than that).
+  bool unseen_default() const { return unseen_default_; }
 
  private:
+  int64_t find_context(const uint32_t* tokens, size_t count) const;  // index in token_contexts_, or -1
   bool validate(char* error, size_t error_capacity);
 
   const unsigned char* base_ = nullptr;
@@ -108,6 +116,8 @@ class ModelFile {
   const float* dense_b_ = nullptr;
   const uint64_t* token_contexts_ = nullptr;  // sorted
   uint64_t token_context_count_ = 0;
+  const unsigned char* token_class_ = nullptr;  // parallel to token_contexts_
+  bool unseen_default_ = false;
 };
 
 // Logits of one token sequence (tokens[0..count), count <= max_tokens; an id >= vocab_size is read as <unk>).
@@ -149,9 +159,23 @@ struct ConfidenceRule {
   }
 };
 
-// infer() and then the unsure rule where it applies: the class the allocator uses.
+// The class the allocator uses (docs/prediction.md, "The deployed predictor"). A context in the model's table of
+// training contexts gets its class there: the table reproduces what training observed for the very same context,
+// which the LSTM only approximates (the unsure rule treats it as certain). Another context gets the default class
+// where the model file says the LSTM predicted unseen contexts worse than that, else infer() and then the unsure
+// rule where it applies. Logits are
+// written only where the LSTM ran (the others' are zero).
 inline unsigned classify(const ModelFile& model, const uint32_t* tokens, size_t count, float* logits,
                          const ConfidenceRule& confidence) {
+  if (model.has_table()) {
+    int c = model.table_class(tokens, count);
+    if (c < 0 && model.unseen_default()) c = int(model.default_class());
+    if (c >= 0) {
+      for (unsigned k = 0; k < kNumClasses; ++k) logits[k] = 0.0f;
+      // A table class is certain: the unsure rule replaces it only at 100, where no prediction is kept.
+      return confidence.raise(confidence.min_confidence_percent >= 100 ? confidence.fallback : unsigned(c));
+    }
+  }
   unsigned c = infer(model, tokens, count, logits);
   return confidence.raise(model.is_distribution() ? confidence.apply_distribution(c, logits)
                                                   : confidence.apply(c, logits));

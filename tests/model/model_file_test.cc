@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -62,6 +63,61 @@ TEST(ModelFile, KnowsTheContextsItWasTrainedOn) {
   ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
   EXPECT_FALSE(m.has_token_contexts());
   EXPECT_TRUE(m.knows_context(c, 2));
+}
+
+// The deployed predictor: a context in the table (train.token_class) gets the class training gave it, without
+// running the LSTM; another gets the LSTM's class, or the default class where deploy.unseen says so.
+TEST(ModelFile, TheTablePredictsTheContextsTrainingSaw) {
+  const uint32_t a[] = {4 + 6, 60, 2, 53}, b[] = {4 + 9, 61}, c[] = {4 + 9, 62};
+  uint64_t keys[] = {token_context_key(a, 4), token_context_key(b, 2)};
+  uint8_t classes[] = {5, 1};
+  if (keys[0] > keys[1]) std::swap(keys[0], keys[1]), std::swap(classes[0], classes[1]);
+  const unsigned class_a = keys[0] == token_context_key(a, 4) ? classes[0] : classes[1];
+  const unsigned class_b = keys[0] == token_context_key(b, 2) ? classes[0] : classes[1];
+  static Image img;
+  ModelFile m;
+  char err[256];
+  float logits[8];
+  const ConfidenceRule keep{};
+  build_model(img, 4, keys, 2);  // no table: the LSTM everywhere
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  const unsigned lstm_c = infer(m, c, 2, logits);
+  EXPECT_FALSE(m.has_table());
+  EXPECT_EQ(m.table_class(a, 4), -1);
+  EXPECT_EQ(classify(m, c, 2, logits, keep), lstm_c);
+  build_model(img, 4, keys, 2, classes);
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  ASSERT_TRUE(m.has_table());
+  EXPECT_EQ(m.table_class(a, 4), int(class_a));
+  EXPECT_EQ(m.table_class(b, 2), int(class_b));
+  EXPECT_EQ(m.table_class(c, 2), -1);
+  EXPECT_EQ(classify(m, a, 4, logits, keep), class_a);
+  EXPECT_EQ(classify(m, b, 2, logits, keep), class_b);
+  EXPECT_EQ(classify(m, c, 2, logits, keep), lstm_c) << "an unseen context runs the LSTM";
+  // A table class is certain: kept below a 100% threshold, replaced by the fallback at 100 (no prediction kept);
+  // the shortest-class rule raises it.
+  EXPECT_EQ(classify(m, b, 2, logits, ConfidenceRule{99, 3, 0}), class_b);
+  EXPECT_EQ(classify(m, b, 2, logits, ConfidenceRule{100, 3, 0}), 3u);
+  EXPECT_EQ(classify(m, b, 2, logits, ConfidenceRule{0, 0, 4}), std::max(class_b, 4u));
+  build_model(img, 4, keys, 2, classes, 1);
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  EXPECT_TRUE(m.unseen_default());
+  EXPECT_EQ(classify(m, c, 2, logits, keep), m.default_class()) << "deploy.unseen 1: the default class";
+  EXPECT_EQ(classify(m, a, 4, logits, keep), class_a);
+  build_model(img, 4, keys, 2, classes, 0);
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  EXPECT_FALSE(m.unseen_default());
+  // Refused with a reason: a class out of range, a table without its keys, an unknown deploy.unseen value.
+  uint8_t bad[] = {9, 1};
+  build_model(img, 4, keys, 2, bad);
+  EXPECT_FALSE(m.open_image(img.bytes, img.size, err, sizeof err));
+  EXPECT_NE(std::string(err).find("train.token_class holds a class out of range"), std::string::npos) << err;
+  build_model(img, 4, keys, 2, classes, 2);
+  EXPECT_FALSE(m.open_image(img.bytes, img.size, err, sizeof err));
+  EXPECT_NE(std::string(err).find("deploy.unseen"), std::string::npos) << err;
+  build_model(img, 4, nullptr, 2, classes);
+  EXPECT_FALSE(m.open_image(img.bytes, img.size, err, sizeof err));
+  EXPECT_NE(std::string(err).find("does not match train.token_contexts"), std::string::npos) << err;
 }
 
 // Opening a model file reads all of it (its checksum); then its pages leave the resident set, and come back only

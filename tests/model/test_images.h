@@ -20,8 +20,10 @@ struct Image {
 inline void put32(unsigned char* p, uint32_t v) { memcpy(p, &v, 4); }
 inline void put64(unsigned char* p, uint64_t v) { memcpy(p, &v, 8); }
 
-// With token_contexts: also a section train.token_contexts of those keys, in the order given.
-inline void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_contexts = nullptr, uint32_t contexts = 0) {
+// With token_contexts: also a section train.token_contexts of those keys, in the order given; with token_class
+// (one class per key) a section train.token_class; with unseen 0 or 1 a section deploy.unseen of that value.
+inline void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_contexts = nullptr, uint32_t contexts = 0,
+                        const uint8_t* token_class = nullptr, int unseen = -1) {
   memset(img.bytes, 0, sizeof img.bytes);
   const uint32_t V = 54, E = 4, H = hidden;
   struct Sec {
@@ -33,8 +35,13 @@ inline void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_c
   Sec secs[] = {{"vocab.offsets", 3, 1, V + 1, 0, 4ull * (V + 1)}, {"vocab.strings", 2, 1, 2 * V, 0, 2ull * V},
                 {"lstm.folded", 1, 2, V, 4 * H, 4ull * V * 4 * H},   {"lstm.w_hidden", 1, 2, H, 4 * H, 4ull * H * 4 * H},
                 {"dense.w", 1, 2, H, 8, 4ull * H * 8},              {"dense.b", 1, 1, 8, 0, 32},
-                {"train.token_contexts", 4, 1, contexts, 0, 8ull * contexts}};
-  const uint32_t n = token_contexts != nullptr ? 7 : 6;
+                {"train.token_contexts", 4, 1, contexts, 0, 8ull * contexts},
+                {"train.token_class", 2, 1, contexts, 0, contexts},
+                {"deploy.unseen", 3, 1, 1, 0, 4}};
+  Sec* last = secs + (token_contexts != nullptr ? 7 : 6);
+  if (token_class != nullptr) *last++ = secs[7];
+  if (unseen >= 0) *last++ = secs[8];
+  const uint32_t n = uint32_t(last - secs);
   uint64_t off = 128 + 64 * n;
   off = (off + 63) / 64 * 64;
   unsigned char* h = img.bytes;
@@ -70,7 +77,9 @@ inline void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_c
       for (uint32_t i = 0; i <= V; ++i) put32(data + 4 * i, 2 * i);
     if (s == 1)
       for (uint32_t i = 0; i < V; ++i) data[2 * i] = 'a';
-    if (s == 6) memcpy(data, token_contexts, 8ull * contexts);
+    if (strcmp(secs[s].name, "train.token_contexts") == 0) memcpy(data, token_contexts, 8ull * contexts);
+    if (strcmp(secs[s].name, "train.token_class") == 0) memcpy(data, token_class, contexts);
+    if (strcmp(secs[s].name, "deploy.unseen") == 0) put32(data, uint32_t(unseen));
     if (s >= 2 && s < 6) {
       float* f = reinterpret_cast<float*>(data);
       for (uint64_t i = 0; i < secs[s].bytes / 4; ++i) f[i] = float((i * 37 % 101) - 50) / 50.0f;

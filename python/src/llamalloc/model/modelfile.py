@@ -111,6 +111,14 @@ class ModelFile:
     #: section `train.token_contexts`): the allocator places a context that is not among them on long-lived
     #: pages until it proves frequent (docs/prediction.md). None: a model written without it.
     train_token_contexts: np.ndarray | None = None
+    #: The exact-match class of each `train_token_contexts` key (optional section `train.token_class`, u8 [n]):
+    #: the label of the merged counts of the training contexts with that key. The allocator predicts a context
+    #: it finds here with this class (a lookup table for what training saw) and runs the LSTM only for others.
+    train_token_class: np.ndarray | None = None
+    #: How a context missing from `train_token_class` is predicted (section `deploy.unseen`): False, the LSTM;
+    #: True, the default class (what exact-match lookup falls back to), chosen by `train` when the LSTM predicts
+    #: the held-out contexts worse than that fallback.
+    unseen_default: bool = False
     metadata: dict = field(default_factory=dict)
     #: None: a label model (the class is the largest logit). A label rule ("mode", "p95", "share20"): a
     #: distribution model, whose class is that rule applied to the softmax (section `decision`).
@@ -155,7 +163,10 @@ def _sections(m: ModelFile) -> list[tuple[str, np.ndarray]]:
         ("metadata.json", u8(json.dumps(m.metadata, sort_keys=True).encode("utf-8"))),
     ] + ([("decision", decision_to_array(m.decision))] if m.decision is not None else []) \
       + ([("train.token_contexts", np.ascontiguousarray(m.train_token_contexts, "<u8"))]
-         if m.train_token_contexts is not None else [])
+         if m.train_token_contexts is not None else []) \
+      + ([("train.token_class", np.ascontiguousarray(m.train_token_class, np.uint8))]
+         if m.train_token_class is not None else []) \
+      + ([("deploy.unseen", np.array([1 if m.unseen_default else 0], "<u4"))] if m.unseen_default else [])
 
 
 FNV_OFFSET = np.uint64(14695981039346656037)
@@ -296,6 +307,14 @@ def from_bytes(data: bytes, path="<model>") -> ModelFile:
     if token_contexts is not None and (token_contexts.dtype != DTYPES[4] or token_contexts.ndim != 1 or
                                        np.any(token_contexts[1:] <= token_contexts[:-1])):
         raise bad("corrupt section 'train.token_contexts': not a sorted list of distinct u64 keys")
+    token_class = arrays.get("train.token_class")
+    if token_class is not None and (token_contexts is None or token_class.dtype != DTYPES[2] or
+                                    token_class.shape != token_contexts.shape or
+                                    np.any(token_class >= NUM_CLASSES)):
+        raise bad("corrupt section 'train.token_class': not one class per 'train.token_contexts' key")
+    unseen = arrays.get("deploy.unseen")
+    if unseen is not None and (unseen.dtype != DTYPES[3] or unseen.shape != (1,) or int(unseen[0]) > 1):
+        raise bad("corrupt section 'deploy.unseen': not one u32 of 0 or 1")
     decision = None
     if "decision" in arrays:
         decision = decision_from_array(arrays["decision"]) if arrays["decision"].dtype == DTYPES[3] else None
@@ -308,4 +327,5 @@ def from_bytes(data: bytes, path="<model>") -> ModelFile:
         program=program, train_stacks=arrays["train.stacks"], train_contexts=arrays["train.contexts"],
         train_context_class=arrays["train.context_class"], train_sites=arrays["train.sites"],
         train_site_class=arrays["train.site_class"], train_token_contexts=token_contexts, metadata=metadata,
-        decision=decision)
+        decision=decision, train_token_class=token_class,
+        unseen_default=unseen is not None and int(unseen[0]) == 1)

@@ -14,9 +14,9 @@ import pyarrow as pa
 
 from ..errors import UserError
 from . import baselines, lstm, modelfile
-from .classes import DEFAULT_LABEL_RULE, DEFAULT_TARGET, DEFAULT_WEIGHT_POWER, NUM_CLASSES, TARGETS
-from .dataset import (Contexts, Warn, build_contexts, class_distributions, decide, parse_label_rule, split_by_stack,
-                      warn_on_stderr)
+from .classes import CLASS_NAMES, DEFAULT_LABEL_RULE, DEFAULT_TARGET, DEFAULT_WEIGHT_POWER, NUM_CLASSES, TARGETS
+from .dataset import (Contexts, Warn, build_contexts, class_distributions, decide, labels_from_counts,
+                      parse_label_rule, split_by_stack, warn_on_stderr)
 from .metrics import Scores, format_mispredictions, format_report, mispredictions, score
 from .tokenizer import DEFAULT_MAX_TOKENS, DEFAULT_VOCAB_WORDS, Vocabulary
 
@@ -103,33 +103,100 @@ def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int =
                  "training_stacks": len(set(train.stacks)), "label": train.label_rule,
                  "under_weight": config.under_weight,
                  "target": "label" if config.decision is None else "distribution"})
+    token_keys, token_class = token_class_table(train, ids, lengths)
     model = modelfile.ModelFile(
         vocabulary=vocab.tokens, embedding=params["embedding"], w_input=params["w_input"],
         w_hidden=params["w_hidden"], bias=params["bias"], folded=folded, dense_w=params["dense_w"],
         dense_b=params["dense_b"], max_tokens=max_tokens, default_class=exact.default_class,
         program="\n".join(train.programs), train_stacks=baselines.stack_keys(train), train_contexts=exact.keys,
         train_context_class=exact.classes, train_sites=site.keys, train_site_class=site.classes, metadata=meta,
-        decision=config.decision, train_token_contexts=np.unique(modelfile.token_context_keys(ids, lengths)))
+        decision=config.decision, train_token_contexts=token_keys, train_token_class=token_class)
     return Trained(model, vocab, result, exact, site)
+
+
+def token_class_table(contexts: Contexts, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct token-context keys, the class of each): the deployed predictor's table of the contexts
+    training saw, keyed as the allocator keys them. Contexts whose token ids coincide (stacks cut at max_tokens,
+    words outside the vocabulary) get the label of their merged counts, by the contexts' label rule."""
+    keys = modelfile.token_context_keys(ids, lengths)
+    unique, inverse = np.unique(keys, return_inverse=True)
+    merged = np.zeros((len(unique), NUM_CLASSES), np.int64)
+    np.add.at(merged, inverse, np.asarray(contexts.class_counts, np.int64))
+    return unique, labels_from_counts(merged, contexts.label_rule).astype(np.uint8)
 
 
 def lstm_name(model: modelfile.ModelFile) -> str:
     return f"lstm (hidden {model.hidden_dim})"
 
 
+def deployed_name(model: modelfile.ModelFile) -> str:
+    if model.train_token_class is None:
+        return f"deployed: {lstm_name(model)}"
+    return "deployed: table + " + ("default" if model.unseen_default else "lstm")
+
+
+def deployed_classes(model: modelfile.ModelFile, ids: np.ndarray, lengths: np.ndarray,
+                     lstm_classes: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """What the allocator predicts (docs/prediction.md, "The deployed predictor"): a context in the model's
+    table of training contexts gets its class there; any other the LSTM's class, or the default class where the
+    model says so. Returns (classes, found in the table) (found None for a model without a table)."""
+    if model.train_token_class is None:
+        return lstm_classes, None
+    table = baselines.LookupTable(model.train_token_contexts, model.train_token_class, model.default_class)
+    classes, found = table.lookup(modelfile.token_context_keys(ids, lengths))
+    unseen = np.full(len(lengths), model.default_class, np.int64) if model.unseen_default else lstm_classes
+    return np.where(found, classes, unseen), found
+
+
 def predict_all(model: modelfile.ModelFile, test: Contexts) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
-    """Predictor name -> (predicted classes, found mask of a lookup table or None), for the model's LSTM and
-    its two baselines."""
+    """Predictor name -> (predicted classes, found mask of a lookup table or None), for what the allocator
+    deploys, the model's LSTM alone and its two baselines."""
     vocab = Vocabulary(model.vocabulary)
     ids, lengths = vocab.encode_batch(test.stacks, test.size_buckets, model.max_tokens)
     logits = lstm.predict_logits({k: np.asarray(v) for k, v in model.params().items()}, ids, lengths)
+    lstm_classes = np.asarray(decide(logits, model.decision), np.int64)
     exact = baselines.LookupTable(model.train_contexts, model.train_context_class, model.default_class)
     site = baselines.LookupTable(model.train_sites, model.train_site_class, model.default_class)
     return {
-        lstm_name(model): (decide(logits, model.decision), None),
+        deployed_name(model): deployed_classes(model, ids, lengths, lstm_classes),
+        lstm_name(model): (lstm_classes, None),
         "exact-match lookup": exact.lookup(baselines.context_keys(test)),
         "allocation site + size": site.lookup(baselines.site_keys(test)),
     }
+
+
+def deploy_message(model: modelfile.ModelFile, figures: dict[str, float]) -> str:
+    """The one line `train` prints on what the model file deploys, from choose_unseen's figures."""
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    if model.unseen_default:
+        return (f"llamalloc: warning: the LSTM loses to exact-match lookup on contexts it never saw "
+                f"({pct(figures['lstm'])} against {pct(figures['default'])} by weight with the lookup's fallback): "
+                f"the model predicts contexts outside its training table with the default class "
+                f"({CLASS_NAMES[model.default_class]}), as the lookup does")
+    return (f"deployed predictor: the training table for the contexts it saw, the LSTM for others "
+            f"({pct(figures['lstm'])} of the held-out objects by weight; exact-match lookup "
+            f"{pct(figures['exact'])}, the LSTM alone {pct(figures['lstm alone'])})")
+
+
+def choose_unseen(model: modelfile.ModelFile, test: Contexts) -> tuple[bool, dict[str, float]]:
+    """Whether contexts outside the model's table should get the default class rather than the LSTM's: True
+    when that predicts `test` (contexts the model was not trained on) better by weight. Returns the choice and
+    the weighted accuracies it compared ("lstm", "default", and "exact" for exact-match lookup)."""
+    vocab = Vocabulary(model.vocabulary)
+    ids, lengths = vocab.encode_batch(test.stacks, test.size_buckets, model.max_tokens)
+    logits = lstm.predict_logits({k: np.asarray(v) for k, v in model.params().items()}, ids, lengths)
+    lstm_classes = np.asarray(decide(logits, model.decision), np.int64)
+    w = test.weights.astype(np.float64)
+    total = w.sum() or 1.0
+    accuracy = lambda predicted: float(w[predicted == test.labels].sum() / total)  # noqa: E731
+    figures = {}
+    for name, default in (("lstm", False), ("default", True)):
+        candidate = replace(model, unseen_default=default)
+        figures[name] = accuracy(deployed_classes(candidate, ids, lengths, lstm_classes)[0])
+    exact = baselines.LookupTable(model.train_contexts, model.train_context_class, model.default_class)
+    figures["exact"] = accuracy(exact.lookup(baselines.context_keys(test))[0])
+    figures["lstm alone"] = accuracy(lstm_classes)
+    return figures["default"] > figures["lstm"], figures
 
 
 def score_predictions(predictions: dict, test: Contexts) -> list[Scores]:
@@ -182,7 +249,6 @@ def matching_stacks(model: modelfile.ModelFile, test: Contexts) -> tuple[int, in
 
 def class_histogram(contexts: Contexts) -> str:
     counts = np.bincount(contexts.labels, minlength=NUM_CLASSES)
-    from .classes import CLASS_NAMES
     return ", ".join(f"{CLASS_NAMES[k]} {counts[k]}" for k in range(NUM_CLASSES) if counts[k])
 
 
@@ -295,8 +361,18 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
           f"({trained.result.epochs_run} epochs, kept epoch {trained.result.best_epoch}"
           f"{'; interrupted by Ctrl-C' if trained.result.interrupted else ''})", file=sys.stderr)
     scored, scored_what = (test, held_what) if len(test) else (train, "training contexts (nothing held out)")
+    deploy_line = None
+    if len(test):
+        # Contexts outside the table get the LSTM's class only where it beats exact-match lookup's fallback on
+        # contexts training never saw: the deployed predictor is then never below the lookup table there.
+        trained.model.unseen_default, figures = choose_unseen(trained.model, test)
+        trained.model.metadata["deployed"] = {
+            "unseen": "default" if trained.model.unseen_default else "lstm",
+            "heldout_weighted_accuracy": {k: round(v, 6) for k, v in figures.items()}}
+        deploy_line = deploy_message(trained.model, figures)
     predictions = predict_all(trained.model, scored)
     scores = score_predictions(predictions, scored)
+    by_name = {s.name: s for s in scores}
     report = format_report(scored_what, scores, len(scored), scored.weights.sum())
     if holdout_profiles:
         match, total = matching_stacks(trained.model, test)
@@ -314,8 +390,10 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         refit_epochs = max(trained.result.best_epoch, 1)
         split = {"contexts": len(train), "stacks": len(set(train.stacks)), "heldout_contexts": len(test),
                  "heldout_stacks": len(set(test.stacks)), "epochs": refit_epochs,
-                 "heldout_weighted_accuracy": round(scores[0].weighted_accuracy, 6),
-                 "heldout_unweighted_accuracy": round(scores[0].unweighted_accuracy, 6)}
+                 "heldout_weighted_accuracy": round(by_name[lstm_name(trained.model)].weighted_accuracy, 6),
+                 "heldout_unweighted_accuracy": round(by_name[lstm_name(trained.model)].unweighted_accuracy, 6),
+                 "heldout_deployed_weighted_accuracy":
+                     round(by_name[deployed_name(trained.model)].weighted_accuracy, 6)}
         try:
             deployed = train_contexts(contexts, replace(config, max_epochs=refit_epochs), vocab_words, max_tokens,
                                       metadata={**metadata, "refit": True, "split": split}, validate=False)
@@ -325,6 +403,9 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
             trained.model.metadata["refit"] = False
             return _write_partial(output, trained, "the refit was interrupted: the split model, which never saw "
                                                    "the held-out stacks")
+        deployed.model.unseen_default = trained.model.unseen_default
+        if "deployed" in trained.model.metadata:
+            deployed.model.metadata["deployed"] = trained.model.metadata["deployed"]
         print(f"deployed model: retrained on all {len(contexts)} contexts ({len(set(contexts.stacks))} stacks): "
               f"ran {deployed.result.epochs_run} of at most {refit_epochs} epochs (the split run's kept epoch), "
               f"kept epoch {deployed.result.best_epoch}, in {deployed.result.seconds:.1f} s; the accuracy above is "
@@ -335,6 +416,8 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
         return _write_partial(output, trained, f"training was interrupted: the best of the "
                                                f"{trained.result.epochs_run} finished epochs "
                                                f"(epoch {trained.result.best_epoch})")
+    if deploy_line:
+        print(deploy_line, file=sys.stderr)
     try:
         modelfile.write(output, deployed.model)
     except OSError as e:

@@ -68,3 +68,22 @@ def predict(model_path, stacks: Sequence[Sequence[str]], request_sizes: Sequence
     model = modelfile.read(model_path)
     logits = logits_of_tokens(model, tokens(model, stacks, request_sizes))
     return decide(logits, model.decision), logits
+
+
+def table_classes(model: modelfile.ModelFile, token_ids: Sequence[Sequence[int]]) -> list[int | None]:
+    """The deployed predictor's answer before the LSTM (docs/formats/model.md, `train.token_class` and
+    `deploy.unseen`): for each token sequence, its class in the model's table of training contexts, else the
+    default class where the model deploys it for unseen contexts, else None (the LSTM decides)."""
+    out: list[int | None] = []
+    for seq in token_ids:
+        found = None
+        if model.train_token_class is not None:
+            key = modelfile.token_context_keys(np.asarray([list(seq) or [0]], np.uint64),
+                                               np.asarray([len(seq)], np.int64))[0]
+            i = int(np.searchsorted(model.train_token_contexts, key))
+            if i < len(model.train_token_contexts) and model.train_token_contexts[i] == key:
+                found = int(model.train_token_class[i])
+            elif model.unseen_default:
+                found = int(model.default_class)
+        out.append(found)
+    return out
