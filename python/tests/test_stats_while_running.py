@@ -246,3 +246,11 @@ def test_run_stats_where_no_file_can_be_written_is_one_line_before_the_program_s
         assert r.returncode == 2 and len(lines) == 1, r.stderr
         assert lines[0].startswith(f"llamalloc: error: --stats {stats}: "), lines
         assert not marker.exists(), "the program ran"
+
+
+def test_the_summary_line_alone_is_printed_at_exit_without_a_statistics_file(prog):
+    r = _preloaded(prog, "return", LLAMALLOC_STATS_SUMMARY="1")
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and re.match(r"llamalloc: live [0-9.]+ MiB \(peak [0-9.]+\), footprint ", lines[0]), \
+        r.stderr

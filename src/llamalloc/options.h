@@ -99,8 +99,8 @@ namespace llamalloc {
     "main returns (before the destructors of global objects) -- to the STATS path with .before-exit before its " \
     ".json (libllamalloc.so, preloaded or linked; docs/heap.md). llamalloc run --stats sets it.")               \
   X(STATS_SUMMARY, stats_summary, Uint, 0, 0, 1,                                                                 \
-    "1: with STATS, also print the statistics' one-line summary (live, footprint and its ratio to live, RSS, "   \
-    "huge pages, pages by class, subreleased) to stderr at exit. llamalloc run --stats sets it.")                \
+    "1: print the statistics' one-line summary (live, footprint and its ratio to live, RSS, huge pages, pages "  \
+    "by class, subreleased) to stderr at exit, with or without a STATS file. llamalloc run --stats sets it.")    \
   X(MODEL, model, String, "", 0, 0,                                                                              \
     "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS). "   \
     "LLAMALLOC_MODEL_DIR (a directory of models, one chosen per build) is read by llamalloc run, not here.")   \

@@ -125,9 +125,10 @@ __attribute__((destructor)) static void llamalloc_finish() {
       write_stderr(path);
       write_stderr("\n");
     }
-    if (options().stats_summary != 0) {
-      char summary[512];
-      if (format_stats_summary(g_page_heap, summary, sizeof(summary)) != 0) write_stderr(summary);
-    }
+  }
+  // The summary line is printed with or without a statistics file: asked for alone, it is all there is to see.
+  if (options().stats_summary != 0) {
+    char summary[512];
+    if (format_stats_summary(g_page_heap, summary, sizeof(summary)) != 0) write_stderr(summary);
   }
 }
