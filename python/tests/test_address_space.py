@@ -243,3 +243,52 @@ def test_sparse_touches_cost_whole_huge_pages_unless_huge_pages_are_off(program)
     if thp.exists() and "[never]" not in thp.read_text():
         assert on["anon_huge_kib"] >= 128 * 1024, on
         assert on["rss_kib"] >= 5 * off["rss_kib"], (on, off)
+
+
+# ---------------------------------------------------------------- learning and models (docs/prediction.md)
+
+# Prints VmData (KiB) of the process at its start, as the allocator left it.
+VMDATA = ('print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmData:")))')
+# The case of the address-space test for learning: a Python list of 100,000 items under 300 MB of `ulimit -v`.
+LIST = 'l = [b"x" * 1000 for _ in range(100000)]; print("ok", len(l))'
+
+
+@pytest.fixture(scope="module")
+def random_model_file(tmp_path_factory) -> Path:
+    from llamalloc.model import modelfile
+    from predict_support import random_model
+    path = tmp_path_factory.mktemp("address_space_model") / "random.model"
+    modelfile.write(path, random_model())
+    return path
+
+
+@pytest.mark.parametrize("with_model,learn", [(False, True), (True, False), (True, True)],
+                         ids=["learn", "model", "model-and-learn"])
+def test_learning_or_a_model_takes_little_address_space_at_start(random_model_file, with_model, learn):
+    # The prediction caches and the learner's tables are mapped as threads and contexts come: at start, a
+    # process that learns or predicts has a few MiB more VmData than one that does neither, not the caches of
+    # every thread it might have.
+    options = {"LLAMALLOC_LEARN": "1"} if learn else {}
+    if with_model:
+        options["LLAMALLOC_MODEL"] = str(random_model_file)
+    plain = run(["python3", "-c", VMDATA], "llamalloc")
+    learning = run(["python3", "-c", VMDATA], "llamalloc", options=options)
+    assert plain.returncode == 0 and learning.returncode == 0, (plain.stderr, learning.stderr)
+    assert "cannot map" not in learning.stderr, learning.stderr
+    difference_kib = int(learning.stdout) - int(plain.stdout)
+    assert difference_kib < 8 * 1024, (int(plain.stdout), int(learning.stdout))
+
+
+@pytest.mark.parametrize("limit_kib", [300_000, 120_000])
+def test_a_program_learns_under_an_address_space_limit(tmp_path, limit_kib):
+    # With learning on, the Python list runs under `ulimit -v` as it does without learning, and it learns: the
+    # caches and tables fit in what the program leaves (the 120,000 KiB limit leaves about 35 MiB over its VmSize
+    # without learning), and nothing is printed.
+    stats = tmp_path / "stats.json"
+    r = run(["python3", "-c", LIST], "llamalloc", limit_as=limit_kib * 1024,
+            options={"LLAMALLOC_LEARN": "1", "LLAMALLOC_STATS": str(stats)})
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert "ok 100000" in r.stdout, r.stdout
+    assert "llamalloc" not in r.stderr, r.stderr
+    online = json.loads(stats.read_text())["online"]
+    assert online["contexts"] > 0 and online["samples"] > 0, online

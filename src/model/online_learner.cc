@@ -6,6 +6,15 @@
 
 namespace llamalloc::model {
 
+namespace {
+// Anonymous memory for a table: zero pages are empty entries, and MAP_NORESERVE charges no swap for pages not
+// touched. null when it cannot be mapped.
+void* map_table(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+}  // namespace
+
 LearnRule learn_rule_of(const Options& o, const ModelFile* model, unsigned shortest) {
   LearnRule rule;
   rule.min_samples = uint32_t(o.learn_min_samples);
@@ -24,17 +33,29 @@ bool OnlineLearner::configure(const LearnRule& rule) {
   // (A window below override_samples caps the evidence of frees near twice the window, halved to the window:
   // the window is then enough.)
   confident_at_ = rule.window != 0 && rule.window < rule.override_samples ? rule.window : rule.override_samples;
-  if (contexts_ != nullptr) return true;
-  size_t bytes = sizeof(Context) * kContexts + sizeof(Sample) * kSamples;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return false;
-  samples_table_ = reinterpret_cast<Sample*>(static_cast<char*>(p) + sizeof(Context) * kContexts);
-  contexts_ = static_cast<Context*>(p);
+  if (index_ != nullptr) return true;
+  void* p = map_table(kIndexBytes);
+  if (p == nullptr) return false;
+  index_ = static_cast<std::atomic<uint16_t>*>(p);
   return true;
 }
 
 OnlineLearner::~OnlineLearner() {
-  if (contexts_ != nullptr) munmap(contexts_, sizeof(Context) * kContexts + sizeof(Sample) * kSamples);
+  if (index_ != nullptr) munmap(index_, kIndexBytes);
+  for (auto& chunk : context_chunks_)
+    if (Context* c = chunk.load(std::memory_order_relaxed)) munmap(c, kChunkBytes);
+  if (samples_table_ != nullptr) munmap(samples_table_, sizeof(Sample) << log_samples_);
+}
+
+size_t OnlineLearner::mapped_bytes() const {
+  if (index_ == nullptr) return 0;
+  const_cast<OnlineLearner*>(this)->lock();
+  size_t bytes = kIndexBytes;
+  for (const auto& chunk : context_chunks_)
+    if (chunk.load(std::memory_order_relaxed) != nullptr) bytes += kChunkBytes;
+  if (samples_table_ != nullptr) bytes += sizeof(Sample) << log_samples_;
+  const_cast<OnlineLearner*>(this)->unlock();
+  return bytes;
 }
 
 uint64_t OnlineLearner::context_key(uintptr_t return_address, unsigned size_bucket, uint64_t callers) {
@@ -58,40 +79,49 @@ void OnlineLearner::unlock_after_fork(bool child) {
 }
 
 int32_t OnlineLearner::find(uint64_t key) const {
-  if (contexts_ == nullptr) return -1;
+  if (index_ == nullptr) return -1;
   uint32_t mask = kContexts - 1;
   for (uint32_t n = 0, i = uint32_t(key >> (64 - kLogContexts)); n < kContexts; ++n, i = (i + 1) & mask) {
-    uint64_t k = contexts_[i].key.load(std::memory_order_acquire);
-    if (k == key) return int32_t(i);
-    if (k == 0) return -1;
+    uint16_t at = index_[i].load(std::memory_order_acquire);
+    if (at == 0) return -1;
+    if (context(at - 1).key.load(std::memory_order_relaxed) == key) return at - 1;
   }
   return -1;
 }
 
 int32_t OnlineLearner::find_or_add(uint64_t key, uintptr_t return_address, unsigned size_bucket) {
   int32_t found = find(key);
-  if (found >= 0 || contexts_ == nullptr) return found;
+  if (found >= 0 || index_ == nullptr) return found;
   lock();
-  // Open addressing without removal: the table keeps at most three quarters of its slots, so probes stay short;
-  // a context that finds it full is not learned (it keeps the model's or the default class).
+  // Open addressing without removal: the index keeps at most three quarters of its slots, so probes stay short;
+  // a context that finds it full, or whose chunk cannot be mapped, is not learned (it keeps the model's or the
+  // default class).
   int32_t slot = -1;
-  if (used_contexts_ < kContexts / 4 * 3) {
-    uint32_t mask = kContexts - 1;
-    for (uint32_t i = uint32_t(key >> (64 - kLogContexts));; i = (i + 1) & mask) {
-      uint64_t k = contexts_[i].key.load(std::memory_order_relaxed);
-      if (k == key) {
-        slot = int32_t(i);
-        break;
-      }
-      if (k == 0) {
-        Context& c = contexts_[i];
-        c.return_address = return_address;
-        c.size_bucket = uint8_t(size_bucket);
-        c.key.store(key, std::memory_order_release);
-        ++used_contexts_;
-        slot = int32_t(i);
-        break;
-      }
+  uint32_t mask = kContexts - 1;
+  uint32_t i = uint32_t(key >> (64 - kLogContexts));
+  for (;; i = (i + 1) & mask) {
+    uint16_t at = index_[i].load(std::memory_order_relaxed);
+    if (at == 0) break;
+    if (context(at - 1).key.load(std::memory_order_relaxed) == key) {
+      slot = at - 1;  // (added by another thread since the lookup)
+      break;
+    }
+  }
+  if (slot < 0 && used_contexts_ < kMaxContexts) {
+    uint32_t n = used_contexts_;
+    std::atomic<Context*>& chunk = context_chunks_[n >> kLogContextsPerChunk];
+    if (chunk.load(std::memory_order_relaxed) == nullptr) {
+      if (void* p = map_table(kChunkBytes)) chunk.store(static_cast<Context*>(p), std::memory_order_release);
+    }
+    if (chunk.load(std::memory_order_relaxed) != nullptr) {
+      Context& c = context(int32_t(n));
+      c.return_address = return_address;
+      c.size_bucket = uint8_t(size_bucket);
+      c.key.store(key, std::memory_order_relaxed);
+      // Last: a lookup that finds the slot finds the context whole.
+      index_[i].store(uint16_t(n + 1), std::memory_order_release);
+      used_contexts_ = n + 1;
+      slot = int32_t(n);
     }
   }
   unlock();
@@ -99,7 +129,7 @@ int32_t OnlineLearner::find_or_add(uint64_t key, uintptr_t return_address, unsig
 }
 
 bool OnlineLearner::should_sample(int32_t slot, uint32_t random) const {
-  const Context& c = contexts_[slot];
+  const Context& c = context(slot);
   bool confident = c.state.load(std::memory_order_relaxed) & kConfidentBit;  // (either kind)
   if (confident && rule_.sample_every > 1 && random % rule_.sample_every != 0) return false;
   // Unlocked reads: a stale value admits or refuses one sample, which on_sample checks again.
@@ -108,27 +138,54 @@ bool OnlineLearner::should_sample(int32_t slot, uint32_t random) const {
 
 void OnlineLearner::note_model_class(int32_t slot, unsigned lc) {
   uint8_t none = 0;
-  contexts_[slot].model_class.compare_exchange_strong(none, uint8_t(lc + 1), std::memory_order_relaxed);
+  context(slot).model_class.compare_exchange_strong(none, uint8_t(lc + 1), std::memory_order_relaxed);
 }
 
 void OnlineLearner::note_override(int32_t slot) {
-  contexts_[slot].overrides.fetch_add(1, std::memory_order_relaxed);
+  context(slot).overrides.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Maps the sample table at twice its size (kFirstSamples the first time) and moves the live samples into it.
+// false: it is as large as it gets, or the new table cannot be mapped (the old one stays).
+bool OnlineLearner::grow_samples() {
+  unsigned log = samples_table_ == nullptr ? kLogFirstSamples : log_samples_ + 1;
+  if (log > kLogSamples) return false;
+  auto* table = static_cast<Sample*>(map_table(sizeof(Sample) << log));
+  if (table == nullptr) return false;
+  Sample* old = samples_table_;
+  uint32_t old_size = old == nullptr ? 0 : 1u << log_samples_;
+  samples_table_ = table;
+  log_samples_ = log;
+  uint32_t mask = (1u << log) - 1;
+  for (uint32_t j = 0; j < old_size; ++j) {
+    if (old[j].address == 0) continue;
+    uint32_t i = sample_index(old[j].address);
+    while (table[i].address != 0) i = (i + 1) & mask;
+    table[i] = old[j];
+  }
+  if (old != nullptr) munmap(old, sizeof(Sample) * old_size);
+  return true;
 }
 
 bool OnlineLearner::on_sample(int32_t slot, uintptr_t p, uint64_t now_ns) {
   if (p == 0 || slot < 0) return false;
   lock();
-  Context& c = contexts_[slot];
+  Context& c = context(slot);
   bool kept = false;
-  if (c.live_total < kMaxLivePerContext && live_samples_ < kSamples / 4 * 3) {
-    uint32_t mask = kSamples - 1;
+  // The table keeps at most three quarters of its slots, so probes stay short: it doubles when it has that many
+  // live samples, and at kSamples (or where a larger one cannot be mapped) it takes no more.
+  uint32_t size = samples_table_ == nullptr ? 0 : 1u << log_samples_;
+  if (c.live_total < kMaxLivePerContext && live_samples_ >= size / 4 * 3 && grow_samples())
+    size = 1u << log_samples_;
+  if (c.live_total < kMaxLivePerContext && live_samples_ < size / 4 * 3) {
+    uint32_t mask = size - 1;
     uint32_t i = sample_index(p);
     // A block that is handed out again while still in the table was freed unseen (a free the hook missed
     // cannot happen for a block of the sampled heap, but the entry is replaced rather than trusted).
     while (samples_table_[i].address != 0 && samples_table_[i].address != p) i = (i + 1) & mask;
     Sample& s = samples_table_[i];
     if (s.address == p) {
-      Context& old = contexts_[s.context];
+      Context& old = context(s.context);
       old.live[s.aged]--;
       old.live_total--;
       --live_samples_;
@@ -152,7 +209,7 @@ bool OnlineLearner::on_sample(int32_t slot, uintptr_t p, uint64_t now_ns) {
 
 void OnlineLearner::erase_sample(uint32_t i) {
   // Backward-shift deletion keeps linear probing's chains unbroken without tombstones.
-  uint32_t mask = kSamples - 1;
+  uint32_t mask = (1u << log_samples_) - 1;
   uint32_t hole = i;
   for (uint32_t j = (i + 1) & mask; samples_table_[j].address != 0; j = (j + 1) & mask) {
     uint32_t home = sample_index(samples_table_[j].address);
@@ -169,14 +226,15 @@ void OnlineLearner::erase_sample(uint32_t i) {
 bool OnlineLearner::on_free(uintptr_t p, uint64_t now_ns) {
   if (live_samples_ == 0) return false;  // (also when not configured)  // (unlocked: a sample being added is of a block not yet handed out)
   lock();
-  uint32_t mask = kSamples - 1;
+  // (live_samples_ > 0 under the lock: the sample table is mapped.)
+  uint32_t mask = (1u << log_samples_) - 1;
   uint32_t i = sample_index(p);
   while (samples_table_[i].address != 0 && samples_table_[i].address != p) i = (i + 1) & mask;
   bool found = samples_table_[i].address == p;
   if (found) {
     Sample s = samples_table_[i];
     erase_sample(i);
-    Context& c = contexts_[s.context];
+    Context& c = context(s.context);
     c.live[s.aged]--;
     c.live_total--;
     --live_samples_;
@@ -197,12 +255,13 @@ bool OnlineLearner::on_free(uintptr_t p, uint64_t now_ns) {
 void OnlineLearner::age(uint64_t now_ns) {
   if (live_samples_ == 0) return;
   lock();
-  for (uint32_t i = 0; i < kSamples; ++i) {
+  uint32_t size = samples_table_ == nullptr ? 0 : 1u << log_samples_;
+  for (uint32_t i = 0; i < size; ++i) {
     Sample& s = samples_table_[i];
     if (s.address == 0) continue;
     unsigned reached = lifetime_class_of(now_ns > s.born_ns ? now_ns - s.born_ns : 0);
     if (reached <= s.aged) continue;
-    Context& c = contexts_[s.context];
+    Context& c = context(s.context);
     c.live[s.aged]--;
     c.live[reached]++;
     s.aged = uint8_t(reached);
@@ -249,7 +308,7 @@ void OnlineLearner::redecide(Context& c) {
 
 LearnerTotals OnlineLearner::totals() const {
   LearnerTotals t;
-  if (contexts_ == nullptr) return t;
+  if (index_ == nullptr) return t;
   const_cast<OnlineLearner*>(this)->lock();
   t.contexts = used_contexts_;
   t.samples = samples_;
@@ -257,9 +316,8 @@ LearnerTotals OnlineLearner::totals() const {
   t.aged = aged_;
   t.dropped_samples = dropped_;
   t.live_samples = live_samples_;
-  for (uint32_t i = 0; i < kContexts; ++i) {
-    const Context& c = contexts_[i];
-    if (c.key.load(std::memory_order_relaxed) == 0) continue;
+  for (uint32_t i = 0; i < used_contexts_; ++i) {
+    const Context& c = context(int32_t(i));
     if (c.state.load(std::memory_order_relaxed) != 0) ++t.decided;
     t.overrides += c.overrides.load(std::memory_order_relaxed);
   }

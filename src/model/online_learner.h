@@ -8,9 +8,11 @@
 // phase change moves it).
 //
 // Rules, and why:
-// - Fixed-size tables, mapped once (MAP_NORESERVE) by configure(), no allocation: the learner runs inside malloc
-//   and free. An all-zero entry is an empty one, so the tables cost resident memory only where contexts and
-//   samples are.
+// - No allocation: the learner runs inside malloc and free. Its tables are mapped with mmap as they fill, so that
+//   their address space follows the contexts and samples in use (a process under `ulimit -v` pays for what it
+//   learns): configure() maps the contexts' index (4 KiB); the contexts are mapped kContextsPerChunk at a time,
+//   in the order they come; the sample table starts at kFirstSamples entries and doubles, under the lock, up to
+//   kSamples. An all-zero entry is an empty one (fresh anonymous memory).
 // - One lock for every change; lookups (the class of a context) take none: the prediction cache consults the
 //   learner on every check of an entry, which must stay cheap on every thread.
 // - The same code serves the process (LearnedPredictor) and the replay (src/sim, llama-online), with the time
@@ -70,8 +72,12 @@ struct LearnerTotals {
 
 class OnlineLearner {
  public:
-  static constexpr unsigned kLogContexts = 11;  // 2,048 contexts (about 200 KiB)
-  static constexpr unsigned kLogSamples = 12;   // 4,096 sampled objects live at once (96 KiB)
+  static constexpr unsigned kLogContexts = 11;  // 2,048 slots of the index, 1,536 contexts (168 KiB at most)
+  static constexpr unsigned kLogSamples = 12;   // 4,096 slots for sampled objects live at once (96 KiB at most)
+  // Contexts mapped together (14 KiB), and the sample table's first size (6 KiB): a process that learns a few
+  // contexts maps a few pages.
+  static constexpr unsigned kLogContextsPerChunk = 7;
+  static constexpr unsigned kLogFirstSamples = 8;
   // A context stops being sampled while this many of its sampled objects are live: a long-lived context would
   // otherwise fill the table with objects that only confirm what it already says.
   static constexpr uint32_t kMaxLivePerContext = 64;
@@ -80,16 +86,17 @@ class OnlineLearner {
   ~OnlineLearner();
   OnlineLearner(const OnlineLearner&) = delete;
   OnlineLearner& operator=(const OnlineLearner&) = delete;
-  // Sets the rule and maps the tables (once). false: they could not be mapped (nothing is learned).
+  // Sets the rule and maps the contexts' index (once). false: it could not be mapped (nothing is learned).
   bool configure(const LearnRule& rule);
-  bool ready() const { return contexts_ != nullptr; }
+  bool ready() const { return index_ != nullptr; }
   const LearnRule& rule() const { return rule_; }
 
   // The key of a calling context that is the same in every thread: the return address, the model size bucket
   // and a hash of the return addresses of the callers above (LearnedPredictor::deep_key's).
   static uint64_t context_key(uintptr_t return_address, unsigned size_bucket, uint64_t callers);
 
-  // The slot of a context, added when new; -1 when the table is full. Lock-free when the context is known.
+  // The slot of a context, added when new; -1 when the table is full or its chunk cannot be mapped. Lock-free
+  // when the context is known. Slots are given in the order contexts come (0, 1, 2, ...).
   int32_t find_or_add(uint64_t key, uintptr_t return_address, unsigned size_bucket);
   int32_t find(uint64_t key) const;
   // The context's learned class, kNoClass while undecided or within the rule's margin of `base`, the class it
@@ -106,7 +113,7 @@ class OnlineLearner {
   // pages against 54 on the model's, and 256 when the ones still live past 1 s sent them to the longest). A few
   // relaxed loads (the counts are read without the lock: a torn view decides one check).
   uint8_t learned(int32_t slot, uint8_t base, bool model) const {
-    const Context& c = contexts_[slot];
+    const Context& c = context(slot);
     auto apart = [&](uint8_t lc) { return uint32_t(lc > base ? lc - base : base - lc) >= rule_.margin; };
     if (!model) {
       uint8_t state = c.state.load(std::memory_order_relaxed);
@@ -123,12 +130,12 @@ class OnlineLearner {
   }
   // learned() without a base: the decision from frees and survivors, kNoClass while undecided.
   uint8_t decided(int32_t slot) const {
-    uint8_t state = contexts_[slot].state.load(std::memory_order_relaxed);
+    uint8_t state = context(slot).state.load(std::memory_order_relaxed);
     return state == 0 ? kNoClass : uint8_t((state & kClassMask) - 1);
   }
   // The model's class noted for the context (kNoClass: none yet).
   uint8_t model_class(int32_t slot) const {
-    uint8_t m = contexts_[slot].model_class.load(std::memory_order_relaxed);
+    uint8_t m = context(slot).model_class.load(std::memory_order_relaxed);
     return m == 0 ? kNoClass : uint8_t(m - 1);
   }
   // Whether the allocation at this check of the context is to be sampled: every check while the context is not
@@ -140,8 +147,8 @@ class OnlineLearner {
   void note_model_class(int32_t slot, unsigned lc);
   void note_override(int32_t slot);
 
-  // A sampled object of context `slot` at address p, allocated at now_ns. false when the table is full (the
-  // object is then not sampled).
+  // A sampled object of context `slot` at address p, allocated at now_ns. false when the table is full or cannot
+  // grow (the object is then not sampled).
   bool on_sample(int32_t slot, uintptr_t p, uint64_t now_ns);
   // An object was freed at now_ns: if it was sampled, its lifetime goes into its context's counts (true).
   bool on_free(uintptr_t p, uint64_t now_ns);
@@ -149,6 +156,8 @@ class OnlineLearner {
   void age(uint64_t now_ns);
 
   LearnerTotals totals() const;
+  // Bytes of address space the tables take now (index, context chunks, sample table).
+  size_t mapped_bytes() const;
   // Calls f(const LearnedContext&) for every context, under the lock (no allocation).
   template <typename F>
   void for_each(F&& f) const;
@@ -187,15 +196,27 @@ class OnlineLearner {
     uint8_t aged;  // the class the object's age had reached when it was last aged
   };
   static constexpr uint32_t kContexts = 1u << kLogContexts;
+  static constexpr uint32_t kMaxContexts = kContexts / 4 * 3;  // the index's probes stay short
+  static constexpr uint32_t kContextsPerChunk = 1u << kLogContextsPerChunk;
+  static constexpr uint32_t kContextChunks = (kMaxContexts + kContextsPerChunk - 1) / kContextsPerChunk;
   static constexpr uint32_t kSamples = 1u << kLogSamples;
-  static_assert(kContexts <= 65536, "a sample names its context in 16 bits");
+  static_assert(kContexts < 65536, "a sample names its context, and the index its slot + 1, in 16 bits");
+  static_assert(kLogFirstSamples <= kLogSamples && kLogContextsPerChunk <= kLogContexts, "tables grow to their sizes");
+  static constexpr size_t kIndexBytes = sizeof(std::atomic<uint16_t>) * kContexts;
+  static constexpr size_t kChunkBytes = sizeof(Context) * kContextsPerChunk;
 
   void lock();
   void unlock() { lock_.store(false, std::memory_order_release); }
   void redecide(Context& c);
-  static uint32_t sample_index(uintptr_t p) {
-    return uint32_t((uint64_t(p) * 0x9E3779B97F4A7C15ull) >> (64 - kLogSamples));
+  // Context `slot`, whose chunk is mapped (a slot that find() or find_or_add() gave).
+  Context& context(int32_t slot) const {
+    return context_chunks_[uint32_t(slot) >> kLogContextsPerChunk].load(std::memory_order_acquire)
+        [uint32_t(slot) & (kContextsPerChunk - 1)];
   }
+  uint32_t sample_index(uintptr_t p) const {
+    return uint32_t((uint64_t(p) * 0x9E3779B97F4A7C15ull) >> (64 - log_samples_));
+  }
+  bool grow_samples();  // lock
   void erase_sample(uint32_t i);
 
   LearnRule rule_;
@@ -204,16 +225,20 @@ class OnlineLearner {
   uint32_t used_contexts_ = 0;  // lock
   uint32_t live_samples_ = 0;   // lock
   uint64_t samples_ = 0, frees_ = 0, aged_ = 0, dropped_ = 0;  // lock
-  Context* contexts_ = nullptr;       // [kContexts]
-  Sample* samples_table_ = nullptr;   // [kSamples]
+  // Open addressing by the key's top bits: slot + 1 of the context there (0: empty). Written under the lock,
+  // read without it (release/acquire: a reader that sees a slot sees its chunk and its key).
+  std::atomic<uint16_t>* index_ = nullptr;  // [kContexts]
+  std::atomic<Context*> context_chunks_[kContextChunks] = {};  // each written once, under the lock
+  Sample* samples_table_ = nullptr;  // [1 << log_samples_], lock
+  unsigned log_samples_ = 0;         // lock
 };
 
 template <typename F>
 void OnlineLearner::for_each(F&& f) const {
-  if (contexts_ == nullptr) return;
+  if (index_ == nullptr) return;
   const_cast<OnlineLearner*>(this)->lock();
-  for (uint32_t i = 0; i < kContexts; ++i) {
-    const Context& c = contexts_[i];
+  for (uint32_t i = 0; i < used_contexts_; ++i) {
+    const Context& c = context(int32_t(i));
     uint64_t key = c.key.load(std::memory_order_acquire);
     if (key == 0) continue;
     LearnedContext out{};

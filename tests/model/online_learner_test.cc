@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <vector>
 
 namespace llamalloc::model {
 namespace {
@@ -188,6 +189,59 @@ TEST(OnlineLearner, ManySamplesStayFindableThroughDeletions) {
   }
   EXPECT_EQ(l->totals().live_samples, 0u);
   EXPECT_EQ(l->totals().frees, 2400u);
+}
+
+// The tables take address space as contexts and samples come: the index at first, a chunk of contexts per
+// kContextsPerChunk contexts, a sample table that doubles from kFirstSamples entries as live samples fill it;
+// every context and sample stays findable as they grow, and the limits (1,536 contexts, 3,072 live samples) hold.
+TEST(OnlineLearner, TheTablesGrowWithTheContextsAndSamplesInUse) {
+  auto l = make_learner();
+  size_t index_bytes = l->mapped_bytes();
+  EXPECT_LE(index_bytes, size_t(4096)) << "configure maps the index only";
+  int32_t first = l->find_or_add(OnlineLearner::context_key(0x500000, 4, 0), 0x500000, 4);
+  EXPECT_EQ(first, 0);
+  size_t one_chunk = l->mapped_bytes() - index_bytes;
+  EXPECT_GT(one_chunk, 0u);
+  EXPECT_LE(one_chunk, size_t(16384));
+  constexpr int kContexts = 300;  // three chunks of 128
+  std::vector<int32_t> slots;
+  for (int i = 0; i < kContexts; ++i) {
+    uint64_t key = OnlineLearner::context_key(0x600000 + uintptr_t(i) * 16, 4, 0);
+    slots.push_back(l->find_or_add(key, 0x600000 + uintptr_t(i) * 16, 4));
+    ASSERT_EQ(slots.back(), i + 1) << "slots are given in the order contexts come";
+  }
+  EXPECT_EQ(l->mapped_bytes(), index_bytes + 3 * one_chunk);
+  for (int i = 0; i < kContexts; ++i)
+    EXPECT_EQ(l->find(OnlineLearner::context_key(0x600000 + uintptr_t(i) * 16, 4, 0)), slots[size_t(i)]);
+  EXPECT_EQ(l->find(OnlineLearner::context_key(0x500000, 4, 0)), first);
+  // 40 live samples in each of 50 contexts: 2,000 live, a table of 4,096 entries (96 KiB), grown from 256.
+  for (int k = 0; k < 50; ++k)
+    for (int j = 0; j < 40; ++j) ASSERT_TRUE(l->on_sample(slots[size_t(k)], 0x10000000 + uintptr_t(k * 40 + j) * 64, 0));
+  EXPECT_EQ(l->mapped_bytes(), index_bytes + 3 * one_chunk + 4096 * 24);
+  LearnerTotals t = l->totals();
+  EXPECT_EQ(t.live_samples, 2000u);
+  EXPECT_EQ(t.contexts, uint64_t(kContexts + 1));
+  size_t visited = 0;
+  l->for_each([&](const LearnedContext& c) {
+    ++visited;
+    if (c.return_address >= 0x600000 && c.return_address < 0x600000 + 50 * 16) {
+      EXPECT_EQ(c.live[0], 40u);
+    }
+  });
+  EXPECT_EQ(visited, size_t(kContexts + 1));
+  // Every sample is still found at its free after the table moved.
+  for (int n = 0; n < 2000; ++n) ASSERT_TRUE(l->on_free(0x10000000 + uintptr_t(n) * 64, 500 * kMs)) << n;
+  EXPECT_EQ(l->totals().live_samples, 0u);
+  // The sample table takes at most three quarters of 4,096 live samples.
+  for (int k = 0; k < 60; ++k)
+    for (int j = 0; j < 60; ++j) l->on_sample(slots[size_t(k)], 0x20000000 + uintptr_t(k * 60 + j) * 64, 0);
+  EXPECT_EQ(l->totals().live_samples, 3072u);
+  // The index takes 1,536 contexts, then no more.
+  int added = kContexts + 1;
+  for (int i = 0; i < 2000; ++i)
+    if (l->find_or_add(OnlineLearner::context_key(0x700000 + uintptr_t(i) * 16, 5, 0), 0x700000, 5) >= 0) ++added;
+  EXPECT_EQ(added, 1536);
+  EXPECT_EQ(l->mapped_bytes(), index_bytes + 12 * one_chunk + 4096 * 24);
 }
 
 }  // namespace
