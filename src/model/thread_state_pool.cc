@@ -25,7 +25,8 @@ constexpr uint32_t kMapRetryAfterClaims = 1024;
 constexpr size_t kChunkBytes = sizeof(ThreadState) * kThreadStatesPerChunk;
 // The chunks, each mapped when the first of its states is claimed (MAP_NORESERVE: pages cost only when a thread
 // touches them; zero pages are valid empty states) and kept for the life of the process, so that a state
-// pointer stays valid after its thread exits. Published with release: a reader that sees a chunk sees it whole.
+// pointer stays valid after its thread exits. Published with a compare-and-swap (release): a reader that loads a
+// chunk's pointer (acquire) sees the mapping.
 std::atomic<ThreadState*> g_chunks[kThreadStateChunks];
 std::atomic<uint32_t> g_chunks_mapped{0};
 std::atomic<uint32_t> g_map_retry_in{0};  // claims needing a chunk left to fail after a failed mapping
@@ -86,7 +87,9 @@ void drop_cache_pages(ThreadState* s) {
 
 void release_state(void* arg) {
   auto* s = static_cast<ThreadState*>(arg);
-  size_t i = size_t(index_of(s));  // (a state of the pool: the key holds nothing else)
+  int found = index_of(s);
+  if (found < 0) return;  // (cannot happen: the key holds states of the pool only)
+  size_t i = size_t(found);
   if (t_thread_state == s) t_thread_state = nullptr;
   // The cache stays as it is for the next thread on the same stack (its keys hold this stack's frame addresses,
   // so they mean the same call paths there): a program that starts a thread per task would otherwise run the
