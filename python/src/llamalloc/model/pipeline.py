@@ -2,7 +2,6 @@
 LSTM + baselines -> report and model file."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, replace
