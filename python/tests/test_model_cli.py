@@ -52,7 +52,7 @@ def write_profile(path, samples_table=None, program="synthetic-server", symboliz
             sample.location_id.append(locations[frame])
         counts = row["class_counts"]
         values = {"alloc_objects": sum(counts), "alloc_space": sum(counts) * row["request_size"],
-                  "live_at_exit_objects": counts[7]}
+                  "live_at_exit_objects": counts[7], "live_at_exit_space": counts[7] * row["request_size"]}
         values.update({f"class_{k}": counts[k] for k in range(8)})
         sample.value.extend(values.get(name, 0) for name, _ in profile.SAMPLE_TYPES)
         label = sample.label.add()

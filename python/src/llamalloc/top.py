@@ -18,6 +18,10 @@ from .model.classes import CLASS_UPPER_BOUNDS_NS, NUM_CLASSES
 
 HUGE_PAGE_SHIFT = 21
 CLASS_NAMES = ("<10ms", "<100ms", "<1s", "<10s", "<100s", "<1000s", ">=1000s", "never")
+#: A site is "mixed" when at least MIXED_MIN_SHARE of its objects live this many classes (each 10x) longer than
+#: its most common class: a minority that outlives the rest by 1000x or more (Site.mixed_share).
+MIXED_CLASSES = 3
+MIXED_MIN_SHARE = 0.01
 #: Frames that are the allocation's entry, not its site.
 ENTRY_FUNCTIONS = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
                              "valloc", "pvalloc", "operator new", "operator new[]", "__libc_malloc",
@@ -35,6 +39,19 @@ class Site:
     @property
     def lifetime_class(self) -> int:
         return int(np.argmax(self.class_counts)) if any(self.class_counts) else NUM_CLASSES - 1
+
+    @property
+    def mixed_share(self) -> float:
+        """The share of the site's objects that live at least MIXED_CLASSES classes (1000x) longer than most of
+        them, where that share is between MIXED_MIN_SHARE and one half; else 0. Such a site's survivors and
+        temporaries come from one call stack, so no prediction by context can place them apart: whichever class
+        the site gets, the survivors pin the temporaries' pages or the temporaries fill long-lived ones."""
+        total = sum(self.class_counts)
+        if total == 0:
+            return 0.0
+        mode = self.lifetime_class
+        share = sum(self.class_counts[mode + MIXED_CLASSES:]) / total
+        return share if MIXED_MIN_SHARE <= share < 0.5 else 0.0
 
 
 #: Prefixes of the standard library's own frames (std::allocator, make_unique, vector growth): the site is the
@@ -183,7 +200,8 @@ def format_top(sites: list[Site], note: str, is_trace: bool, limit: int) -> str:
     lines += [head, "-" * max(len(head), 60)]
     for s in sites[:limit]:
         share = 100 * s.bytes / total_bytes if total_bytes else 0
-        row = f"{s.bytes / 2**20:>9,.2f} {share:>5.1f}% {s.objects:>10,} {CLASS_NAMES[s.lifetime_class]:>8}"
+        cls = CLASS_NAMES[s.lifetime_class] + ("*" if s.mixed_share else "")
+        row = f"{s.bytes / 2**20:>9,.2f} {share:>5.1f}% {s.objects:>10,} {cls:>8}"
         if is_trace:
             row += f" {len(s.pages):>6,}"
         lines.append(f"{row}  {s.name}")
@@ -193,4 +211,16 @@ def format_top(sites: list[Site], note: str, is_trace: bool, limit: int) -> str:
     lines.append("class: the lifetime class most of the site's objects had (the profile's counts, or the trace's "
                  "lifetimes)" + ("; pages: the 2 MiB pages its live objects touch (a page with several sites' "
                                  "objects counts for each)" if is_trace else ""))
+    mixed = [s for s in sites[:limit] if s.mixed_share]
+    if mixed:
+        lines.append("*: mixed lifetimes from one call site, which no prediction by call stack can separate:")
+        for s in mixed:
+            lines.append(f"  {short_site(s.name)}: {100 * s.mixed_share:.1f}% of its objects live 1000x longer "
+                         f"than most ({CLASS_NAMES[s.lifetime_class]}); allocate those from a call site of their "
+                         f"own (or copy them out when they are kept) for lifetimes to keep them apart")
     return "\n".join(lines)
+
+
+def short_site(name: str) -> str:
+    """The site's own frame, without its callers."""
+    return name.split(" <- ", 1)[0]
