@@ -181,6 +181,10 @@ namespace prodcons { Report run(const Options& options); }  // producer_consumer
 namespace sessions { Report run(const Options& options); }  // session_store.cc
 namespace compiler { Report run(const Options& options); }  // ast_builder.cc
 namespace broker { Report run(const Options& options); }  // message_broker.cc
+namespace free_all {
+Report run(const Options& options);       // free_all.cc: free-all
+Report run_pool(const Options& options);  // free-all-pool
+}  // namespace free_all
 
 }  // namespace shapes
 
