@@ -72,6 +72,21 @@ def _run_small(shape: str, tmp_path) -> dict:
     return result
 
 
+def test_query_spikes_cache_keeps_its_cache_and_drops_the_spikes_temporaries(tmp_path):
+    result = _run_small("query-spikes-cache", tmp_path)
+    # The cache survives the last spike whole (every item and every query's answer) and stays live through the
+    # quiet phase; what is live after the drop is the cache and nothing else.
+    assert result["cache_entries"] == result["operations"] and result["queries"] == 8 * 256
+    assert 0 < result["live_bytes"] == result["cache_bytes"]
+    assert result["steady_state"]["workload_live_bytes"] == result["live_bytes"]
+    assert result["steady_state"]["entries"] == result["cache_entries"]
+    # The peak is the cache with a spike's temporaries on top, which outweigh it: a few tens of MiB here.
+    assert result["spike_peak_bytes"] > result["cache_bytes"]
+    assert result["peak_live_bytes"] > result["live_bytes"] + result["spike_peak_bytes"] // 2
+    assert 16 << 20 < result["peak_live_bytes"] < 128 << 20
+    assert result["hits"] == result["probes"] > 0  # every probe asks for an item cached in an earlier round
+
+
 def test_free_all_keeps_almost_nothing_after_the_peak_on_one_thread_or_an_idle_pool(tmp_path):
     single, pool = _run_small("free-all", tmp_path), _run_small("free-all-pool", tmp_path)
     for result in (single, pool):

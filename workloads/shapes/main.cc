@@ -43,6 +43,7 @@ const Shape kShapes[] = {
     {"session-store", sessions::run, 0},
     {"ast-builder", compiler::run, 1},
     {"message-broker", broker::run, 0},
+    {"query-spikes-cache", query_spikes::run, 0},
     {"free-all", free_all::run, 1},
     {"free-all-pool", free_all::run_pool, 0},
 };
