@@ -10,9 +10,9 @@
 // Rules, and why:
 // - No allocation: the learner runs inside malloc and free. Its tables are mapped with mmap as they fill, so that
 //   their address space follows the contexts and samples in use (a process under `ulimit -v` pays for what it
-//   learns): configure() maps the contexts' index (4 KiB); the contexts are mapped kContextsPerChunk at a time,
-//   in the order they come; the sample table starts at kFirstSamples entries and doubles, under the lock, up to
-//   kSamples. An all-zero entry is an empty one (fresh anonymous memory).
+//   learns): configure() maps the contexts' index (4 KiB); the contexts are mapped 1 << kLogContextsPerChunk at a
+//   time, in the order they come; the sample table starts at 1 << kLogFirstSamples entries and doubles, under the
+//   lock, up to kSamples. An all-zero entry is an empty one (fresh anonymous memory).
 // - One lock for every change; lookups (the class of a context) take none: the prediction cache consults the
 //   learner on every check of an entry, which must stay cheap on every thread.
 // - The same code serves the process (LearnedPredictor) and the replay (src/sim, llama-online), with the time
