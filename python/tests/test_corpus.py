@@ -100,6 +100,18 @@ def test_free_all_keeps_almost_nothing_after_the_peak_on_one_thread_or_an_idle_p
     assert single["checksum"] == pool["checksum"] and single["peak_live_bytes"] == pool["peak_live_bytes"]
 
 
+def test_mixed_lifetime_cache_keeps_the_owned_twentieth_of_one_call_sites_entries(tmp_path):
+    result = _run_small("mixed-lifetime-cache", tmp_path)
+    # The owned slice is one key hash in 20: about 5% of the entries, and all that is left after the sweep.
+    assert 0.04 < result["owned_entries"] / result["inserted"] < 0.06, result
+    assert result["owned_entries"] + result["expired"] == result["inserted"]
+    assert result["steady_state"]["entries"] == result["owned_entries"]
+    # Nearly the whole peak is copies: what stays is about 5% of it (the copies inserted first have expired by
+    # the peak, so a little more than 5%).
+    assert 0.03 < result["live_bytes"] / result["peak_live_bytes"] < 0.10, result
+    assert result["steady_state"]["workload_live_bytes"] == result["live_bytes"]
+
+
 def test_cpython_shape_runs_its_objects_through_llamalloc(tmp_path):
     pids = []
     result = workloads.get("cpython").run("small", _env("llamalloc"), tmp_path, on_start=pids.append,

@@ -44,6 +44,7 @@ const Shape kShapes[] = {
     {"ast-builder", compiler::run, 1},
     {"message-broker", broker::run, 0},
     {"query-spikes-cache", query_spikes::run, 0},
+    {"mixed-lifetime-cache", mixed_lifetime::run, 0},
     {"free-all", free_all::run, 1},
     {"free-all-pool", free_all::run_pool, 0},
 };

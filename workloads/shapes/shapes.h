@@ -182,6 +182,7 @@ namespace sessions { Report run(const Options& options); }  // session_store.cc
 namespace compiler { Report run(const Options& options); }  // ast_builder.cc
 namespace broker { Report run(const Options& options); }  // message_broker.cc
 namespace query_spikes { Report run(const Options& options); }  // query_spikes_cache.cc
+namespace mixed_lifetime { Report run(const Options& options); }  // mixed_lifetime_cache.cc
 namespace free_all {
 Report run(const Options& options);       // free_all.cc: free-all
 Report run_pool(const Options& options);  // free-all-pool

@@ -742,6 +742,7 @@ SHAPES: dict[str, str] = {
     "ast-builder": "compiler front end: trees of small nodes, interned symbols; a whole-program link",
     "message-broker": "topics, per-subscriber queues of shared messages; slow subscribers, retention rings",
     "query-spikes-cache": "a result cache grows while query spikes on 4 workers allocate temporaries; the cache stays",
+    "mixed-lifetime-cache": "one insert site; the node's hash slice (5%) kept, the other 95% expire: lifetimes by data",
     "free-all": "an import job loads a catalog on one thread, then frees all of it",
     "free-all-pool": "the import on a 4-thread pool that then idles while another thread frees all of it",
 }
