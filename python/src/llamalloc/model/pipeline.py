@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from .. import files
 from ..errors import UserError
 from . import baselines, lstm, modelfile
 from .classes import CLASS_NAMES, DEFAULT_LABEL_RULE, DEFAULT_TARGET, DEFAULT_WEIGHT_POWER, NUM_CLASSES, TARGETS
@@ -252,15 +253,9 @@ def class_histogram(contexts: Contexts) -> str:
 
 
 def check_output(output) -> None:
-    """Refuses, before any training, a model path that cannot be written."""
-    path = Path(output)
-    if path.is_dir():
-        raise UserError(f"{output}: is a directory; give the model file's path")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise UserError(f"{output}: folder {folder} does not exist")
-    from .. import files
-    files.check_output_file(path, "model")  # tries to write there: os.access says yes to root
+    """Refuses, before any training, a model path that cannot be written (files.check_output_file tries to write
+    in its folder: os.access says yes to root)."""
+    files.check_output_file(output, "model")
 
 
 def _sampled_allocations(paths: Sequence[str]) -> int | None:
