@@ -30,7 +30,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- Python package (the `llamalloc` command) ------------------------------------------------
-if ! python3 -c 'import llamalloc, jax, optax, duckdb, pyspark, matplotlib, google.protobuf, click, pytest, scikit_build_core' 2>/dev/null \
+if ! python3 -c 'import llamalloc, jax, optax, duckdb, pyspark, matplotlib, google.protobuf, click, pytest, scikit_build_core, importlinter' 2>/dev/null \
    || [ "$(python3 -c 'import llamalloc,os;print(os.path.realpath(llamalloc.__file__))' 2>/dev/null)" != "$repo/python/src/llamalloc/__init__.py" ]; then
   log "installing the Python package and its dependencies"
   python3 -m pip install -q --disable-pip-version-check -e "$repo/python[dev]"

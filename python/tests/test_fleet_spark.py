@@ -19,6 +19,7 @@ import pytest
 from llamalloc import paths
 from llamalloc.errors import UserError
 from llamalloc.fleet import corpus
+from llamalloc.fleet.parse import partition_key
 
 SOURCE_FIELDS = ("path", "status", "reason", "host", "program", "build_id", "time_ns", "samples")
 BAD_FILES = ("corrupt.prof", "truncated.prof", "notes.txt")
@@ -189,8 +190,8 @@ def test_parts_missing_from_the_driver_folder_are_an_error(tmp_path):
         with pytest.raises(UserError, match=r"wrote no contexts into .*build=b1-.* \(nor into 1 other folders\)"):
             spark_engine._check_written(staging, sources)
         for build in ("b1", "b2"):
-            folder = (staging.contexts / f"prog={corpus.partition_key('/bin/prog')}"
-                      / f"build={corpus.partition_key(build)}")
+            folder = (staging.contexts / f"prog={partition_key('/bin/prog')}"
+                      / f"build={partition_key(build)}")
             folder.mkdir(parents=True)
             (folder / "part-00000.zstd.parquet").write_bytes(b"")
         spark_engine._check_written(staging, sources)  # b3 has no samples: no folder expected

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import profile as _profile
-from . import trace as _trace
+from . import traceformat
 from .model.classes import CLASS_UPPER_BOUNDS_NS, NEVER_FREED, NUM_CLASSES
 
 #: What the profiler's own time may change: the agreement of a sparse profile with a dense trace of the same run
@@ -48,24 +48,24 @@ def lifetime_classes(lifetimes_ns) -> np.ndarray:
                            np.asarray(lifetimes_ns, dtype=np.int64), side="right")
 
 
-def trace_lifetimes(t: _trace.Trace) -> tuple[np.ndarray, int]:
+def trace_lifetimes(t: traceformat.Trace) -> tuple[np.ndarray, int]:
     """The lifetimes (ns) of the trace's freed objects, and the number of objects still live at its end. A free
     is paired with the allocation just before it at the same address."""
     ev = t.events
     n = len(ev)
     kind = ev["kind"] & 0xFF
-    allocs = int(np.count_nonzero(kind == _trace.KIND_ALLOC))
+    allocs = int(np.count_nonzero(kind == traceformat.KIND_ALLOC))
     if n < 2:
         return np.zeros(0, dtype=np.int64), allocs
     order = np.lexsort((np.arange(n), ev["address"]))
     a, k = ev["address"][order], kind[order]
-    pair = (k[1:] == _trace.KIND_FREE) & (k[:-1] == _trace.KIND_ALLOC) & (a[1:] == a[:-1])
+    pair = (k[1:] == traceformat.KIND_FREE) & (k[:-1] == traceformat.KIND_ALLOC) & (a[1:] == a[:-1])
     times = ev["time_ns"].astype(np.int64)
     lifetimes = times[order[1:][pair]] - times[order[:-1][pair]]
     return lifetimes, allocs - len(lifetimes)
 
 
-def trace_class_objects(t: _trace.Trace) -> np.ndarray:
+def trace_class_objects(t: traceformat.Trace) -> np.ndarray:
     """Objects per lifetime class in a trace (class 7: live at its end)."""
     lifetimes, live = trace_lifetimes(t)
     counts = np.bincount(lifetime_classes(lifetimes), minlength=NUM_CLASSES).astype(np.float64)
@@ -91,7 +91,7 @@ def overlap(a: np.ndarray, b: np.ndarray) -> float:
 
 def compare(trace_path, profile_path) -> Agreement:
     """The class agreement of a trace and a profile (see the module's definition); FormatError on a bad file."""
-    t = _trace.load(trace_path)
+    t = traceformat.load(trace_path)
     p = _profile.load(profile_path)
     tc, pc = trace_class_objects(t), profile_class_objects(p)
     return Agreement(overlap(tc, pc), tc, pc, "program" if t.program_time else "monotonic", p.lifetime_clock)

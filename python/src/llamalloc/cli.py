@@ -1,27 +1,15 @@
 """The `llamalloc` command. Each subcommand is a module in llamalloc.commands that defines `command`,
-a click command (or `commands`, a list of them); they are found here, so parts never edit this file."""
+a click command (or `commands`, a list of them); llamalloc.commands.load_commands finds them, so parts never edit
+this file."""
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 
 import click
 
-from . import __version__, commands as _commands_pkg
+from . import __version__
+from .commands import load_commands
 from .errors import UserError
-
-
-def _load_commands() -> list[click.Command]:
-    found = []
-    for info in sorted(pkgutil.iter_modules(_commands_pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"{_commands_pkg.__name__}.{info.name}")
-        if hasattr(mod, "command"):
-            found.append(mod.command)
-        found.extend(getattr(mod, "commands", []))
-    return found
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,7 +30,7 @@ def cli() -> None:
     """
 
 
-for _c in _load_commands():
+for _c in load_commands():
     cli.add_command(_c)
 
 

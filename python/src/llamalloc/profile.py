@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 
 from .errors import FormatError
 from .proto import profile_pb2
-from . import trace as _raw
+from . import traceformat as _raw
 from . import files
 
 VERSION = 1

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import profile as _profile
-from . import trace as _raw
+from . import traceformat as _raw
 from . import files
 from .errors import FormatError
 from .run import run_under_profiler

@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Mapping
 from . import files
 from .errors import UserError
 from .paths import native_library
+from .sim_engine import check_heap_options
 
 ALLOCATOR_LIBRARY = "libllamalloc.so"
 PROFILER_LIBRARY = "libllamalloc_prof.so"
@@ -106,7 +107,6 @@ def check_options(options: Iterable[str]) -> None:
     """Refuses, in one line, an option the allocator does not have or a value its parser refuses (the check of
     `simulate --heap-option`, by the library's own options table), before the program starts: the allocator
     itself only warns about them, and the run would go on without the setting the user asked for."""
-    from .simulate import check_heap_options
     for option in options:
         try:
             check_heap_options([option])

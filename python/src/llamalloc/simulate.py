@@ -20,12 +20,12 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from . import files, paths
+from . import files
 from .errors import FormatError, UserError
+from .sim_engine import BINARY, binary, check_heap_options, error_of as _error_of  # noqa: F401 (re-exported)
 
 FORMAT = "llamalloc-sim"
 VERSION = 1
-BINARY = "src/sim/llamalloc-sim"
 POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle",
             "llama-oracle-best", "llama-default", "llama-model", "llama-online")
 #: The tracer's own library: its frames are removed from the trace's stacks, so it needs no token table.
@@ -115,30 +115,6 @@ class SimResult:
     trace: str
     interval_ns: int
     policies: dict[str, PolicyResult]
-
-
-def binary() -> Path:
-    return paths.native_program(BINARY)
-
-
-def _error_of(r: subprocess.CompletedProcess) -> UserError:
-    lines = [line for line in r.stderr.splitlines() if line.startswith("llamalloc-sim: error: ")]
-    message = lines[-1][len("llamalloc-sim: error: "):] if lines else f"llamalloc-sim failed with status {r.returncode}"
-    return UserError(message, exit_code=2 if r.returncode == 2 else 1)
-
-
-def check_heap_options(heap_options: Iterable[str], search: Iterable[str] = ()) -> None:
-    """Raises a one-line UserError naming the first bad "NAME=VALUE" (not an option of the library's table, or a
-    value the library's parser refuses), or bad "--search NAME=V1,V2,..." (not a placement option, or a value
-    refused), as llamalloc-sim checks them; at once, before tokens are prepared."""
-    args = [str(binary())]
-    for o in heap_options:
-        args += ["--heap-option", str(o)]
-    for spec in search:
-        args += ["--search", str(spec)]
-    r = subprocess.run(args + ["--check-heap-options"], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise _error_of(r)
 
 
 def trace_mappings(trace: str | os.PathLike) -> list[tuple[str, str]]:

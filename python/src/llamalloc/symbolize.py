@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 
 from . import profile as _profile
-from . import trace as _trace
+from . import traceformat
 from .errors import FormatError, UserError
 from . import files
 
@@ -112,7 +112,7 @@ def addr2line(binary: str, elf_addresses: list[int]) -> list[Frames]:
     return results
 
 
-def symbolize_addresses(mappings: list[_trace.Mapping], addresses: set[int],
+def symbolize_addresses(mappings: list[traceformat.Mapping], addresses: set[int],
                         warn=lambda msg: None) -> dict[int, Frames]:
     """Frames for every address that falls in a mapping whose binary is here and matches its build id."""
     by_mapping: dict[int, list[int]] = {}
@@ -147,7 +147,7 @@ def symbolize_addresses(mappings: list[_trace.Mapping], addresses: set[int],
     return result
 
 
-def _record_program_functions(p, mappings: list[_trace.Mapping], resolved_mappings: set[int]) -> None:
+def _record_program_functions(p, mappings: list[traceformat.Mapping], resolved_mappings: set[int]) -> None:
     """Replaces the profile's FUNCTIONS_COMMENT by the function ranges (file offsets) of the program's own binary
     that hold one of its symbolised locations: what a location's call-site word needs (profile.site_frame)."""
     comments = [c for c in p.comment if not p.string_table[c].startswith(_profile.FUNCTIONS_COMMENT)]
@@ -181,7 +181,7 @@ def _record_program_functions(p, mappings: list[_trace.Mapping], resolved_mappin
 def symbolize_profile(path, out, warn) -> int:
     p = _profile.load_proto(path)
     strings = _profile._Strings(p.string_table)
-    mappings = [_trace.Mapping(m.memory_start, m.memory_limit, m.file_offset, p.string_table[m.build_id],
+    mappings = [traceformat.Mapping(m.memory_start, m.memory_limit, m.file_offset, p.string_table[m.build_id],
                                p.string_table[m.filename]) for m in p.mapping]
     symbols = symbolize_addresses(mappings, {loc.address for loc in p.location}, warn)
     del p.function[:]
@@ -209,29 +209,29 @@ def symbolize_profile(path, out, warn) -> int:
 
 
 def symbolize_trace(path, out, warn) -> int:
-    raw = _trace.read_raw(path, _trace.TRACE_MAGIC, _trace.TRACE_VERSION, "trace")
+    raw = traceformat.read_raw(path, traceformat.TRACE_MAGIC, traceformat.TRACE_VERSION, "trace")
     addresses = {a for st in raw.stacks.values() for a in st}
     symbols = symbolize_addresses(raw.mappings, addresses, warn)
-    compressed = _trace.is_compressed(path)
-    data = _trace.file_bytes(path)
+    compressed = traceformat.is_compressed(path)
+    data = traceformat.file_bytes(path)
     header_bytes = struct.unpack_from("<I", data, 12)[0]
     parts = [data[:header_bytes]]
     end = b""
     pos = header_bytes
     while pos < len(data):
-        rtype, plen = _trace.RECORD.unpack_from(data, pos)
-        rec = data[pos:pos + _trace.RECORD.size + plen]
-        pos += _trace.RECORD.size + plen
-        if rtype == _trace.REC_END:
+        rtype, plen = traceformat.RECORD.unpack_from(data, pos)
+        rec = data[pos:pos + traceformat.RECORD.size + plen]
+        pos += traceformat.RECORD.size + plen
+        if rtype == traceformat.REC_END:
             end = rec
-        elif rtype != _trace.REC_SYMBOLS:
+        elif rtype != traceformat.REC_SYMBOLS:
             parts.append(rec)
     table = json.dumps({f"{a:x}": [list(f) for f in fr] for a, fr in sorted(symbols.items())}).encode()
     table += b"\0" * (-len(table) % 8)
-    parts.append(_trace.RECORD.pack(_trace.REC_SYMBOLS, len(table)) + table)
+    parts.append(traceformat.RECORD.pack(traceformat.REC_SYMBOLS, len(table)) + table)
     parts.append(end)
     body = b"".join(parts)
-    files.write_bytes(out, _trace.compress_bytes(body) if compressed else body)
+    files.write_bytes(out, traceformat.compress_bytes(body) if compressed else body)
     return len(symbols)
 
 
@@ -247,6 +247,7 @@ def symbolize(path, out=None, warn=lambda msg: None) -> int:
     out = out or path
     if head[:2] == b"\x1f\x8b":
         return symbolize_profile(path, out, warn)
-    if head == _trace.TRACE_MAGIC or (head[:4] == _trace.ZSTD_MAGIC and _trace.file_bytes(path)[:8] == _trace.TRACE_MAGIC):
+    if head == traceformat.TRACE_MAGIC or (head[:4] == traceformat.ZSTD_MAGIC
+                                           and traceformat.file_bytes(path)[:8] == traceformat.TRACE_MAGIC):
         return symbolize_trace(path, out, warn)
     raise FormatError(path, "neither a llamalloc profile nor a llamalloc trace")

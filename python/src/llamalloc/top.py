@@ -117,8 +117,8 @@ def from_profile(path) -> tuple[list[Site], str]:
 
 
 def from_trace(path, at_seconds: float | None) -> tuple[list[Site], str]:
-    from . import trace
-    t = trace.load(path)
+    from . import traceformat
+    t = traceformat.load(path)
     table = t.to_table()
     kind = np.asarray(table.column("kind").to_pylist()) == "alloc"  # small traces; the table is already in memory
     times = table.column("time_ns").to_numpy()

@@ -20,6 +20,7 @@ from ..allocators import ONLINE_ALLOCATOR
 from ..demo import conclusion, mib, ratio, steady_rows, steady_spread
 from ..errors import UserError
 from ..run import start_program
+from . import load_commands
 
 DEMO_WORKLOADS = ("image-server", "word-count", "frag-micro")
 # The profile's sampling period per workload (`record --sample-bytes`). image-server makes about 250,000
@@ -59,9 +60,12 @@ class _Steps:
         return "".join(lines)
 
 
+def _commands() -> dict[str, click.Command]:
+    return {c.name: c for c in load_commands()}
+
+
 def _command_has_option(name: str, option: str) -> bool:
-    from ..cli import cli
-    cmd = cli.commands.get(name)
+    cmd = _commands().get(name)
     return cmd is not None and any(option in p.opts for p in cmd.params)
 
 
@@ -140,9 +144,8 @@ def command(workload, scale, out_dir, allocators, repeat, epochs, sample_bytes):
     prof, model, trace = out / f"{workload}.prof", out / f"{workload}.model", out / f"{workload}.trace"
     stats, sim_json, bench_dir = out / f"{workload}.stats.json", out / f"{workload}.sim.json", out / "bench"
 
-    from ..cli import cli
     has_model_run = _command_has_option("run", "--model")
-    has_report = "report" in cli.commands
+    has_report = "report" in _commands()
     from .. import simulate as _sim
     # llama-model: the heap fed by the model trained in step 3, through the prediction cache (docs/simulator.md).
     policies = ["pages-4k", "pages-2m", "mesh", "tcmalloc-lifetime", "llama-default", "llama-oracle", "llama-model"]

@@ -13,10 +13,8 @@ aggregations has a row in each part, and `contexts()` sums them.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import shutil
 import time
 import uuid
@@ -25,7 +23,7 @@ from pathlib import Path
 
 from .. import files
 from ..errors import UserError
-from .parse import KEY_COLUMNS, SAMPLE_COLUMNS, SOURCE_COLUMNS, SUM_COLUMNS
+from .parse import KEY_COLUMNS, SAMPLE_COLUMNS, SOURCE_COLUMNS, SUM_COLUMNS, partition_key
 
 FORMAT = "llamalloc-corpus"
 VERSION = 1
@@ -36,13 +34,6 @@ STAGING_PREFIX = ".staging-"
 #: when the context was first and last seen (the profiles' start times).
 CONTEXT_COLUMNS = (*KEY_COLUMNS, *SUM_COLUMNS, "min_lifetime_ns", "max_lifetime_ns", "samples", "first_time_ns",
                    "last_time_ns")
-
-
-def partition_key(value: str) -> str:
-    """A folder name for a program or a build id: its last path component with anything but [A-Za-z0-9._-]
-    replaced, and 8 hex digits of its SHA-1, so that two programs of one name in two folders stay apart."""
-    base = re.sub(r"[^A-Za-z0-9._-]", "_", value.rsplit("/", 1)[-1])[:48] or "none"
-    return f"{base}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"
 
 
 def arrow_schema(columns, list_columns=("stack",)):

@@ -7,6 +7,7 @@ way.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 
@@ -23,7 +24,7 @@ SOURCE_COLUMNS = (
 KEY_COLUMNS = ("program", "build_id", "stack", "request_size")
 SUM_COLUMNS = ("alloc_objects", "alloc_bytes", "freed_objects", "freed_bytes", "lifetime_sum_ns",
                "live_at_exit_objects", *(f"c{k}" for k in range(8)))
-#: prog and build: the corpus's partition folders of the program and the build (corpus.partition_key).
+#: prog and build: the corpus's partition folders of the program and the build (partition_key).
 SAMPLE_COLUMNS = (*KEY_COLUMNS, *SUM_COLUMNS, "min_lifetime_ns", "max_lifetime_ns", "time_ns", "prog", "build")
 
 STATUS_OK, STATUS_SKIPPED = "ok", "skipped"
@@ -32,6 +33,13 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 #: What an unsymbolised frame (a raw address, which moves from run to run with ASLR) becomes, so that one
 #: calling context recorded on a thousand hosts is one row, not a thousand (as training canonicalises it).
 UNSYMBOLIZED_FRAME = "0x0"
+
+
+def partition_key(value: str) -> str:
+    """A folder name for a program or a build id: its last path component with anything but [A-Za-z0-9._-]
+    replaced, and 8 hex digits of its SHA-1, so that two programs of one name in two folders stay apart."""
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", value.rsplit("/", 1)[-1])[:48] or "none"
+    return f"{base}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"
 
 
 def _canonical(stack: list[str]) -> list[str]:
@@ -47,7 +55,6 @@ def parse(path: str, samples: dict[str, list]) -> dict:
     A file that is no readable llamalloc profile (missing, truncated, corrupt, foreign, another version) appends
     nothing and returns a source row with status "skipped" and the reason."""
     from .. import profile
-    from .corpus import partition_key
 
     source = {"path": str(path), "bytes": 0, "mtime_ns": 0, "status": STATUS_SKIPPED, "reason": "",
               "host": "", "program": "", "build_id": "", "time_ns": 0, "samples": 0}

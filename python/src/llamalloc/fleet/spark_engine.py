@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from ..errors import UserError
 from . import corpus as corpus_mod
-from .parse import KEY_COLUMNS, SOURCE_COLUMNS, SUM_COLUMNS, parse_rows
+from .parse import KEY_COLUMNS, SOURCE_COLUMNS, SUM_COLUMNS, parse_rows, partition_key
 
 #: Profiles per task at most: a task's cost in Spark (scheduling, a Python worker's round trip) is small against
 #: parsing this many, and progress still moves every few seconds.
@@ -211,8 +211,8 @@ def _check_written(staging: corpus_mod.Staging, sources: list[dict]) -> None:
     missing = set()
     for s in sources:
         if s["status"] == "ok" and s["samples"] > 0:
-            folder = (staging.contexts / f"prog={corpus_mod.partition_key(s['program'])}"
-                      / f"build={corpus_mod.partition_key(s['build_id'] or 'none')}")
+            folder = (staging.contexts / f"prog={partition_key(s['program'])}"
+                      / f"build={partition_key(s['build_id'] or 'none')}")
             if folder not in missing and not any(folder.glob("*.parquet")):
                 missing.add(folder)
     if missing:
