@@ -184,6 +184,36 @@ def _quiet_logging(staging: corpus_mod.Staging) -> dict[str, str] | None:
     return {"LOG4J_CONFIGURATION_FILE": None}
 
 
+#: What the JVM itself prints on its stderr at start, outside log4j's reach, that tells the user of `aggregate`
+#: nothing: the notice of the incubator module (jdk.incubator.vector) that Spark 4 adds to the JVM's options.
+_JVM_NOTICES = re.compile(rb"^WARNING: Using incubator modules: ")
+
+
+def _jvm_stderr_filter() -> Callable[[], None]:
+    """Gives the JVM about to start (it inherits fd 2) a pipe for its stderr, whose lines a thread copies to this
+    process's stderr less _JVM_NOTICES. Returns the function that puts fd 2 back for this process, to call once the
+    JVM runs; the thread ends when the JVM, the pipe's last writer, exits."""
+    sys.stderr.flush()
+    read_fd, write_fd = os.pipe()
+    saved = os.dup(2)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+
+    def copy() -> None:
+        with os.fdopen(read_fd, "rb") as pipe, os.fdopen(os.dup(saved), "wb", buffering=0) as out:
+            for line in pipe:
+                if not _JVM_NOTICES.match(line):
+                    out.write(line)
+
+    threading.Thread(target=copy, name="jvm-stderr", daemon=True).start()
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    return restore
+
+
 def _error_line(e: BaseException) -> str:
     """One line for an error of the Spark job: the Python exception of a failed task (the last line of its
     traceback), else the first line of the JVM's message (the Java exception's own, where py4j's only says which call
@@ -365,11 +395,13 @@ def run(paths: Sequence[str], staging: corpus_mod.Staging, master: str | None,
     previous_sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() \
         else None
     try:
+        own_stderr = _jvm_stderr_filter()
         try:
             spark = builder.getOrCreate()
         except spark_errors as e:
             raise UserError(f"Spark did not start (master {master}): {_error_line(e)}") from None
         finally:
+            own_stderr()
             for name, value in (restore or {}).items():
                 if value is None:
                     os.environ.pop(name, None)
