@@ -153,6 +153,9 @@ class LearnedPredictor final : public Predictor {
   unsigned default_class_ = kDefaultConfidenceRule.fallback;
   OnlineLearner learner_;
   int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any
+  // trim() keeps the model's and token tables' pages resident only when the model ran at least this many times
+  // since the previous trim (a pass of the sweeper).
+  static constexpr uint64_t kBusyRunsPerTrim = 64;
   std::atomic<uint64_t> runs_at_trim_{~uint64_t{0}};  // model runs at the previous trim() (never: all ones)
 };
 

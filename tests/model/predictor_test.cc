@@ -517,4 +517,41 @@ TEST(PredictionCaches, ADroppedCacheIsEmptyAndNotResident) {
   t.join();
 }
 
+// trim (each sweeper pass) drops the model file's pages unless the model ran at least kBusyRunsPerTrim times since
+// the previous pass: a few runs in a quiet phase read a few pages back, they do not keep the whole file resident.
+TEST(PredictionCaches, AModelThatRunsRarelyDoesNotStayResident) {
+  static LearnedPredictor p;
+  static Image img;
+  build_model(img, 48);  // several pages of weights, all read by each run
+  std::string path = ::testing::TempDir() + "/rare." + std::to_string(getpid()) + ".model";
+  FILE* f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(fwrite(img.bytes, 1, img.size, f), img.size);
+  fclose(f);
+  char err[256];
+  ASSERT_TRUE(p.init(path.c_str(), nullptr, 0, err, sizeof err)) << err;
+  const void* base = p.model().base();
+  std::thread t([&] {
+    uintptr_t next = 0x500000;
+    auto runs = [&](int n) {
+      uint64_t before = p.totals().model_runs;
+      for (int i = 0; i < n; ++i, next += 16) p.predict({next, 0, 64});  // each a new context: a model run
+      ASSERT_EQ(p.totals().model_runs - before, uint64_t(n));
+    };
+    p.trim();
+    runs(200);  // busy: at least kBusyRunsPerTrim runs since the previous pass
+    EXPECT_GT(resident_kib(base), 8);
+    p.trim();
+    EXPECT_GT(resident_kib(base), 8) << "a model in use keeps its pages";
+    runs(3);  // quiet: a few runs
+    EXPECT_GT(resident_kib(base), 8);
+    p.trim();
+    EXPECT_LE(resident_kib(base), 4) << "a few runs since the previous pass: the pages go";
+    runs(3);
+    EXPECT_GT(resident_kib(base), 8) << "and come back as they are read";
+  });
+  t.join();
+  unlink(path.c_str());
+}
+
 }  // namespace
