@@ -156,7 +156,7 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
       placed_(1 << 16) {
   HeapConfig config = heap_config_of(options_.heap_options);
   config.num_classes = kMaxClasses;
-  global_ = std::make_unique<PageHeap>(*platform_, *clock_, config);
+  page_heap_ = std::make_unique<PageHeap>(*platform_, *clock_, config);
   // Long-lived classes from one heap for all threads, as in the library (LLAMALLOC_SHARED_CLASS): from the
   // trace's second thread on (heap_for).
   shared_heap_ = std::make_unique<ThreadHeap>();
@@ -175,7 +175,7 @@ ThreadHeap& LlamaPolicy::heap_for(uint32_t thread) {
     index = static_cast<uint32_t>(threads_.size());
     threads_.push_back(ThreadState{std::make_unique<ThreadHeap>(), 0, false});
     heaps_.put(key, index);
-    if (threads_.size() == 2 && global_->shared_class_min() < kMaxClasses) global_->set_shared_heap(shared_heap_.get());
+    if (threads_.size() == 2 && page_heap_->shared_class_min() < kMaxClasses) page_heap_->set_shared_heap(shared_heap_.get());
   }
   ThreadState& t = threads_[index];
   t.last_event_ns = now_ns_;
@@ -188,13 +188,13 @@ void LlamaPolicy::release_idle_threads() {
   // The sweeper's last step, each pass: open pages empty since the pass before are given back.
   bool pass = false;
   if (now_ns_ - last_sweep_ns_ >= kSweepPeriodNs) {
-    global_->release_empty_open_pages(false);
+    page_heap_->release_empty_open_pages(false);
     last_sweep_ns_ = now_ns_;
     pass = true;
   }
   // The shared heap of long-lived classes: swept like a thread heap after an idle period (the sweeper thread).
   if (shared_holds_spans_ && now_ns_ - shared_last_alloc_ns_ >= options_.thread_idle_ns) {
-    ThreadHeapOps::release_all(*global_, *shared_heap_);
+    ThreadHeapOps::release_all(*page_heap_, *shared_heap_);
     shared_holds_spans_ = false;
   }
   for (ThreadState& t : threads_) {
@@ -213,7 +213,7 @@ void LlamaPolicy::release_idle_threads() {
     if (idle || swept) {
       // What the library's sweeper does to a heap (and its thread destructor at exit).
       tl_heap = t.heap.get();
-      ThreadHeapOps::release_all(*global_, *t.heap);
+      ThreadHeapOps::release_all(*page_heap_, *t.heap);
       tl_heap = &g_empty_heap;
       if (idle) {
         ++idle_threads_released_;
@@ -233,10 +233,10 @@ void LlamaPolicy::at_exit() {
   for (ThreadState& t : threads_) {
     if (!t.holds_spans) continue;
     tl_heap = t.heap.get();
-    ThreadHeapOps::release_all(*global_, *t.heap);
+    ThreadHeapOps::release_all(*page_heap_, *t.heap);
     t.holds_spans = false;
   }
-  ThreadHeapOps::release_all(*global_, *shared_heap_);
+  ThreadHeapOps::release_all(*page_heap_, *shared_heap_);
   shared_holds_spans_ = false;
   tl_heap = &g_empty_heap;
 }
@@ -251,7 +251,7 @@ void LlamaPolicy::advance_time(uint64_t time_ns) {
     options_.class_source->on_sweep(now_ns_);
   }
   while (next_snapshot_ < options_.snapshot_times_ns.size() && options_.snapshot_times_ns[next_snapshot_] <= now_ns_) {
-    global_->tick();
+    page_heap_->tick();
     take_snapshot(options_.snapshot_times_ns[next_snapshot_]);
     ++next_snapshot_;
   }
@@ -270,7 +270,7 @@ void LlamaPolicy::allocate(const ObjectAlloc& object) {
   ThreadHeap& heap = heap_for(object.thread);
   tl_heap = &heap;
   unsigned sc = classify(size, alignment);
-  bool shared = sc != kLargeRequest && ThreadHeapOps::uses_shared_heap(*global_, heap, lc);
+  bool shared = sc != kLargeRequest && ThreadHeapOps::uses_shared_heap(*page_heap_, heap, lc);
   if (shared) {
     shared_last_alloc_ns_ = now_ns_;
     shared_holds_spans_ = true;
@@ -278,7 +278,7 @@ void LlamaPolicy::allocate(const ObjectAlloc& object) {
   // The library's slow path (malloc_slow) runs when its fast path misses (misses_fast_path, thread_heap/thread_heap.h), and
   // for a long-lived class that the shared thread heap serves. The sweeper sees it (slow_ops).
   if (shared || misses_fast_path(heap, lc, sc, alignment)) owner_count_slow(&heap);
-  void* p = ThreadHeapOps::allocate(*global_, heap, lc, size, alignment);
+  void* p = ThreadHeapOps::allocate(*page_heap_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
   placed_.put(object.address, Placed{reinterpret_cast<uint64_t>(p), object.size_bytes, object.stack_id});
 }
@@ -292,10 +292,10 @@ void LlamaPolicy::free(uint64_t time_ns, uint64_t address, uint64_t, uint32_t th
   if (!placed_.erase(address, &placed)) return;
   if (options_.class_source) options_.class_source->on_free(std::max(time_ns, now_ns_), address);
   tl_heap = &heap_for(thread);  // the freeing thread, as in the process
-  ThreadHeapOps::deallocate(*global_, tl_heap, reinterpret_cast<void*>(placed.address));
+  ThreadHeapOps::deallocate(*page_heap_, tl_heap, reinterpret_cast<void*>(placed.address));
 }
 
-uint64_t LlamaPolicy::footprint_bytes() const { return global_->gauges().footprint_bytes; }
+uint64_t LlamaPolicy::footprint_bytes() const { return page_heap_->gauges().footprint_bytes; }
 
 uint64_t LlamaPolicy::platform_backed_bytes() const { return platform_->backed_bytes(); }
 
@@ -308,8 +308,8 @@ std::vector<std::string> LlamaPolicy::extra_columns() const {
 void LlamaPolicy::sample(uint64_t time_ns, std::vector<int64_t>& v) {
   advance_time(time_ns);
   release_idle_threads();
-  global_->tick();  // deadlines that expired while the trace was quiet
-  for (unsigned i = 0; i < kMaxClasses; ++i) v[i] = static_cast<int64_t>(global_->gauges().huge_pages_by_class[i]);
+  page_heap_->tick();  // deadlines that expired while the trace was quiet
+  for (unsigned i = 0; i < kMaxClasses; ++i) v[i] = static_cast<int64_t>(page_heap_->gauges().huge_pages_by_class[i]);
 }
 
 void LlamaPolicy::take_snapshot(uint64_t time_ns) {
@@ -338,7 +338,7 @@ void LlamaPolicy::take_snapshot(uint64_t time_ns) {
   std::string j = "{\"time_ns\": " + std::to_string(time_ns) + ", \"pages\": [";
   bool first = true;
   for (uintptr_t address : platform_->backed_pages()) {
-    PageInfo info = global_->page_info(address);
+    PageInfo info = page_heap_->page_info(address);
     if (info.state == PageState::kUnused) continue;
     j += first ? "" : ", ";
     first = false;
@@ -368,7 +368,7 @@ void LlamaPolicy::take_snapshot(uint64_t time_ns) {
 }
 
 std::vector<std::pair<std::string, double>> LlamaPolicy::summary_extras() const {
-  Counters& c = global_->counters();
+  Counters& c = page_heap_->counters();
   std::vector<std::pair<std::string, double>> e = {
       {"deadline_k", double(options_.heap_options.deadline_k)},
       {"block_spans_handed_out", double(c.block_spans_handed_out.load())},
@@ -377,7 +377,7 @@ std::vector<std::pair<std::string, double>> LlamaPolicy::summary_extras() const 
       {"promotions", double(c.promotions.load())},
       {"demotions", double(c.demotions.load())},
       {"huge_pages_released", double(c.huge_pages_released.load())},
-      {"heap_peak_footprint_bytes", double(global_->gauges().peak_footprint_bytes)},
+      {"heap_peak_footprint_bytes", double(page_heap_->gauges().peak_footprint_bytes)},
       {"platform_backed_bytes", double(platform_->backed_bytes())},
       {"threads", double(threads_.size())},
       {"thread_idle_ns", double(options_.thread_idle_ns)},

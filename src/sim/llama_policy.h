@@ -94,7 +94,7 @@ class LlamaPolicy final : public Policy {
 
   // Bytes the simulation platform has backed (must equal footprint_bytes(): a cross-check).
   uint64_t platform_backed_bytes() const;
-  PageHeap& heap() { return *global_; }
+  PageHeap& heap() { return *page_heap_; }
   // Appends a snapshot of every huge page in use (JSON) to the summary's "snapshots".
   void take_snapshot(uint64_t time_ns);
 
@@ -105,7 +105,7 @@ class LlamaPolicy final : public Policy {
   LlamaOptions options_;
   std::unique_ptr<SimPlatform> platform_;
   std::unique_ptr<TraceClock> clock_;
-  std::unique_ptr<PageHeap> global_;
+  std::unique_ptr<PageHeap> page_heap_;
   struct ThreadState {
     std::unique_ptr<ThreadHeap> heap;
     uint64_t last_event_ns = 0;
