@@ -108,6 +108,8 @@ class LearnedPredictor final : public Predictor {
   size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max,
                    bool thread_root = false);
   unsigned run_model(const AllocationContext& context, ThreadState* state);
+  // After a model run: gives the model file's and token tables' pages back while the model runs rarely.
+  void release_after_run();
   // Sets the low bits of entry e's hit count so that the fast path comes back for its next check after a random
   // number of hits; runs_before and misses_before: the thread's counters before this visit's lookup.
   void schedule_check(ThreadState* state, PredictionCacheEntry& e, uint64_t runs_before, uint64_t misses_before) const;
@@ -153,10 +155,11 @@ class LearnedPredictor final : public Predictor {
   unsigned default_class_ = kDefaultConfidenceRule.fallback;
   OnlineLearner learner_;
   int thread_root_binary_ = -1;  // the "<thread-root>" record of the token tables, if any
-  // trim() keeps the model's and token tables' pages resident only when the model ran at least this many times
-  // since the previous trim (a pass of the sweeper).
+  // The model's and token tables' pages stay resident only while the model runs at least this many times
+  // between two trims (passes of the sweeper); otherwise they leave after each run (release_after_run).
   static constexpr uint64_t kBusyRunsPerTrim = 64;
-  std::atomic<uint64_t> runs_at_trim_{~uint64_t{0}};  // model runs at the previous trim() (never: all ones)
+  std::atomic<uint64_t> runs_since_trim_{0};
+  std::atomic<bool> busy_{false};  // the previous pass had kBusyRunsPerTrim runs or more
 };
 
 }  // namespace llamalloc::model

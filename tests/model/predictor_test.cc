@@ -517,8 +517,9 @@ TEST(PredictionCaches, ADroppedCacheIsEmptyAndNotResident) {
   t.join();
 }
 
-// trim (each sweeper pass) drops the model file's pages unless the model ran at least kBusyRunsPerTrim times since
-// the previous pass: a few runs in a quiet phase read a few pages back, they do not keep the whole file resident.
+// The model file's pages stay resident only while the model is busy (at least kBusyRunsPerTrim runs between two
+// trims, the sweeper's passes): a rarely running model gives them back after each run, so that a few runs in a
+// quiet phase do not keep the whole file resident.
 TEST(PredictionCaches, AModelThatRunsRarelyDoesNotStayResident) {
   static LearnedPredictor p;
   static Image img;
@@ -539,16 +540,18 @@ TEST(PredictionCaches, AModelThatRunsRarelyDoesNotStayResident) {
       ASSERT_EQ(p.totals().model_runs - before, uint64_t(n));
     };
     p.trim();
-    runs(200);  // busy: at least kBusyRunsPerTrim runs since the previous pass
+    runs(3);  // quiet: each run gives the pages back
+    EXPECT_LE(resident_kib(base), 4) << "a rare run leaves nothing resident";
+    runs(200);  // a burst: after kBusyRunsPerTrim runs in this pass the pages stay
     EXPECT_GT(resident_kib(base), 8);
     p.trim();
-    EXPECT_GT(resident_kib(base), 8) << "a model in use keeps its pages";
-    runs(3);  // quiet: a few runs
-    EXPECT_GT(resident_kib(base), 8);
-    p.trim();
+    EXPECT_GT(resident_kib(base), 8) << "a busy model keeps its pages at the pass";
+    runs(3);
+    EXPECT_GT(resident_kib(base), 8) << "and after its runs in the next pass";
+    p.trim();  // that pass was quiet
     EXPECT_LE(resident_kib(base), 4) << "a few runs since the previous pass: the pages go";
     runs(3);
-    EXPECT_GT(resident_kib(base), 8) << "and come back as they are read";
+    EXPECT_LE(resident_kib(base), 4) << "and leave after each run again";
   });
   t.join();
   unlink(path.c_str());
