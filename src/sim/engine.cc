@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "sim/after_peak.h"
+
 namespace llamalloc::sim {
 
 std::vector<uint8_t> compute_lifetime_classes(EventSource& source, const Policy* policy) {
@@ -213,6 +215,12 @@ void Engine::finish() {
   summary_.final_fragmentation_ratio =
       live_bytes_ ? static_cast<double>(summary_.final_footprint_bytes) / static_cast<double>(live_bytes_)
                   : 0.0;
+  AfterPeak after = after_peak(timeline_);
+  summary_.after_peak_start_ns = after.start_ns;
+  summary_.after_peak_end_ns = after.end_ns;
+  summary_.after_peak_samples = after.end - after.begin;
+  summary_.after_peak_footprint_bytes = after.footprint_bytes;
+  summary_.after_peak_live_bytes = after.live_bytes;
 }
 
 namespace {

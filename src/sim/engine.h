@@ -76,6 +76,13 @@ struct RunSummary {
   // Sum of footprint over sum of live over the same samples (weights busy periods by their size).
   double mean_footprint_over_mean_live = 0;
   double final_fragmentation_ratio = 0;
+  // After the peak (sim/after_peak.h, docs/bench.md): the window's first and last sample times, its sample count
+  // and the medians of footprint and live bytes over it.
+  uint64_t after_peak_start_ns = 0;
+  uint64_t after_peak_end_ns = 0;
+  uint64_t after_peak_samples = 0;
+  uint64_t after_peak_footprint_bytes = 0;
+  uint64_t after_peak_live_bytes = 0;
   double replay_seconds = 0;
   double events_per_second = 0;
 };

@@ -59,28 +59,6 @@ bool better(const Candidate& a, size_t a_index, const Candidate& b, size_t b_ind
   return a_index < b_index;
 }
 
-// The footprint after the peak: the median of the samples after the live peak ends (the last sample with at least
-// 90% of the highest live bytes) and up to the program's teardown (the last sample with at least 10% of them), as
-// `llamalloc simulate`'s after_peak() reads it from the timeline; the peak's last sample when none lies between. A
-// program that frees its state itself before it exits ends with little in use: the end of the trace would rank
-// every setting alike.
-uint64_t after_peak_footprint(const std::vector<TimelineSample>& timeline) {
-  uint64_t top = 0;
-  for (const TimelineSample& s : timeline) top = std::max(top, s.live_bytes);
-  if (top == 0) return 0;
-  size_t peak_end = 0, end = 0;
-  for (size_t i = 0; i < timeline.size(); ++i) {
-    if (double(timeline[i].live_bytes) >= 0.9 * double(top)) peak_end = i;
-    if (double(timeline[i].live_bytes) >= 0.1 * double(top)) end = i;
-  }
-  size_t first = end > peak_end ? peak_end + 1 : peak_end, last = end > peak_end ? end : peak_end;
-  std::vector<uint64_t> window;
-  for (size_t i = first; i <= last; ++i) window.push_back(timeline[i].footprint_bytes);
-  std::sort(window.begin(), window.end());
-  size_t n = window.size();
-  return n % 2 == 1 ? window[n / 2] : (window[n / 2 - 1] + window[n / 2]) / 2;
-}
-
 double mean_footprint(const std::vector<TimelineSample>& timeline) {
   if (timeline.empty()) return 0;
   double sum = 0;
@@ -210,7 +188,7 @@ class Search {
     c.final_footprint_bytes = r.summary.final_footprint_bytes;
     c.peak_footprint_bytes = r.summary.peak_footprint_bytes;
     c.mean_footprint_bytes = mean_footprint(r.timeline);
-    c.after_peak_footprint_bytes = after_peak_footprint(r.timeline);
+    c.after_peak_footprint_bytes = r.summary.after_peak_footprint_bytes;  // sim/after_peak.h
     if (!best_run_ || better(c, index, candidates_[best_], best_)) {
       best_ = index;
       best_run_ = std::make_unique<RunResult>(std::move(r));

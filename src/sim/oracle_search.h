@@ -7,8 +7,8 @@
 // The search: the base options (the library's defaults, or those --heap-option gives) first, then every
 // combination of the grid options' values, then coordinate descent from the best so far over every option of
 // the space (one option's values at a time, the others kept), until a round over all of them finds nothing
-// better. A candidate is better with a lower footprint after the peak (the median between the live peak's end and
-// teardown: what a running server keeps after its peak), then a lower final and mean footprint; on a tie the one
+// better. A candidate is better with a lower footprint after the peak (the median over sim/after_peak.h's window,
+// from the live peak's end to the end of the quiet phase: what a running server keeps after its peak), then a lower final and mean footprint; on a tie the one
 // tried first (the base first) stays. The lifetime pre-pass runs once: the classes depend on the trace and the realloc rule, not on the
 // options. Replays run on several threads, each with its own PageHeap and its own cursor over the trace.
 #pragma once

@@ -79,6 +79,11 @@ std::string summary_json(const SimulationOutput& output, const std::string& time
         {"average_fragmentation_ratio", json_number(s.average_fragmentation_ratio)},
         {"mean_footprint_over_mean_live", json_number(s.mean_footprint_over_mean_live)},
         {"final_fragmentation_ratio", json_number(s.final_fragmentation_ratio)},
+        {"after_peak_start_ns", json_number(s.after_peak_start_ns)},
+        {"after_peak_end_ns", json_number(s.after_peak_end_ns)},
+        {"after_peak_samples", json_number(s.after_peak_samples)},
+        {"after_peak_footprint_bytes", json_number(s.after_peak_footprint_bytes)},
+        {"after_peak_live_bytes", json_number(s.after_peak_live_bytes)},
         {"replay_seconds", json_number(s.replay_seconds)},
         {"events_per_second", json_number(s.events_per_second)},
     };
