@@ -121,8 +121,9 @@ class Run:
 
 SUMMARY_FIELDS = ("seconds", "throughput", "peak_rss_bytes", "final_rss_bytes", "peak_anon_huge_pages_bytes",
                   "final_anon_huge_pages_bytes", "steady_rss_bytes", "steady_anon_huge_pages_bytes")
-# Summary key -> key of the workload's "steady_state" block (docs/bench.md, "Steady state after the peak"): means
-# over the quiet phase after the load. footprint and live: llamalloc's own (its statistics while the program
+# Summary key -> key of the workload's "steady_state" block: means over the quiet phase after the load, which is
+# the after-peak window of a run (docs/bench.md, "After the peak"): the workload marks the phase and samples itself
+# there, so the bench takes those samples rather than a window found on its own RSS curve. footprint and live: llamalloc's own (its statistics while the program
 # runs), only under llamalloc; workload_*: the program's own figures, under every allocator, where it has them.
 STEADY_FIELDS = {
     "steady_samples": "samples",

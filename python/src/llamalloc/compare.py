@@ -6,8 +6,9 @@ children are sampled from /proc/PID/smaps_rollup. A server driven by a separate 
 (a shell command, not preloaded) once the server is up, and the server is stopped (SIGTERM) when the client is done;
 the time is then the client's.
 
-Per allocator: the peak, the steady state after the peak (the median of the samples after the peak sample) and the
-final memory (the last sample before the program ended or was stopped), and the time."""
+Per allocator: the peak, the steady state after the peak (the median of the RSS samples in the after-peak window,
+`llamalloc.after_peak`: from the peak's end to the end of the quiet phase, without the exit teardown) and the final
+memory (the last sample before the program ended or was stopped), and the time."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import allocators, bench
+from . import after_peak, allocators, bench
 from .errors import UserError
 from .run import shell_status, start_program
 from . import files
@@ -80,10 +81,11 @@ class CompareRun:
             return {"peak_rss_bytes": None, "steady_rss_bytes": None, "final_rss_bytes": None,
                     "peak_anon_huge_bytes": None, "final_anon_huge_bytes": None}
         rss = [s[1] for s in self.samples]
-        peak_at = max(range(len(rss)), key=rss.__getitem__)
-        after = rss[peak_at + 1:]
-        return {"peak_rss_bytes": rss[peak_at],
-                "steady_rss_bytes": int(statistics.median(after)) if after else rss[peak_at],
+        # After the peak (docs/bench.md): the window of every tool, over the RSS samples, which are all that a run
+        # of someone else's program shows.
+        w = after_peak.window([s[0] for s in self.samples], rss)
+        return {"peak_rss_bytes": max(rss),
+                "steady_rss_bytes": int(after_peak.median(rss[w.slice])),
                 "final_rss_bytes": rss[-1],
                 "peak_anon_huge_bytes": max(s[2] for s in self.samples),
                 "final_anon_huge_bytes": self.samples[-1][2]}
@@ -277,7 +279,8 @@ def format_table(runs: list[CompareRun]) -> str:
                      f"{secs:>12}  {note}")
     runs_text = f"medians of {n} runs, ± half their range" if n > 1 else "one run each"
     lines.append(f"MiB of RSS (the process and its children), {runs_text}; THP: AnonHugePages; steady: the median "
-                 f"after the peak; final: the last sample before the end")
+                 f"after the peak (from the peak's end to the end of the quiet phase, without the exit teardown); "
+                 f"final: the last sample before the end")
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from . import files
+from .after_peak import figures as window_figures
 from .errors import FormatError, UserError
 from .sim_engine import BINARY, binary, check_heap_options, error_of as _error_of  # noqa: F401 (re-exported)
 
@@ -50,32 +51,64 @@ class PolicyResult:
         return self.timeline["time_ns"] / 1e9
 
     def after_peak(self) -> dict:
-        """The state after the live peak and before teardown, which `final_*` (at exit, after the program freed
-        what its destructors free) does not show: the median footprint and live bytes of the samples after the
-        live peak (once live is below PEAK_FRACTION of its maximum for good) and before teardown (the last sample
-        whose live bytes are at least TEARDOWN_FRACTION of the maximum); the peak's last sample when there is none
-        in between."""
+        """The state after the peak (docs/bench.md, "After the peak"; `llamalloc.after_peak`): the medians of
+        footprint and live bytes from the live peak's end to the end of the quiet phase, without the exit
+        teardown, which `final_*` does not show; with the window's first and last sample times."""
         return after_peak(self.timeline)
 
 
-#: For `after_peak`: the peak ends where the live bytes fall for good below PEAK_FRACTION of their maximum, and
-#: teardown begins where they fall for good below TEARDOWN_FRACTION of it.
-PEAK_FRACTION = 0.9
-TEARDOWN_FRACTION = 0.1
-
-
 def after_peak(timeline: dict[str, np.ndarray]) -> dict:
-    live = np.nan_to_num(np.asarray(timeline.get("live_bytes", np.zeros(0)), float))
-    foot = np.nan_to_num(np.asarray(timeline.get("footprint_bytes", np.zeros(0)), float))
-    if len(live) == 0 or live.max() <= 0:
-        return {"footprint_bytes": 0.0, "live_bytes": 0.0, "fragmentation_ratio": 0.0, "samples": 0}
-    top = live.max()
-    peak_end = int(np.nonzero(live >= PEAK_FRACTION * top)[0][-1])
-    end = int(np.nonzero(live >= TEARDOWN_FRACTION * top)[0][-1])
-    window = slice(peak_end + 1, end + 1) if end > peak_end else slice(peak_end, peak_end + 1)
-    f, l_ = float(np.median(foot[window])), float(np.median(live[window]))
-    return {"footprint_bytes": f, "live_bytes": l_, "fragmentation_ratio": f / l_ if l_ > 0 else 0.0,
-            "samples": window.stop - window.start}
+    """`llamalloc.after_peak.figures` over a simulation's timeline (the window is the same for every policy: live
+    bytes are the engine's)."""
+    empty = np.zeros(0)
+    return window_figures(timeline.get("time_ns", empty), timeline.get("live_bytes", empty),
+                          timeline.get("footprint_bytes", empty))
+
+
+def window_text(result: PolicyResult) -> str:
+    """The after-peak window as seconds of the trace: "0.50-4.50 s"."""
+    a, first = result.after_peak(), result.summary.get("first_time_ns", 0)
+    return f"{(a['start_ns'] - first) / 1e9:.2f}-{(a['end_ns'] - first) / 1e9:.2f} s"
+
+
+#: Lifetime placement can help when the oracle keeps at least this share less than the base after the peak.
+HELPS_SHARE = 0.1
+
+
+def conclusion(result: SimResult, trace_name: str) -> str | None:
+    """The verdict on a replay, from its after-peak figures (one window for every policy): what an oracle that
+    knows every lifetime keeps after the peak against 2 MiB pages without lifetimes (or tcmalloc), and against the
+    model and 4 KiB pages when replayed: whether lifetime placement could help this program, and by how much.
+    `llamalloc simulate` prints it under its table, `llamalloc report` opens with it."""
+    p = result.policies
+    oracle = p.get("llama-oracle") or p.get("llama-oracle-best")
+    base = p.get("pages-2m") or p.get("tcmalloc")
+    if oracle is None or base is None:
+        return None
+    oa, ba = oracle.after_peak(), base.after_peak()
+    o, b, live = oa["footprint_bytes"], ba["footprint_bytes"], oa["live_bytes"]
+    if not b:
+        return None
+    when = f"after the peak ({window_text(oracle)} of the trace)"
+    saved = (b - o) / b
+    if saved >= HELPS_SHARE:
+        text = (f"{trace_name}: {when}, placed by lifetime, the program would keep {_mib_text(o)} MiB of huge "
+                f"pages instead of {_mib_text(b)} MiB ({base.policy}), {100 * saved:.0f}% less, for "
+                f"{_mib_text(live)} MiB live: lifetime placement can help this program.")
+        model = p.get("llama-model")
+        if model is not None:
+            m = model.after_peak()["footprint_bytes"]
+            text += (f" The model keeps {_mib_text(m)} MiB: "
+                     + ("it gets most of that gain." if m <= o + 0.5 * (b - o) else
+                        "it gets less than half of that gain (a denser profile, or online learning, may help)."))
+        return text
+    than = "about as much as" if o <= b * (1 + HELPS_SHARE) else f"{100 * (o - b) / b:.0f}% more than"
+    text = (f"{trace_name}: {when}, the oracle keeps {_mib_text(o)} MiB, {than} {base.policy} "
+            f"({_mib_text(b)} MiB), for {_mib_text(live)} MiB live: lifetime placement would not help this program.")
+    small = p.get("pages-4k")
+    if small is not None:
+        text += f" 4 KiB pages would keep {_mib_text(small.after_peak()['footprint_bytes'])} MiB."
+    return text
 
 
 def _mib_text(n: float) -> str:

@@ -4,7 +4,8 @@ question): bytes, objects, the site's lifetime class and, from a trace, the huge
 A site is the innermost frame of the allocation's stack that is not the allocator's own entry point, with its file
 and line where the file is symbolized, and the two callers above it for context. From a profile, "live" is what
 the profile holds live (`live_at_exit_*`: at exit, or at the time a kept profile was taken); from a trace, the
-allocations not freed by the end (or by `--at SECONDS`), whose addresses give the 2 MiB pages they sit on.
+allocations not freed at the end of the after-peak window (`llamalloc.after_peak`: the end of the quiet phase, before
+the exit teardown), or at `--at SECONDS`, whose addresses give the 2 MiB pages they sit on.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import after_peak
 from .errors import FormatError, UserError
 from .model.classes import CLASS_UPPER_BOUNDS_NS, NUM_CLASSES
 
@@ -126,12 +128,11 @@ def from_trace(path, at_seconds: float | None) -> tuple[list[Site], str]:
     sizes = table.column("size_bytes").to_numpy()
     addresses = table.column("address").to_numpy().astype(np.uint64)
     alloc_index = table.column("alloc_index").to_numpy()
-    end = times[-1] if len(times) else 0
-    cut = end if at_seconds is None else int(at_seconds * 1e9)
     n = len(times)
     freed_at = np.full(n, -1, np.int64)
     frees = np.nonzero((~kind) & (alloc_index >= 0))[0]
     freed_at[alloc_index[frees]] = times[frees]
+    cut = after_peak_end(times, kind, sizes, alloc_index) if at_seconds is None else int(at_seconds * 1e9)
     allocs = np.nonzero(kind & (times <= cut))[0]
     live = allocs[(freed_at[allocs] < 0) | (freed_at[allocs] > cut)]
     lifetimes = np.where(freed_at[allocs] >= 0, freed_at[allocs] - times[allocs], -1)
@@ -158,9 +159,36 @@ def from_trace(path, at_seconds: float | None) -> tuple[list[Site], str]:
         s.objects += 1
         first, last = int(addresses[i]) >> HUGE_PAGE_SHIFT, (int(addresses[i]) + max(int(sizes[i]), 1) - 1) >> HUGE_PAGE_SHIFT
         s.pages.update(range(first, last + 1))
-    when = "at the end of the trace" if at_seconds is None else f"at {at_seconds:g} s"
+    when = (f"at the end of the quiet phase after the peak, {cut / 1e9:.2f} s" if at_seconds is None
+            else f"at {at_seconds:g} s")
     note = f"live {when}; " + ("symbolized" if t.symbolized else "not symbolized: run `llamalloc symbolize` for names")
     return [s for s in sites.values() if s.objects > 0], note
+
+
+#: The live-bytes timeline that places the after-peak window in a trace: one sample every SAMPLE_NS, as
+#: `llamalloc simulate` samples by default.
+SAMPLE_NS = 10_000_000
+
+
+def after_peak_end(times: np.ndarray, is_alloc: np.ndarray, sizes: np.ndarray, alloc_index: np.ndarray) -> int:
+    """The time of the after-peak window's last sample (docs/bench.md, "After the peak"): the end of the quiet
+    phase, before the exit teardown, on the trace's live bytes sampled every SAMPLE_NS (each sample the state just
+    before the first event at or after it; the last, the state at the end)."""
+    if not len(times):
+        return 0
+    delta = np.where(is_alloc, sizes.astype(np.int64), 0)
+    frees = np.nonzero((~is_alloc) & (alloc_index >= 0))[0]
+    delta[frees] = -sizes[alloc_index[frees]].astype(np.int64)
+    live = np.cumsum(delta)
+    first, last = int(times[0]), int(times[-1])
+    grid = np.arange(first - first % SAMPLE_NS, last + 1, SAMPLE_NS, dtype=np.int64)
+    before = np.searchsorted(times, grid, side="left")  # the events before each sample
+    sample_live = np.where(before > 0, live[np.maximum(before - 1, 0)], 0)
+    sample_times = np.append(grid, last)
+    sample_live = np.append(sample_live, live[-1])
+    w = after_peak.window(sample_times, sample_live)
+    end = int(sample_times[w.stop - 1])
+    return end if w.stop == len(sample_times) else end - 1  # a sample shows the state before its time
 
 
 def load(path, at_seconds: float | None = None) -> tuple[list[Site], str, bool]:

@@ -13,8 +13,9 @@ def _mib(n: float) -> str:
 
 
 def summary_table(result: sim.SimResult) -> str:
-    """The comparison the user reads first: footprint and fragmentation per policy, at the peak, after it (before
-    teardown) and at exit (after the program's destructors ran, often nearly empty: exit ratios are large)."""
+    """The comparison the user reads first: footprint and fragmentation per policy, at the peak, after it (to the
+    end of the quiet phase, `sim.after_peak`) and at exit (after the program's own teardown, often nearly empty:
+    exit ratios are large); then the verdict `llamalloc report` opens with (`sim.conclusion`)."""
     head = (f"{'policy':<18} {'peak MiB':>9} {'after-peak MiB':>14} {'live MiB':>9} {'frag':>7} {'avg frag':>9} "
             f"{'exit MiB':>9} {'exit live':>9} {'events/s':>9}")
     lines = [head, "-" * len(head)]
@@ -25,9 +26,12 @@ def summary_table(result: sim.SimResult) -> str:
                      f"{_mib(a['live_bytes']):>9} {a['fragmentation_ratio']:>6.2f}x "
                      f"{s['average_fragmentation_ratio']:>8.2f}x {_mib(s['final_footprint_bytes']):>9} "
                      f"{_mib(s['final_live_bytes']):>9} {s['events_per_second']:>9.3g}")
-    lines.append(f"after-peak: medians between the live peak (live below {100 * sim.PEAK_FRACTION:.0f}% of its "
-                 f"maximum) and teardown (below {100 * sim.TEARDOWN_FRACTION:.0f}%); exit: the trace's end, after "
-                 "teardown")
+    lines.append(f"after-peak: medians over {sim.window_text(next(iter(result.policies.values())))} of the trace, from the live peak's end to the "
+                 "end of the quiet phase, without the exit teardown (docs/bench.md, \"After the peak\"); exit: "
+                 "the trace's end")
+    verdict = sim.conclusion(result, Path(result.trace).name or "the trace")
+    if verdict:
+        lines.append(verdict)
     model = result.policies.get("llama-model")
     if model is not None:
         e = model.extras

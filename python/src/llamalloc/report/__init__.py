@@ -51,36 +51,9 @@ class Report:
 
 
 def sim_conclusion(result, trace_name: str) -> str | None:
-    """One or two sentences computed from a replay's figures: what an oracle that knows every lifetime keeps at the
-    end against 2 MiB pages without lifetimes (and 4 KiB pages, and the model, when replayed): whether lifetime
-    placement could help this program, and by how much."""
-    p = result.policies
-    oracle = p.get("llama-oracle") or p.get("llama-oracle-best")
-    base = p.get("pages-2m") or p.get("tcmalloc")
-    if oracle is None or base is None:
-        return None
-    o, b = oracle.summary["final_footprint_bytes"], base.summary["final_footprint_bytes"]
-    live = oracle.summary.get("final_live_bytes") or 0
-    if not b:
-        return None
-    saved = (b - o) / b
-    if saved >= 0.1:
-        text = (f"{trace_name}: placed by lifetime, the program would keep {_mib(o)} MiB of huge pages at the end "
-                f"instead of {_mib(b)} MiB ({base.policy}), {100 * saved:.0f}% less, for {_mib(live)} MiB live: "
-                f"lifetime placement can help this program.")
-        model = p.get("llama-model")
-        if model is not None:
-            m = model.summary["final_footprint_bytes"]
-            text += (f" The model keeps {_mib(m)} MiB: "
-                     + ("it gets most of that gain." if m <= o + 0.5 * (b - o) else
-                        "it gets less than half of that gain (a denser profile, or online learning, may help)."))
-        return text
-    text = (f"{trace_name}: the oracle keeps {_mib(o)} MiB at the end, about as much as {base.policy} "
-            f"({_mib(b)} MiB), for {_mib(live)} MiB live: lifetime placement would not help this program.")
-    small = p.get("pages-4k")
-    if small is not None:
-        text += f" 4 KiB pages would keep {_mib(small.summary['final_footprint_bytes'])} MiB."
-    return text
+    """The page's opening sentences for a replay: `simulate.conclusion`, the verdict `llamalloc simulate` prints,
+    from the after-peak figures (docs/bench.md, "After the peak")."""
+    return sim.conclusion(result, trace_name)
 
 
 def _safe(name: str) -> str:
@@ -100,13 +73,14 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _sim_table(result: sim.SimResult) -> str:
     rows = []
     for name, p in result.policies.items():
-        s = p.summary
-        rows.append([name, _mib(s["final_footprint_bytes"]), _mib(s["peak_footprint_bytes"]),
-                     _mib(s["final_live_bytes"]), _mib(s["peak_live_bytes"]),
+        s, a = p.summary, p.after_peak()
+        rows.append([name, _mib(s["peak_footprint_bytes"]), _mib(a["footprint_bytes"]), _mib(a["live_bytes"]),
+                     _mib(s["final_footprint_bytes"]), _mib(s["final_live_bytes"]), _mib(s["peak_live_bytes"]),
                      f"{s['average_fragmentation_ratio']:.2f}x", f"{s['final_fragmentation_ratio']:.2f}x",
                      f"{s['events_per_second']:.3g}"])
-    return _table(["policy", "final footprint MiB", "peak footprint MiB", "final live MiB", "peak live MiB",
-                   "average footprint/live", "final footprint/live", "replay events/s"], rows)
+    return _table(["policy", "peak footprint MiB", "after-peak footprint MiB", "after-peak live MiB",
+                   "final footprint MiB", "final live MiB", "peak live MiB", "average footprint/live",
+                   "final footprint/live", "replay events/s"], rows)
 
 
 def load_bench(path: Path) -> dict:
@@ -191,7 +165,9 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
             figures.footprint_over_time(result, staging / f, f"{trace_name}: footprint per policy against live")
             sec.figures.append(Figure(f, "Footprint over time (the LLAMA paper, Figures 1, 8, 9)",
                                       "Bytes of pages that hold at least one live byte under each policy, against "
-                                      "the bytes the program has live. The gap is fragmentation."))
+                                      "the bytes the program has live. The gap is fragmentation. Shaded: after "
+                                      "the peak, from the live peak's end to the end of the quiet phase, the "
+                                      "window of every after-peak figure."))
             f = f"fragmentation-{stem}.png"
             figures.fragmentation_bars(result, staging / f, f"{trace_name}: fragmentation ratio")
             sec.figures.append(Figure(f, "Fragmentation ratio", "footprint / live, averaged over the run and at "

@@ -34,12 +34,17 @@ def _style(policy: str) -> dict:
 
 
 def footprint_over_time(result: SimResult, path, title: str) -> None:
-    """Figures 1, 8, 9: each policy's footprint against the live heap, over trace time."""
+    """Figures 1, 8, 9: each policy's footprint against the live heap, over trace time, with the after-peak window
+    (docs/bench.md, "After the peak"; the same for every policy) shaded."""
     fig, ax = plt.subplots(figsize=(9, 4.8))
     live_drawn = False
     for name, p in result.policies.items():
         t = p.time_s
         if not live_drawn:
+            a = p.after_peak()
+            if a["samples"]:
+                ax.axvspan(a["start_ns"] / 1e9, a["end_ns"] / 1e9, color="#999999", alpha=0.15, lw=0,
+                           label="after the peak")
             ax.plot(t, p.timeline["live_bytes"] / MIB, color="black", lw=1.6, label="live")
             live_drawn = True
         ax.plot(t, p.timeline["footprint_bytes"] / MIB, lw=1.2, **_style(name))
