@@ -278,7 +278,7 @@ TEST(HeapTest, AWindowOfLiveObjectsThatFillsItsSpanStaysOnTheFastPath) {
 // Without a sweeper, the slow path is where a single-threaded program runs its page passes, so one such free in
 // kEmptyFreesPerSlowPath still takes it. (Both cases set the flag the library sets when its sweeper starts.)
 TEST(HeapTest, APairThatEmptiesItsSpanStaysOnTheFastPath) {
-  const bool sweeper = ThreadHeapOps::sweeper_running_.load();
+  const bool sweeper = ThreadHeapOps::hooks.sweeper_running.load();
   std::thread([] {
     for (bool with_sweeper : {true, false}) {
       ThreadHeapOps::set_sweeper_running(with_sweeper);
@@ -461,9 +461,9 @@ TEST(HeapTest, SpansOfAnExitedThreadGoBackOnceOtherThreadsFreeTheirObjects) {
     EXPECT_EQ(s->xfree.load() & kXfreeStateMask, kXfreeFull) << "and marked, so that a free into them notifies";
   }
   for (void* p : objects) heap_free(p);  // every one a free into an abandoned heap
-  EXPECT_TRUE(ThreadHeapOps::reclaim_pending.load());
+  EXPECT_TRUE(ThreadHeapOps::hooks.reclaim_pending.load());
   // The next slow path that takes new memory reclaims; here, directly.
-  ThreadHeapOps::reclaim_abandoned(g_page_heap, *ThreadHeapOps::pool_);
+  ThreadHeapOps::reclaim_abandoned(g_page_heap, *ThreadHeapOps::hooks.pool);
   for (void* p : objects) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "span given back";
   check_heap();
 }
@@ -495,7 +495,7 @@ TEST(HeapTest, AThreadThatAdoptsAnExitedThreadsHeapFillsItsParkedSpansBeforeTaki
   for (void* p : again) EXPECT_EQ(parked.count(ThreadHeapOps::span_of(g_page_heap, p)), 1u) << p;
   for (void* p : kept) heap_free(p);
   for (void* p : again) heap_free(p);
-  ThreadHeapOps::reclaim_abandoned(g_page_heap, *ThreadHeapOps::pool_, true);
+  ThreadHeapOps::reclaim_abandoned(g_page_heap, *ThreadHeapOps::hooks.pool, true);
   for (void* p : kept) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "span given back";
   check_heap();
 }

@@ -16,7 +16,7 @@ namespace {
 
 class ThreadHeapTest : public ::testing::Test {
  protected:
-  ThreadHeapTest() : global(std::make_unique<PageHeap>(platform, clock, HeapConfig{8, 2})) {
+  ThreadHeapTest() : page_heap(std::make_unique<PageHeap>(platform, clock, HeapConfig{8, 2})) {
     other = std::make_unique<ThreadHeap>();
     // Full-size spans from the first (these tests count blocks per span); SpanGrowth tests the smaller first ones.
     full_size_spans(heap);
@@ -24,25 +24,25 @@ class ThreadHeapTest : public ::testing::Test {
   }
   static void full_size_spans(ThreadHeap& h) { memset(h.spans_taken, kSpanGrowthSteps, sizeof h.spans_taken); }
   ~ThreadHeapTest() override {
-    ThreadHeapOps::release_all(*global, heap);
-    ThreadHeapOps::release_all(*global, *other);
+    ThreadHeapOps::release_all(*page_heap, heap);
+    ThreadHeapOps::release_all(*page_heap, *other);
   }
 
   void* alloc(unsigned lc, size_t size, size_t alignment = 16) {
-    void* p = ThreadHeapOps::allocate(*global, heap, lc, size, alignment);
-    EXPECT_TRUE(heap.check(*global));
+    void* p = ThreadHeapOps::allocate(*page_heap, heap, lc, size, alignment);
+    EXPECT_TRUE(heap.check(*page_heap));
     return p;
   }
   // A free by the owner (heap) or by another thread (other).
   void free(void* p, ThreadHeap* by = nullptr) {
-    ThreadHeapOps::deallocate(*global, by ? by : &heap, p);
-    EXPECT_TRUE(heap.check(*global));
+    ThreadHeapOps::deallocate(*page_heap, by ? by : &heap, p);
+    EXPECT_TRUE(heap.check(*page_heap));
   }
-  SmallSpan* span(const void* p) { return ThreadHeapOps::span_of(*global, p); }
+  SmallSpan* span(const void* p) { return ThreadHeapOps::span_of(*page_heap, p); }
 
   LinuxPlatform platform;  // blocks need real memory: free lists are written into them
   FakeClock clock;
-  std::unique_ptr<PageHeap> global;
+  std::unique_ptr<PageHeap> page_heap;
   ThreadHeap heap;
   std::unique_ptr<ThreadHeap> other;
 };
@@ -85,7 +85,7 @@ TEST_F(ThreadHeapTest, BlocksOfASizeClassAreContiguousAlignedAndHaveNoHeader) {
   }
   free(a);
   free(b);
-  global->check_invariants();
+  page_heap->check_invariants();
 }
 
 TEST_F(ThreadHeapTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySpanIsKeptOrCached) {
@@ -94,12 +94,12 @@ TEST_F(ThreadHeapTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySpanIs
   std::set<SmallSpan*> spans;
   for (void* p : objs) spans.insert(span(p));
   EXPECT_EQ(spans.size(), 3u);
-  size_t before = global->gauges().footprint_bytes;
+  size_t before = page_heap->gauges().footprint_bytes;
   for (void* p : objs) free(p);
   // The span the fast path uses is kept, one goes to the thread's span cache, the third back to the page heap
   // (its page still holds the other two).
   EXPECT_EQ(heap.cache_count[0][span_kind(16 * 1024)], 1u);
-  EXPECT_EQ(global->gauges().footprint_bytes, before);
+  EXPECT_EQ(page_heap->gauges().footprint_bytes, before);
   std::set<void*> again;
   std::set<SmallSpan*> again_spans;
   for (int i = 0; i < 300; ++i) {
@@ -109,10 +109,10 @@ TEST_F(ThreadHeapTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySpanIs
   }
   EXPECT_EQ(again_spans, spans) << "the same spans serve again: no new memory";
   for (void* p : again) free(p);
-  ThreadHeapOps::release_all(*global, heap);
-  PageInfo page = global->page_info(reinterpret_cast<uintptr_t>(objs[0]));
+  ThreadHeapOps::release_all(*page_heap, heap);
+  PageInfo page = page_heap->page_info(reinterpret_cast<uintptr_t>(objs[0]));
   EXPECT_TRUE(page.live.none()) << "thread exit gives every empty span back";
-  EXPECT_LE(global->gauges().footprint_bytes, kHugePageBytes) << "only the class's open page stays";
+  EXPECT_LE(page_heap->gauges().footprint_bytes, kHugePageBytes) << "only the class's open page stays";
 }
 
 // Span purge: after most objects of a size class are freed, the 4 KiB pages of idle, sparse spans whose blocks
@@ -132,21 +132,21 @@ TEST_F(ThreadHeapTest, SpanPurgeGivesBackThePagesOfFreeBlocksAndHandsTheirBlocks
   for (void* p : objs) (ThreadHeapOps::block_index(span(p), p) == 0 ? kept : freed).push_back(p);
   ASSERT_EQ(kept.size(), 4u);
   for (void* p : freed) free(p);
-  ThreadHeapOps::release_all(*global, heap);
-  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, PurgeWhen::kIdle).purged, 0u) << "first look: not yet known idle";
-  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, PurgeWhen::kIdle).purged, 4u) << "idle for a whole pass: purged";
-  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, PurgeWhen::kIdle).purged, 0u) << "nothing more to give back";
-  EXPECT_TRUE(heap.check(*global));
+  ThreadHeapOps::release_all(*page_heap, heap);
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*page_heap, heap, PurgeWhen::kIdle).purged, 0u) << "first look: not yet known idle";
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*page_heap, heap, PurgeWhen::kIdle).purged, 4u) << "idle for a whole pass: purged";
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*page_heap, heap, PurgeWhen::kIdle).purged, 0u) << "nothing more to give back";
+  EXPECT_TRUE(heap.check(*page_heap));
   for (SmallSpan* s : spans) {
     EXPECT_EQ(s->purged_pages, 0b1110u) << "the three pages with no object left";
     EXPECT_EQ(s->parked, 48u);
     EXPECT_EQ(s->used, 49u) << "the parked blocks count as in use until they come back";
   }
-  EXPECT_EQ(global->gauges().span_purged_bytes, 4u * 3 * 4096);
-  EXPECT_EQ(global->counters().span_pages_purged.load(), 4u * 3);
+  EXPECT_EQ(page_heap->gauges().span_purged_bytes, 4u * 3 * 4096);
+  EXPECT_EQ(page_heap->counters().span_pages_purged.load(), 4u * 3);
   for (void* p : kept) {
     EXPECT_EQ(static_cast<unsigned char*>(p)[255], 0x5a) << "a live object keeps its data";
-    EXPECT_TRUE(ThreadHeapOps::span_of(*global, p) != nullptr);
+    EXPECT_TRUE(ThreadHeapOps::span_of(*page_heap, p) != nullptr);
   }
   for (void* p : freed) {
     if (ThreadHeapOps::block_index(span(p), p) < 16) continue;  // on the first page, which stays
@@ -166,7 +166,7 @@ TEST_F(ThreadHeapTest, SpanPurgeGivesBackThePagesOfFreeBlocksAndHandsTheirBlocks
     EXPECT_EQ(s->parked, 0u);
     EXPECT_EQ(s->used, s->capacity);
   }
-  EXPECT_EQ(global->gauges().span_purged_bytes, 0u);
+  EXPECT_EQ(page_heap->gauges().span_purged_bytes, 0u);
   for (void* p : again) free(p);
   for (void* p : kept) free(p);
 }
@@ -182,15 +182,15 @@ TEST_F(ThreadHeapTest, SpanPurgeLeavesDenseSpansAndForgetsThePagesOfASpanThatEmp
   for (int i = 0; i < 64; ++i)
     if (i % 16 >= 12) free(objs[i]);  // 75% in use, a quarter of every page free
   for (int i = 65; i < 128; ++i) free(objs[i]);
-  ThreadHeapOps::release_all(*global, heap);
-  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*global, heap, PurgeWhen::kAll).purged, 1u);
+  ThreadHeapOps::release_all(*page_heap, heap);
+  EXPECT_EQ(ThreadHeapOps::purge_sparse_spans(*page_heap, heap, PurgeWhen::kAll).purged, 1u);
   EXPECT_EQ(dense->purged_pages, 0u);
   EXPECT_EQ(sparse->purged_pages, 0b1110u);
-  EXPECT_EQ(global->gauges().span_purged_bytes, 3u * 4096);
+  EXPECT_EQ(page_heap->gauges().span_purged_bytes, 3u * 4096);
   free(objs[64]);
-  ThreadHeapOps::release_all(*global, heap);
+  ThreadHeapOps::release_all(*page_heap, heap);
   EXPECT_EQ(span(objs[64]), nullptr) << "the emptied span went back to the page heap";
-  EXPECT_EQ(global->gauges().span_purged_bytes, 0u);
+  EXPECT_EQ(page_heap->gauges().span_purged_bytes, 0u);
   for (int i = 0; i < 64; ++i)
     if (i % 16 < 12) free(objs[i]);
 }
@@ -203,26 +203,26 @@ TEST(SpanGrowth, AThreadsFirstSpansOfAClassAreSmallerThenFullSize) {
   static_assert(grown_span_bytes(128 * 1024, 0) == 128 * 1024);
   LinuxPlatform platform;
   FakeClock clock;
-  PageHeap global{platform, clock, HeapConfig{8, 2}};
+  PageHeap page_heap{platform, clock, HeapConfig{8, 2}};
   ThreadHeap heap;
   std::vector<void*> objs;
   std::vector<uint32_t> sizes;
   for (int i = 0; i < 16 + 8 + 64; ++i) {  // 1 KiB objects: 16, 32 and 64 KiB spans
-    objs.push_back(ThreadHeapOps::allocate(global, heap, 1, 1000, 16));
+    objs.push_back(ThreadHeapOps::allocate(page_heap, heap, 1, 1000, 16));
     ASSERT_NE(objs.back(), nullptr);
-    uint32_t bytes = ThreadHeapOps::span_of(global, objs.back())->span_bytes;
+    uint32_t bytes = ThreadHeapOps::span_of(page_heap, objs.back())->span_bytes;
     if (sizes.empty() || sizes.back() != bytes) sizes.push_back(bytes);
   }
   EXPECT_EQ(sizes, (std::vector<uint32_t>{16 * 1024, 32 * 1024, 64 * 1024}));
-  void* tiny = ThreadHeapOps::allocate(global, heap, 1, 64, 16);
-  EXPECT_EQ(ThreadHeapOps::span_of(global, tiny)->span_bytes, 16u * 1024) << "a 16 KiB class: as before";
-  void* big = ThreadHeapOps::allocate(global, heap, 1, 12000, 16);
-  EXPECT_EQ(ThreadHeapOps::span_of(global, big)->span_bytes, 128u * 1024) << "a 128 KiB class: as before";
-  for (void* p : objs) ThreadHeapOps::deallocate(global, &heap, p);
-  for (void* p : {tiny, big}) ThreadHeapOps::deallocate(global, &heap, p);
-  EXPECT_TRUE(heap.check(global));
-  ThreadHeapOps::release_all(global, heap);
-  global.check_invariants();
+  void* tiny = ThreadHeapOps::allocate(page_heap, heap, 1, 64, 16);
+  EXPECT_EQ(ThreadHeapOps::span_of(page_heap, tiny)->span_bytes, 16u * 1024) << "a 16 KiB class: as before";
+  void* big = ThreadHeapOps::allocate(page_heap, heap, 1, 12000, 16);
+  EXPECT_EQ(ThreadHeapOps::span_of(page_heap, big)->span_bytes, 128u * 1024) << "a 128 KiB class: as before";
+  for (void* p : objs) ThreadHeapOps::deallocate(page_heap, &heap, p);
+  for (void* p : {tiny, big}) ThreadHeapOps::deallocate(page_heap, &heap, p);
+  EXPECT_TRUE(heap.check(page_heap));
+  ThreadHeapOps::release_all(page_heap, heap);
+  page_heap.check_invariants();
 }
 
 // A heap whose classes 3 and up are long-lived (HeapConfig::shared_class_min), on real memory and a fake clock.
@@ -235,7 +235,7 @@ class LongLivedClassTest : public ::testing::Test {
   }
   LinuxPlatform platform;
   FakeClock clock;
-  PageHeap global{platform, clock, config()};
+  PageHeap page_heap{platform, clock, config()};
 };
 
 // A long-lived class (shared_class_min and up) holds few objects per size class for a long time: its spans are
@@ -245,34 +245,34 @@ class LongLivedClassTest : public ::testing::Test {
 TEST_F(LongLivedClassTest, SpansAreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKeepsSizesApart) {
   ThreadHeap heap;
   memset(heap.spans_taken, kSpanGrowthSteps, sizeof heap.spans_taken);  // full-size spans from the first
-  auto span_bytes = [&](void* p) { return ThreadHeapOps::span_of(global, p)->span_bytes; };
+  auto span_bytes = [&](void* p) { return ThreadHeapOps::span_of(page_heap, p)->span_bytes; };
   for (size_t size : {300, 1000, 2048}) {
-    void* shortlived = ThreadHeapOps::allocate(global, heap, 2, size, 16);
-    void* longlived = ThreadHeapOps::allocate(global, heap, 3, size, 16);
-    void* never = ThreadHeapOps::allocate(global, heap, 7, size, 16);
+    void* shortlived = ThreadHeapOps::allocate(page_heap, heap, 2, size, 16);
+    void* longlived = ThreadHeapOps::allocate(page_heap, heap, 3, size, 16);
+    void* never = ThreadHeapOps::allocate(page_heap, heap, 7, size, 16);
     EXPECT_EQ(span_bytes(shortlived), 64u * 1024) << size;
     EXPECT_EQ(span_bytes(longlived), 16u * 1024) << size;
     EXPECT_EQ(span_bytes(never), 16u * 1024) << size;
-    EXPECT_GE(16u * 1024 / ThreadHeapOps::usable_size(ThreadHeapOps::span_of(global, longlived)), 8u);
-    for (void* p : {shortlived, longlived, never}) ThreadHeapOps::deallocate(global, &heap, p);
+    EXPECT_GE(16u * 1024 / ThreadHeapOps::usable_size(ThreadHeapOps::span_of(page_heap, longlived)), 8u);
+    for (void* p : {shortlived, longlived, never}) ThreadHeapOps::deallocate(page_heap, &heap, p);
   }
-  void* big = ThreadHeapOps::allocate(global, heap, 3, 4000, 16);
+  void* big = ThreadHeapOps::allocate(page_heap, heap, 3, 4000, 16);
   EXPECT_EQ(span_bytes(big), 64u * 1024) << "above 2 KiB a long-lived class keeps the usual span";
-  ThreadHeapOps::deallocate(global, &heap, big);
+  ThreadHeapOps::deallocate(page_heap, &heap, big);
   // Empty spans of both sizes go through the class's cache and come back at their own size.
   for (int round = 0; round < 3; ++round) {
     std::vector<void*> objs;
     for (int i = 0; i < 40; ++i) {
-      objs.push_back(ThreadHeapOps::allocate(global, heap, 3, i % 2 ? 1500 : 5000, 16));
+      objs.push_back(ThreadHeapOps::allocate(page_heap, heap, 3, i % 2 ? 1500 : 5000, 16));
       ASSERT_NE(objs.back(), nullptr);
       memset(objs.back(), 0xab, i % 2 ? 1500 : 5000);
       ASSERT_EQ(span_bytes(objs.back()), i % 2 ? 16u * 1024 : 64u * 1024);
     }
-    for (void* p : objs) ThreadHeapOps::deallocate(global, &heap, p);
-    ASSERT_TRUE(heap.check(global));
+    for (void* p : objs) ThreadHeapOps::deallocate(page_heap, &heap, p);
+    ASSERT_TRUE(heap.check(page_heap));
   }
-  ThreadHeapOps::release_all(global, heap);
-  global.check_invariants();
+  ThreadHeapOps::release_all(page_heap, heap);
+  page_heap.check_invariants();
 }
 
 // The shared heap of long-lived classes serves threads that make few such objects. A thread that makes them fast
@@ -280,13 +280,13 @@ TEST_F(LongLivedClassTest, SpansAreSixteenKiBUpToTwoKiBObjectsAndTheSpanCacheKee
 // one that makes as many slowly stays on the shared heap, and its other classes are unaffected.
 TEST_F(LongLivedClassTest, AThreadThatMakesThemFastTakesThemFromItsOwnSpansNotTheSharedHeap) {
   ThreadHeap shared, fast, slow;
-  global.set_shared_heap(&shared);
-  auto owner = [&](void* p) { return ThreadHeapOps::span_of(global, p)->owner; };
+  page_heap.set_shared_heap(&shared);
+  auto owner = [&](void* p) { return ThreadHeapOps::span_of(page_heap, p)->owner; };
   std::vector<std::pair<ThreadHeap*, void*>> objs;
   auto make = [&](ThreadHeap& h, unsigned lc, int n, uint64_t step_ns) {
     void* p = nullptr;
     for (int i = 0; i < n; ++i) {
-      p = ThreadHeapOps::allocate(global, h, lc, 64, 16);
+      p = ThreadHeapOps::allocate(page_heap, h, lc, 64, 16);
       objs.emplace_back(&h, p);
       clock.now += step_ns;
     }
@@ -301,11 +301,11 @@ TEST_F(LongLivedClassTest, AThreadThatMakesThemFastTakesThemFromItsOwnSpansNotTh
   // As many, one every 200 us: 1024 take 205 ms, more than the window.
   for (int round = 0; round < 3; ++round) EXPECT_EQ(owner(make(slow, 3, kSharedBurst, 200'000)), &shared);
   EXPECT_EQ(slow.own_class[3], 0);
-  for (auto& [h, p] : objs) ThreadHeapOps::deallocate(global, h, p);
-  EXPECT_TRUE(fast.check(global));
-  EXPECT_TRUE(slow.check(global));
-  for (ThreadHeap* h : {&fast, &slow, &shared}) ThreadHeapOps::release_all(global, *h);
-  global.check_invariants();
+  for (auto& [h, p] : objs) ThreadHeapOps::deallocate(page_heap, h, p);
+  EXPECT_TRUE(fast.check(page_heap));
+  EXPECT_TRUE(slow.check(page_heap));
+  for (ThreadHeap* h : {&fast, &slow, &shared}) ThreadHeapOps::release_all(page_heap, *h);
+  page_heap.check_invariants();
 }
 
 // The shared thread heap serves the long-lived objects that threads make few of: the spans of all its classes
@@ -315,29 +315,29 @@ TEST_F(LongLivedClassTest, AThreadThatMakesThemFastTakesThemFromItsOwnSpansNotTh
 TEST_F(LongLivedClassTest, TheSharedHeapsSpansOfEveryClassShareThePagesOfTheLongestClass) {
   HeapConfig c = config();
   c.small_heap_pages = 0;  // (no lending between the classes' pages: each span shows its page's class)
-  PageHeap global{platform, clock, c};
+  PageHeap page_heap{platform, clock, c};
   ThreadHeap shared, thread;
-  global.set_shared_heap(&shared);
+  page_heap.set_shared_heap(&shared);
   auto page = [&](void* p) { return reinterpret_cast<uintptr_t>(p) >> kHugePageShift; };
-  auto page_class = [&](void* p) { return global.page_info(reinterpret_cast<uintptr_t>(p)).lifetime_class; };
+  auto page_class = [&](void* p) { return page_heap.page_info(reinterpret_cast<uintptr_t>(p)).lifetime_class; };
   std::vector<void*> objs;
   for (unsigned lc : {3u, 4u, 5u, 7u})
     for (size_t size : {48, 200, 1000}) {
-      objs.push_back(ThreadHeapOps::allocate(global, thread, lc, size, 16));
-      ASSERT_EQ(ThreadHeapOps::span_of(global, objs.back())->owner, &shared);
+      objs.push_back(ThreadHeapOps::allocate(page_heap, thread, lc, size, 16));
+      ASSERT_EQ(ThreadHeapOps::span_of(page_heap, objs.back())->owner, &shared);
       EXPECT_EQ(page(objs.back()), page(objs.front())) << "class " << lc << ", " << size << " B: the same page";
       EXPECT_EQ(page_class(objs.back()), 7u);
-      EXPECT_EQ(ThreadHeapOps::span_of(global, objs.back())->lifetime_class, lc) << "queued by its own class";
+      EXPECT_EQ(ThreadHeapOps::span_of(page_heap, objs.back())->lifetime_class, lc) << "queued by its own class";
     }
-  EXPECT_EQ(global.pages_in_use(3) + global.pages_in_use(4) + global.pages_in_use(5), 0u);
+  EXPECT_EQ(page_heap.pages_in_use(3) + page_heap.pages_in_use(4) + page_heap.pages_in_use(5), 0u);
   thread.own_class[3] = 1;  // (as after a burst)
-  void* fast = ThreadHeapOps::allocate(global, thread, 3, 200, 16);
-  EXPECT_EQ(ThreadHeapOps::span_of(global, fast)->owner, &thread);
+  void* fast = ThreadHeapOps::allocate(page_heap, thread, 3, 200, 16);
+  EXPECT_EQ(ThreadHeapOps::span_of(page_heap, fast)->owner, &thread);
   EXPECT_NE(page(fast), page(objs.front())) << "a thread's own span of the class: not the shared heap's page";
   objs.push_back(fast);
-  for (void* p : objs) ThreadHeapOps::deallocate(global, &thread, p);
-  for (ThreadHeap* h : {&thread, &shared}) ThreadHeapOps::release_all(global, *h);
-  global.check_invariants();
+  for (void* p : objs) ThreadHeapOps::deallocate(page_heap, &thread, p);
+  for (ThreadHeap* h : {&thread, &shared}) ThreadHeapOps::release_all(page_heap, *h);
+  page_heap.check_invariants();
 }
 
 TEST_F(ThreadHeapTest, FreesByAnotherThreadAreCollectedInBulkByTheOwner) {
@@ -432,19 +432,19 @@ TEST_F(ThreadHeapTest, AnExitingOwnerLeavesAnEmptySpanWithANotifyInFlightToTheDr
   for (int i = 0; i < 16; ++i)
     if (i != 1) free(objs[i]);
   EXPECT_TRUE(full->queued) << "the owner's free brought it back to its queue";
-  ThreadHeapOps::abandon(*global, heap);  // the owner's thread exits
+  ThreadHeapOps::abandon(*page_heap, heap);  // the owner's thread exits
   EXPECT_EQ(span(objs[0]), full) << "empty, but kept for the drain that its notify will cause";
   // The preempted free goes on: the span on the notify list; the drain gives it back, once.
   full->notify_next = heap.notify.load();
   heap.notify.store(full);
-  ThreadHeapOps::drain_notify(*global, heap);
+  ThreadHeapOps::drain_notify(*page_heap, heap);
   EXPECT_EQ(span(objs[0]), nullptr);
   EXPECT_EQ(heap.notify.load(), nullptr);
   free(objs[16], other.get());  // into the parked second span: notifies the abandoned heap
-  ThreadHeapOps::drain_notify(*global, heap);
+  ThreadHeapOps::drain_notify(*page_heap, heap);
   EXPECT_EQ(span(objs[16]), nullptr);
-  ThreadHeapOps::reclaim_pending.store(false);
-  global->check_invariants();
+  ThreadHeapOps::hooks.reclaim_pending.store(false);
+  page_heap->check_invariants();
 }
 
 // HeapConfig::span_recycling: a class with no span with a free block takes a partially free span of a longer
@@ -461,12 +461,12 @@ TEST_F(ThreadHeapTest, AShorterClassFillsTheHolesOfALongerClassesSpanBeforeTakin
   for (int i = 0; i < 16; i += 2) free(longlived[i]);  // a: eight holes, back on class 7's queue behind d
   ASSERT_TRUE(a->queued);
   unsigned sc = a->size_class;
-  size_t footprint = global->gauges().footprint_bytes;
+  size_t footprint = page_heap->gauges().footprint_bytes;
   std::vector<void*> shortlived;
   for (int i = 0; i < 8; ++i) shortlived.push_back(alloc(1, 4096));
   for (void* p : shortlived) EXPECT_EQ(span(p), a) << "class 1 fills a's holes";
   EXPECT_EQ(a->home_class, 7u);
-  EXPECT_EQ(global->gauges().footprint_bytes, footprint) << "no new memory";
+  EXPECT_EQ(page_heap->gauges().footprint_bytes, footprint) << "no new memory";
   EXPECT_EQ(heap.spans[7][sc], d) << "the longer class's own span in use is not taken";
   // a is full again: the next one is a new span of class 1's own.
   shortlived.push_back(alloc(1, 4096));
@@ -482,7 +482,7 @@ TEST_F(ThreadHeapTest, AShorterClassFillsTheHolesOfALongerClassesSpanBeforeTakin
   for (void* p : shortlived) if (p != shortlived[0]) free(p);
   for (int i = 0; i < 48; ++i) if (i >= 16 || i % 2 == 1) free(longlived[i]);
   free(c_more);
-  global->check_invariants();
+  page_heap->check_invariants();
 }
 
 TEST(SpanRecycling, OffAShorterClassTakesNewMemoryBesideALongerClassesHoles) {
@@ -490,31 +490,31 @@ TEST(SpanRecycling, OffAShorterClassTakesNewMemoryBesideALongerClassesHoles) {
   FakeClock clock;
   HeapConfig config{8, 2};
   config.span_recycling = false;
-  PageHeap global(platform, clock, config);
+  PageHeap page_heap(platform, clock, config);
   ThreadHeap heap;
   std::vector<void*> longlived;
-  for (int i = 0; i < 17; ++i) longlived.push_back(ThreadHeapOps::allocate(global, heap, 7, 4096, 16));
-  SmallSpan* a = ThreadHeapOps::span_of(global, longlived[0]);
-  ThreadHeapOps::deallocate(global, &heap, longlived[0]);
+  for (int i = 0; i < 17; ++i) longlived.push_back(ThreadHeapOps::allocate(page_heap, heap, 7, 4096, 16));
+  SmallSpan* a = ThreadHeapOps::span_of(page_heap, longlived[0]);
+  ThreadHeapOps::deallocate(page_heap, &heap, longlived[0]);
   ASSERT_TRUE(a->queued);
-  void* p = ThreadHeapOps::allocate(global, heap, 1, 4096, 16);
-  EXPECT_NE(ThreadHeapOps::span_of(global, p), a) << "a new span";
-  EXPECT_EQ(ThreadHeapOps::span_of(global, p)->home_class, 1u);
+  void* p = ThreadHeapOps::allocate(page_heap, heap, 1, 4096, 16);
+  EXPECT_NE(ThreadHeapOps::span_of(page_heap, p), a) << "a new span";
+  EXPECT_EQ(ThreadHeapOps::span_of(page_heap, p)->home_class, 1u);
   EXPECT_EQ(a->lifetime_class, 7u);
-  ThreadHeapOps::deallocate(global, &heap, p);
-  for (int i = 1; i < 17; ++i) ThreadHeapOps::deallocate(global, &heap, longlived[i]);
-  ThreadHeapOps::release_all(global, heap);
+  ThreadHeapOps::deallocate(page_heap, &heap, p);
+  for (int i = 1; i < 17; ++i) ThreadHeapOps::deallocate(page_heap, &heap, longlived[i]);
+  ThreadHeapOps::release_all(page_heap, heap);
 }
 
 TEST_F(ThreadHeapTest, SpansOfALifetimeClassComeFromHugePagesOfThatClassOrLonger) {
   void* s0 = alloc(0, 64);
   void* s3 = alloc(3, 64);
   void* s7 = alloc(7, 20000);
-  EXPECT_EQ(global->page_info(reinterpret_cast<uintptr_t>(s0)).lifetime_class, 0u);
-  EXPECT_EQ(global->page_info(reinterpret_cast<uintptr_t>(s3)).lifetime_class, 3u);
-  EXPECT_EQ(global->page_info(reinterpret_cast<uintptr_t>(s7)).lifetime_class, 7u);
+  EXPECT_EQ(page_heap->page_info(reinterpret_cast<uintptr_t>(s0)).lifetime_class, 0u);
+  EXPECT_EQ(page_heap->page_info(reinterpret_cast<uintptr_t>(s3)).lifetime_class, 3u);
+  EXPECT_EQ(page_heap->page_info(reinterpret_cast<uintptr_t>(s7)).lifetime_class, 7u);
   EXPECT_NE(reinterpret_cast<uintptr_t>(s0) >> kHugePageShift, reinterpret_cast<uintptr_t>(s3) >> kHugePageShift);
-  EXPECT_EQ(global->pages_in_use(0) + global->pages_in_use(3) + global->pages_in_use(7), 3u);
+  EXPECT_EQ(page_heap->pages_in_use(0) + page_heap->pages_in_use(3) + page_heap->pages_in_use(7), 3u);
   free(s0);
   free(s3);
   free(s7);
@@ -525,7 +525,7 @@ TEST_F(ThreadHeapTest, LargeRequestsTakeWholeBlocksAndSmallOnesAbove8KiBUseSizeC
   EXPECT_EQ(ThreadHeapOps::usable_size(span(v)), 20u * 1024) << "the 20 KiB class, not 24 KiB of blocks";
   void* big = alloc(0, 40 * 1024);
   EXPECT_EQ(span(big), nullptr);
-  EXPECT_EQ(global->large_usable_size(big), 40u * 1024);
+  EXPECT_EQ(page_heap->large_usable_size(big), 40u * 1024);
   free(v);
   free(big);
 }

@@ -5,8 +5,9 @@
 //
 // malloc and free have an inline fast path each (heap_malloc, heap_free below): it takes no lock, makes no call
 // in the common case, and ends every other case in one call to an out-of-line slow path. The thread heap
-// (ThreadHeap, worked on by ThreadHeapOps) is the calling thread's own (tl_heap); the page heap (PageHeap,
-// g_page_heap) is the process's, and has one lock. The shape:
+// (ThreadHeap, worked on by the functions of namespace ThreadHeapOps, one file per concept under thread_heap/) is
+// the calling thread's own (tl_heap); the page heap (PageHeap, g_page_heap) is the process's, and has one lock.
+// The shape:
 //
 //   malloc(size)                                   override/malloc.cc; operator new: heap_new, alloc/new.cc
 //   - heap_malloc(size)                            FAST, here
@@ -21,13 +22,14 @@
 //         - attach_thread_heap()                   allocation: alloc/thread_heap_pool.cc (process init, a heap
 //                                                  from the pool or new, the sweeper thread at the second
 //                                                  heap: alloc/sweeper.cc)
-//       - ThreadHeapOps::wait_for_sweep()          if a sweep is requested: thread_heap/thread_heap.cc
+//       - ThreadHeapOps::wait_for_sweep()          if a sweep is requested: thread_heap/owner_free.cc
 //       - malloc_slow_entered()                    alloc/alloc.cc
 //         - Predictor::predict()                   if the fast path had no class (predictor/)
-//         - ThreadHeapOps::allocate()              the thread heap: thread_heap/thread_heap.cc
-//           - small, long-lived class: the shared thread heap, under its lock
-//           - small: span_pop, else alloc_small(): frees from other threads, the next span of the queue, the
-//             spans of exited threads, a span of a longer class, else new_span()
+//         - ThreadHeapOps::allocate()              the thread heap: thread_heap/spans.cc
+//           - small, long-lived class: the shared thread heap, under its lock (thread_heap/shared_heap.cc)
+//           - small: span_pop, else alloc_small(): frees from other threads (remote_free.cc), the next span of
+//             the queue (span_queues.cc), the spans of exited threads (heap_pool.cc), a span of a longer class
+//             (span_queues.cc), else new_span()
 //             - PageHeap::alloc_large()            the page heap: page_heap/large_objects.cc, its lock
 //           - large and huge: PageHeap::alloc_large()
 //       - maybe_pass_inline()                      inline, alloc/runtime_internal.h; without a sweeper
@@ -42,20 +44,21 @@
 //       - the owner (no remote frees waiting): span_push, without reading the block (a double free is caught
 //         by a later pop or when the span goes back: check_released_list). Done, unless the span emptied or
 //         was off its queue:
-//         - owner_free_slow()                      slow, thread_heap/thread_heap.cc: requeue the span, or cache
+//         - owner_free_slow()                      slow, thread_heap/owner_free.cc: requeue the span, or cache
 //                                                  it and give the oldest cached one back
 //                                                  (PageHeap::free_large); then maybe_pass_inline
 //       - the owner while a sweep is requested: owner_free_after_sweep()
-//                                                  slow, thread_heap/thread_heap.cc
+//                                                  slow, thread_heap/owner_free.cc
 //       - another thread, or remote frees waiting: free_checked()
-//                                                  slow, thread_heap/thread_heap.cc: the block's first word
+//                                                  slow, thread_heap/owner_free.cc: the block's first word
 //                                                  read; one that looks like a free-list link goes to
 //                                                  free_suspicious(), which walks the span's lists
-//         - another thread: remote_free()          an atomic push on the span's remote list; the first into
-//                                                  a full span also goes on its owner's notify list (the
-//                                                  shared thread heap's spans: shared_free, under its lock)
+//         - another thread: remote_free()          thread_heap/remote_free.cc: an atomic push on the span's
+//                                                  remote list; the first into a full span also goes on its
+//                                                  owner's notify list (the shared thread heap's spans:
+//                                                  shared_free, thread_heap/shared_heap.cc, under its lock)
 //     - not a small object: free_slow(p)           slow, alloc/alloc.cc
-//       - ThreadHeapOps::deallocate()              thread_heap/thread_heap.cc
+//       - ThreadHeapOps::deallocate()              thread_heap/spans.cc
 //         - PageHeap::free_large()                 the page heap: page_heap/large_objects.cc, its lock
 //       - maybe_pass_inline()
 //

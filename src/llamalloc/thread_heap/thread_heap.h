@@ -119,7 +119,7 @@ struct alignas(64) ThreadHeap {
   uint32_t pool_passes = 0;
 
   constexpr ThreadHeap();
-  bool check(PageHeap& global) const;
+  bool check(PageHeap& page_heap) const;
 };
 
 // Heaps whose threads exited, to be adopted by new threads (the process keeps one; the simulator none).
@@ -195,8 +195,8 @@ LLAMALLOC_FAST void owner_count_slow(ThreadHeap* h) {
 }
 
 // Adds this thread's live-byte delta to the page heap's gauges.
-inline void flush_live_delta(PageHeap& global) {
-  add_live_bytes(global.gauges(), tl_live_delta);
+inline void flush_live_delta(PageHeap& page_heap) {
+  add_live_bytes(page_heap.gauges(), tl_live_delta);
   tl_live_delta = 0;
 }
 
@@ -217,136 +217,147 @@ struct PurgeResult {
   size_t waiting = 0;  // sparse spans not idle yet (kIdle): the heap is worth another look at the next pass
 };
 
-// Operations of one thread heap on one page heap (the library's, or a simulated one).
-class ThreadHeapOps {
- public:
-  // The one allocation entry point below the fast path (library slow path, simulator, tests): a request of
-  // `size` and `alignment` (a power of two) in lifetime class lc, from `heap`. nullptr + ENOMEM when exhausted.
-  static void* allocate(PageHeap& global, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment);
-  // A small object of size class sc (the fast path missed).
-  static void* alloc_small(PageHeap& global, ThreadHeap& heap, unsigned lc, unsigned sc);
-  // Frees p, an object of the size-class span s, by the thread whose heap is `heap`. Reports bad and double
-  // frees. Returns the block size (live accounting).
-  LLAMALLOC_FAST static size_t free_small(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
-  // The same without the byte count (the library's inline free, which counts before).
-  LLAMALLOC_FAST static void free_block(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
-  // A block whose first word looks like a free-list link: reported if it is on a list, else freed as usual.
-  LLAMALLOC_NOINLINE static void free_suspicious(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
-  // free_block's checked path (a free by another thread, or into a span with remote frees waiting): a block whose
-  // first word decodes to a link of its span is looked for on the span's lists (free_suspicious).
-  LLAMALLOC_NOINLINE static void free_checked(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p);
-  // Before a span that its count says is empty is cached or given back: every block must be free (a double free
-  // by the owner, which free_block does not look for, leaves the count short while a block is in use), else the
-  // program is stopped with one line. Only when the owner's unchecked free has pushed a block
-  // (SmallSpan::owner_freed): a span emptied by other threads' frees, which read the block, is not looked at.
-  static void check_released_list(const SmallSpan* s);
-  // The one free entry point below the fast path: small (size-class span) or large; the bytes released.
-  static size_t deallocate(PageHeap& global, ThreadHeap* heap, void* p);
-  // Takes in every remote free, gives every empty span back and drops the cache (the end of a simulated thread,
-  // the main thread at process exit). Spans that still hold objects stay queued in the heap.
-  static void release_all(PageHeap& global, ThreadHeap& heap);
-  // Thread exit: as release_all, and the spans that still hold objects leave the queues marked full, so that
-  // the frees other threads make into them later reach the heap's notify list, which reclaim_abandoned()
-  // drains while the heap waits in the pool (their memory goes back as soon as they empty, adopted or not).
-  static void abandon(PageHeap& global, ThreadHeap& heap);
-  // The owner saw sweep_requested(): steps aside until the sweeper has withdrawn its request, then enters again.
-  // Returns with the heap entered and no sweep requested.
-  LLAMALLOC_NOINLINE static void wait_for_sweep(ThreadHeap& heap);
-  // Drains the notify lists of the pool's heaps (when a free into an abandoned heap's span asked for it, or
-  // `force`). Takes the pool's lock, then the page heap lock.
-  static void reclaim_abandoned(PageHeap& global, HeapPool& pool, bool force = false);
-  // A pass over the pool's heaps (the sweeper's, llamalloc_collect's with `now`): their notify lists drained,
-  // then the free pages of the sparse parked spans of every heap that has waited in the pool for a whole pass
-  // (`now`: every heap) purged. Takes the pool's lock, then the page heap lock.
-  static void purge_pooled(PageHeap& global, HeapPool& pool, bool now);
-  // The thread that adopts `heap` from the pool (under the pool's lock): its parked spans go back onto its
-  // queues (those a remote free has notified meanwhile come back through the notify list).
-  static void adopt_parked(ThreadHeap& heap);
-  // The pool a slow path reclaims from (the library's; null in the simulator).
-  static void set_pool(HeapPool* pool) { pool_ = pool; }
-  static inline HeapPool* pool_ = nullptr;
-  static inline std::atomic<bool> reclaim_pending{false};
-  // Called at the end of the owner's free slow path, outside the thread heap (the library's inline page passes when it
-  // has no sweeper thread; null in the simulator).
-  static void set_slow_free_hook(void (*hook)()) { slow_free_hook_ = hook; }
+// The process-wide state the thread heap operations read, set by the library as it starts (the simulator
+// leaves it as it is): one struct, so that all of it is in one place. sweeper_running first: the inline free
+// reads it.
+struct ThreadHeapHooks {
   // Whether a sweeper thread makes the page passes (the library's, while it runs): then no free that empties
   // the fast path's span takes the slow path (free_block).
-  static void set_sweeper_running(bool running) { sweeper_running_.store(running, std::memory_order_relaxed); }
-  static inline std::atomic<bool> sweeper_running_{false};
-  static inline void (*slow_free_hook_)() = nullptr;
-  // Whether small objects of class lc for `heap` come from the shared thread heap (allocate): a long-lived class
-  // (HeapConfig::shared_class_min), while the page heap has a shared thread heap other than `heap`, and unless
-  // this thread makes them fast (ThreadHeap::own_class). Pure.
-  LLAMALLOC_FAST static bool uses_shared_heap(const PageHeap& global, const ThreadHeap& heap, unsigned lc) {
-    const ThreadHeap* shared = global.shared_heap();
-    return lc >= global.shared_class_min() && shared != nullptr && shared != &heap && !heap.own_class[lc];
-  }
-  // The small-object span of p, or null.
-  LLAMALLOC_FAST static SmallSpan* span_of(const PageHeap& global, const void* p) {
-    std::atomic<SmallSpan*>* slot = global.size_span_slot(reinterpret_cast<uintptr_t>(p));
-    return slot != nullptr ? slot->load(std::memory_order_relaxed) : nullptr;
-  }
-  // Block index of p in s, or ~0u when p is not the start of a block handed out (an interior or stray pointer).
-  LLAMALLOC_FAST static uint32_t block_index(const SmallSpan* s, const void* p) {
-    uintptr_t offset = reinterpret_cast<uintptr_t>(p) - s->start;
-    uint32_t i = uint32_t((uint64_t(uint32_t(offset)) * s->reciprocal) >> 32);
-    if (LLAMALLOC_UNLIKELY(offset >= s->span_bytes || uint64_t(i) * s->block_size != offset || i >= s->extended.load(std::memory_order_relaxed)))
-      return ~0u;
-    return i;
-  }
-
-  // Span purge (docs/heap-memory.md, "Span purge"), by the owner or a sweeper holding the heap: the 4 KiB pages of
-  // the heap's queued spans whose blocks are all free go back to the OS, in spans with at most the subrelease
-  // percentage (HeapConfig::subrelease_percent) of their blocks in use, chosen by `when`. Remote frees must have
-  // been collected (release_all). Subrelease gives back whole free blocks; this gives back the pages of spans
-  // that a few long-lived objects keep, which is where a cache's memory stays after most of it is dropped.
-  static PurgeResult purge_sparse_spans(PageHeap& global, ThreadHeap& heap, PurgeWhen when);
-  static constexpr uint32_t kSweptExamined = 0x80000000u;
-
-  // Internals, exposed for tests.
-  // Takes the owner's and other threads' frees into `free`, then parked blocks, then untouched blocks; whether
-  // a block is free.
-  static bool refill_free(PageHeap& global, SmallSpan* s);
-  // Span purge's steps: gives back s's pages whose blocks are all free (parking those blocks); puts every
-  // parked block back on `free`; whether p is a parked block of s.
-  static bool purge_span(PageHeap& global, SmallSpan* s);
-  // purge_span, when at most the subrelease percentage of s's blocks are in use.
-  static bool purge_if_sparse(PageHeap& global, SmallSpan* s);
-  static void unpark(PageHeap& global, SmallSpan* s);
-  static bool is_parked(const SmallSpan* s, const void* p);
-  static void collect_remote(SmallSpan* s);
-  static void drain_notify(PageHeap& global, ThreadHeap& heap);
-  // The owner's free brought used to zero, or freed into a span that was off its queue. Ends the owner's
-  // turn (owner_exit).
-  LLAMALLOC_NOINLINE static void owner_free_slow(PageHeap& global, ThreadHeap& heap, SmallSpan* s);
-  // A free into another thread's span. Also flushes this thread's live-byte count once it is far enough below
-  // zero: a thread that only frees other threads' objects runs no other slow path that would. A span of the
-  // shared thread heap is freed into as its owner, under the shared thread heap's lock (shared_free).
-  LLAMALLOC_NOINLINE static void remote_free(PageHeap& global, SmallSpan* s, void* p);
-  // A free into a span of the shared thread heap of long-lived classes (PageHeap::shared_heap), by any thread:
-  // under the shared thread heap's lock, as the owner frees (its free list; the span requeued or given back at once),
-  // so that what is freed there is taken in without a sweeper (single-threaded programs have none).
-  static void shared_free(PageHeap& global, SmallSpan* s, void* p);
-  // A sampled allocation (online learning): from the sampled heap (PageHeap::sampled_heap) under the shared heap's
-  // lock when small, as any allocation when large (free_slow tells the predictor of every large free).
-  static void* allocate_sampled(PageHeap& global, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment);
+  std::atomic<bool> sweeper_running{false};
+  // A free into an abandoned heap's span asked for the pool's notify lists to be drained (reclaim_abandoned).
+  std::atomic<bool> reclaim_pending{false};
+  // The pool a slow path reclaims from (the library's; null in the simulator).
+  HeapPool* pool = nullptr;
+  // Called at the end of the owner's free slow path, outside the thread heap (the library's inline page passes
+  // when it has no sweeper thread; null in the simulator).
+  void (*slow_free)() = nullptr;
   // Called with each object freed into the sampled heap, under the shared heap's lock, before it is free (the
   // library's: the predictor's freed(); null in the simulator).
-  static void set_sampled_free_hook(void (*hook)(void*)) { sampled_free_hook_ = hook; }
-  static inline void (*sampled_free_hook_)(void*) = nullptr;
-  // The owner's free left s empty or freed into it while it was off its queue: requeue it, or give it back.
-  static void after_owner_free(PageHeap& global, ThreadHeap& heap, SmallSpan* s);
-  // The owner's free when a sweep was requested: waits for it, then frees as usual.
-  LLAMALLOC_NOINLINE static void owner_free_after_sweep(PageHeap& global, ThreadHeap& heap, SmallSpan* s, void* p);
-  // Whether a block that is being freed is already on one of the span's lists (a double free).
-  LLAMALLOC_NOINLINE static bool on_free_list(const SmallSpan* s, const void* p);
-  [[noreturn]] LLAMALLOC_SLOW static void bad_free(const void* p, const char* what);
-  [[noreturn]] LLAMALLOC_SLOW static void bad_small_free(const SmallSpan* s, const void* p);
-  // Aborts with "<what> <p>: ..." unless p is a live object of s (realloc).
-  static void check_live(const SmallSpan* s, const void* p, const char* what);
-  static void release_span(PageHeap& global, ThreadHeap& heap, SmallSpan* s);
-  static size_t usable_size(const SmallSpan* s) { return s->block_size; }
+  void (*sampled_free)(void*) = nullptr;
 };
+
+// Operations of one thread heap on one page heap (the library's, or a simulated one). Their code is in one file
+// per concept: spans.cc (taking and giving back spans; the allocation and free entry points), span_queues.cc,
+// owner_free.cc, remote_free.cc, span_purge.cc, heap_pool.cc (the heaps of exited threads) and shared_heap.cc
+// (the shared thread heap of long-lived classes and the sampled heap); thread_heap_internal.h has what they share.
+namespace ThreadHeapOps {
+inline constinit ThreadHeapHooks hooks;
+// The one allocation entry point below the fast path (library slow path, simulator, tests): a request of
+// `size` and `alignment` (a power of two) in lifetime class lc, from `heap`. nullptr + ENOMEM when exhausted.
+void* allocate(PageHeap& page_heap, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment);
+// A small object of size class sc (the fast path missed).
+void* alloc_small(PageHeap& page_heap, ThreadHeap& heap, unsigned lc, unsigned sc);
+// Frees p, an object of the size-class span s, by the thread whose heap is `heap`. Reports bad and double
+// frees. Returns the block size (live accounting).
+LLAMALLOC_FAST size_t free_small(PageHeap& page_heap, ThreadHeap* heap, SmallSpan* s, void* p);
+// The same without the byte count (the library's inline free, which counts before).
+LLAMALLOC_FAST void free_block(PageHeap& page_heap, ThreadHeap* heap, SmallSpan* s, void* p);
+// A block whose first word looks like a free-list link: reported if it is on a list, else freed as usual.
+LLAMALLOC_NOINLINE void free_suspicious(PageHeap& page_heap, ThreadHeap* heap, SmallSpan* s, void* p);
+// free_block's checked path (a free by another thread, or into a span with remote frees waiting): a block whose
+// first word decodes to a link of its span is looked for on the span's lists (free_suspicious).
+LLAMALLOC_NOINLINE void free_checked(PageHeap& page_heap, ThreadHeap* heap, SmallSpan* s, void* p);
+// Before a span that its count says is empty is cached or given back: every block must be free (a double free
+// by the owner, which free_block does not look for, leaves the count short while a block is in use), else the
+// program is stopped with one line. Only when the owner's unchecked free has pushed a block
+// (SmallSpan::owner_freed): a span emptied by other threads' frees, which read the block, is not looked at.
+void check_released_list(const SmallSpan* s);
+// The one free entry point below the fast path: small (size-class span) or large; the bytes released.
+size_t deallocate(PageHeap& page_heap, ThreadHeap* heap, void* p);
+// Takes in every remote free, gives every empty span back and drops the cache (the end of a simulated thread,
+// the main thread at process exit). Spans that still hold objects stay queued in the heap.
+void release_all(PageHeap& page_heap, ThreadHeap& heap);
+// Thread exit: as release_all, and the spans that still hold objects leave the queues marked full, so that
+// the frees other threads make into them later reach the heap's notify list, which reclaim_abandoned()
+// drains while the heap waits in the pool (their memory goes back as soon as they empty, adopted or not).
+void abandon(PageHeap& page_heap, ThreadHeap& heap);
+// The owner saw sweep_requested(): steps aside until the sweeper has withdrawn its request, then enters again.
+// Returns with the heap entered and no sweep requested.
+LLAMALLOC_NOINLINE void wait_for_sweep(ThreadHeap& heap);
+// Drains the notify lists of the pool's heaps (when a free into an abandoned heap's span asked for it, or
+// `force`). Takes the pool's lock, then the page heap lock.
+void reclaim_abandoned(PageHeap& page_heap, HeapPool& pool, bool force = false);
+// A pass over the pool's heaps (the sweeper's, llamalloc_collect's with `now`): their notify lists drained,
+// then the free pages of the sparse parked spans of every heap that has waited in the pool for a whole pass
+// (`now`: every heap) purged. Takes the pool's lock, then the page heap lock.
+void purge_pooled(PageHeap& page_heap, HeapPool& pool, bool now);
+// The thread that adopts `heap` from the pool (under the pool's lock): its parked spans go back onto its
+// queues (those a remote free has notified meanwhile come back through the notify list).
+void adopt_parked(ThreadHeap& heap);
+// The hooks' setters (ThreadHeapHooks says what each is).
+inline void set_pool(HeapPool* pool) { hooks.pool = pool; }
+inline void set_slow_free_hook(void (*hook)()) { hooks.slow_free = hook; }
+inline void set_sweeper_running(bool running) { hooks.sweeper_running.store(running, std::memory_order_relaxed); }
+inline void set_sampled_free_hook(void (*hook)(void*)) { hooks.sampled_free = hook; }
+// Whether small objects of class lc for `heap` come from the shared thread heap (allocate): a long-lived class
+// (HeapConfig::shared_class_min), while the page heap has a shared thread heap other than `heap`, and unless
+// this thread makes them fast (ThreadHeap::own_class). Pure.
+LLAMALLOC_FAST bool uses_shared_heap(const PageHeap& page_heap, const ThreadHeap& heap, unsigned lc) {
+  const ThreadHeap* shared = page_heap.shared_heap();
+  return lc >= page_heap.shared_class_min() && shared != nullptr && shared != &heap && !heap.own_class[lc];
+}
+// The small-object span of p, or null.
+LLAMALLOC_FAST SmallSpan* span_of(const PageHeap& page_heap, const void* p) {
+  std::atomic<SmallSpan*>* slot = page_heap.size_span_slot(reinterpret_cast<uintptr_t>(p));
+  return slot != nullptr ? slot->load(std::memory_order_relaxed) : nullptr;
+}
+// Block index of p in s, or ~0u when p is not the start of a block handed out (an interior or stray pointer).
+LLAMALLOC_FAST uint32_t block_index(const SmallSpan* s, const void* p) {
+  uintptr_t offset = reinterpret_cast<uintptr_t>(p) - s->start;
+  uint32_t i = uint32_t((uint64_t(uint32_t(offset)) * s->reciprocal) >> 32);
+  if (LLAMALLOC_UNLIKELY(offset >= s->span_bytes || uint64_t(i) * s->block_size != offset || i >= s->extended.load(std::memory_order_relaxed)))
+    return ~0u;
+  return i;
+}
+
+// Span purge (docs/heap-memory.md, "Span purge"), by the owner or a sweeper holding the heap: the 4 KiB pages of
+// the heap's queued spans whose blocks are all free go back to the OS, in spans with at most the subrelease
+// percentage (HeapConfig::subrelease_percent) of their blocks in use, chosen by `when`. Remote frees must have
+// been collected (release_all). Subrelease gives back whole free blocks; this gives back the pages of spans
+// that a few long-lived objects keep, which is where a cache's memory stays after most of it is dropped.
+PurgeResult purge_sparse_spans(PageHeap& page_heap, ThreadHeap& heap, PurgeWhen when);
+inline constexpr uint32_t kSweptExamined = 0x80000000u;
+
+// Internals, exposed for tests.
+// Takes the owner's and other threads' frees into `free`, then parked blocks, then untouched blocks; whether
+// a block is free.
+bool refill_free(PageHeap& page_heap, SmallSpan* s);
+// Span purge's steps: gives back s's pages whose blocks are all free (parking those blocks); puts every
+// parked block back on `free`; whether p is a parked block of s.
+bool purge_span(PageHeap& page_heap, SmallSpan* s);
+// purge_span, when at most the subrelease percentage of s's blocks are in use.
+bool purge_if_sparse(PageHeap& page_heap, SmallSpan* s);
+void unpark(PageHeap& page_heap, SmallSpan* s);
+bool is_parked(const SmallSpan* s, const void* p);
+void collect_remote(SmallSpan* s);
+void drain_notify(PageHeap& page_heap, ThreadHeap& heap);
+// The owner's free brought used to zero, or freed into a span that was off its queue. Ends the owner's
+// turn (owner_exit).
+LLAMALLOC_NOINLINE void owner_free_slow(PageHeap& page_heap, ThreadHeap& heap, SmallSpan* s);
+// A free into another thread's span. Also flushes this thread's live-byte count once it is far enough below
+// zero: a thread that only frees other threads' objects runs no other slow path that would. A span of the
+// shared thread heap is freed into as its owner, under the shared thread heap's lock (shared_free).
+LLAMALLOC_NOINLINE void remote_free(PageHeap& page_heap, SmallSpan* s, void* p);
+// A free into a span of the shared thread heap of long-lived classes (PageHeap::shared_heap), by any thread:
+// under the shared thread heap's lock, as the owner frees (its free list; the span requeued or given back at once),
+// so that what is freed there is taken in without a sweeper (single-threaded programs have none).
+void shared_free(PageHeap& page_heap, SmallSpan* s, void* p);
+// A sampled allocation (online learning): from the sampled heap (PageHeap::sampled_heap) under the shared heap's
+// lock when small, as any allocation when large (free_slow tells the predictor of every large free).
+void* allocate_sampled(PageHeap& page_heap, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment);
+// The owner's free left s empty or freed into it while it was off its queue: requeue it, or give it back.
+void after_owner_free(PageHeap& page_heap, ThreadHeap& heap, SmallSpan* s);
+// The owner's free when a sweep was requested: waits for it, then frees as usual.
+LLAMALLOC_NOINLINE void owner_free_after_sweep(PageHeap& page_heap, ThreadHeap& heap, SmallSpan* s, void* p);
+// Whether a block that is being freed is already on one of the span's lists (a double free).
+LLAMALLOC_NOINLINE bool on_free_list(const SmallSpan* s, const void* p);
+[[noreturn]] LLAMALLOC_SLOW void bad_free(const void* p, const char* what);
+[[noreturn]] LLAMALLOC_SLOW void bad_small_free(const SmallSpan* s, const void* p);
+// Aborts with "<what> <p>: ..." unless p is a live object of s (realloc).
+void check_live(const SmallSpan* s, const void* p, const char* what);
+void release_span(PageHeap& page_heap, ThreadHeap& heap, SmallSpan* s);
+inline size_t usable_size(const SmallSpan* s) { return s->block_size; }
+}  // namespace ThreadHeapOps
 
 // Every call below is in tail position, so that the inlined fast path needs no callee-saved registers (no
 // prologue of pushes before the common case).
@@ -360,11 +371,11 @@ class ThreadHeapOps {
 // given back (check_released_list), where a block still in use is reported. A span with frees by other threads
 // waiting (SmallSpan::remote_pending), and every free by another thread, take the checked path (free_checked):
 // a block on the list of remote frees must not be pushed again.
-LLAMALLOC_FAST void ThreadHeapOps::free_block(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
+LLAMALLOC_FAST void ThreadHeapOps::free_block(PageHeap& page_heap, ThreadHeap* heap, SmallSpan* s, void* p) {
   if (LLAMALLOC_UNLIKELY(block_index(s, p) == ~0u)) bad_small_free(s, p);
   if (LLAMALLOC_LIKELY(s->owner == heap && s->remote_pending.load(std::memory_order_relaxed) == 0)) {
     owner_enter(heap);
-    if (LLAMALLOC_UNLIKELY(sweep_requested(heap))) return owner_free_after_sweep(global, *heap, s, p);
+    if (LLAMALLOC_UNLIKELY(sweep_requested(heap))) return owner_free_after_sweep(page_heap, *heap, s, p);
     span_push(s, p);
     s->owner_freed = 1;
     if (LLAMALLOC_UNLIKELY(--s->used == 0 || !s->queued)) {
@@ -374,19 +385,19 @@ LLAMALLOC_FAST void ThreadHeapOps::free_block(PageHeap& global, ThreadHeap* heap
       // sweeper thread, the slow path is where the page passes run (a single-threaded server's memory falls
       // after a peak while it serves a few requests): one such free in kEmptyFreesPerSlowPath still takes it.
       if (s->queued && heap->spans[s->lifetime_class][s->size_class] == s &&
-          (sweeper_running_.load(std::memory_order_relaxed) ||
+          (hooks.sweeper_running.load(std::memory_order_relaxed) ||
            (++heap->empty_frees & (kEmptyFreesPerSlowPath - 1)) != 0))
         return owner_exit(heap);
-      return owner_free_slow(global, *heap, s);
+      return owner_free_slow(page_heap, *heap, s);
     }
     return owner_exit(heap);
   }
-  return free_checked(global, heap, s, p);
+  return free_checked(page_heap, heap, s, p);
 }
 
-LLAMALLOC_FAST size_t ThreadHeapOps::free_small(PageHeap& global, ThreadHeap* heap, SmallSpan* s, void* p) {
+LLAMALLOC_FAST size_t ThreadHeapOps::free_small(PageHeap& page_heap, ThreadHeap* heap, SmallSpan* s, void* p) {
   size_t bytes = s->block_size;  // read first: after a remote push the owner may give the span back
-  free_block(global, heap, s, p);
+  free_block(page_heap, heap, s, p);
   return bytes;
 }
 
