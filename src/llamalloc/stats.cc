@@ -21,12 +21,6 @@ std::atomic<StatsSection> g_stats_section{nullptr};
 
 void set_stats_section(StatsSection section) { g_stats_section.store(section, std::memory_order_release); }
 
-size_t format_stats_json(PageHeap& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
-  HeapStats stats = read_heap_stats(heap, in_signal, unflushed_live);
-  stats.in_signal = in_signal;
-  return format_stats_json(stats, buf, capacity);
-}
-
 size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity) {
   uint64_t rss = 0, anon_huge = 0;
   read_resident(&rss, &anon_huge);
@@ -108,6 +102,8 @@ void put_mib(Out& o, uint64_t bytes) {
   o.put(d);
 }
 
+}  // namespace
+
 void write_all(int fd, const char* text, size_t n) {
   size_t done = 0;
   while (done < n) {
@@ -117,8 +113,6 @@ void write_all(int fd, const char* text, size_t n) {
     done += size_t(w);
   }
 }
-
-}  // namespace
 
 size_t format_stats_summary(const HeapStats& stats, uint64_t rss, uint64_t anon_huge, char* buf, size_t capacity) {
   const GaugeSnapshot& g = stats.gauges;
@@ -158,33 +152,6 @@ size_t format_stats_summary(const HeapStats& stats, uint64_t rss, uint64_t anon_
   if (o.used >= capacity) return 0;
   buf[o.used] = 0;
   return o.used;
-}
-
-size_t format_stats_summary(PageHeap& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
-  HeapStats stats = read_heap_stats(heap, in_signal, unflushed_live);
-  uint64_t rss = 0, anon_huge = 0;
-  read_resident(&rss, &anon_huge);
-  return format_stats_summary(stats, rss, anon_huge, buf, capacity);
-}
-
-void print_stats(PageHeap& heap) {
-  char summary[512];
-  size_t s = format_stats_summary(heap, summary, sizeof(summary));
-  char json[32768];
-  size_t n = format_stats_json(heap, json, sizeof(json) - 1);
-  write_all(2, summary, s);
-  if (n == 0) return;
-  json[n] = '\n';
-  write_all(2, json, n + 1);
-}
-
-bool write_stats_file(PageHeap& heap, const char* pattern) {
-  char json[32768];
-  size_t n = format_stats_json(heap, json, sizeof(json));
-  if (n == 0) return false;
-  char path[4096];
-  if (!expand_stats_path(pattern, path, sizeof(path))) return false;
-  return write_json_file(path, json, n);
 }
 
 bool tagged_stats_path(const char* pattern, const char* tag, char* out, size_t capacity) {

@@ -74,8 +74,6 @@ inline void add_live_bytes(Gauges& g, int64_t delta) {
   }
 }
 
-class PageHeap;
-
 // The gauges of a page heap read together, with the live bytes not yet flushed added (clamped at zero).
 struct GaugeSnapshot {
   uint64_t live_bytes, peak_live_bytes, footprint_bytes, peak_footprint_bytes, subreleased_bytes, page_cache_bytes;
@@ -92,15 +90,6 @@ struct HeapStats {
   GaugeSnapshot gauges{};
   const Counters* counters = nullptr;  // the page heap's counters (atomics, read as they are formatted)
 };
-
-// The statistics of `heap`, its gauges read together under its lock (in a signal handler, which may have
-// interrupted a thread that holds it: the lock is tried for about 10 ms, then the gauges are read without it),
-// with `unflushed_live` (live bytes not yet flushed into the gauges: a signal handler's own thread's delta) added
-// to the live bytes. Defined by the page heap (page_heap/introspection.cc).
-HeapStats read_heap_stats(PageHeap& heap, bool in_signal = false, int64_t unflushed_live = 0);
-inline GaugeSnapshot read_gauges(PageHeap& heap, bool in_signal = false, int64_t unflushed_live = 0) {
-  return read_heap_stats(heap, in_signal, unflushed_live).gauges;
-}
 
 // A bounded text builder on a caller's buffer, for the statistics JSON: no allocation. `used` runs past
 // `capacity` when the text does not fit (nothing is written past it). Inline: the predictor's part of the
@@ -164,22 +153,13 @@ void set_stats_section(StatsSection section);
 // Formats the statistics JSON of `stats` (and this process's RSS) into buf; returns its length, or 0 when it
 // does not fit. No allocation.
 size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity);
-// The same for `heap` read now (read_heap_stats says what in_signal and unflushed_live do).
-size_t format_stats_json(PageHeap& heap, char* buf, size_t capacity, bool in_signal = false,
-                         int64_t unflushed_live = 0);
-// Writes the JSON to `path` through a temporary file and rename(2). false (and errno) on failure. "%p" in the
-// path becomes the process id (every process that inherits LLAMALLOC_STATS writes the file at its exit).
-bool write_stats_file(PageHeap& heap, const char* path);
 // The one-line summary of `stats` for a person (a newline at its end): "llamalloc: live 1.2 MiB (peak 20.2),
 // footprint 6.0 MiB (4.9x live; peak 22.0), RSS 9.3 MiB (huge pages 4.0), pages by class 0 2 0 0 0 0 0 1,
 // subreleased 0.8 MiB, page cache 0.0 MiB". Its length, or 0 when it does not fit (200 bytes suffice). No
 // allocation.
 size_t format_stats_summary(const HeapStats& stats, uint64_t rss, uint64_t anon_huge, char* buf, size_t capacity);
-// The same for `heap` read now.
-size_t format_stats_summary(PageHeap& heap, char* buf, size_t capacity, bool in_signal = false,
-                            int64_t unflushed_live = 0);
-// Writes the summary line, then the JSON and a newline, to stderr (llamalloc_stats_print). No allocation.
-void print_stats(PageHeap& heap);
+// Writes n bytes of text to fd, again after EINTR and partial writes; stops at any other error. Async-signal-safe.
+void write_all(int fd, const char* text, size_t n);
 // `pattern` with %p replaced by the process id; false if it does not fit.
 bool expand_stats_path(const char* pattern, char* out, size_t capacity);
 // The path of a snapshot beside the file at exit: `pattern` expanded, with ".TAG" before a final ".json" (or

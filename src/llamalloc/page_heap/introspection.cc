@@ -1,5 +1,6 @@
 // What the page heap shows of itself without changing anything: a page's snapshot (tests, the simulator), the
-// pages in use by class, and its statistics (read_heap_stats, the struct that stats.cc formats). Rules: every
+// pages in use by class, and its statistics (read_heap_stats, the struct that stats.cc formats; the statistics
+// JSON and summary of a page heap read now: stats.cc formats, this file reads). Rules: every
 // read is under the page heap lock, except a statistics read from a signal handler, which tries the lock for
 // about 10 ms and then reads without it (a snapshot that may be torn between fields, never a hang).
 #include <time.h>
@@ -64,6 +65,39 @@ HeapStats read_heap_stats(PageHeap& heap, bool in_signal, int64_t unflushed_live
   out.live_bytes = uint64_t(live < 0 ? 0 : live);
   out.peak_live_bytes = uint64_t(peak_live < 0 ? 0 : peak_live);
   return stats;
+}
+
+size_t format_stats_json(PageHeap& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
+  HeapStats stats = read_heap_stats(heap, in_signal, unflushed_live);
+  stats.in_signal = in_signal;
+  return format_stats_json(stats, buf, capacity);
+}
+
+size_t format_stats_summary(PageHeap& heap, char* buf, size_t capacity, bool in_signal, int64_t unflushed_live) {
+  HeapStats stats = read_heap_stats(heap, in_signal, unflushed_live);
+  uint64_t rss = 0, anon_huge = 0;
+  read_resident(&rss, &anon_huge);
+  return format_stats_summary(stats, rss, anon_huge, buf, capacity);
+}
+
+void print_stats(PageHeap& heap) {
+  char summary[512];
+  size_t s = format_stats_summary(heap, summary, sizeof(summary));
+  char json[32768];
+  size_t n = format_stats_json(heap, json, sizeof(json) - 1);
+  write_all(2, summary, s);
+  if (n == 0) return;
+  json[n] = '\n';
+  write_all(2, json, n + 1);
+}
+
+bool write_stats_file(PageHeap& heap, const char* pattern) {
+  char json[32768];
+  size_t n = format_stats_json(heap, json, sizeof(json));
+  if (n == 0) return false;
+  char path[4096];
+  if (!expand_stats_path(pattern, path, sizeof(path))) return false;
+  return write_json_file(path, json, n);
 }
 
 }  // namespace llamalloc

@@ -398,4 +398,25 @@ class PageHeap {
   uint32_t no_huge_pages_ = 0;
 };
 
+// The page heap's statistics (page_heap/introspection.cc; stats.h formats them and reads no page heap).
+// The statistics of `heap`, its gauges read together under its lock (in a signal handler, which may have
+// interrupted a thread that holds it: the lock is tried for about 10 ms, then the gauges are read without it),
+// with `unflushed_live` (live bytes not yet flushed into the gauges: a signal handler's own thread's delta) added
+// to the live bytes.
+HeapStats read_heap_stats(PageHeap& heap, bool in_signal = false, int64_t unflushed_live = 0);
+inline GaugeSnapshot read_gauges(PageHeap& heap, bool in_signal = false, int64_t unflushed_live = 0) {
+  return read_heap_stats(heap, in_signal, unflushed_live).gauges;
+}
+// format_stats_json for `heap` read now (read_heap_stats says what in_signal and unflushed_live do).
+size_t format_stats_json(PageHeap& heap, char* buf, size_t capacity, bool in_signal = false,
+                         int64_t unflushed_live = 0);
+// format_stats_summary for `heap` read now, with this process's RSS.
+size_t format_stats_summary(PageHeap& heap, char* buf, size_t capacity, bool in_signal = false,
+                            int64_t unflushed_live = 0);
+// Writes the summary line, then the JSON and a newline, to stderr (llamalloc_stats_print). No allocation.
+void print_stats(PageHeap& heap);
+// Writes the JSON to `path` through a temporary file and rename(2). false (and errno) on failure. "%p" in the
+// path becomes the process id (every process that inherits LLAMALLOC_STATS writes the file at its exit).
+bool write_stats_file(PageHeap& heap, const char* path);
+
 }  // namespace llamalloc

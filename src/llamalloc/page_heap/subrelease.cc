@@ -8,25 +8,6 @@
 
 namespace llamalloc {
 
-void PageHeap::review_model_classes(const size_t* live_blocks, const size_t* pages) {
-  unsigned d = config_.default_class;
-  if (!config_.class_fallback || pages[d] == 0) return;
-  for (unsigned c = d + 1; c < never_freed_class(); ++c) {
-    if (page_class_[c] != c) {
-      emptier_passes_[c] = 0;
-      continue;
-    }
-    // Less than half as full: live_c / pages_c < live_d / pages_d / 2.
-    bool emptier = pages[c] >= kFallbackMinPages && 2 * live_blocks[c] * pages[d] < live_blocks[d] * pages[c];
-    emptier_passes_[c] = emptier ? uint8_t(emptier_passes_[c] + 1) : 0;
-    if (emptier_passes_[c] >= kFallbackPasses) {
-      __atomic_store_n(&page_class_[c], uint8_t(d), __ATOMIC_RELAXED);
-      emptier_passes_[c] = 0;
-      counters_.class_fallbacks.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-}
-
 void PageHeap::unrelease(HugePageMeta* p, size_t first, size_t count) {
   if (LLAMALLOC_LIKELY(p->released.none())) return;
   size_t n = 0;
