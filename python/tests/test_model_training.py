@@ -39,7 +39,7 @@ def test_labels_are_the_known_lifetimes_of_the_synthetic_server(trained):
 
 def test_lstm_predicts_unseen_contexts_where_lookups_cannot(trained):
     result, _, test, _ = trained
-    lstm_scores, exact, site = pipeline.score_all(result.model, test)
+    deployed, lstm_scores, exact, site = pipeline.score_all(result.model, test)
     # Held-out stacks are new combinations of callers: the exact-match table never has them, and the allocation
     # site (a shared string/vector helper) does not decide the lifetime; the subsystem frames above it do.
     assert exact.coverage == 0.0
@@ -52,12 +52,17 @@ def test_lstm_predicts_unseen_contexts_where_lookups_cannot(trained):
     assert lstm_scores.unweighted_accuracy >= 0.85
     assert lstm_scores.unweighted_off_by_one >= lstm_scores.unweighted_accuracy
     assert lstm_scores.confusion.sum() == len(test)
+    # What the allocator runs on these contexts: none is in the table, so the LSTM (or the default class where
+    # the LSTM lost) answers them.
+    assert deployed.coverage == 0.0 and deployed.weighted_accuracy >= exact.weighted_accuracy
 
 
 def test_exact_match_baseline_knows_its_training_contexts(trained):
     result, train, _, _ = trained
-    _, exact, _ = pipeline.score_all(result.model, train)
+    deployed, _, exact, _ = pipeline.score_all(result.model, train)
     assert exact.coverage == 1.0 and exact.unweighted_accuracy == 1.0
+    # The deployed predictor's table holds every training context with its label.
+    assert deployed.coverage == 1.0 and deployed.unweighted_accuracy == 1.0
 
 
 def test_reference_inference_from_the_file_equals_the_trained_model(trained):
