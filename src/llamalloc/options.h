@@ -47,11 +47,14 @@ namespace llamalloc {
     "llamalloc_collect() gives back all. Until the sweeper thread runs (single-threaded programs), each free "   \
     "keeps at most an eighth of the pages in use cached. 0: "                                                    \
     "off, a freed huge object's pages go back to the OS at once (the LLAMA paper, section 8).")                   \
-  X(HUGE_PAGES, huge_pages, Uint, 1, 0, 1,                                                                      \
-    "Whether the heap asks the kernel for transparent huge pages (MADV_HUGEPAGE on its address space). 1: each "  \
-    "2 MiB page of the heap is one TLB entry, and the first touch anywhere in a page backs all of it. 0: 4 KiB "  \
-    "pages (MADV_NOHUGEPAGE), backed as touched: for a program that sizes buffers for the worst case and "        \
-    "touches little of them, resident memory follows what it touches (docs/heap.md, \"Sparse touches\").")     \
+  X(HUGE_PAGES, huge_pages, Uint, 2, 0, 2,                                                                      \
+    "How the heap uses transparent huge pages. 2: a page is backed by 4 KiB pages as it is touched and becomes "  \
+    "one huge page (MADV_COLLAPSE, by the sweeper, at most 16 pages a pass) once nearly all its blocks are in "    \
+    "use and nearly all its 4 KiB pages resident: huge pages where memory is dense, none where a program touches " \
+    "little of what it allocates. 1: every page huge from its first touch (MADV_HUGEPAGE): the fewest TLB misses " \
+    "and page faults, and a page touched anywhere is 2 MiB resident. 0: never (MADV_NOHUGEPAGE). Where the "       \
+    "system's THP mode is \"always\", the kernel backs pages huge at first touch and 2 behaves as 1 "              \
+    "(docs/heap-memory.md, \"Huge pages where dense\").")                                                        \
   X(SWEEP_MS, sweep_ms, Uint, 250, 0, 60000,                                                                       \
     "Period of the sweeper thread, in milliseconds. Each period it takes back, from every thread heap that has "  \
     "been used since (and is not inside the allocator at that moment), its empty spans and the frees other "     \

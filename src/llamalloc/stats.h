@@ -27,6 +27,8 @@ namespace llamalloc {
   X(blocks_subreleased, "free blocks of sparse, idle huge pages returned to the OS (subrelease)")  \
   X(span_pages_purged, "4 KiB pages of sparse, idle size-class spans returned to the OS (span purge)") \
   X(class_fallbacks, "lifetime classes moved onto the default class's pages, their pages much emptier (CLASS_FALLBACK)") \
+  X(huge_pages_collapsed, "dense pages of 4 KiB pages collapsed into huge pages (HUGE_PAGES=2)")  \
+  X(huge_page_collapses_failed, "collapses of dense pages the kernel could not do then (HUGE_PAGES=2)") \
   X(idle_heap_sweeps, "heaps swept by the sweeper or llamalloc_collect (empty spans given back)") \
   X(prediction_cache_hits, "predictions answered from the prediction cache")                    \
   X(prediction_cache_misses, "predictions that missed the cache")                               \

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "page_heap/page_heap.h"
 #include "pal/pal.h"
@@ -113,6 +114,15 @@ class FakePlatform final : public Platform {
     if (allow) no_huge_page.erase(reinterpret_cast<uintptr_t>(address));
     else no_huge_page.insert(reinterpret_cast<uintptr_t>(address));
   }
+  size_t resident_small_pages(void* address, size_t bytes) override {
+    auto it = resident.find(reinterpret_cast<uintptr_t>(address));
+    return it != resident.end() ? it->second : bytes / 4096;
+  }
+  Collapse collapse_huge_page(void* address, size_t bytes) override {
+    if (bytes != kHugePageBytes || reinterpret_cast<uintptr_t>(address) % kHugePageBytes != 0) bad_huge_page_advice = true;
+    collapsed.push_back(reinterpret_cast<uintptr_t>(address));
+    return collapse_result;
+  }
   void* map_metadata(size_t bytes) override { return real_.map_metadata(bytes); }
   void* reserve_metadata(size_t bytes) override {
     ++metadata_reservations;
@@ -125,6 +135,9 @@ class FakePlatform final : public Platform {
   bool commit_metadata(void* address, size_t bytes) override { return real_.commit_metadata(address, bytes); }
   void release_metadata(void* address, size_t bytes) override { memset(address, 0, bytes); }
 
+  std::map<uintptr_t, size_t> resident;  // 4 KiB pages resident by huge page (absent: all of them)
+  std::vector<uintptr_t> collapsed;      // collapse_huge_page calls, in order
+  Collapse collapse_result = Collapse::kDone;
   size_t reservations_left = 1000;
   size_t back_budget_bytes = ~size_t{0};
   size_t backed_bytes = 0;

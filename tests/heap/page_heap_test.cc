@@ -994,5 +994,59 @@ TEST_F(PageHeapTest, LongClassesTakeTheLongestClassPages) {
   off.check_invariants();
 }
 
+// Huge pages only where they are dense (LLAMALLOC_HUGE_PAGES=2, dense_pages.cc): a pass collapses the pages with
+// nine tenths of their blocks in use and of their 4 KiB pages resident, each once, at most `budget` a pass; a page
+// found too sparse is looked at again 4 passes later; a failed collapse is tried again; memory given back inside a
+// page (subrelease) makes it a candidate again once the kernel has split it.
+TEST(DensePages, OnlyDenseResidentPagesBecomeHugeWithinTheBudget) {
+  FakePlatform platform;
+  FakeClock clock;
+  HeapConfig off{4, kK};
+  PageHeap without(platform, clock, off);
+  ASSERT_NE(without.alloc_large(1, 250 * kBlockBytes, kBlockBytes), nullptr);
+  EXPECT_EQ(without.collapse_dense_pages(16), 0u) << "off unless HUGE_PAGES=2";
+  EXPECT_TRUE(platform.collapsed.empty());
+
+  HeapConfig on{4, kK};
+  on.collapse_dense = true;
+  PageHeap heap(platform, clock, on);
+  auto page = [](void* p) { return reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1); };
+  void* dense = heap.alloc_large(1, 250 * kBlockBytes, kBlockBytes);   // 250 of 256 blocks: dense
+  void* sparse = heap.alloc_large(2, 100 * kBlockBytes, kBlockBytes);  // another class's page, 100 blocks
+  void* untouched = heap.alloc_large(3, 250 * kBlockBytes, kBlockBytes);
+  ASSERT_TRUE(dense && sparse && untouched);
+  platform.resident[page(untouched)] = 40;  // allocated whole, touched at a few places
+  EXPECT_EQ(heap.collapse_dense_pages(16), 1u);
+  ASSERT_EQ(platform.collapsed.size(), 1u);
+  EXPECT_EQ(platform.collapsed[0], page(dense));
+  EXPECT_EQ(heap.counters().huge_pages_collapsed.load(), 1u);
+  EXPECT_EQ(heap.collapse_dense_pages(16), 0u) << "a collapsed page is not collapsed again";
+  // The untouched page fills up: looked at again four passes after it was found too sparse.
+  platform.resident[page(untouched)] = 512;
+  EXPECT_EQ(heap.collapse_dense_pages(16), 0u);
+  EXPECT_EQ(heap.collapse_dense_pages(16), 0u);
+  EXPECT_EQ(heap.collapse_dense_pages(16), 1u);
+  EXPECT_EQ(platform.collapsed.back(), page(untouched));
+  // Budget, and a collapse the kernel cannot do now: tried again at the next pass.
+  std::vector<void*> more;
+  for (int i = 0; i < 3; ++i) more.push_back(heap.alloc_large(1, 250 * kBlockBytes, kBlockBytes));
+  platform.collapse_result = Platform::Collapse::kFailed;
+  EXPECT_EQ(heap.collapse_dense_pages(2), 0u);
+  EXPECT_EQ(heap.counters().huge_page_collapses_failed.load(), 3u);
+  platform.collapse_result = Platform::Collapse::kDone;
+  EXPECT_EQ(heap.collapse_dense_pages(2), 2u) << "at most the budget a pass";
+  EXPECT_EQ(heap.collapse_dense_pages(2), 1u);
+  // Most of the dense page freed and its free blocks given back: split by the kernel, and a candidate once dense.
+  heap.free_large(dense);
+  void* small = heap.alloc_large(1, 10 * kBlockBytes, kBlockBytes);
+  ASSERT_NE(small, nullptr);
+  heap.subrelease_free_blocks(true);
+  size_t before = platform.collapsed.size();
+  EXPECT_EQ(heap.collapse_dense_pages(16), 0u) << "a sparse page with memory given back stays small";
+  EXPECT_EQ(platform.collapsed.size(), before);
+  heap.check_invariants();
+  EXPECT_FALSE(platform.bad_huge_page_advice);
+}
+
 }  // namespace
 }  // namespace llamalloc::testing

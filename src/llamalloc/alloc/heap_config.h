@@ -30,6 +30,7 @@ inline HeapConfig heap_config_of(const Options& o) {
   config.dense_first = o.dense_first != 0;
   config.default_class = default_class;
   config.class_fallback = o.class_fallback != 0;
+  config.collapse_dense = o.huge_pages == 2;
   return config;
 }
 

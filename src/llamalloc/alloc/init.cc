@@ -53,7 +53,7 @@ void init_once() {
   g_page_heap.configure(config);
   // The page cache, within what a pass would leave after every free until the sweeper makes the passes.
   g_page_heap.set_page_cache_pages(unsigned(o.page_cache_pages), true);
-  g_platform.set_huge_pages(o.huge_pages != 0);
+  g_platform.set_huge_pages(unsigned(o.huge_pages));
   g_share_long_lived = shared_from < g_page_heap.num_classes();  // (from the second thread heap on)
   g_default_predictor.set_class(default_class);
   if ((o.model != nullptr && *o.model) || o.learn != 0) {

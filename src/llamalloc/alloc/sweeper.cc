@@ -70,6 +70,7 @@ void* sweeper_main(void*) {
     // free blocks of sparse pages that have had no block taken since (subrelease).
     g_page_heap.release_empty_open_pages(false);
     g_page_heap.subrelease_free_blocks(false);
+    g_page_heap.collapse_dense_pages(PageHeap::kCollapsePerPass);
     g_predictor_ptr->trim();
   }
   return nullptr;
@@ -161,6 +162,8 @@ void run_inline_passes() {
   // Only this pass's demand: a pass comes only with a slow path, and none may follow the last one before the
   // program goes quiet.
   g_page_heap.subrelease_free_blocks(false, 1);
+  // Fewer collapses than the sweeper's pass: this one runs on a thread of the program.
+  g_page_heap.collapse_dense_pages(PageHeap::kCollapsePerPass / 4);
   g_predictor_ptr->trim();
 }
 

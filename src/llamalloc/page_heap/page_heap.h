@@ -76,6 +76,9 @@ struct HeapConfig {
   // pages stay much emptier than this class's goes onto this class's pages (review_model_classes).
   unsigned default_class = 1;
   bool class_fallback = true;
+  // LLAMALLOC_HUGE_PAGES=2: the heap's pages are backed by 4 KiB pages as they are touched, and a page becomes one
+  // huge page when it is dense (collapse_dense_pages).
+  bool collapse_dense = false;
 };
 
 // A snapshot of one huge page for tests and the simulator.
@@ -186,6 +189,12 @@ class PageHeap {
   // back.
   size_t subrelease_free_blocks(bool now, unsigned demand_passes = kDemandPasses);
   static constexpr unsigned kDemandPasses = 2;
+  // Huge pages only where they are dense (HeapConfig::collapse_dense; dense_pages.cc): one pass collapses into huge
+  // pages at most `budget` pages whose blocks are nearly all in use and whose 4 KiB pages nearly all resident.
+  // Called by the sweeper after subrelease, and by the slow paths' passes of a process without one. Returns the
+  // pages collapsed.
+  size_t collapse_dense_pages(unsigned budget);
+  static constexpr unsigned kCollapsePerPass = 16;
   // Span purge (docs/heap-memory.md, "Span purge"): a thread heap gives back the 4 KiB pages [start, start +
   // bytes) of one of its size-class spans, every object on them free, while the span stays in use; the huge page
   // is kept from khugepaged until they are all backed again (span_purge_forgotten). Under the page heap lock.
@@ -377,6 +386,7 @@ class PageHeap {
   uint8_t page_class_[kMaxClasses] = {};
   uint8_t emptier_passes_[kMaxClasses] = {};
   uint32_t demand_passes_ = 0;
+  uint32_t collapse_passes_ = 0;  // collapse_dense_pages calls
   // The page cache (HeapConfig::page_cache_pages): runs of free, still backed huge pages, oldest first, and
   // the pages in use (open and active, huge objects included) at each of the last kPageCachePasses passes.
   struct CachedRun {

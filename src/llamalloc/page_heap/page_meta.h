@@ -67,6 +67,8 @@ struct HugePageMeta {
   uint8_t in_recyclable;   // 0: on no recyclable list; else 1 + its fullness bucket (recycle_bucket)
   uint8_t open_idle;        // open, found empty by release_empty_open_pages, and no block taken since
   uint8_t no_huge_page;     // has subreleased blocks: kept from being collapsed into a huge page again
+  uint8_t huge_backed;      // collapsed into one huge page (collapse_dense_pages) and not split since
+  uint32_t dense_check_pass;  // collapse_dense_pages: not looked at again before this pass (too few resident)
   uint8_t recycled;         // kHugeHead: its pages came from the page cache, not zeroed by the kernel
   // kHugeHead: only the object's bytes (rounded to 4 KiB) are usable memory, not its last page's slack, which
   // stays reserved and charges nothing (a 5 MiB object maps 5 MiB, as glibc's mmap would, not 6).

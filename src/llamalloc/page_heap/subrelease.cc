@@ -30,6 +30,7 @@ void PageHeap::allow_huge_page_again(HugePageMeta* p) {
 }
 
 void PageHeap::keep_from_khugepaged(HugePageMeta* p) {
+  p->huge_backed = 0;  // (the kernel split it to give back part of it)
   if (!p->no_huge_page && no_huge_pages_ < kMaxNoHugePages) {
     p->no_huge_page = 1;
     ++no_huge_pages_;

@@ -44,6 +44,13 @@ class Platform {
     (void)bytes;
     (void)allow;
   }
+  // How many 4 KiB pages of [address, address + bytes) are resident. A fake platform says all of them.
+  virtual size_t resident_small_pages(void* address, size_t bytes) { return (void)address, bytes / 4096; }
+  // Backs the huge page [address, address + bytes) with one 2 MiB page now, its resident 4 KiB pages copied in and
+  // the rest zero-filled (Linux's MADV_COLLAPSE). kUnsupported: the kernel cannot (before Linux 6.1), and the
+  // page was advised for the kernel's background collapse instead; kFailed: not now (no free huge page).
+  enum class Collapse { kDone, kFailed, kUnsupported };
+  virtual Collapse collapse_huge_page(void* address, size_t bytes) { return (void)address, (void)bytes, Collapse::kDone; }
   // Zeroed, usable memory for the heap's own metadata (small pages, backed on first touch); nullptr if refused.
   virtual void* map_metadata(size_t bytes) = 0;
   // Address space for metadata that is made usable later, in parts (commit_metadata); nullptr if refused.
@@ -85,13 +92,17 @@ class LinuxPlatform final : public Platform {
   void unmap_metadata(void* address, size_t bytes) override;
   bool commit_metadata(void* address, size_t bytes) override;
   void release_metadata(void* address, size_t bytes) override;
-  // Whether the heap advises its memory as transparent huge pages (LLAMALLOC_HUGE_PAGES; set before the first
-  // allocation).
-  void set_huge_pages(bool on) { huge_pages_ = on; }
+  size_t resident_small_pages(void* address, size_t bytes) override;
+  Collapse collapse_huge_page(void* address, size_t bytes) override;
+  // How the heap asks for transparent huge pages (LLAMALLOC_HUGE_PAGES; set before the first allocation): 0 never
+  // (MADV_NOHUGEPAGE), 1 every page from its first byte (MADV_HUGEPAGE), 2 no advice, so that the kernel backs
+  // 4 KiB pages as they are touched and the heap collapses the pages that are dense (collapse_huge_page).
+  void set_huge_pages(unsigned mode) { huge_mode_ = mode; }
 
  private:
   void advise_huge(void* address, size_t bytes);
-  bool huge_pages_ = true;
+  unsigned huge_mode_ = 1;
+  bool collapse_unsupported_ = false;
 };
 
 // CLOCK_MONOTONIC(_COARSE) through the vDSO: no system call, no allocation, unaffected by wall-clock changes.

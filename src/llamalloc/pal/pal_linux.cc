@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "base.h"
 #include "config.h"
 #include "pal/pal.h"
 
@@ -65,7 +66,45 @@ void LinuxPlatform::advise_huge(void* address, size_t bytes) {
   // Where the THP mode is "madvise", the kernel backs the heap with 4 KiB pages without MADV_HUGEPAGE. The flag
   // belongs to the mapping and survives the later mprotect of each huge page; LLAMALLOC_HUGE_PAGES=0 asks for
   // 4 KiB pages even where the THP mode is "always".
-  madvise(address, bytes, huge_pages_ ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  // Mode 2 gives no advice: where the THP mode is "madvise" the kernel then backs 4 KiB pages and khugepaged leaves
+  // the heap alone, and MADV_COLLAPSE (which MADV_NOHUGEPAGE would refuse) makes the dense pages huge.
+  if (huge_mode_ == 2) return;
+  madvise(address, bytes, huge_mode_ == 1 ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+}
+
+size_t LinuxPlatform::resident_small_pages(void* address, size_t bytes) {
+  // (The slow paths of a process without a sweeper thread call this: the program's errno is kept.)
+  int saved_errno = errno;
+  unsigned char vec[512];
+  size_t resident = 0;
+  for (size_t done = 0; done < bytes;) {
+    size_t chunk = bytes - done < sizeof vec * 4096 ? bytes - done : sizeof vec * 4096;
+    if (mincore(static_cast<char*>(address) + done, chunk, vec) != 0) break;
+    for (size_t i = 0; i < (chunk + 4095) / 4096; ++i) resident += vec[i] & 1;
+    done += chunk;
+  }
+  errno = saved_errno;
+  return resident;
+}
+
+Platform::Collapse LinuxPlatform::collapse_huge_page(void* address, size_t bytes) {
+#ifndef MADV_COLLAPSE
+  constexpr int MADV_COLLAPSE = 25;  // Linux 6.1
+#endif
+  struct KeepErrno {
+    int saved = errno;
+    ~KeepErrno() { errno = saved; }
+  } keep;
+  if (!collapse_unsupported_) {
+    if (madvise(address, bytes, MADV_COLLAPSE) == 0) return Collapse::kDone;
+    // EINVAL: a kernel without MADV_COLLAPSE; anything else (EAGAIN, ENOMEM: no huge page free now) is for later.
+    if (errno != EINVAL) return Collapse::kFailed;
+    collapse_unsupported_ = true;
+    write_stderr("llamalloc: MADV_COLLAPSE is not available (Linux 6.1 or later has it): dense pages are advised "
+                 "MADV_HUGEPAGE and left to khugepaged\n");
+  }
+  madvise(address, bytes, MADV_HUGEPAGE);
+  return Collapse::kUnsupported;
 }
 
 void* LinuxPlatform::reserve(size_t bytes, size_t min_bytes, size_t alignment, size_t* got) {
@@ -137,8 +176,9 @@ void LinuxPlatform::subrelease(void* address, size_t bytes) {
 }
 
 void LinuxPlatform::allow_huge_page(void* address, size_t bytes, bool allow) {
-  // Splits the VMA around the page while it is off (adjacent pages with the same flag merge again).
-  if (!huge_pages_) return;
+  // Splits the VMA around the page while it is off (adjacent pages with the same flag merge again). Only mode 1
+  // has khugepaged to keep away: mode 2 gives no advice, so khugepaged (THP "madvise") never scans the heap.
+  if (huge_mode_ != 1) return;
   madvise(address, bytes, allow ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
 

@@ -1,0 +1,73 @@
+// Huge pages only where they are dense (HeapConfig::collapse_dense, LLAMALLOC_HUGE_PAGES=2; docs/heap-memory.md,
+// "Huge pages where dense"). Rules: the heap's memory is backed by 4 KiB pages as the program touches it; a page
+// becomes one huge page when at least nine tenths of its blocks are in use (a huge object's pages: always) and
+// nine tenths of its 4 KiB pages are resident, so that the collapse adds at most a tenth of 2 MiB to the resident
+// set and a page the program touches sparsely (a buffer sized for the worst case) stays small; a page with memory
+// given back (subrelease, span purge) is left alone until all of it is backed again (the kernel split it); at most
+// `budget` collapses a pass, each outside the page heap's lock (it copies up to 2 MiB); a page found too sparse
+// is looked at again kRecheckPasses passes later, a failed collapse at the next pass.
+#include "page_heap/page_heap.h"
+
+namespace llamalloc {
+
+namespace {
+constexpr size_t kSmallPagesPerHugePage = kHugePageBytes / kSmallPageBytes;
+constexpr size_t kDenseBlocks = kBlocksPerHugePage * 9 / 10;
+constexpr size_t kDenseResident = kSmallPagesPerHugePage * 9 / 10;
+constexpr unsigned kMaxLooks = 64;  // pages whose residency one pass reads (mincore, a few microseconds each)
+constexpr uint32_t kRecheckPasses = 4;
+}  // namespace
+
+size_t PageHeap::collapse_dense_pages(unsigned budget) {
+  if (!config_.collapse_dense || budget == 0) return 0;
+  HugePageMeta* look[kMaxLooks];
+  uintptr_t address[kMaxLooks];
+  unsigned n = 0;
+  uint32_t pass;
+  {
+    LockGuard g(lock_);
+    pass = ++collapse_passes_;
+    auto consider = [&](HugePageMeta* p, bool blocks) {
+      if (n == kMaxLooks || p->huge_backed || p->no_huge_page || p->span_purged_pages != 0 ||
+          int32_t(p->dense_check_pass - pass) > 0)
+        return;
+      if (blocks && (p->live.count() < kDenseBlocks || !p->released.none())) return;
+      look[n] = p;
+      address[n++] = page_address(p);
+    };
+    for (unsigned c = 0; c < num_classes() && n < kMaxLooks; ++c) {
+      if (open_[c] != nullptr) consider(open_[c], true);
+      for (HugePageMeta* p = active_head_[c]; p != nullptr && n < kMaxLooks; p = p->active_next) {
+        if (p->kind == PageKind::kBlocks) {
+          consider(p, true);
+        } else if (p->kind == PageKind::kHugeHead) {
+          for (uint32_t i = 0; i < p->huge_pages && n < kMaxLooks; ++i) consider(p->region->page(p->index + i), false);
+        }
+      }
+    }
+  }
+  size_t done = 0;
+  for (unsigned i = 0; i < n && done < budget; ++i) {
+    void* a = reinterpret_cast<void*>(address[i]);
+    // Outside the lock the page may be given back meanwhile (the collapse of a range with too few pages present
+    // fails); its metadata is written only while it is in use, as a free page's metadata reads as zero.
+    auto note = [&](auto&& write) {
+      LockGuard g(lock_);
+      if (look[i]->state != PageState::kUnused) write(look[i]);
+    };
+    if (platform_.resident_small_pages(a, kHugePageBytes) < kDenseResident) {
+      note([&](HugePageMeta* p) { p->dense_check_pass = pass + kRecheckPasses; });
+      continue;
+    }
+    if (platform_.collapse_huge_page(a, kHugePageBytes) == Platform::Collapse::kFailed) {
+      counters_.huge_page_collapses_failed.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    note([](HugePageMeta* p) { p->huge_backed = 1; });
+    counters_.huge_pages_collapsed.fetch_add(1, std::memory_order_relaxed);
+    ++done;
+  }
+  return done;
+}
+
+}  // namespace llamalloc
