@@ -1,7 +1,7 @@
 // The shared thread heap of long-lived classes (PageHeap::shared_heap) and the sampled heap (online learning,
 // PageHeap::sampled_heap): thread heaps that every thread uses under the page heap's shared lock. Rules: a small
 // object of a class at or above HeapConfig::shared_class_min comes from the shared thread heap, unless this thread
-// made kSharedBurst of that class within kSharedBurstNs, from when on it takes that class from its own spans
+// made kSharedBurst of that class within kSharedBurstNs: from then on it takes that class from its own spans
 // (ThreadHeap::own_class; the windows are counted under the lock); a free into a span of either heap, by any
 // thread, is made as its owner's free, under the lock, so that it is taken in without a sweeper; each object
 // freed into the sampled heap goes to the sampled-free hook before it is free.
@@ -29,10 +29,12 @@ void* thread_heap_internal::allocate_shared(PageHeap& page_heap, ThreadHeap& hea
   return p;
 }
 
-void* ThreadHeapOps::allocate_sampled(PageHeap& page_heap, ThreadHeap& heap, unsigned lc, size_t size, size_t alignment) {
+void* ThreadHeapOps::allocate_sampled(PageHeap& page_heap, ThreadHeap& heap, unsigned lc, size_t size,
+                                      size_t alignment) {
   ThreadHeap* sampled = page_heap.sampled_heap();
   unsigned sc = classify(size, alignment);
-  if (sc == kLargeRequest || sampled == nullptr || sampled == &heap) return allocate(page_heap, heap, lc, size, alignment);
+  if (sc == kLargeRequest || sampled == nullptr || sampled == &heap)
+    return allocate(page_heap, heap, lc, size, alignment);
   void* p;
   {
     LockGuard g(page_heap.shared_lock());

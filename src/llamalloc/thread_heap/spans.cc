@@ -149,7 +149,8 @@ void* ThreadHeapOps::alloc_small(PageHeap& page_heap, ThreadHeap& heap, unsigned
     }
   }
   // About to take new memory: first give back what frees into exited threads' spans have emptied.
-  if (hooks.reclaim_pending.load(std::memory_order_relaxed) && hooks.pool != nullptr) reclaim_abandoned(page_heap, *hooks.pool);
+  if (hooks.reclaim_pending.load(std::memory_order_relaxed) && hooks.pool != nullptr)
+    reclaim_abandoned(page_heap, *hooks.pool);
   if (page_heap.span_recycling()) {
     if (SmallSpan* s = adopt_longer_span(heap, lc, sc); s != nullptr && refill_free(page_heap, s)) return span_pop(s);
   }

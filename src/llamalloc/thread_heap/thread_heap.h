@@ -217,9 +217,9 @@ struct PurgeResult {
   size_t waiting = 0;  // sparse spans not idle yet (kIdle): the heap is worth another look at the next pass
 };
 
-// The process-wide state the thread heap operations read, set by the library as it starts (the simulator
-// leaves it as it is): one struct, so that all of it is in one place. sweeper_running first: the inline free
-// reads it.
+// The process-wide state of the thread heap operations, in one struct so that all of it is in one place: the
+// library's pool and hooks, set as it starts (the simulator leaves them null), and two flags (a sweeper thread
+// runs; a free asked for the pool's notify lists to be drained).
 struct ThreadHeapHooks {
   // Whether a sweeper thread makes the page passes (the library's, while it runs): then no free that empties
   // the fast path's span takes the slow path (free_block).
