@@ -11,7 +11,7 @@
 namespace llamalloc {
 
 namespace {
-constexpr size_t kSmallPagesPerHugePage = kHugePageBytes / kSmallPageBytes;
+constexpr size_t kSmallPagesPerHugePage = kHugePageBytes / kSmallPageBytes;  // (4 KiB pages, for mincore)
 constexpr size_t kDenseBlocks = kBlocksPerHugePage * 9 / 10;
 constexpr size_t kDenseResident = kSmallPagesPerHugePage * 9 / 10;
 constexpr unsigned kMaxLooks = 64;  // pages whose residency one pass reads (mincore, a few microseconds each)
@@ -68,6 +68,26 @@ size_t PageHeap::collapse_dense_pages(unsigned budget) {
     ++done;
   }
   return done;
+}
+
+void PageHeap::note_page_filled(HugePageMeta* p) {
+  if (!config_.collapse_dense || p->kind != PageKind::kBlocks) return;
+  // Three quarters, not nine tenths: the page's last spans and objects were handed out just now and are still
+  // being written.
+  class_dense_[p->lifetime_class] =
+      p->huge_backed || p->huge_advised ||
+      platform_.resident_small_pages(reinterpret_cast<void*>(page_address(p)), kHugePageBytes) >=
+          kSmallPagesPerHugePage * 3 / 4;
+}
+
+void PageHeap::advise_if_dense(HugePageMeta* p, unsigned lc) {
+  // A class that filled its last page densely will likely fill this one too: huge from its first touch, with no
+  // 4 KiB faults and no collapse to wait for. The first page of each class, and every page of a class that
+  // fills pages sparsely (large buffers touched in a few places), stays on 4 KiB pages until it is dense.
+  if (!config_.collapse_dense || !class_dense_[lc] || advised_pages_ >= kMaxAdvisedPages) return;
+  platform_.advise_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes);
+  p->huge_advised = 1;
+  ++advised_pages_;
 }
 
 }  // namespace llamalloc

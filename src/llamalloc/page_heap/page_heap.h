@@ -194,6 +194,14 @@ class PageHeap {
   // Called by the sweeper after subrelease, and by the slow paths' passes of a process without one. Returns the
   // pages collapsed.
   size_t collapse_dense_pages(unsigned budget);
+  // Under the lock: a page of blocks became active (full); records whether its class fills pages densely.
+  void note_page_filled(HugePageMeta* p);
+  // Under the lock: a page just opened for class lc; asks for it to be huge if its class fills pages densely.
+  void advise_if_dense(HugePageMeta* p, unsigned lc);
+  // Under the lock: a page is given back (its metadata about to be dropped).
+  void forget_advice(HugePageMeta* p) {
+    if (p->huge_advised) --advised_pages_;
+  }
   static constexpr unsigned kCollapsePerPass = 16;
   // Span purge (docs/heap-memory.md, "Span purge"): a thread heap gives back the 4 KiB pages [start, start +
   // bytes) of one of its size-class spans, every object on them free, while the span stays in use; the huge page
@@ -387,6 +395,13 @@ class PageHeap {
   uint8_t emptier_passes_[kMaxClasses] = {};
   uint32_t demand_passes_ = 0;
   uint32_t collapse_passes_ = 0;  // collapse_dense_pages calls
+  // HeapConfig::collapse_dense: whether each class's last page to fill was dense (its 4 KiB pages nearly all
+  // resident when it became active): its next page is then asked to be huge from its first touch
+  // (note_page_filled, advise_if_dense in dense_pages.cc). Pages so advised and in use, at most kMaxAdvisedPages
+  // (each may split the heap's mapping in the kernel, as kMaxNoHugePages says).
+  bool class_dense_[kMaxClasses] = {};
+  uint32_t advised_pages_ = 0;
+  static constexpr uint32_t kMaxAdvisedPages = 16384;
   // The page cache (HeapConfig::page_cache_pages): runs of free, still backed huge pages, oldest first, and
   // the pages in use (open and active, huge objects included) at each of the last kPageCachePasses passes.
   struct CachedRun {

@@ -68,6 +68,7 @@ struct HugePageMeta {
   uint8_t open_idle;        // open, found empty by release_empty_open_pages, and no block taken since
   uint8_t no_huge_page;     // has subreleased blocks: kept from being collapsed into a huge page again
   uint8_t huge_backed;      // collapsed into one huge page (collapse_dense_pages) and not split since
+  uint8_t huge_advised;     // opened with MADV_HUGEPAGE: its class filled its previous page densely
   uint32_t dense_check_pass;  // collapse_dense_pages: not looked at again before this pass (too few resident)
   uint8_t recycled;         // kHugeHead: its pages came from the page cache, not zeroed by the kernel
   // kHugeHead: only the object's bytes (rounded to 4 KiB) are usable memory, not its last page's slack, which

@@ -34,6 +34,7 @@ HugePageMeta* PageHeap::open_new_page(unsigned lc) {
   p->deadline_ns = kNoDeadline;
   open_[lc] = p;
   account_page(p, 1);
+  advise_if_dense(p, lc);
   return p;
 }
 
@@ -42,6 +43,7 @@ HugePageMeta* PageHeap::open_new_page(unsigned lc) {
 void PageHeap::activate(HugePageMeta* p) {
   unsigned c = p->lifetime_class;
   if (open_[c] == p) open_[c] = nullptr;
+  note_page_filled(p);
   p->state = PageState::kActive;
   uint64_t d = class_duration_ns(c);
   p->deadline_ns = d == kNoDeadline ? kNoDeadline : clock_.now_ns() + config_.deadline_k * d;
@@ -58,6 +60,7 @@ void PageHeap::release_page(HugePageMeta* p) {
   if (open_[p->lifetime_class] == p) open_[p->lifetime_class] = nullptr;
   unrelease(p, 0, kBlocksPerHugePage);
   account_page(p, -1);
+  forget_advice(p);
   Region* r = p->region;
   size_t index = p->index;
   // Its metadata reads as zero again: state kUnused, so a stale pointer into it is reported, not trusted.

@@ -50,6 +50,9 @@ class Platform {
   // the rest zero-filled (Linux's MADV_COLLAPSE). kUnsupported: the kernel cannot (before Linux 6.1), and the
   // page was advised for the kernel's background collapse instead; kFailed: not now (no free huge page).
   enum class Collapse { kDone, kFailed, kUnsupported };
+  // Asks for the huge page [address, address + bytes), not yet touched, to be backed by one 2 MiB page at its first
+  // touch (MADV_HUGEPAGE), for a page the heap expects to fill. A fake platform need not do anything.
+  virtual void advise_huge_page(void* address, size_t bytes) { (void)address, (void)bytes; }
   virtual Collapse collapse_huge_page(void* address, size_t bytes) { return (void)address, (void)bytes, Collapse::kDone; }
   // Zeroed, usable memory for the heap's own metadata (small pages, backed on first touch); nullptr if refused.
   virtual void* map_metadata(size_t bytes) = 0;
@@ -94,6 +97,7 @@ class LinuxPlatform final : public Platform {
   void release_metadata(void* address, size_t bytes) override;
   size_t resident_small_pages(void* address, size_t bytes) override;
   Collapse collapse_huge_page(void* address, size_t bytes) override;
+  void advise_huge_page(void* address, size_t bytes) override;
   // How the heap asks for transparent huge pages (LLAMALLOC_HUGE_PAGES; set before the first allocation): 0 never
   // (MADV_NOHUGEPAGE), 1 every page from its first byte (MADV_HUGEPAGE), 2 no advice, so that the kernel backs
   // 4 KiB pages as they are touched and the heap collapses the pages that are dense (collapse_huge_page).

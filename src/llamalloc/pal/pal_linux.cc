@@ -87,6 +87,14 @@ size_t LinuxPlatform::resident_small_pages(void* address, size_t bytes) {
   return resident;
 }
 
+void LinuxPlatform::advise_huge_page(void* address, size_t bytes) {
+  // Only mode 2 decides page by page (mode 1 advised the whole reservation, mode 0 wants none).
+  if (huge_mode_ != 2) return;
+  int saved_errno = errno;
+  madvise(address, bytes, MADV_HUGEPAGE);
+  errno = saved_errno;
+}
+
 Platform::Collapse LinuxPlatform::collapse_huge_page(void* address, size_t bytes) {
 #ifndef MADV_COLLAPSE
   constexpr int MADV_COLLAPSE = 25;  // Linux 6.1
