@@ -123,6 +123,10 @@ class FakePlatform final : public Platform {
     collapsed.push_back(reinterpret_cast<uintptr_t>(address));
     return collapse_result;
   }
+  void advise_huge_page(void* address, size_t bytes) override {
+    if (bytes != kHugePageBytes || reinterpret_cast<uintptr_t>(address) % kHugePageBytes != 0) bad_huge_page_advice = true;
+    advised.push_back(reinterpret_cast<uintptr_t>(address));
+  }
   void* map_metadata(size_t bytes) override { return real_.map_metadata(bytes); }
   void* reserve_metadata(size_t bytes) override {
     ++metadata_reservations;
@@ -137,6 +141,7 @@ class FakePlatform final : public Platform {
 
   std::map<uintptr_t, size_t> resident;  // 4 KiB pages resident by huge page (absent: all of them)
   std::vector<uintptr_t> collapsed;      // collapse_huge_page calls, in order
+  std::vector<uintptr_t> advised;        // advise_huge_page calls, in order
   Collapse collapse_result = Collapse::kDone;
   size_t reservations_left = 1000;
   size_t back_budget_bytes = ~size_t{0};

@@ -1048,5 +1048,46 @@ TEST(DensePages, OnlyDenseResidentPagesBecomeHugeWithinTheBudget) {
   EXPECT_FALSE(platform.bad_huge_page_advice);
 }
 
+// A class whose page filled densely opens its next pages huge from their first touch, but for one in
+// kProbeEvery, which stays on 4 KiB pages as a sample: a sparse sample stops the advice until a page on 4 KiB pages
+// fills densely again; the first page of a class is never advised.
+TEST(DensePages, AClassThatFillsPagesDenselyGetsItsNextPagesHugeFromTheStart) {
+  FakePlatform platform;
+  FakeClock clock;
+  HeapConfig on{4, kK};
+  on.collapse_dense = true;
+  PageHeap heap(platform, clock, on);
+  auto page = [](void* p) { return reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1); };
+  std::vector<void*> objects;
+  auto fill_one = [&] {  // 200 of 256 blocks: the next one does not fit, and opens a page
+    objects.push_back(heap.alloc_large(1, 200 * kBlockBytes, kBlockBytes));
+    return page(objects.back());
+  };
+  fill_one();
+  EXPECT_TRUE(platform.advised.empty()) << "a class's first page";
+  std::vector<uintptr_t> pages;
+  for (unsigned i = 0; i < PageHeap::kProbeEvery; ++i) pages.push_back(fill_one());
+  // (The fake says every 4 KiB page resident: the first page filled densely.)
+  ASSERT_EQ(platform.advised.size(), PageHeap::kProbeEvery - 1) << "all but the probe";
+  uintptr_t probe = 0;
+  for (uintptr_t p : pages)
+    if (std::find(platform.advised.begin(), platform.advised.end(), p) == platform.advised.end()) probe = p;
+  ASSERT_NE(probe, 0u);
+  EXPECT_EQ(probe, pages.back());
+  platform.resident[probe] = 64;  // the probe page touched in a few places only
+  size_t advised = platform.advised.size();
+  uintptr_t after = fill_one();  // the probe fills (sparse): the class is no longer dense
+  EXPECT_EQ(platform.advised.size(), advised) << "after a sparse probe, the next page is not advised";
+  fill_one();  // that page, on 4 KiB pages, fills densely (the fake's default): dense again
+  EXPECT_EQ(platform.advised.size(), advised + 1);
+  EXPECT_NE(platform.advised.back(), after);
+  void* other = heap.alloc_large(2, 10 * kBlockBytes, kBlockBytes);  // another class: its own first page
+  EXPECT_EQ(platform.advised.size(), advised + 1);
+  heap.free_large(other);
+  for (void* p : objects) heap.free_large(p);
+  heap.check_invariants();
+  EXPECT_FALSE(platform.bad_huge_page_advice);
+}
+
 }  // namespace
 }  // namespace llamalloc::testing

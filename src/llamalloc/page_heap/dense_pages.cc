@@ -7,6 +7,7 @@
 // `budget` collapses a pass, each outside the page heap's lock (it copies up to 2 MiB); a page found too sparse
 // is looked at again kRecheckPasses passes later, a failed collapse at the next pass.
 #include "page_heap/page_heap.h"
+#include "page_heap/region_bitmap.h"
 
 namespace llamalloc {
 
@@ -16,6 +17,7 @@ constexpr size_t kDenseBlocks = kBlocksPerHugePage * 9 / 10;
 constexpr size_t kDenseResident = kSmallPagesPerHugePage * 9 / 10;
 constexpr unsigned kMaxLooks = 64;  // pages whose residency one pass reads (mincore, a few microseconds each)
 constexpr uint32_t kRecheckPasses = 4;
+constexpr size_t kHugeScanPages = 4096;  // region pages in use a pass looks at for huge objects
 }  // namespace
 
 size_t PageHeap::collapse_dense_pages(unsigned budget) {
@@ -37,12 +39,27 @@ size_t PageHeap::collapse_dense_pages(unsigned budget) {
     };
     for (unsigned c = 0; c < num_classes() && n < kMaxLooks; ++c) {
       if (open_[c] != nullptr) consider(open_[c], true);
-      for (HugePageMeta* p = active_head_[c]; p != nullptr && n < kMaxLooks; p = p->active_next) {
-        if (p->kind == PageKind::kBlocks) {
-          consider(p, true);
-        } else if (p->kind == PageKind::kHugeHead) {
-          for (uint32_t i = 0; i < p->huge_pages && n < kMaxLooks; ++i) consider(p->region->page(p->index + i), false);
-        }
+      for (HugePageMeta* p = active_head_[c]; p != nullptr && n < kMaxLooks; p = p->active_next)
+        if (p->kind == PageKind::kBlocks) consider(p, true);
+    }
+    // Huge objects are on no list: the regions' pages in use, at most kHugeScanPages a pass from where the previous
+    // pass stopped.
+    size_t scanned = 0;
+    for (size_t visited = 0; visited <= region_count_ && scanned < kHugeScanPages && n < kMaxLooks; ++visited) {
+      if (huge_scan_region_ >= region_count_) huge_scan_region_ = huge_scan_page_ = 0;
+      if (region_count_ == 0) break;
+      Region* r = &regions_[huge_scan_region_];
+      size_t& j = huge_scan_page_;
+      for (; j < r->committed && scanned < kHugeScanPages && n < kMaxLooks; ++j) {
+        if (!test_bit(r->used, j)) continue;
+        ++scanned;
+        HugePageMeta* p = r->page(j);
+        if (p->state == PageState::kActive && (p->kind == PageKind::kHugeHead || p->kind == PageKind::kHugeTail))
+          consider(p, false);
+      }
+      if (j >= r->committed) {
+        huge_scan_region_ = (huge_scan_region_ + 1) % region_count_;
+        huge_scan_page_ = 0;
       }
     }
   }
@@ -71,20 +88,24 @@ size_t PageHeap::collapse_dense_pages(unsigned budget) {
 }
 
 void PageHeap::note_page_filled(HugePageMeta* p) {
-  if (!config_.collapse_dense || p->kind != PageKind::kBlocks) return;
-  // Three quarters, not nine tenths: the page's last spans and objects were handed out just now and are still
-  // being written.
+  // A page advised huge is resident whole from its first touch: it says nothing of how densely its class touches
+  // memory. A page on 4 KiB pages does, by its resident 4 KiB pages when it fills; three quarters, not nine tenths,
+  // as the page's last spans and objects were handed out just now and are still being written. A collapsed page
+  // was dense.
+  if (!config_.collapse_dense || p->kind != PageKind::kBlocks || p->huge_advised) return;
   class_dense_[p->lifetime_class] =
-      p->huge_backed || p->huge_advised ||
-      platform_.resident_small_pages(reinterpret_cast<void*>(page_address(p)), kHugePageBytes) >=
-          kSmallPagesPerHugePage * 3 / 4;
+      p->huge_backed || platform_.resident_small_pages(reinterpret_cast<void*>(page_address(p)), kHugePageBytes) >=
+                            kSmallPagesPerHugePage * 3 / 4;
 }
 
 void PageHeap::advise_if_dense(HugePageMeta* p, unsigned lc) {
   // A class that filled its last page densely will likely fill this one too: huge from its first touch, with no
-  // 4 KiB faults and no collapse to wait for. The first page of each class, and every page of a class that
-  // fills pages sparsely (large buffers touched in a few places), stays on 4 KiB pages until it is dense.
+  // 4 KiB faults and no collapse to wait for. The first page of each class, every page of a class that fills
+  // pages sparsely (large buffers touched in a few places), and one page in kProbeEvery of a dense class stay on
+  // 4 KiB pages: the last are the class's samples of how densely it touches memory now, so that a class whose use
+  // turns sparse stops being advised.
   if (!config_.collapse_dense || !class_dense_[lc] || advised_pages_ >= kMaxAdvisedPages) return;
+  if (++class_pages_opened_[lc] % kProbeEvery == 0) return;
   platform_.advise_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes);
   p->huge_advised = 1;
   ++advised_pages_;

@@ -203,6 +203,7 @@ class PageHeap {
     if (p->huge_advised) --advised_pages_;
   }
   static constexpr unsigned kCollapsePerPass = 16;
+  static constexpr uint32_t kProbeEvery = 8;  // of a dense class's pages, one in this many stays on 4 KiB pages
   // Span purge (docs/heap-memory.md, "Span purge"): a thread heap gives back the 4 KiB pages [start, start +
   // bytes) of one of its size-class spans, every object on them free, while the span stays in use; the huge page
   // is kept from khugepaged until they are all backed again (span_purge_forgotten). Under the page heap lock.
@@ -395,11 +396,13 @@ class PageHeap {
   uint8_t emptier_passes_[kMaxClasses] = {};
   uint32_t demand_passes_ = 0;
   uint32_t collapse_passes_ = 0;  // collapse_dense_pages calls
+  size_t huge_scan_region_ = 0, huge_scan_page_ = 0;  // where its scan for huge objects' pages goes on
   // HeapConfig::collapse_dense: whether each class's last page to fill was dense (its 4 KiB pages nearly all
-  // resident when it became active): its next page is then asked to be huge from its first touch
-  // (note_page_filled, advise_if_dense in dense_pages.cc). Pages so advised and in use, at most kMaxAdvisedPages
+  // resident when it became active): its next pages are then asked to be huge from their first touch, but for
+  // one in kProbeEvery (note_page_filled, advise_if_dense in dense_pages.cc). Pages so advised and in use, at most kMaxAdvisedPages
   // (each may split the heap's mapping in the kernel, as kMaxNoHugePages says).
   bool class_dense_[kMaxClasses] = {};
+  uint32_t class_pages_opened_[kMaxClasses] = {};  // pages opened while the class was dense
   uint32_t advised_pages_ = 0;
   static constexpr uint32_t kMaxAdvisedPages = 16384;
   // The page cache (HeapConfig::page_cache_pages): runs of free, still backed huge pages, oldest first, and
