@@ -84,6 +84,15 @@ void* PageHeap::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
   head->huge_tail_blocks = uint16_t(donate ? tail_blocks : 0);
   head->huge_requested_bytes = bytes;
   account_page(head, int64_t(whole));
+  // Huge pages where dense (HUGE_PAGES=2): an object of whole huge pages is a buffer a program asked for whole, and
+  // is huge from its first touch, as every page is under HUGE_PAGES=1: its pages fault in one at a time instead of
+  // 512, and need no collapse (malloc-large's buffers were 3.3x slower on 4 KiB pages). Not a recycled run, which
+  // is backed already, nor the slack of an object that maps only its bytes.
+  if (config_.collapse_dense && !recycled && advised_pages_ + whole <= kMaxAdvisedPages) {
+    platform_.advise_huge_page(reinterpret_cast<void*>(address), whole * kHugePageBytes - (tail_unbacked ? kHugePageBytes : 0));
+    head->huge_advised = 1;
+    advised_pages_ += uint32_t(whole);
+  }
   if (donate) {
     // The last page: a page of blocks of the object's class (its metadata reads as zero: fresh, or released
     // with the page that was there before), active at once, its first blocks the object's.
@@ -111,6 +120,7 @@ void PageHeap::free_huge_locked(HugePageMeta* head) {
   size_t usable = round_up(head->huge_requested_bytes, kSmallPageBytes), end = pages * kHugePageBytes;
   // (Out of the footprint first: the page cache's limit may depend on the pages in use without this object.)
   account_page(head, -int64_t(pages));
+  if (head->huge_advised) advised_pages_ -= uint32_t(pages);
   // The page cache holds whole backed pages: the slack of an object's last page is backed first, or the pages go
   // back (the memory limits refuse it). Not when its slack was not even reserved (under RLIMIT_AS).
   bool whole = !head->tail_unbacked ||
