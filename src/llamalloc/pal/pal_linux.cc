@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,6 +96,20 @@ void LinuxPlatform::advise_huge_page(void* address, size_t bytes) {
   errno = saved_errno;
 }
 
+namespace {
+// Whether the running kernel is Linux 6.1 or later (uname), which has MADV_COLLAPSE.
+bool kernel_has_collapse() {
+  utsname u;
+  if (uname(&u) != 0) return true;
+  unsigned major = 0, minor = 0;
+  const char* c = u.release;
+  while (*c >= '0' && *c <= '9') major = major * 10 + unsigned(*c++ - '0');
+  if (*c == '.') ++c;
+  while (*c >= '0' && *c <= '9') minor = minor * 10 + unsigned(*c++ - '0');
+  return major > 6 || (major == 6 && minor >= 1);
+}
+}  // namespace
+
 Platform::Collapse LinuxPlatform::collapse_huge_page(void* address, size_t bytes) {
 #ifndef MADV_COLLAPSE
   constexpr int MADV_COLLAPSE = 25;  // Linux 6.1
@@ -105,8 +120,10 @@ Platform::Collapse LinuxPlatform::collapse_huge_page(void* address, size_t bytes
   } keep;
   if (!collapse_unsupported_) {
     if (madvise(address, bytes, MADV_COLLAPSE) == 0) return Collapse::kDone;
-    // EINVAL: a kernel without MADV_COLLAPSE; anything else (EAGAIN, ENOMEM: no huge page free now) is for later.
-    if (errno != EINVAL) return Collapse::kFailed;
+    // EINVAL from a kernel before 6.1: it has no MADV_COLLAPSE. From a later one, this range cannot be collapsed
+    // (advised MADV_NOHUGEPAGE, as a page taken from the page cache may still be); anything else (EAGAIN, ENOMEM:
+    // no huge page free now) is for later.
+    if (errno != EINVAL || kernel_has_collapse()) return Collapse::kFailed;
     collapse_unsupported_ = true;
     write_stderr("llamalloc: MADV_COLLAPSE is not available (Linux 6.1 or later has it): dense pages are advised "
                  "MADV_HUGEPAGE and left to khugepaged\n");
@@ -184,9 +201,10 @@ void LinuxPlatform::subrelease(void* address, size_t bytes) {
 }
 
 void LinuxPlatform::allow_huge_page(void* address, size_t bytes, bool allow) {
-  // Splits the VMA around the page while it is off (adjacent pages with the same flag merge again). Only mode 1
-  // has khugepaged to keep away: mode 2 gives no advice, so khugepaged (THP "madvise") never scans the heap.
-  if (huge_mode_ != 1) return;
+  // Splits the VMA around the page while it is off (adjacent pages with the same flag merge again). Mode 2 too:
+  // a page it advised huge (its class fills densely) is scanned by khugepaged like any, and one whose blocks are
+  // all backed again is dense.
+  if (huge_mode_ == 0) return;
   madvise(address, bytes, allow ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
 
