@@ -116,7 +116,7 @@ class FakePlatform final : public Platform {
   }
   size_t resident_small_pages(void* address, size_t bytes) override {
     auto it = resident.find(reinterpret_cast<uintptr_t>(address));
-    return it != resident.end() ? it->second : bytes / 4096;
+    return it != resident.end() ? it->second : default_resident < bytes / 4096 ? default_resident : bytes / 4096;
   }
   Collapse collapse_huge_page(void* address, size_t bytes) override {
     if (bytes != kHugePageBytes || reinterpret_cast<uintptr_t>(address) % kHugePageBytes != 0) bad_huge_page_advice = true;
@@ -139,7 +139,8 @@ class FakePlatform final : public Platform {
   bool commit_metadata(void* address, size_t bytes) override { return real_.commit_metadata(address, bytes); }
   void release_metadata(void* address, size_t bytes) override { memset(address, 0, bytes); }
 
-  std::map<uintptr_t, size_t> resident;  // 4 KiB pages resident by huge page (absent: all of them)
+  std::map<uintptr_t, size_t> resident;  // 4 KiB pages resident by huge page (absent: default_resident)
+  size_t default_resident = ~size_t{0};  // (at most all of them)
   std::vector<uintptr_t> collapsed;      // collapse_huge_page calls, in order
   std::vector<uintptr_t> advised;        // advise_huge_page calls, in order
   Collapse collapse_result = Collapse::kDone;

@@ -1029,7 +1029,10 @@ TEST(DensePages, OnlyDenseResidentPagesBecomeHugeWithinTheBudget) {
   EXPECT_EQ(platform.collapsed.back(), page(untouched));
   // Budget, and a collapse the kernel cannot do now: tried again at the next pass.
   std::vector<void*> more;
-  for (int i = 0; i < 3; ++i) more.push_back(heap.alloc_large(1, 250 * kBlockBytes, kBlockBytes));
+  // (Class 0: class 1 fills its pages densely by now, and its next pages are advised huge at their opening.)
+  platform.default_resident = 300;  // filled sparsely as they are handed out: not advised huge at their opening
+  for (int i = 0; i < 3; ++i) more.push_back(heap.alloc_large(0, 250 * kBlockBytes, kBlockBytes));
+  platform.default_resident = ~size_t{0};  // then written whole
   platform.collapse_result = Platform::Collapse::kFailed;
   EXPECT_EQ(heap.collapse_dense_pages(2), 0u);
   EXPECT_EQ(heap.counters().huge_page_collapses_failed.load(), 3u);

@@ -17,7 +17,7 @@ constexpr size_t kDenseBlocks = kBlocksPerHugePage * 9 / 10;
 constexpr size_t kDenseResident = kSmallPagesPerHugePage * 9 / 10;
 constexpr unsigned kMaxLooks = 64;  // pages whose residency one pass reads (mincore, a few microseconds each)
 constexpr uint32_t kRecheckPasses = 4;
-constexpr size_t kHugeScanPages = 4096;  // region pages in use a pass looks at for huge objects
+constexpr size_t kHugeScanPages = 4096;  // pages in use a pass looks at, on the classes' lists and for huge objects
 }  // namespace
 
 size_t PageHeap::collapse_dense_pages(unsigned budget) {
@@ -29,8 +29,11 @@ size_t PageHeap::collapse_dense_pages(unsigned budget) {
   {
     LockGuard g(lock_);
     pass = ++collapse_passes_;
+    size_t visited = 0;
     auto consider = [&](HugePageMeta* p, bool blocks) {
-      if (n == kMaxLooks || p->huge_backed || p->no_huge_page || p->span_purged_pages != 0 ||
+      ++visited;
+      // (An advised page is huge from its first touch: nothing to collapse.)
+      if (n == kMaxLooks || p->huge_backed || p->huge_advised || p->no_huge_page || p->span_purged_pages != 0 ||
           int32_t(p->dense_check_pass - pass) > 0)
         return;
       if (blocks && (p->live.count() < kDenseBlocks || !p->released.none())) return;
@@ -39,13 +42,14 @@ size_t PageHeap::collapse_dense_pages(unsigned budget) {
     };
     for (unsigned c = 0; c < num_classes() && n < kMaxLooks; ++c) {
       if (open_[c] != nullptr) consider(open_[c], true);
-      for (HugePageMeta* p = active_head_[c]; p != nullptr && n < kMaxLooks; p = p->active_next)
+      for (HugePageMeta* p = active_head_[c]; p != nullptr && n < kMaxLooks && visited < kHugeScanPages;
+           p = p->active_next)
         if (p->kind == PageKind::kBlocks) consider(p, true);
     }
     // Huge objects are on no list: the regions' pages in use, at most kHugeScanPages a pass from where the previous
     // pass stopped.
     size_t scanned = 0;
-    for (size_t visited = 0; visited <= region_count_ && scanned < kHugeScanPages && n < kMaxLooks; ++visited) {
+    for (size_t regions = 0; regions <= region_count_ && scanned < kHugeScanPages && n < kMaxLooks; ++regions) {
       if (huge_scan_region_ >= region_count_) huge_scan_region_ = huge_scan_page_ = 0;
       if (region_count_ == 0) break;
       Region* r = &regions_[huge_scan_region_];
