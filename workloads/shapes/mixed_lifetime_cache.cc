@@ -135,30 +135,6 @@ class NodeCache {
   Shard shards_[kShards];
 };
 
-class Sweeper {
- public:
-  Sweeper(NodeCache& cache, std::atomic<std::uint64_t>& clock)
-      : cache_(cache), clock_(clock), thread_([this] { loop(); }) {}
-  ~Sweeper() {
-    stop_.store(true);
-    thread_.join();
-  }
-  std::uint64_t removed() const { return removed_.load(); }
-
- private:
-  void loop() {
-    while (!stop_.load()) {
-      removed_.fetch_add(cache_.sweep(clock_.load()));
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }
-  NodeCache& cache_;
-  std::atomic<std::uint64_t>& clock_;
-  std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> removed_{0};
-  std::thread thread_;
-};
-
 void writer(NodeCache& cache, std::atomic<std::uint64_t>& clock, std::uint64_t first, std::uint64_t stride,
             std::uint64_t count, std::uint64_t total, std::atomic<std::uint64_t>& corrupt) {
   XorShift random(first * 613 + 5);
@@ -185,7 +161,7 @@ Report run(const Options& options) {
   std::atomic<std::uint64_t> clock{0};
   std::atomic<std::uint64_t> corrupt{0};
   const auto start = Clock::now();
-  Sweeper sweeper(cache, clock);
+  Ticker sweeper([&cache, &clock] { return cache.sweep(clock.load()); });
   const std::uint64_t writers = static_cast<std::uint64_t>(options.threads);
   run_threads(options.threads, [&](int t) {
     const std::uint64_t first = static_cast<std::uint64_t>(t);
@@ -222,7 +198,7 @@ Report run(const Options& options) {
   if (corrupt.load() != 0) report.fail("an entry read back with the wrong value, or an owned entry vanished");
   report.add("inserted", total);
   report.add("owned_entries", owned);
-  report.add("expired", sweeper.removed());
+  report.add("expired", sweeper.total());
   return report;
 }
 

@@ -172,6 +172,33 @@ void run_threads(int count, Work&& work) {
 }
 
 // The entry point of each shape (its file): the load peak, the drop and the quiet phase, and the report.
+// A background thread that calls `work()` every 2 ms until it is destroyed, and counts what the calls return (an
+// expiry thread, a sweeper). Allocates nothing itself: what `work` frees and allocates is on the shape's stacks.
+template <class Work>
+class Ticker {
+ public:
+  explicit Ticker(Work work) : work_(work), thread_([this] { loop(); }) {}
+  Ticker(const Ticker&) = delete;
+  Ticker& operator=(const Ticker&) = delete;
+  ~Ticker() {
+    stop_.store(true);
+    thread_.join();
+  }
+  std::uint64_t total() const { return total_.load(); }
+
+ private:
+  void loop() {
+    while (!stop_.load()) {
+      total_.fetch_add(work_());
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  Work work_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> total_{0};
+  std::thread thread_;
+};
+
 namespace lru { Report run(const Options& options); }  // lru_cache.cc
 namespace ttl { Report run(const Options& options); }  // ttl_cache.cc
 namespace hash_trimmed { Report run(const Options& options); }  // hash_trimmed_cache.cc

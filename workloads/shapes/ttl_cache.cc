@@ -132,30 +132,6 @@ class Store {
   Shard shards_[kShards];
 };
 
-class ExpiryThread {
- public:
-  ExpiryThread(Store& store, std::atomic<std::uint64_t>& clock)
-      : store_(store), clock_(clock), thread_([this] { loop(); }) {}
-  ~ExpiryThread() {
-    stop_.store(true);
-    thread_.join();
-  }
-  std::uint64_t removed() const { return removed_.load(); }
-
- private:
-  void loop() {
-    while (!stop_.load()) {
-      removed_.fetch_add(store_.expire_until(clock_.load()));
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }
-  Store& store_;
-  std::atomic<std::uint64_t>& clock_;
-  std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> removed_{0};
-  std::thread thread_;
-};
-
 void writer(Store& store, std::atomic<std::uint64_t>& clock, std::uint64_t first, std::uint64_t stride,
             std::uint64_t count, std::uint64_t total, std::atomic<std::uint64_t>& corrupt) {
   XorShift random(first * 977 + 3);
@@ -184,7 +160,7 @@ Report run(const Options& options) {
   std::uint64_t long_inserted = 0;
   for (std::uint64_t id = 0; id < total; ++id) long_inserted += is_long(id) ? 1 : 0;
   const auto start = Clock::now();
-  ExpiryThread expiry(store, clock);
+  Ticker expiry([&store, &clock] { return store.expire_until(clock.load()); });
   const std::uint64_t writers = static_cast<std::uint64_t>(options.threads);
   run_threads(options.threads, [&](int t) {
     const std::uint64_t first = static_cast<std::uint64_t>(t);
@@ -221,7 +197,7 @@ Report run(const Options& options) {
   if (corrupt.load() != 0) report.fail("an entry read back with the wrong value, or a long entry vanished");
   report.add("inserted", total);
   report.add("long_entries", long_entries);
-  report.add("expired", expiry.removed());
+  report.add("expired", expiry.total());
   return report;
 }
 
