@@ -26,7 +26,7 @@ import numpy as np
 
 from . import profile as _profile
 from . import traceformat
-from .model.classes import CLASS_UPPER_BOUNDS_NS, NEVER_FREED, NUM_CLASSES
+from .model.classes import NEVER_FREED, NUM_CLASSES, lifetime_class
 
 #: What the profiler's own time may change: the agreement of a sparse profile with a dense trace of the same run
 #: is at least this on the bundled workloads (python/tests/test_profiler_clock.py, bench/profiler/agreement.py).
@@ -42,10 +42,8 @@ class Agreement:
     profile_clock: str
 
 
-def lifetime_classes(lifetimes_ns) -> np.ndarray:
-    """The class of each lifetime (0..6): class k holds lifetimes below 10 ms x 10^k, class 6 the rest."""
-    return np.searchsorted(np.asarray(CLASS_UPPER_BOUNDS_NS, dtype=np.int64),
-                           np.asarray(lifetimes_ns, dtype=np.int64), side="right")
+#: The class of each lifetime (model.classes.lifetime_class: the one definition).
+lifetime_classes = lifetime_class
 
 
 def trace_lifetimes(t: traceformat.Trace) -> tuple[np.ndarray, int]:

@@ -16,10 +16,9 @@ import numpy as np
 
 from . import after_peak
 from .errors import FormatError, UserError
-from .model.classes import CLASS_UPPER_BOUNDS_NS, NUM_CLASSES
+from .model.classes import CLASS_NAMES, NUM_CLASSES, lifetime_class
 
 HUGE_PAGE_SHIFT = 21
-CLASS_NAMES = ("<10ms", "<100ms", "<1s", "<10s", "<100s", "<1000s", ">=1000s", "never")
 #: A site is "mixed" when at least MIXED_MIN_SHARE of its objects live this many classes (each 10x) longer than
 #: its most common class: a minority that outlives the rest by 1000x or more (Site.mixed_share).
 MIXED_CLASSES = 3
@@ -136,8 +135,7 @@ def from_trace(path, at_seconds: float | None) -> tuple[list[Site], str]:
     allocs = np.nonzero(kind & (times <= cut))[0]
     live = allocs[(freed_at[allocs] < 0) | (freed_at[allocs] > cut)]
     lifetimes = np.where(freed_at[allocs] >= 0, freed_at[allocs] - times[allocs], -1)
-    classes = np.where(lifetimes < 0, NUM_CLASSES - 1, np.searchsorted(np.asarray(CLASS_UPPER_BOUNDS_NS), lifetimes,
-                                                                      side="right"))
+    classes = lifetime_class(lifetimes)
     names: dict[int, str] = {}
 
     def name_of(stack_id: int) -> str:

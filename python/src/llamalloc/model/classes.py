@@ -48,3 +48,12 @@ def model_size_bucket(request_size_bytes) -> np.ndarray:
     minus_one = np.maximum(sizes - 1, 0).astype(np.float64)
     _, exponent = np.frexp(minus_one)  # minus_one = m * 2**exponent with m in [0.5, 1): exponent == bit_length
     return np.minimum(exponent.astype(np.int64), MODEL_SIZE_BUCKETS - 1)
+
+
+def lifetime_class(lifetimes_ns) -> np.ndarray:
+    """The class of each lifetime (vectorised): class k (0..5) holds lifetimes below 10 ms x 10^k, class 6 every
+    longer one, and a negative lifetime (an object never freed) is class 7, never freed, as the heap counts them
+    (vocabulary.h)."""
+    lifetimes = np.asarray(lifetimes_ns, dtype=np.int64)
+    bounded = np.searchsorted(np.asarray(CLASS_UPPER_BOUNDS_NS, dtype=np.int64), lifetimes, side="right")
+    return np.where(lifetimes < 0, NEVER_FREED, bounded)
