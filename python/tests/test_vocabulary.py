@@ -50,7 +50,7 @@ def test_the_model_size_bucket_has_one_name():
 
 
 def test_the_class_of_a_lifetime_is_one_function(vocabulary):
-    # (top, agreement and the training labels all take a lifetime's class from classes.lifetime_class.)
+    # (top and agreement take a lifetime's class from classes.lifetime_class.)
     bounds = vocabulary["class_bounds_ns"]
     lifetimes = [0, bounds[0] - 1, bounds[0], bounds[-1] - 1, bounds[-1], 10 * bounds[-1], -1]
     assert classes.lifetime_class(lifetimes).tolist() == [0, 0, 1, 5, 6, 6, vocabulary["never_freed_class"]]
