@@ -19,9 +19,9 @@
 
 namespace llamalloc::sim {
 
-// Address space comes from anonymous MAP_NORESERVE mappings: the heap's metadata and the thread-local
-// allocator's 8-byte object headers are real memory (the allocator reads them back), object payloads are
-// never touched, so only the pages holding headers cost memory. back/release are bookkeeping: they are
+// Address space comes from anonymous MAP_NORESERVE mappings: the heap's metadata and the free-list links that the
+// thread heaps write into the first word of each free block are real memory (they read them back), the rest of
+// an object is never touched, so only the pages holding links cost memory. back/release are bookkeeping: they are
 // what the OS would have been asked to back and to take back. The heap never unmaps what it holds (the library's
 // lives as long as the process); the platform unmaps it when the replay's policy goes, so that replays one after
 // another in one process (llama-oracle-best's search) do not keep every finished heap's metadata.
@@ -80,10 +80,10 @@ class SimPlatform final : public Platform {
         backed_pages_.erase(p);
         backed_bytes_ -= kHugePageBytes;
       }
-    ::madvise(address, bytes, MADV_DONTNEED);  // drop the headers written there
+    ::madvise(address, bytes, MADV_DONTNEED);  // drop the links written there
   }
-  // The replay measures footprint (huge pages in use), which subrelease does not change; the headers of the
-  // objects once there are dropped as on release.
+  // The replay measures footprint (huge pages in use), which subrelease does not change; the free-list links
+  // written there are dropped as on release.
   void subrelease(void* address, size_t bytes) override { ::madvise(address, bytes, MADV_DONTNEED); }
   void* map_metadata(size_t bytes) override {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -1,7 +1,7 @@
 // The page heap's metadata: one HugePageMeta per 2 MiB huge page, and the Region that holds a run of them.
 // Rules: the metadata lives apart from the memory it describes (the page heap never touches the memory it hands
 // out); a page's metadata reads as zero (kUnused) whenever the page is free, so that a stale pointer into it is
-// reported, not trusted; and it is found from an address by arithmetic alone (heap.h, page_meta_of).
+// reported, not trusted; and it is found from an address by arithmetic alone (page_heap.h, page_meta_of).
 #pragma once
 
 #include <atomic>

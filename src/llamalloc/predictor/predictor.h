@@ -24,7 +24,7 @@ struct AllocationContext {
 
 // How often the heap consults the predictor.
 enum class Consult : uint8_t {
-  // Once per slow-path entry of a thread (a run of lines or a span is used up, a large object): the class it
+  // Once per slow-path entry of a thread (a span is used up, a large object): the class it
   // returns is kept by the thread and used by the fast path until the next slow path. No per-allocation cost.
   kOnRefill,
   // On every allocation (a context-sensitive model with its own per-thread cache): the fast path hands each
