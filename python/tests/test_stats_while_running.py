@@ -123,12 +123,18 @@ def test_run_stats_prints_the_summary_line_of_the_file_at_exit(prog, tmp_path):
     r = _llamalloc("run", "--stats", stats, "--", prog, "return")
     assert r.returncode == 0, r.stderr
     at_exit = json.loads(stats.read_text())
-    lines = [line for line in r.stderr.splitlines() if line.startswith("llamalloc: live ")]
-    assert len(lines) == 1, r.stderr
-    m = re.match(r"llamalloc: live ([0-9.]+) MiB \(peak ([0-9.]+)\), footprint ([0-9.]+) MiB", lines[0])
-    assert m, lines[0]
-    for value, key in zip(m.groups(), ("live_bytes", "peak_live_bytes", "footprint_bytes")):
-        assert abs(float(value) - at_exit[key] / 2**20) <= 0.05, (lines[0], key, at_exit[key])
+    before = json.loads((tmp_path / "stats.before-exit.json").read_text())
+    # Two lines, each named by its moment: before the teardown (the static object's 64 MiB still live), and at exit.
+    for moment, doc in (("before teardown", before), ("at exit", at_exit)):
+        lines = [line for line in r.stderr.splitlines() if line.startswith(f"llamalloc: {moment}: live ")]
+        assert len(lines) == 1, r.stderr
+        m = re.match(rf"llamalloc: {moment}: live ([0-9.]+) MiB \(peak ([0-9.]+)\), footprint ([0-9.]+) MiB",
+                     lines[0])
+        assert m, lines[0]
+        for value, key in zip(m.groups(), ("live_bytes", "peak_live_bytes", "footprint_bytes")):
+            assert abs(float(value) - doc[key] / 2**20) <= 0.05, (lines[0], key, doc[key])
+    assert before["live_bytes"] >= BIG > at_exit["live_bytes"]
+    assert r.stderr.index("llamalloc: before teardown: ") < r.stderr.index("llamalloc: at exit: ")
     # Preloaded with only LLAMALLOC_STATS, the file is written and nothing is printed.
     r = _preloaded(prog, "return", LLAMALLOC_STATS=str(tmp_path / "quiet.json"))
     assert r.returncode == 0 and r.stderr == "", r.stderr

@@ -292,6 +292,21 @@ void write_stats_snapshot(const char* tag) {
   }
 }
 
+namespace {
+char g_kept_summary[512];
+std::atomic<bool> g_summary_kept{false};
+}  // namespace
+
+void keep_summary_before_exit() {
+  if (stats_summary_snapshot == nullptr || g_summary_kept.load(std::memory_order_acquire)) return;
+  if (stats_summary_snapshot(g_kept_summary, sizeof(g_kept_summary) - 1, /*in_signal=*/false) != 0)
+    g_summary_kept.store(true, std::memory_order_release);
+}
+
+const char* kept_summary_before_exit() {
+  return g_summary_kept.load(std::memory_order_acquire) ? g_kept_summary : nullptr;
+}
+
 void install_stats_hooks() {
   static std::atomic<bool> installed{false};
   if (installed.exchange(true)) return;

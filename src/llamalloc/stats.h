@@ -182,6 +182,11 @@ size_t stats_summary_snapshot(char* buf, size_t capacity, bool in_signal) __attr
 // Writes stats_snapshot to the LLAMALLOC_STATS path tagged with `tag` (tagged_stats_path); a one-line warning
 // when it cannot. Not for signal handlers (see install_stats_hooks).
 void write_stats_snapshot(const char* tag);
+// Keeps the summary line of this moment (stats_summary_snapshot) for the end: the before-exit snapshot calls it,
+// and the summary at exit (LLAMALLOC_STATS_SUMMARY) then prints it beside the line of the exit. Not for signal
+// handlers. kept_summary: the line kept, or null.
+void keep_summary_before_exit();
+const char* kept_summary_before_exit();
 // Called once as the library starts (llamalloc_start), after the options are read: with LLAMALLOC_STATS_SIGNAL,
 // installs a handler that writes the statistics of the moment to the LLAMALLOC_STATS path tagged signal-N (N =
 // 1, 2, ...), or to stderr when LLAMALLOC_STATS is empty. The handler allocates nothing and takes no lock it

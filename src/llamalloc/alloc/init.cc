@@ -14,6 +14,8 @@
 //   never runs the thread-exit hook) and writes the statistics file.
 #include <pthread.h>
 
+#include <cstring>
+
 #include "alloc/heap_config.h"
 #include "alloc/runtime_internal.h"
 #include "options.h"
@@ -127,8 +129,23 @@ __attribute__((destructor)) static void llamalloc_finish() {
     }
   }
   // The summary line is printed with or without a statistics file: asked for alone, it is all there is to see.
+  // With the snapshot before the teardown (llamalloc run --stats), the line of that moment comes first, each
+  // line named by its moment.
   if (options().stats_summary != 0) {
     char summary[512];
-    if (format_stats_summary(g_page_heap, summary, sizeof(summary)) != 0) write_stderr(summary);
+    if (format_stats_summary(g_page_heap, summary, sizeof(summary)) != 0) {
+      static constexpr char kPrefix[] = "llamalloc: ";
+      constexpr size_t kPrefixLength = sizeof(kPrefix) - 1;
+      const char* before = kept_summary_before_exit();
+      if (before != nullptr && strncmp(before, kPrefix, kPrefixLength) == 0 &&
+          strncmp(summary, kPrefix, kPrefixLength) == 0) {
+        write_stderr("llamalloc: before teardown: ");
+        write_stderr(before + kPrefixLength);
+        write_stderr("llamalloc: at exit: ");
+        write_stderr(summary + kPrefixLength);
+      } else {
+        write_stderr(summary);
+      }
+    }
   }
 }

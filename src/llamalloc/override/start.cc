@@ -52,6 +52,9 @@ bool wants_snapshot() {
 void snapshot_before_exit() {
   if (!wants_snapshot() || g_snapshot_taken.exchange(true)) return;
   write_stats_snapshot("before-exit");
+  // The summary line at exit describes this moment too: a teardown may free most of what the program held, and
+  // the state a person asks about is the one before it.
+  if (options().stats_summary != 0) keep_summary_before_exit();
 }
 
 }  // namespace
