@@ -17,6 +17,7 @@
 #include "learned_predictor.h"
 #include "stack_walk.h"
 #include "test_images.h"
+#include "test_threads.h"
 
 using namespace llamalloc::model;
 using namespace llamalloc::model::test;
@@ -167,21 +168,6 @@ LearnedPredictor& cache_test_predictor() {
 // Predicts 4096 contexts (distinct return addresses): enough to touch every page of the 2,048-entry cache.
 void predict_many(LearnedPredictor& p) {
   for (uintptr_t i = 0; i < 4096; ++i) p.predict({0x401000 + 16 * i, 0, 64});
-}
-
-// Runs fn on a thread whose stack is `stack` (bytes), and joins it.
-void run_on_stack(void* stack, size_t bytes, const std::function<void()>& fn) {
-  pthread_attr_t attr;
-  ASSERT_EQ(pthread_attr_init(&attr), 0);
-  ASSERT_EQ(pthread_attr_setstack(&attr, stack, bytes), 0);
-  pthread_t t;
-  auto trampoline = [](void* arg) -> void* {
-    (*static_cast<const std::function<void()>*>(arg))();
-    return nullptr;
-  };
-  ASSERT_EQ(pthread_create(&t, &attr, trampoline, const_cast<std::function<void()>*>(&fn)), 0);
-  pthread_join(t, nullptr);
-  pthread_attr_destroy(&attr);
 }
 
 // A thread's cache outlives it for the next thread on the same stack (a program that starts a thread per task

@@ -22,8 +22,10 @@
 #include <vector>
 
 #include "module_map.h"
+#include "test_threads.h"
 
 using namespace llamalloc::model;
+using llamalloc::model::test::run_on_stack;
 
 namespace {
 
@@ -63,20 +65,6 @@ class HeldThreads {
   std::atomic<unsigned> claimed_{0};
   std::atomic<bool> go_{false};
 };
-
-void run_on_stack(void* stack, size_t bytes, const std::function<void()>& fn) {
-  pthread_attr_t attr;
-  ASSERT_EQ(pthread_attr_init(&attr), 0);
-  ASSERT_EQ(pthread_attr_setstack(&attr, stack, bytes), 0);
-  pthread_t t;
-  auto trampoline = [](void* arg) -> void* {
-    (*static_cast<const std::function<void()>*>(arg))();
-    return nullptr;
-  };
-  ASSERT_EQ(pthread_create(&t, &attr, trampoline, const_cast<std::function<void()>*>(&fn)), 0);
-  pthread_join(t, nullptr);
-  pthread_attr_destroy(&attr);
-}
 
 // Starting maps one chunk; more are mapped only as threads hold more states than the mapped chunks have, and
 // states of exited threads are claimed again before a chunk is added.

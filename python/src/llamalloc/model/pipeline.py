@@ -148,13 +148,21 @@ def deployed_classes(model: modelfile.ModelFile, ids: np.ndarray, lengths: np.nd
     return np.where(found, classes, unseen), found
 
 
-def predict_all(model: modelfile.ModelFile, test: Contexts) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
-    """Predictor name -> (predicted classes, found mask of a lookup table or None), for what the allocator
-    deploys, the model's LSTM alone and its two baselines."""
+def lstm_predictions(model: modelfile.ModelFile, test: Contexts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(token ids, lengths, the LSTM's classes) of the contexts: what predict_all and choose_unseen both need, so
+    that `train` runs the LSTM over the held-out contexts once."""
     vocab = Vocabulary(model.vocabulary)
     ids, lengths = vocab.encode_batch(test.stacks, test.size_buckets, model.max_tokens)
     logits = lstm.predict_logits({k: np.asarray(v) for k, v in model.params().items()}, ids, lengths)
-    lstm_classes = np.asarray(decide(logits, model.decision), np.int64)
+    return ids, lengths, np.asarray(decide(logits, model.decision), np.int64)
+
+
+def predict_all(model: modelfile.ModelFile, test: Contexts,
+                lstm_run: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Predictor name -> (predicted classes, found mask of a lookup table or None), for what the allocator
+    deploys, the model's LSTM alone and its two baselines. `lstm_run`: lstm_predictions(model, test), if made."""
+    ids, lengths, lstm_classes = lstm_run if lstm_run is not None else lstm_predictions(model, test)
     exact = baselines.LookupTable(model.train_contexts, model.train_context_class, model.default_class)
     site = baselines.LookupTable(model.train_sites, model.train_site_class, model.default_class)
     return {
@@ -178,14 +186,13 @@ def deploy_message(model: modelfile.ModelFile, figures: dict[str, float]) -> str
             f"{pct(figures['exact'])}, the LSTM alone {pct(figures['lstm alone'])})")
 
 
-def choose_unseen(model: modelfile.ModelFile, test: Contexts) -> tuple[bool, dict[str, float]]:
+def choose_unseen(model: modelfile.ModelFile, test: Contexts,
+                  lstm_run: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[bool, dict[str, float]]:
     """Whether contexts outside the model's table should get the default class rather than the LSTM's: True
     when that predicts `test` (contexts the model was not trained on) better by weight. Returns the choice and
-    the weighted accuracies it compared ("lstm", "default", and "exact" for exact-match lookup)."""
-    vocab = Vocabulary(model.vocabulary)
-    ids, lengths = vocab.encode_batch(test.stacks, test.size_buckets, model.max_tokens)
-    logits = lstm.predict_logits({k: np.asarray(v) for k, v in model.params().items()}, ids, lengths)
-    lstm_classes = np.asarray(decide(logits, model.decision), np.int64)
+    the weighted accuracies it compared ("lstm", "default", and "exact" for exact-match lookup). `lstm_run`:
+    lstm_predictions(model, test), if made."""
+    ids, lengths, lstm_classes = lstm_run if lstm_run is not None else lstm_predictions(model, test)
     w = test.weights.astype(np.float64)
     total = w.sum() or 1.0
     accuracy = lambda predicted: float(w[predicted == test.labels].sum() / total)  # noqa: E731
@@ -355,16 +362,17 @@ def run_train(profiles: Sequence[str], output: str, holdout: float = 0.2, holdou
           f"({trained.result.epochs_run} epochs, kept epoch {trained.result.best_epoch}"
           f"{'; interrupted by Ctrl-C' if trained.result.interrupted else ''})", file=sys.stderr)
     scored, scored_what = (test, held_what) if len(test) else (train, "training contexts (nothing held out)")
-    deploy_line = None
+    deploy_line, lstm_run = None, None
     if len(test):
         # Contexts outside the table get the LSTM's class only where it beats exact-match lookup's fallback on
         # contexts training never saw: the deployed predictor is then never below the lookup table there.
-        trained.model.unseen_default, figures = choose_unseen(trained.model, test)
+        lstm_run = lstm_predictions(trained.model, test)
+        trained.model.unseen_default, figures = choose_unseen(trained.model, test, lstm_run)
         trained.model.metadata["deployed"] = {
             "unseen": "default" if trained.model.unseen_default else "lstm",
             "heldout_weighted_accuracy": {k: round(v, 6) for k, v in figures.items()}}
         deploy_line = deploy_message(trained.model, figures)
-    predictions = predict_all(trained.model, scored)
+    predictions = predict_all(trained.model, scored, lstm_run)
     scores = score_predictions(predictions, scored)
     by_name = {s.name: s for s in scores}
     report = format_report(scored_what, scores, len(scored), scored.weights.sum())
