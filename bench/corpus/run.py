@@ -18,8 +18,9 @@ A step whose output exists in OUT is not redone, so an interrupted campaign cont
 - one `llamalloc bench` over every shape under the allocators (bench.json), and one under llamalloc with each
   shape's model (`--allocators llamalloc+model --model SHAPE=SHAPE.model`, bench-model.json).
 
-The footprint after the peak of a replay is `simulate`'s `after_peak()` (the median between the live peak and
-teardown). Memory figures only: the corpus is not a speed benchmark.
+The footprint after the peak of a replay is `simulate`'s `after_peak()` (the median over the window that
+docs/bench.md, "After the peak", defines: from the live peak's end to the end of the quiet phase, without the
+exit's teardown). Memory figures only: the corpus is not a speed benchmark.
 """
 from __future__ import annotations
 
@@ -150,8 +151,8 @@ def table(names: list[str], summ: dict, sims: dict[str, dict], scale: str, repea
         out.append(f"| {n} | " + " | ".join(mib(peak[a]) for a in allocs) + " | "
                    + ratio(peak["llamalloc"], min(peers) if peers else None) + " | "
                    + ratio(fig(n, "llamalloc", "peak_anon_huge_pages_bytes"), peak["llamalloc"]) + " |")
-    out += ["", "Replays of each shape's trace, footprint after the peak (the median between the live peak and "
-            "teardown): 4 KiB pages; llamalloc without a model and with the shape's model; the oracle under the "
+    out += ["", "Replays of each shape's trace, footprint after the peak (the median over the after-peak "
+            "window of docs/bench.md): 4 KiB pages; llamalloc without a model and with the shape's model; the oracle under the "
             "default options and under the best options found (llama-oracle-best); `default / best` and "
             "`best / 4k`.", "",
             "| shape | pages-4k | llama-default | llama-model | llama-oracle | llama-oracle-best | default / best "
