@@ -42,7 +42,7 @@ size_t PageHeap::collapse_dense_pages(unsigned budget) {
     };
     for (unsigned c = 0; c < num_classes() && n < kMaxLooks; ++c) {
       if (open_[c] != nullptr) consider(open_[c], true);
-      for (HugePageMeta* p = active_head_[c]; p != nullptr && n < kMaxLooks && visited < kHugeScanPages;
+      for (HugePageMeta* p = deadlines_.first(c); p != nullptr && n < kMaxLooks && visited < kHugeScanPages;
            p = p->active_next)
         if (p->kind == PageKind::kBlocks) consider(p, true);
     }

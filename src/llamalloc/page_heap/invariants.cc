@@ -102,7 +102,7 @@ void PageHeap::check_invariants_locked() {
   for (unsigned c = 0; c < kMaxClasses; ++c) {
     LLAMALLOC_CHECK(pages_by_class[c] == gauges_.huge_pages_by_class[c], "invariant: pages by class miscounted");
     uint64_t last_deadline = 0;
-    for (HugePageMeta* p = active_head_[c]; p; p = p->active_next) {
+    for (HugePageMeta* p = deadlines_.first(c); p; p = p->active_next) {
       LLAMALLOC_CHECK(p->state == PageState::kActive && p->lifetime_class == c, "invariant: active list entry");
       LLAMALLOC_CHECK(p->deadline_ns >= last_deadline, "invariant: active list not in deadline order");
       last_deadline = p->deadline_ns;

@@ -4,7 +4,9 @@
 // memory it hands out (only its metadata), and is therefore the same code in the process, in tests on fake
 // pages, and in the trace simulator. Its methods are defined one concept per file in page_heap/: regions.cc (address
 // space), pages.cc (page lifecycle and lists), large_objects.cc, huge_objects.cc, deadlines.cc, page_cache.cc,
-// subrelease.cc, introspection.cc and invariants.cc.
+// subrelease.cc, introspection.cc and invariants.cc. Three concepts are components with their own state, each a
+// class in its own header that the page heap holds one of and calls (deadlines.h, page_cache.h, subrelease.h);
+// deadlines.cc, page_cache.cc and subrelease.cc hold the page heap's side of each.
 #pragma once
 
 #include <atomic>
@@ -13,6 +15,7 @@
 
 #include "base.h"
 #include "config.h"
+#include "page_heap/deadlines.h"
 #include "page_heap/page_meta.h"
 #include "pal/pal.h"
 #include "stats.h"
@@ -110,6 +113,7 @@ class PageHeap {
     for (unsigned lc = 0; lc < kMaxClasses; ++lc)
       page_class_[lc] = uint8_t(lc >= config.long_class_min && lc < config.num_classes - 1 ? config.num_classes - 1
                                 : lc < config.num_classes ? lc : config.num_classes - 1);
+    deadlines_.configure(config.num_classes, config.deadline_k);
   }
   PageHeap(const PageHeap&) = delete;
   PageHeap& operator=(const PageHeap&) = delete;
@@ -311,13 +315,14 @@ class PageHeap {
   void* alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment);
   void free_huge_locked(HugePageMeta* head);
 
-  // --- deadlines, promotion and demotion (deadlines.cc) --------------------------------------------------
+  // --- deadlines, promotion and demotion (deadlines.cc; the lists and their rules: deadlines.h) ------------
+  // The page heap's side of a page's change of class (Deadlines calls it): its recyclable list and the pages by
+  // class follow the page, and the page moves on the deadline lists.
   void change_class(HugePageMeta* page, unsigned new_class);
-  void promote(HugePageMeta* page);
   void demote(HugePageMeta* page);
   // Every entry point calls it first: nothing to do until the earliest deadline.
   void expire_deadlines(uint64_t now) {
-    if (LLAMALLOC_LIKELY(now < earliest_deadline_ns_)) return;
+    if (LLAMALLOC_LIKELY(!deadlines_.due(now))) return;
     expire_due_deadlines(now);
   }
   void expire_due_deadlines(uint64_t now);
@@ -367,11 +372,9 @@ class PageHeap {
   Lock shared_lock_;
   Counters counters_;
   Gauges gauges_;
-  // No active page's deadline is earlier than this (it may be earlier than needed: then a scan finds nothing).
-  uint64_t earliest_deadline_ns_ = ~uint64_t{0};
+  // The active pages of each class in deadline order, and their expiry (deadlines.h).
+  Deadlines deadlines_{counters_};
   HugePageMeta* open_[kMaxClasses] = {};
-  HugePageMeta* active_head_[kMaxClasses] = {};
-  HugePageMeta* active_tail_[kMaxClasses] = {};
   // Active pages with free blocks, by class and by fullness (kRecycleBuckets lists of 32 live blocks each; with
   // dense_first off, all in list 0), newest first: recycle_blocks takes the fullest page that fits.
   HugePageMeta* recyclable_head_[kMaxClasses][kRecycleBuckets] = {};

@@ -1,33 +1,16 @@
 // The page heap's intrusive lists of huge pages, inline for the source files that change them (page heap
 // internal). Rules, under the page heap lock: an active page is on the active list of its class, in deadline
-// order (a page is pushed at the tail only with a deadline no earlier than any before it), and
-// earliest_deadline_ns_ is never later than the earliest deadline on any list; an active page with at least one
-// free block is on exactly one recyclable list, that of its class and fullness bucket (recycle_bucket), newest
-// first.
+// order (kept by the Deadlines component, deadlines.h); an active page with at least one free block is on exactly
+// one recyclable list, that of its class and fullness bucket (recycle_bucket), newest first.
 #pragma once
 
 #include "page_heap/page_heap.h"
 
 namespace llamalloc {
 
-inline void PageHeap::active_push(HugePageMeta* p) {
-  unsigned c = p->lifetime_class;
-  if (p->deadline_ns < earliest_deadline_ns_) earliest_deadline_ns_ = p->deadline_ns;
-  p->active_next = nullptr;
-  p->active_prev = active_tail_[c];
-  if (active_tail_[c]) active_tail_[c]->active_next = p;
-  else active_head_[c] = p;
-  active_tail_[c] = p;
-}
-
-inline void PageHeap::active_remove(HugePageMeta* p) {
-  unsigned c = p->lifetime_class;
-  if (p->active_prev) p->active_prev->active_next = p->active_next;
-  else active_head_[c] = p->active_next;
-  if (p->active_next) p->active_next->active_prev = p->active_prev;
-  else active_tail_[c] = p->active_prev;
-  p->active_prev = p->active_next = nullptr;
-}
+// The active lists are the Deadlines component's (deadlines.h).
+inline void PageHeap::active_push(HugePageMeta* p) { deadlines_.push(p); }
+inline void PageHeap::active_remove(HugePageMeta* p) { deadlines_.remove(p); }
 
 inline void PageHeap::recyclable_remove(HugePageMeta* p) {
   if (!p->in_recyclable) return;

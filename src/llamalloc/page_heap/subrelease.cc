@@ -92,7 +92,7 @@ size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes) {
   auto each_page = [&](auto&& f) {
     for (unsigned c = 0; c < num_classes(); ++c) {
       if (open_[c] != nullptr) f(open_[c]);
-      for (HugePageMeta* p = active_head_[c]; p != nullptr; p = p->active_next)
+      for (HugePageMeta* p = deadlines_.first(c); p != nullptr; p = p->active_next)
         if (p->kind == PageKind::kBlocks) f(p);
     }
   };
