@@ -48,7 +48,7 @@ void* PageHeap::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
     // No cached run fits: as many cached pages as this takes go back first, so that the cache never adds to
     // what the page heap would hold without it (runs too short for the objects a program allocates would
     // otherwise sit beside the fresh pages those objects take, up to doubling the peak).
-    release_cached_pages(pages);
+    page_cache_.release(pages);
     // A huge object that ends on its own last page maps its bytes, not that page's slack.
     size_t usable = round_up(bytes, kSmallPageBytes);
     tail_unbacked = !donate && usable < pages * kHugePageBytes;
@@ -124,14 +124,14 @@ void PageHeap::free_huge_locked(HugePageMeta* head) {
   // The page cache holds whole backed pages: the slack of an object's last page is backed first, or the pages go
   // back (the memory limits refuse it). Not when its slack was not even reserved (under RLIMIT_AS).
   bool whole = !head->tail_unbacked ||
-               (!head->tail_unreserved && pages <= page_cache_limit() &&
+               (!head->tail_unreserved && pages <= page_cache_.limit(huge_pages_in_use()) &&
                 platform_.back(reinterpret_cast<void*>(r->page_address(index) + usable), end - usable));
   size_t mapped = head->tail_unreserved ? usable : 0;
   // Its pages' metadata reads as zero again (state kUnused). Only their headers were written: cleared in place,
   // not dropped page by page (a 1 GiB object has 512 pages, and a madvise each cost more than the object's own
   // mapping calls).
   for (size_t i = 0; i < pages; ++i) memset(static_cast<void*>(r->page(index + i)), 0, kHugeHeaderBytes);
-  if (whole) cache_or_release(r, index, pages);
+  if (whole) page_cache_.put(r, index, pages, huge_pages_in_use());
   else give_back_pages(r, index, pages, mapped);
   if (tail_blocks != 0) {
     // Its end on the donated page: those blocks are free like any object's (the page goes when it empties).

@@ -88,11 +88,12 @@ void PageHeap::check_invariants_locked() {
   }
   // Every used page that is not in use is in the page cache.
   size_t cached_pages = 0;
-  for (unsigned i = 0; i < cached_runs_; ++i) {
-    cached_pages += cached_[i].pages;
-    for (size_t j = 0; j < cached_[i].pages; ++j)
-      LLAMALLOC_CHECK(test_bit(cached_[i].region->used, cached_[i].index + j) &&
-                          cached_[i].region->page(cached_[i].index + j)->state == PageState::kUnused,
+  for (unsigned i = 0; i < page_cache_.runs(); ++i) {
+    const PageCache::Run& run = page_cache_.run(i);
+    cached_pages += run.pages;
+    for (size_t j = 0; j < run.pages; ++j)
+      LLAMALLOC_CHECK(test_bit(run.region->used, run.index + j) &&
+                          run.region->page(run.index + j)->state == PageState::kUnused,
                       "invariant: a cached page is not a used page out of use");
   }
   LLAMALLOC_CHECK(cached_pages * kHugePageBytes == gauges_.page_cache_bytes, "invariant: page cache miscounted");

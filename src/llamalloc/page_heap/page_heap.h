@@ -16,6 +16,7 @@
 #include "base.h"
 #include "config.h"
 #include "page_heap/deadlines.h"
+#include "page_heap/page_cache.h"
 #include "page_heap/page_meta.h"
 #include "pal/pal.h"
 #include "stats.h"
@@ -46,7 +47,7 @@ struct HeapConfig {
   unsigned subrelease_percent = 50;
   // Page cache: the pages of a freed huge object (over 2 MiB) stay backed for reuse by the next huge object or
   // page the page heap opens, instead of going back to the OS at once, at most this many, and each subrelease
-  // pass trims them to recent demand (trim_page_cache), as the HugeCache of the TCMalloc paper does. A program
+  // pass trims them to recent demand (PageCache::trim), as the HugeCache of the TCMalloc paper does. A program
   // that allocates and frees big buffers in waves then reuses their memory instead of having the kernel zero
   // fresh pages. Emptied pages of blocks are not kept: they would raise peak RSS for little reuse, as a page of
   // blocks is opened again soon only when its class is busy. The footprint does not count cached pages (they
@@ -114,6 +115,7 @@ class PageHeap {
       page_class_[lc] = uint8_t(lc >= config.long_class_min && lc < config.num_classes - 1 ? config.num_classes - 1
                                 : lc < config.num_classes ? lc : config.num_classes - 1);
     deadlines_.configure(config.num_classes, config.deadline_k);
+    page_cache_.configure(config.page_cache_pages, config.page_cache_bounded_by_use);
   }
   PageHeap(const PageHeap&) = delete;
   PageHeap& operator=(const PageHeap&) = delete;
@@ -214,11 +216,9 @@ class PageHeap {
   void purge_span_pages(uintptr_t start, size_t bytes);
   // The span's purged pages inside the huge page at `start` are backed again, or the span goes back whole.
   void span_purge_forgotten(uintptr_t start, size_t pages);
-  static constexpr unsigned kPageCachePasses = 4;
-  // The page cache keeps at most the pages in use divided by this after a pass: a server past its peak, with a
-  // few MiB in use and a few buffers a second, would otherwise keep several cached pages (2 MiB of RSS each) for
-  // what those few buffers reuse; its steady RSS falls as this rises, and the reuse it gives up is small.
-  static constexpr unsigned kPageCacheUseShare = 8;
+  static constexpr unsigned kPageCachePasses = PageCache::kPasses;
+  // The page cache keeps at most the pages in use divided by this after a pass (page_cache.h says why).
+  static constexpr unsigned kPageCacheUseShare = PageCache::kUseShare;
   // Changes HeapConfig::page_cache_pages and page_cache_bounded_by_use (under the lock), giving back the oldest
   // cached pages beyond the new limits (all of them for 0).
   void set_page_cache_pages(unsigned pages, bool bounded_by_use = false);
@@ -329,22 +329,19 @@ class PageHeap {
   // The page is given the deadline of a page activated now (same-class recycling placed residual objects).
   void renew_deadline(HugePageMeta* page);
 
-  // --- the page cache (page_cache.cc) --------------------------------------------------------------------
-  // Keeps [index, index + pages) of r backed for reuse, or gives it back when the cache is off or full; takes
+  // --- the page cache (page_cache.cc; the cache and its rules: page_cache.h) ------------------------------
+  // The page cache's pages go back to the regions (give_back_pages).
+  struct CacheSink final : PageSink {
+    constexpr explicit CacheSink(PageHeap* owner) : heap(owner) {}
+    void give_back(Region* r, size_t index, size_t pages) override;
+    PageHeap* heap;
+  };
+  // The pages in use (open and active, huge objects included): what the page cache's limits are shares of.
+  size_t huge_pages_in_use() const { return gauges_.footprint_bytes / kHugePageBytes; }
   // `pages` contiguous cached pages (aligned to align_pages) for a new page or huge object.
-  void cache_or_release(Region* r, size_t index, size_t pages);
-  // The most pages the cache may hold now (HeapConfig::page_cache_pages, page_cache_bounded_by_use).
-  size_t page_cache_limit() const;
-  bool take_cached(size_t pages, size_t align_pages, Region** r, size_t* index);
-  void release_cached_run(unsigned i);
-  // Gives back up to `pages` cached pages to the OS, oldest first (the first pages of a run if it is longer).
-  // Returns the pages given back.
-  size_t release_cached_pages(uint64_t pages);
-  // One subrelease pass's step: records the pass's demand, then gives back to the OS, oldest first, the cached
-  // pages beyond what the next period may want: the larger of how far the pages in use are below their
-  // highest, and the most pages taken in one period, over the last kPageCachePasses passes, but at most the
-  // pages in use / kPageCacheUseShare; all with `now`. Returns the pages given back.
-  size_t trim_page_cache(bool now);
+  bool take_cached(size_t pages, size_t align_pages, Region** r, size_t* index) {
+    return page_cache_.take(pages, align_pages, r, index);
+  }
 
   // --- subrelease (subrelease.cc) ------------------------------------------------------------------------
   // Blocks of p that are backed again (taken), or dropped with it: off the subreleased gauge.
@@ -408,20 +405,9 @@ class PageHeap {
   uint32_t class_pages_opened_[kMaxClasses] = {};  // pages opened while the class was dense
   uint32_t advised_pages_ = 0;
   static constexpr uint32_t kMaxAdvisedPages = 16384;
-  // The page cache (HeapConfig::page_cache_pages): runs of free, still backed huge pages, oldest first, and
-  // the pages in use (open and active, huge objects included) at each of the last kPageCachePasses passes.
-  struct CachedRun {
-    Region* region;
-    uint32_t index;
-    uint32_t pages;
-  };
-  static constexpr unsigned kMaxCachedRuns = 512;
-  CachedRun cached_[kMaxCachedRuns] = {};
-  unsigned cached_runs_ = 0;
-  uint64_t page_demand_[kPageCachePasses] = {};
-  // Pages opened or taken by huge objects since the last pass, and at each of the last kPageCachePasses.
-  uint64_t pages_taken_ = 0;
-  uint64_t pages_taken_by_pass_[kPageCachePasses] = {};
+  // The page cache (HeapConfig::page_cache_pages; page_cache.h), giving its pages back through cache_sink_.
+  CacheSink cache_sink_{this};
+  PageCache page_cache_{cache_sink_, gauges_, counters_};
   // Pages kept from khugepaged (HugePageMeta::no_huge_page). Each splits its VMA in up to three, and a process
   // has at most vm.max_map_count (65530 by default) of them: beyond this many, a subreleased page is left as it
   // is (khugepaged may fill it again).

@@ -126,7 +126,7 @@ size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes) {
   }
   // The blocks taken from now to the next pass (mark_allocated sets them).
   each_page([](HugePageMeta* p) { p->taken = Bitmap256{}; });
-  trim_page_cache(now);
+  page_cache_.trim(huge_pages_in_use(), now);
   debug_check();
   return done;
 }

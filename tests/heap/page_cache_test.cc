@@ -1,0 +1,184 @@
+// The PageCache component (page_heap/page_cache.h) alone, with a fake page sink that records what goes back to the
+// OS, without a page heap. Its clock is the sweeper's passes: each trim() is one period. Tested: runs kept up to
+// the limit and the oldest given back beyond it, reuse newest and exact first, merging, release oldest first, the
+// passes giving back what recent demand does not need, the share of the pages in use, turning it off.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "page_heap/page_cache.h"
+
+namespace llamalloc::testing {
+namespace {
+
+struct Given {
+  Region* region;
+  size_t index, pages;
+  bool operator==(const Given&) const = default;
+};
+
+class FakeSink final : public PageSink {
+ public:
+  void give_back(Region* r, size_t index, size_t pages) override { given.push_back({r, index, pages}); }
+  size_t pages() const {
+    size_t n = 0;
+    for (const Given& g : given) n += g.pages;
+    return n;
+  }
+  std::vector<Given> given;
+};
+
+class PageCacheTest : public ::testing::Test {
+ protected:
+  PageCacheTest() : cache(sink, gauges, counters) { cache.configure(16, false); }
+
+  // Takes `pages` (alignment 1); the index taken, or ~0 when nothing fits.
+  size_t take(size_t pages, size_t align_pages = 1, Region* expected_region = nullptr) {
+    Region* r = nullptr;
+    size_t index = 0;
+    if (!cache.take(pages, align_pages, &r, &index)) return ~size_t{0};
+    if (expected_region != nullptr) EXPECT_EQ(r, expected_region);
+    return index;
+  }
+
+  Region regions[2] = {};  // (the cache never reads a region: only their addresses)
+  Region* r0 = &regions[0];
+  Region* r1 = &regions[1];
+  FakeSink sink;
+  Gauges gauges;
+  Counters counters;
+  PageCache cache;
+};
+
+TEST_F(PageCacheTest, KeepsFreedRunsUpToItsLimitAndGivesBackTheOldestBeyondIt) {
+  cache.configure(8, false);
+  cache.put(r0, 0, 3, 100);
+  cache.put(r0, 10, 3, 100);
+  EXPECT_EQ(cache.pages(), 6u);
+  EXPECT_EQ(gauges.page_cache_bytes, 6 * kHugePageBytes);
+  EXPECT_TRUE(sink.given.empty()) << "kept backed";
+  cache.put(r0, 20, 3, 100);
+  EXPECT_EQ(sink.given, (std::vector<Given>{{r0, 0, 3}})) << "the oldest run goes back first";
+  EXPECT_EQ(cache.pages(), 6u);
+  // A run longer than the limit goes back at once, and the cache keeps what it held.
+  cache.put(r1, 0, 9, 100);
+  EXPECT_EQ(sink.given, (std::vector<Given>{{r0, 0, 3}, {r1, 0, 9}}));
+  EXPECT_EQ(cache.pages(), 6u);
+  EXPECT_EQ(gauges.page_cache_bytes, 6 * kHugePageBytes);
+}
+
+TEST_F(PageCacheTest, TakesTheNewestRunOfExactlyTheLengthAskedFirstThenTheFrontOfALongerOne) {
+  cache.put(r0, 0, 2, 100);
+  cache.put(r0, 10, 3, 100);
+  cache.put(r1, 20, 2, 100);
+  EXPECT_EQ(take(2, 1, r1), 20u) << "newest of exactly 2";
+  EXPECT_EQ(take(2, 1, r0), 0u) << "the older one of exactly 2";
+  EXPECT_EQ(take(2, 1, r0), 10u) << "the front of the 3-page run";
+  EXPECT_EQ(take(1, 1, r0), 12u) << "what is left of it";
+  EXPECT_EQ(take(1), ~size_t{0}) << "empty";
+  EXPECT_EQ(counters.huge_pages_reused.load(), 7u);
+  EXPECT_EQ(gauges.page_cache_bytes, 0u);
+  EXPECT_TRUE(sink.given.empty());
+  // A single page (a new page of blocks) comes from a run's back; an alignment the run's front lacks is refused.
+  cache.put(r0, 1, 4, 100);
+  EXPECT_EQ(take(2, 2), ~size_t{0});
+  EXPECT_EQ(take(1), 4u);
+  EXPECT_EQ(take(2, 1), 1u);
+  EXPECT_EQ(cache.pages(), 1u);
+}
+
+TEST_F(PageCacheTest, ARunThatExtendsTheNewestRunOfItsRegionMergesWithIt) {
+  cache.put(r0, 0, 1, 100);
+  cache.put(r0, 1, 2, 100);
+  ASSERT_EQ(cache.runs(), 1u);
+  EXPECT_EQ(cache.run(0).pages, 3u);
+  cache.put(r1, 3, 1, 100);  // another region: a run of its own
+  cache.put(r0, 3, 1, 100);  // extends r0's run, which is no longer the newest
+  EXPECT_EQ(cache.runs(), 3u);
+  EXPECT_EQ(take(3), 0u) << "the merged run serves an object of its whole length";
+}
+
+TEST_F(PageCacheTest, ReleaseGivesBackTheOldestPagesFirstAndTheFrontOfALongerRun) {
+  cache.put(r0, 0, 3, 100);
+  cache.put(r1, 10, 3, 100);
+  EXPECT_EQ(cache.release(4), 4u);
+  EXPECT_EQ(sink.given, (std::vector<Given>{{r0, 0, 3}, {r1, 10, 1}}));
+  ASSERT_EQ(cache.runs(), 1u);
+  EXPECT_EQ(cache.run(0).index, 11u);
+  EXPECT_EQ(cache.pages(), 2u);
+  EXPECT_EQ(cache.release(10), 2u) << "no more than it holds";
+  EXPECT_EQ(gauges.page_cache_bytes, 0u);
+}
+
+TEST_F(PageCacheTest, PassesKeepWhatOnePeriodTookUntilKPassesWentByWithout) {
+  // 80 pages in use (a tenth may stay cached). A period takes 4 pages and frees them.
+  cache.put(r0, 0, 4, 80);
+  EXPECT_EQ(take(4), 0u);
+  cache.put(r0, 0, 4, 80);
+  // The next kPasses passes keep them for the next period; the one after, with no page taken in kPasses
+  // periods, gives them back.
+  for (unsigned pass = 0; pass < PageCache::kPasses; ++pass) EXPECT_EQ(cache.trim(80, false), 0u) << pass;
+  EXPECT_EQ(cache.pages(), 4u);
+  EXPECT_EQ(cache.trim(80, false), 4u);
+  EXPECT_EQ(cache.pages(), 0u);
+  EXPECT_EQ(sink.pages(), 4u);
+}
+
+TEST_F(PageCacheTest, APassKeepsWhatTheFallFromThePeakFreedButAtMostAShareOfThePagesInUse) {
+  cache.configure(64, false);
+  EXPECT_EQ(cache.trim(80, false), 0u);  // the peak: 80 pages in use
+  cache.put(r0, 0, 20, 60);
+  // 20 below the peak, but at most 60 / kUseShare.
+  EXPECT_EQ(cache.trim(60, false), 20u - 60 / PageCache::kUseShare);
+  EXPECT_EQ(cache.pages(), 60 / PageCache::kUseShare);
+  // What the periods took is bounded the same way.
+  cache.put(r1, 0, 12, 60);
+  EXPECT_EQ(take(12), 0u);
+  cache.put(r1, 0, 12, 60);
+  cache.trim(16, false);
+  EXPECT_EQ(cache.pages(), 16 / PageCache::kUseShare);
+  // `now` (llamalloc_collect): all of it.
+  EXPECT_EQ(cache.trim(16, true), 16 / PageCache::kUseShare);
+  EXPECT_EQ(cache.pages(), 0u);
+  EXPECT_EQ(sink.pages(), 20u + 12u);
+}
+
+TEST_F(PageCacheTest, BoundedByUseEachPutKeepsAtMostAShareOfThePagesInUse) {
+  cache.configure(64, true);
+  EXPECT_EQ(cache.limit(16), 16 / PageCache::kUseShare);
+  cache.put(r0, 0, 2, 16);
+  EXPECT_EQ(cache.pages(), 2u);
+  cache.put(r0, 10, 3, 16);
+  EXPECT_EQ(sink.given, (std::vector<Given>{{r0, 10, 3}})) << "more than 16 / 8: back at once";
+  cache.put(r0, 20, 1, 8);
+  EXPECT_EQ(sink.given, (std::vector<Given>{{r0, 10, 3}, {r0, 0, 2}})) << "8 in use keep 1: the oldest went";
+  EXPECT_EQ(cache.pages(), 1u);
+  cache.configure(64, false);
+  EXPECT_EQ(cache.limit(16), 64u) << "unbounded: the configured limit";
+}
+
+TEST_F(PageCacheTest, NewLimitsGiveBackTheOldestBeyondThemAndZeroTurnsItOff) {
+  cache.put(r0, 0, 3, 100);
+  cache.put(r0, 10, 3, 100);
+  cache.put(r0, 20, 3, 100);
+  cache.set_limits(4, false, 100);
+  EXPECT_EQ(sink.given, (std::vector<Given>{{r0, 0, 3}, {r0, 10, 3}}));
+  EXPECT_EQ(cache.pages(), 3u);
+  cache.set_limits(0, false, 100);
+  EXPECT_EQ(cache.pages(), 0u);
+  EXPECT_EQ(sink.pages(), 9u);
+  cache.put(r0, 30, 1, 100);
+  EXPECT_EQ(sink.given.back(), (Given{r0, 30, 1})) << "off: given back at once";
+  EXPECT_EQ(cache.pages(), 0u);
+}
+
+TEST_F(PageCacheTest, AtMostKMaxRunsTheOldestGoesBackBeyondThem) {
+  cache.configure(4 * PageCache::kMaxRuns, false);
+  for (size_t i = 0; i <= PageCache::kMaxRuns; ++i) cache.put(r0, 2 * i, 1, 100'000);  // none adjacent
+  EXPECT_EQ(cache.runs(), PageCache::kMaxRuns);
+  EXPECT_EQ(sink.given, (std::vector<Given>{{r0, 0, 1}}));
+  EXPECT_EQ(cache.pages(), PageCache::kMaxRuns);
+}
+
+}  // namespace
+}  // namespace llamalloc::testing
