@@ -8,7 +8,7 @@ work behind it is in llamalloc/X.py (llamalloc/X/ for a package), which other co
 
 run.py is also the one place that starts a user's program (record, trace, compare, bench and demo start it
 there). What several commands share is a module of its own: profile.py (the profile format), traceformat.py (the
-trace format), allocators.py (the allocators bench and compare run under), workloads.py, files.py (writing a file
+trace format), allocators.py (the allocators bench and compare run under), workloads/, files.py (writing a file
 atomically), paths.py, errors.py. A module imports only from its own layer or below (docs/architecture.md,
 "Python package layers"; checked by lint-imports)."""
 from __future__ import annotations
