@@ -35,7 +35,7 @@ bool TokenTables::open(const char* path, uint32_t vocab_crc, uint32_t vocab_size
     close();
     return false;
   }
-  drop_resident();  // (validation read every page)
+  evict_file_pages(base_, size_bytes_);  // (validation read every page)
   return true;
 }
 

@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -18,6 +21,36 @@ using namespace llamalloc::model::test;
 namespace {
 
 // ---------------------------------------------------------------- model file validation (in-memory images)
+
+// A model or token file that the process opens costs its RSS only the pages its lookups read: validation reads
+// every page, and a read fault would map the cached pages around it (64 KiB), so open() evicts what it read and
+// marks the mapping random-access. (tmpfs has no backing file to evict to: skipped there.)
+TEST(ModelFile, AnOpenedFileKeepsOnlyThePagesItsLookupsRead) {
+  static Image img;
+  build_model(img, 48);  // about 80 KiB: more than one fault-around window
+  ASSERT_GT(img.size, size_t(72 << 10));
+  std::string path = ::testing::TempDir() + "/evict." + std::to_string(getpid()) + ".model";
+  struct statfs fs;
+  FILE* f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(fwrite(img.bytes, 1, img.size, f), img.size);
+  fflush(f);
+  fsync(fileno(f));  // (dirty pages cannot be evicted; train and prepare write their files durably)
+  fclose(f);
+  if (statfs(path.c_str(), &fs) == 0 && fs.f_type == 0x01021994 /* TMPFS_MAGIC */) {
+    unlink(path.c_str());
+    GTEST_SKIP() << "the test folder is on tmpfs";
+  }
+  ModelFile m;
+  char err[256];
+  ASSERT_TRUE(m.open(path.c_str(), err, sizeof err)) << err;
+  EXPECT_EQ(resident_kib(m.base()), 0) << "validation's pages are not left resident";
+  volatile unsigned char b = m.base()[40 << 10];  // one lookup in the middle of the file
+  (void)b;
+  EXPECT_LE(resident_kib(m.base()), 8) << "a read brings in its page, not the 64 KiB around it";
+  m.close();
+  unlink(path.c_str());
+}
 
 TEST(ModelFile, AValidImageOpensAndInfers) {
   static Image img;

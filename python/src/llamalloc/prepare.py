@@ -243,7 +243,8 @@ def prepare(model_path, binaries: list[str], output, log=lambda msg: None) -> in
             tables.append(_cached_table(real, vocab, crc, line))
             bar.advance()
     tables.append(BinaryTable(THREAD_ROOT_PATH, 0, 0, "", [], [], [(0, 1, _frame_tokens(vocab, THREAD_ROOT), False)]))
-    files.write_bytes(output, encode_tables(tables, crc, len(vocab)))
+    # Durable: the allocator evicts the pages it validated, and a page not yet written back cannot be evicted.
+    files.write_bytes(output, encode_tables(tables, crc, len(vocab)), durable=True)
     return len(tables) - 1
 
 
