@@ -19,7 +19,7 @@ for kind in "${kinds[@]}"; do
   cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAMALLOC_SANITIZE="$kind" \
         -DLLAMALLOC_BUILD_BENCH=OFF -DLLAMALLOC_BUILD_WORKLOADS=OFF > "$build/configure.log" 2>&1 ||
     { cat "$build/configure.log"; exit 1; }
-  cmake --build "$build" --target heap_test heap_learn_test page_heap_test deadlines_test page_cache_test -j "$(nproc)"
+  cmake --build "$build" --target heap_test heap_learn_test page_heap_test deadlines_test page_cache_test subrelease_test -j "$(nproc)"
   # Left out: the two tests that preload libllamalloc.so into an uninstrumented program (sh, python3), which a
   # sanitizer-built malloc replacement cannot be.
   ctest --test-dir "$build" -R '^heap\.' -E 'StatsTest\.(PreloadedProgram|ProgramThatOverwrites)' \

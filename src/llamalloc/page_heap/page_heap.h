@@ -18,6 +18,7 @@
 #include "page_heap/deadlines.h"
 #include "page_heap/page_cache.h"
 #include "page_heap/page_meta.h"
+#include "page_heap/subrelease.h"
 #include "pal/pal.h"
 #include "stats.h"
 
@@ -116,6 +117,7 @@ class PageHeap {
                                 : lc < config.num_classes ? lc : config.num_classes - 1);
     deadlines_.configure(config.num_classes, config.deadline_k);
     page_cache_.configure(config.page_cache_pages, config.page_cache_bounded_by_use);
+    subrelease_.configure(config.subrelease_percent);
   }
   PageHeap(const PageHeap&) = delete;
   PageHeap& operator=(const PageHeap&) = delete;
@@ -194,7 +196,7 @@ class PageHeap {
   // (llamalloc_collect): every sparse page at once, regardless of idleness and demand. Returns the blocks given
   // back.
   size_t subrelease_free_blocks(bool now, unsigned demand_passes = kDemandPasses);
-  static constexpr unsigned kDemandPasses = 2;
+  static constexpr unsigned kDemandPasses = Subrelease::kDemandPasses;
   // Huge pages only where they are dense (HeapConfig::collapse_dense; dense_pages.cc): one pass collapses into huge
   // pages at most `budget` pages whose blocks are nearly all in use and whose 4 KiB pages nearly all resident.
   // Called by the sweeper after subrelease, and by the slow paths' passes of a process without one. Returns the
@@ -223,10 +225,8 @@ class PageHeap {
   // cached pages beyond the new limits (all of them for 0).
   void set_page_cache_pages(unsigned pages, bool bounded_by_use = false);
   // A page from which at most this many blocks were taken since the previous pass counts as idle (its other free
-  // blocks may go back): a steady server's sweeps give back a span and its next request takes one again, which
-  // would keep a long-lived class's mostly empty open page (all 2 MiB resident) from ever being idle. A page
-  // being filled takes more than this per period, and keeps its huge page whole.
-  static constexpr size_t kIdleTakenBlocks = 16;
+  // blocks may go back; subrelease.h says why).
+  static constexpr size_t kIdleTakenBlocks = Subrelease::kIdleTakenBlocks;
 
   // --- introspection and checks: introspection.cc, invariants.cc -----------------------------------------
   // Checks every structure; on the first broken invariant prints it and aborts.
@@ -343,16 +343,9 @@ class PageHeap {
     return page_cache_.take(pages, align_pages, r, index);
   }
 
-  // --- subrelease (subrelease.cc) ------------------------------------------------------------------------
+  // --- subrelease (subrelease.cc; the passes and their rules: subrelease.h) ------------------------------
   // Blocks of p that are backed again (taken), or dropped with it: off the subreleased gauge.
-  void unrelease(HugePageMeta* p, size_t first, size_t count);
-  // Subreleases the free blocks of p still backed, at most `budget`, but not those taken since the last pass
-  // (unless `now`); returns how many.
-  size_t subrelease_page(HugePageMeta* p, size_t budget, bool now);
-  // Keeps p from being collapsed into a huge page again (HugePageMeta::no_huge_page), up to kMaxNoHugePages
-  // pages; and lets it be once no block and no span's page of it is given back any more.
-  void keep_from_khugepaged(HugePageMeta* p);
-  void allow_huge_page_again(HugePageMeta* p);
+  void unrelease(HugePageMeta* p, size_t first, size_t count) { subrelease_.unrelease(p, first, count); }
 
   // --- invariants (invariants.cc) ------------------------------------------------------------------------
   void debug_check() {
@@ -389,18 +382,15 @@ class PageHeap {
   // Pages whose address space was given back (under RLIMIT_AS) and then taken by another mapping: marked used for
   // good, never mapped over.
   size_t lost_pages_ = 0;
-  // Blocks in use at each of the last kDemandPasses subrelease passes (a ring), and the pass count.
-  uint32_t demand_[kDemandPasses] = {};
   // page_class() by class, and the passes in a row each class has been found much emptier than the default's.
   uint8_t page_class_[kMaxClasses] = {};
   uint8_t emptier_passes_[kMaxClasses] = {};
-  uint32_t demand_passes_ = 0;
   uint32_t collapse_passes_ = 0;  // collapse_dense_pages calls
   size_t huge_scan_region_ = 0, huge_scan_page_ = 0;  // where its scan for huge objects' pages goes on
   // HeapConfig::collapse_dense: whether each class's last page to fill was dense (its 4 KiB pages nearly all
   // resident when it became active): its next pages are then asked to be huge from their first touch, but for
   // one in kProbeEvery (note_page_filled, advise_if_dense in dense_pages.cc). Pages so advised and in use, at most kMaxAdvisedPages
-  // (each may split the heap's mapping in the kernel, as kMaxNoHugePages says).
+  // (each may split the heap's mapping in the kernel, as Subrelease::kMaxNoHugePages says).
   bool class_dense_[kMaxClasses] = {};
   uint32_t class_pages_opened_[kMaxClasses] = {};  // pages opened while the class was dense
   uint32_t advised_pages_ = 0;
@@ -408,11 +398,8 @@ class PageHeap {
   // The page cache (HeapConfig::page_cache_pages; page_cache.h), giving its pages back through cache_sink_.
   CacheSink cache_sink_{this};
   PageCache page_cache_{cache_sink_, gauges_, counters_};
-  // Pages kept from khugepaged (HugePageMeta::no_huge_page). Each splits its VMA in up to three, and a process
-  // has at most vm.max_map_count (65530 by default) of them: beyond this many, a subreleased page is left as it
-  // is (khugepaged may fill it again).
-  static constexpr uint32_t kMaxNoHugePages = 8192;
-  uint32_t no_huge_pages_ = 0;
+  // Subrelease and span purge (subrelease.h).
+  Subrelease subrelease_{platform_, gauges_, counters_};
 };
 
 // The page heap's statistics (page_heap/introspection.cc; stats.h formats them and reads no page heap).

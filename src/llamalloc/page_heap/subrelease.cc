@@ -1,14 +1,14 @@
-// Subrelease (HeapConfig::subrelease_percent, docs/heap-memory.md "Subrelease"), as in the subrelease paper
-// (docs/references.md): the free blocks of sparse, idle huge pages go back to the OS while their pages stay in use, on
-// 4 KiB pages. Rules: a pass gives back only what exceeds the most the page heap used over the last kDemandPasses
-// passes, sparsest pages first, and only blocks not taken since the previous pass (an idle page), so that a load
-// that comes back finds its memory still there; a subreleased page is kept from being collapsed into a huge page
-// again (at most kMaxNoHugePages of them, for the kernel's map count) until every block is backed again.
+// Subrelease and span purge (the Subrelease component, subrelease.h; its rules are there) and the page heap's side
+// of them: a pass under the page heap lock over its pages of blocks in use (each class's open page and active
+// pages), with the model's placement check and the page cache's pass that share it; span purge's lookup and
+// checks of the range a thread heap gives back.
+#include "page_heap/subrelease.h"
+
 #include "page_heap/page_heap.h"
 
 namespace llamalloc {
 
-void PageHeap::unrelease(HugePageMeta* p, size_t first, size_t count) {
+void Subrelease::unrelease(HugePageMeta* p, size_t first, size_t count) {
   if (LLAMALLOC_LIKELY(p->released.none())) return;
   size_t n = 0;
   for (size_t b = first; b < first + count; ++b)
@@ -20,30 +20,25 @@ void PageHeap::unrelease(HugePageMeta* p, size_t first, size_t count) {
   allow_huge_page_again(p);
 }
 
-void PageHeap::allow_huge_page_again(HugePageMeta* p) {
+void Subrelease::allow_huge_page_again(HugePageMeta* p) {
   // Every block and every span's page backed again: the page may become one huge page again.
   if (p->released.none() && p->span_purged_pages == 0 && p->no_huge_page) {
     p->no_huge_page = 0;
     --no_huge_pages_;
-    platform_.allow_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes, true);
+    platform_.allow_huge_page(reinterpret_cast<void*>(address_of(p)), kHugePageBytes, true);
   }
 }
 
-void PageHeap::keep_from_khugepaged(HugePageMeta* p) {
+void Subrelease::keep_from_khugepaged(HugePageMeta* p) {
   p->huge_backed = 0;  // (the kernel split it to give back part of it)
   if (!p->no_huge_page && no_huge_pages_ < kMaxNoHugePages) {
     p->no_huge_page = 1;
     ++no_huge_pages_;
-    platform_.allow_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes, false);
+    platform_.allow_huge_page(reinterpret_cast<void*>(address_of(p)), kHugePageBytes, false);
   }
 }
 
-void PageHeap::purge_span_pages(uintptr_t start, size_t bytes) {
-  LockGuard g(lock_);
-  HugePageMeta* p = page_of(start);
-  LLAMALLOC_CHECK(p != nullptr && p->kind == PageKind::kBlocks && start % kSmallPageBytes == 0 &&
-                      bytes % kSmallPageBytes == 0 && (start + bytes - 1) / kHugePageBytes == start / kHugePageBytes,
-                  "span purge: a range that is not inside one page of blocks");
+void Subrelease::purge_span_pages(HugePageMeta* p, uintptr_t start, size_t bytes) {
   platform_.subrelease(reinterpret_cast<void*>(start), bytes);
   size_t pages = bytes / kSmallPageBytes;
   p->span_purged_pages = uint16_t(p->span_purged_pages + pages);
@@ -52,18 +47,15 @@ void PageHeap::purge_span_pages(uintptr_t start, size_t bytes) {
   keep_from_khugepaged(p);
 }
 
-void PageHeap::span_purge_forgotten(uintptr_t start, size_t pages) {
-  LockGuard g(lock_);
-  HugePageMeta* p = page_of(start);
-  LLAMALLOC_CHECK(p != nullptr && p->span_purged_pages >= pages, "span purge: more pages forgotten than purged");
+void Subrelease::span_purge_forgotten(HugePageMeta* p, size_t pages) {
   p->span_purged_pages = uint16_t(p->span_purged_pages - pages);
   gauges_.span_purged_bytes -= pages * kSmallPageBytes;
   allow_huge_page_again(p);
 }
 
-size_t PageHeap::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
+size_t Subrelease::release_free_blocks(HugePageMeta* p, size_t budget, bool now) {
   size_t done = 0;
-  uintptr_t base = page_address(p);
+  uintptr_t base = address_of(p);
   auto keep = [&](size_t b) { return p->live.test(b) || p->released.test(b) || (!now && p->taken.test(b)); };
   for (size_t b = 0; b < kBlocksPerHugePage && done < budget;) {
     if (keep(b)) {
@@ -83,11 +75,27 @@ size_t PageHeap::subrelease_page(HugePageMeta* p, size_t budget, bool now) {
   return done;
 }
 
+void PageHeap::purge_span_pages(uintptr_t start, size_t bytes) {
+  LockGuard g(lock_);
+  HugePageMeta* p = page_of(start);
+  LLAMALLOC_CHECK(p != nullptr && p->kind == PageKind::kBlocks && start % kSmallPageBytes == 0 &&
+                      bytes % kSmallPageBytes == 0 && (start + bytes - 1) / kHugePageBytes == start / kHugePageBytes,
+                  "span purge: a range that is not inside one page of blocks");
+  subrelease_.purge_span_pages(p, start, bytes);
+}
+
+void PageHeap::span_purge_forgotten(uintptr_t start, size_t pages) {
+  LockGuard g(lock_);
+  HugePageMeta* p = page_of(start);
+  LLAMALLOC_CHECK(p != nullptr && p->span_purged_pages >= pages, "span purge: more pages forgotten than purged");
+  subrelease_.span_purge_forgotten(p, pages);
+}
+
 size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes) {
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());
   // The page heap's demand now (blocks in use) and what is still backed, and by class.
-  size_t in_use = 0, backed = 0;
+  Subrelease::Demand demand;
   size_t live_by_class[kMaxClasses] = {}, pages_by_class[kMaxClasses] = {};
   auto each_page = [&](auto&& f) {
     for (unsigned c = 0; c < num_classes(); ++c) {
@@ -97,35 +105,11 @@ size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes) {
     }
   };
   each_page([&](HugePageMeta* p) {
-    size_t live = p->live.count();
-    in_use += live;
-    live_by_class[p->lifetime_class] += live;
+    live_by_class[p->lifetime_class] += demand.add(p);
     ++pages_by_class[p->lifetime_class];
-    backed += kBlocksPerHugePage - p->released.count();
   });
   review_model_classes(live_by_class, pages_by_class);
-  demand_[demand_passes_++ % kDemandPasses] = uint32_t(in_use);
-  size_t peak = in_use;
-  for (unsigned i = 1; i <= demand_passes && i <= kDemandPasses; ++i) {
-    uint32_t d = demand_[(demand_passes_ - i) % kDemandPasses];
-    peak = d > peak ? d : peak;
-  }
-  size_t budget = now ? ~size_t{0} : (backed > peak ? backed - peak : 0);
-  size_t done = 0;
-  if (config_.subrelease_percent != 0 && budget != 0) {
-    size_t limit = kBlocksPerHugePage * config_.subrelease_percent / 100;
-    // Sparsest first: pages with at most 1/16 of their blocks in use, then 1/8, 1/4, 1/2, then up to the limit.
-    for (size_t bound = kBlocksPerHugePage / 16;; bound *= 2) {
-      size_t b = bound < limit ? bound : limit;
-      each_page([&](HugePageMeta* p) {
-        if (done < budget && (now || p->taken.count() <= kIdleTakenBlocks) && p->live.count() <= b)
-          done += subrelease_page(p, budget - done, now);
-      });
-      if (b == limit) break;
-    }
-  }
-  // The blocks taken from now to the next pass (mark_allocated sets them).
-  each_page([](HugePageMeta* p) { p->taken = Bitmap256{}; });
+  size_t done = subrelease_.pass(each_page, demand, now, demand_passes);
   page_cache_.trim(huge_pages_in_use(), now);
   debug_check();
   return done;

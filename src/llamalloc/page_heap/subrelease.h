@@ -1,0 +1,130 @@
+// Subrelease (HeapConfig::subrelease_percent; docs/heap-memory.md, "Subrelease"), as in the subrelease paper
+// (docs/references.md): the free blocks of sparse, idle huge pages go back to the OS while the pages stay in use,
+// on 4 KiB pages; and span purge, the 4 KiB pages inside a thread heap's sparse spans given back. A component of
+// the page heap (PageHeap holds one), tested alone with a fake platform (tests/heap/subrelease_test.cc). Its clock
+// is the sweeper's passes. Rules:
+// - A pass gives back only what the pages hold beyond the most blocks in use over the last kDemandPasses passes,
+//   so that a load that comes back finds its memory still there; sparsest pages first (at most 1/16 of their
+//   blocks in use, then 1/8, 1/4, 1/2, then up to `percent` of them); only pages from which at most
+//   kIdleTakenBlocks blocks were taken since the previous pass (idle), and of those only the free blocks not taken
+//   in that period. A live block is never given back. Every pass then starts a new period (clears `taken`).
+//   `now` (llamalloc_collect): every free block of every sparse page, idle or not, whatever the recent demand.
+// - A page with blocks or span pages given back is kept from being collapsed into a huge page again (at most
+//   kMaxNoHugePages pages, for the kernel's map count) until all of them are backed again.
+// - What goes back is counted: gauges.subreleased_bytes and span_purged_bytes (while given back),
+//   counters.blocks_subreleased and span_pages_purged (ever).
+// Not thread-safe: the page heap calls it under its lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base.h"
+#include "config.h"
+#include "page_heap/page_meta.h"
+#include "pal/pal.h"
+#include "stats.h"
+
+namespace llamalloc {
+
+class Subrelease {
+ public:
+  // Passes whose demand bounds what a pass gives back (at 250 ms a pass, half a second).
+  static constexpr unsigned kDemandPasses = 2;
+  // A page from which at most this many blocks were taken since the previous pass counts as idle (its other free
+  // blocks may go back): a steady server's sweep gives back a span and its next request takes one again, which
+  // would keep a long-lived class's mostly empty open page (all 2 MiB resident) from ever being idle. A page
+  // being filled takes more than this per period, and keeps its huge page whole.
+  static constexpr size_t kIdleTakenBlocks = 16;
+  // Pages kept from khugepaged (HugePageMeta::no_huge_page) at most. Each splits its VMA in up to three, and a
+  // process has at most vm.max_map_count (65530 by default) of them: beyond this many, a subreleased page is left
+  // as it is (khugepaged may fill it again).
+  static constexpr uint32_t kMaxNoHugePages = 8192;
+
+  // Gives memory back through `platform`; counts into `gauges` and `counters` (above).
+  constexpr Subrelease(Platform& platform, Gauges& gauges, Counters& counters)
+      : platform_(platform), gauges_(gauges), counters_(counters) {}
+  Subrelease(const Subrelease&) = delete;
+  Subrelease& operator=(const Subrelease&) = delete;
+
+  // The largest share of a page's blocks in use, in percent, at which its free blocks may go back; 0: never.
+  constexpr void configure(unsigned percent) { percent_ = percent; }
+
+  // A pass's demand, summed over the pages of blocks in use: their blocks in use, and those not given back.
+  struct Demand {
+    size_t in_use = 0;
+    size_t backed = 0;
+    // Adds page p; returns its blocks in use.
+    size_t add(const HugePageMeta* p) {
+      size_t live = p->live.count();
+      in_use += live;
+      backed += kBlocksPerHugePage - p->released.count();
+      return live;
+    }
+  };
+  // One pass over the pages of blocks in use (open and active): `each_page(f)` calls f(HugePageMeta*) on each,
+  // `demand` is theirs now. Demand over the last `demand_passes` passes (at most kDemandPasses; the slow paths'
+  // passes of a process without a sweeper thread use 1: no pass may follow the last one before a quiet phase).
+  // Returns the blocks given back.
+  template <typename EachPage>
+  size_t pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes);
+
+  // Gives back the free blocks of p not given back yet, at most `budget`, and not those taken since the last pass
+  // (unless `now`); returns how many.
+  size_t release_free_blocks(HugePageMeta* p, size_t budget, bool now);
+  // Blocks [first, first + count) of p are backed again (taken), or dropped with the page: off the gauge.
+  void unrelease(HugePageMeta* p, size_t first, size_t count);
+
+  // Span purge: the 4 KiB pages [start, start + bytes) inside p, in a span whose objects on them are all free, go
+  // back; forgotten: `pages` of them are backed again, or their span goes back whole.
+  void purge_span_pages(HugePageMeta* p, uintptr_t start, size_t bytes);
+  void span_purge_forgotten(HugePageMeta* p, size_t pages);
+
+  // Pages kept from being collapsed into a huge page now.
+  uint32_t pages_kept_from_khugepaged() const { return no_huge_pages_; }
+
+ private:
+  // Keeps p from being collapsed into a huge page again, up to kMaxNoHugePages pages; and lets it be once no
+  // block and no span's page of it is given back any more.
+  void keep_from_khugepaged(HugePageMeta* p);
+  void allow_huge_page_again(HugePageMeta* p);
+  static uintptr_t address_of(const HugePageMeta* p) { return p->region->page_address(p->index); }
+
+  Platform& platform_;
+  Gauges& gauges_;
+  Counters& counters_;
+  unsigned percent_ = 50;
+  // Blocks in use at each of the last kDemandPasses passes (a ring), and the pass count.
+  uint32_t demand_[kDemandPasses] = {};
+  uint32_t passes_ = 0;
+  uint32_t no_huge_pages_ = 0;
+};
+
+template <typename EachPage>
+size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes) {
+  demand_[passes_++ % kDemandPasses] = uint32_t(demand.in_use);
+  size_t peak = demand.in_use;
+  for (unsigned i = 1; i <= demand_passes && i <= kDemandPasses; ++i) {
+    uint32_t d = demand_[(passes_ - i) % kDemandPasses];
+    peak = d > peak ? d : peak;
+  }
+  size_t budget = now ? ~size_t{0} : (demand.backed > peak ? demand.backed - peak : 0);
+  size_t done = 0;
+  if (percent_ != 0 && budget != 0) {
+    size_t limit = kBlocksPerHugePage * percent_ / 100;
+    // Sparsest first: pages with at most 1/16 of their blocks in use, then 1/8, 1/4, 1/2, then up to the limit.
+    for (size_t bound = kBlocksPerHugePage / 16;; bound *= 2) {
+      size_t b = bound < limit ? bound : limit;
+      each_page([&](HugePageMeta* p) {
+        if (done < budget && (now || p->taken.count() <= kIdleTakenBlocks) && p->live.count() <= b)
+          done += release_free_blocks(p, budget - done, now);
+      });
+      if (b == limit) break;
+    }
+  }
+  // The blocks taken from now to the next pass (the page heap sets them as it hands blocks out).
+  each_page([](HugePageMeta* p) { p->taken = Bitmap256{}; });
+  return done;
+}
+
+}  // namespace llamalloc

@@ -1,0 +1,216 @@
+// The Subrelease component (page_heap/subrelease.h) alone, with a fake platform that records what is given back
+// and pages' metadata made here, without a page heap. Its clock is the sweeper's passes: each pass() is one period.
+// Tested: only free blocks of sparse, idle pages go back, never a live one, and only beyond the demand of the last
+// passes; sparsest first; the blocks taken in a period stay; `now`; off; blocks taken again; khugepaged kept off
+// a page while any of it is given back; span purge; the gauges and counters of what went back.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "fake_platform.h"
+#include "page_heap/subrelease.h"
+
+namespace llamalloc::testing {
+namespace {
+
+class SubreleaseTest : public ::testing::Test {
+ protected:
+  SubreleaseTest() : subrelease(platform, gauges, counters) {
+    region.base = uintptr_t{1} << 40;
+    subrelease.configure(50);
+  }
+
+  // A page of blocks in use (active), nothing on it.
+  HugePageMeta* page() {
+    pages.push_back(std::make_unique<HugePageMeta>());
+    HugePageMeta* p = pages.back().get();
+    p->region = &region;
+    p->index = uint32_t(pages.size() - 1);
+    p->state = PageState::kActive;
+    p->kind = PageKind::kBlocks;
+    return p;
+  }
+  uintptr_t address(const HugePageMeta* p) const { return region.page_address(p->index); }
+  // What the page heap does when it hands out blocks [first, first + count) of p, and when they are freed.
+  void take(HugePageMeta* p, size_t first, size_t count) {
+    p->live.set_range(first, count);
+    p->taken.set_range(first, count);
+    subrelease.unrelease(p, first, count);
+  }
+  static void free(HugePageMeta* p, size_t first, size_t count) { p->live.clear_range(first, count); }
+  // One pass over every page made here.
+  size_t pass(bool now = false, unsigned demand_passes = Subrelease::kDemandPasses) {
+    auto each_page = [&](auto&& f) {
+      for (auto& p : pages) f(p.get());
+    };
+    Subrelease::Demand demand;
+    each_page([&](HugePageMeta* p) { demand.add(p); });
+    return subrelease.pass(each_page, demand, now, demand_passes);
+  }
+  // Every range given back lies on p and on none of its live blocks.
+  void expect_no_live_block_given_back(const HugePageMeta* p) {
+    for (auto [a, bytes] : platform.subreleased_ranges) {
+      if (a < address(p) || a >= address(p) + kHugePageBytes) continue;
+      ASSERT_LE(a + bytes, address(p) + kHugePageBytes);
+      size_t first = (a - address(p)) / kBlockBytes;
+      EXPECT_FALSE(p->live.any_in_range(first, bytes / kBlockBytes)) << "block " << first;
+    }
+    EXPECT_TRUE((p->released & p->live).none());
+  }
+
+  FakePlatform platform;
+  Gauges gauges;
+  Counters counters;
+  Subrelease subrelease;
+  Region region = {};
+  std::vector<std::unique_ptr<HugePageMeta>> pages;
+};
+
+TEST_F(SubreleaseTest, GivesBackEveryFreeBlockOfASparseIdlePageAndNoLiveOne) {
+  HugePageMeta* p = page();
+  take(p, 100, 8);
+  p->taken = Bitmap256{};  // (taken in an earlier period)
+  EXPECT_EQ(pass(), 248u);
+  EXPECT_EQ(platform.subreleased_ranges,
+            (std::set<std::pair<uintptr_t, size_t>>{{address(p), 100 * kBlockBytes},
+                                                   {address(p) + 108 * kBlockBytes, 148 * kBlockBytes}}));
+  expect_no_live_block_given_back(p);
+  EXPECT_EQ(p->released.count(), 248u);
+  EXPECT_EQ(gauges.subreleased_bytes, 248 * kBlockBytes);
+  EXPECT_EQ(counters.blocks_subreleased.load(), 248u);
+  // Kept from khugepaged, which would fill it again.
+  EXPECT_EQ(platform.no_huge_page, std::set<uintptr_t>{address(p)});
+  EXPECT_EQ(subrelease.pages_kept_from_khugepaged(), 1u);
+  EXPECT_EQ(pass(), 0u) << "nothing more to give back";
+  EXPECT_EQ(counters.blocks_subreleased.load(), 248u);
+}
+
+TEST_F(SubreleaseTest, OnlyWhatThePagesHoldBeyondTheMostInUseOverTheLastPassesGoesBack) {
+  HugePageMeta* p = page();
+  take(p, 0, 200);
+  EXPECT_EQ(pass(), 0u) << "200 blocks taken in the period: not idle";
+  free(p, 8, 192);  // 8 in use
+  // 200 were in use at the last pass: the 56 beyond that go back, no live one.
+  EXPECT_EQ(pass(), 56u);
+  expect_no_live_block_given_back(p);
+  // The peak has left the window of kDemandPasses passes: the rest.
+  EXPECT_EQ(pass(), 192u);
+  EXPECT_EQ(gauges.subreleased_bytes, 248 * kBlockBytes);
+  // A pass that looks back only at itself (a process without a sweeper thread) gives back at once.
+  Subrelease alone(platform, gauges, counters);
+  HugePageMeta* q = page();
+  q->live.set_range(0, 200);
+  Subrelease::Demand busy;
+  busy.add(q);
+  alone.pass([&](auto&& f) { f(q); }, busy, false, 1);
+  free(q, 8, 192);
+  Subrelease::Demand quiet;
+  quiet.add(q);
+  EXPECT_EQ(alone.pass([&](auto&& f) { f(q); }, quiet, false, 1), 248u);
+}
+
+// (With `now`, so that neither idleness nor the recent demand holds anything back: only the share in use does.)
+TEST_F(SubreleaseTest, APageWithMoreThanThePercentOfItsBlocksInUseKeepsItsFreeBlocks) {
+  HugePageMeta* p = page();
+  take(p, 0, 129);
+  EXPECT_EQ(pass(true), 0u) << "129 of 256 in use: above 50%";
+  free(p, 128, 1);
+  EXPECT_EQ(pass(true), 128u) << "half in use: at the limit";
+  subrelease.configure(25);
+  HugePageMeta* q = page();
+  take(q, 0, 65);
+  EXPECT_EQ(pass(true), 0u) << "65 of 256 in use: above 25%";
+  free(q, 64, 1);
+  EXPECT_EQ(pass(true), 192u) << "a quarter in use";
+}
+
+TEST_F(SubreleaseTest, AnIdlePageKeepsTheBlocksTakenInThePeriodAndABusyOneKeepsAll) {
+  HugePageMeta* p = page();
+  take(p, 0, 8);
+  p->taken = Bitmap256{};
+  take(p, 8, 2);  // a span taken and given back within the period
+  free(p, 8, 2);
+  EXPECT_EQ(pass(), 246u) << "the 2 blocks taken in the period stay backed";
+  EXPECT_FALSE(p->released.test(8) || p->released.test(9));
+  EXPECT_TRUE(p->taken.none()) << "a pass starts a new period";
+  EXPECT_EQ(pass(), 2u) << "not taken in the period since";
+  // More than kIdleTakenBlocks taken in a period: the page is being filled; nothing of it goes back.
+  HugePageMeta* q = page();
+  take(q, 0, Subrelease::kIdleTakenBlocks + 1);
+  free(q, 0, Subrelease::kIdleTakenBlocks);
+  EXPECT_EQ(pass(), 0u);
+  EXPECT_TRUE(q->released.none());
+  EXPECT_EQ(pass(), kBlocksPerHugePage - 1) << "idle in the next period";
+}
+
+TEST_F(SubreleaseTest, TheSparsestPagesGoFirstWhenDemandLeavesRoomForLess) {
+  HugePageMeta* dense = page();
+  HugePageMeta* sparse = page();
+  take(dense, 0, 100);
+  take(sparse, 0, 160);
+  EXPECT_EQ(pass(), 0u);  // 260 in use
+  free(sparse, 10, 150);  // 110 in use, 512 backed: 252 beyond the last pass's 260
+  EXPECT_EQ(pass(), 252u);
+  EXPECT_EQ(sparse->released.count(), 246u) << "all of the sparser page's free blocks";
+  EXPECT_EQ(dense->released.count(), 6u) << "then what the budget left, from the denser one";
+  expect_no_live_block_given_back(dense);
+  expect_no_live_block_given_back(sparse);
+}
+
+TEST_F(SubreleaseTest, NowGivesBackEveryFreeBlockOfEverySparsePageIdleOrNotAndOffNothing) {
+  HugePageMeta* p = page();
+  take(p, 0, 100);
+  EXPECT_EQ(pass(), 0u);
+  free(p, 8, 92);
+  take(p, 8, 20);  // busy and taken in this period; the last pass's demand is 100
+  free(p, 8, 20);
+  EXPECT_EQ(pass(true), 248u);
+  expect_no_live_block_given_back(p);
+  subrelease.configure(0);
+  HugePageMeta* q = page();
+  take(q, 0, 1);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(pass(true), 0u) << "off";
+  EXPECT_TRUE(q->released.none());
+}
+
+TEST_F(SubreleaseTest, BlocksTakenAgainLeaveTheGaugeAndThePageMayBeHugeAgainOnceAllAreBacked) {
+  HugePageMeta* p = page();
+  take(p, 0, 8);
+  p->taken = Bitmap256{};
+  ASSERT_EQ(pass(), 248u);
+  take(p, 8, 4);
+  EXPECT_EQ(p->released.count(), 244u);
+  EXPECT_EQ(gauges.subreleased_bytes, 244 * kBlockBytes);
+  EXPECT_EQ(counters.blocks_subreleased.load(), 248u) << "a counter of what ever went back";
+  EXPECT_EQ(platform.no_huge_page.count(address(p)), 1u) << "still blocks given back";
+  take(p, 12, 244);
+  EXPECT_EQ(gauges.subreleased_bytes, 0u);
+  EXPECT_TRUE(platform.no_huge_page.empty());
+  EXPECT_EQ(subrelease.pages_kept_from_khugepaged(), 0u);
+  EXPECT_FALSE(platform.bad_huge_page_advice);
+}
+
+TEST_F(SubreleaseTest, SpanPurgeGivesBackPagesInsideASpanAndKeepsThePageFromKhugepagedUntilTheyAreBacked) {
+  HugePageMeta* p = page();
+  take(p, 0, 16);
+  uintptr_t start = address(p) + 4 * kBlockBytes;
+  subrelease.purge_span_pages(p, start, 3 * kSmallPageBytes);
+  EXPECT_EQ(platform.subreleased_ranges, (std::set<std::pair<uintptr_t, size_t>>{{start, 3 * kSmallPageBytes}}));
+  EXPECT_EQ(gauges.span_purged_bytes, 3 * kSmallPageBytes);
+  EXPECT_EQ(counters.span_pages_purged.load(), 3u);
+  EXPECT_EQ(p->span_purged_pages, 3u);
+  EXPECT_EQ(platform.no_huge_page, std::set<uintptr_t>{address(p)});
+  // Blocks given back too: the page stays kept from khugepaged until both are backed again.
+  p->taken = Bitmap256{};
+  ASSERT_EQ(pass(), 240u);
+  subrelease.span_purge_forgotten(p, 3);
+  EXPECT_EQ(gauges.span_purged_bytes, 0u);
+  EXPECT_EQ(platform.no_huge_page.count(address(p)), 1u) << "its free blocks are still given back";
+  take(p, 16, 240);
+  EXPECT_TRUE(platform.no_huge_page.empty());
+}
+
+}  // namespace
+}  // namespace llamalloc::testing
