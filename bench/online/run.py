@@ -91,7 +91,7 @@ def replay(corpus, out: Path, name: str, model: Path, scale: str) -> dict[str, f
            "-p", "llama-model", "--model", str(model), log=out / f"{name}.sim.txt")
         both = out / f"{name}.sim-learn.json"
         sh("simulate", str(trace), "-o", str(both), "-q", "-p", "llama-model", "--model", str(model),
-           "--heap-option", "LEARN=1", log=out / f"{name}.sim-learn.txt")
+           "--option", "LEARN=1", log=out / f"{name}.sim-learn.txt")
     vals = quiet_footprints(sim_json)
     both = out / f"{name}.sim-learn.json"
     if both.exists():

@@ -75,13 +75,11 @@ def test_lint_imports_fails_on_a_broken_contract(tmp_path, breaking):
 
 
 def test_moved_names_stay_where_their_users_found_them():
-    from llamalloc import sim_engine, simulate, trace, traceformat
+    from llamalloc import trace, traceformat
     from llamalloc.fleet import corpus, parse
 
     for name in ("load", "read_raw", "Trace", "RawFile", "Mapping", "write_parquet", "is_compressed", "file_bytes",
                  "compress_bytes", "compress_file", "TRACE_MAGIC", "RAW_PROFILE_MAGIC", "KIND_ALLOC", "KIND_FREE",
                  "NO_STACK", "FROM_REALLOC", "ZSTD_MAGIC", "EVENT_DTYPE"):
         assert getattr(trace, name) is getattr(traceformat, name), name
-    assert simulate.check_heap_options is sim_engine.check_heap_options
-    assert simulate.binary is sim_engine.binary and simulate.BINARY == sim_engine.BINARY
     assert corpus.partition_key is parse.partition_key

@@ -137,7 +137,7 @@ def test_heap_options_place_the_llama_policies_as_the_library_would(tmp_path, ca
         out = tmp_path / f"{name}.json"
         args = ["simulate", str(trace), "-p", "llama-oracle", "-o", str(out), "-q"]
         for o in options:
-            args += ["--heap-option", o]
+            args += ["--option", o]
         rc, stdout, err = run(args, capsys)
         assert rc == 0, err
         assert ("placed as the library does under" in stdout) == bool(options)
@@ -151,20 +151,20 @@ def test_heap_options_place_the_llama_policies_as_the_library_would(tmp_path, ca
 
 @pytest.mark.parametrize("option, message", [
     # Bounds and names come from the library's options table, checked by the library's own parser.
-    ("LONG_CLASS=9", "--heap-option LONG_CLASS=9: not an integer in [1, 8]"),
-    ("DENSE_FIRST=yes", "--heap-option DENSE_FIRST=yes: not an integer in [0, 1]"),
-    ("MIN_CONFIDENCE=101", "--heap-option MIN_CONFIDENCE=101: not an integer in [0, 100]"),
-    ("DEADLINE_K=0", "--heap-option DEADLINE_K=0: not an integer in [1, 1000]"),
-    ("LONG_CLAS=4", "--heap-option LONG_CLAS=4: LLAMALLOC_LONG_CLAS is not a llamalloc option (did you mean "
+    ("LONG_CLASS=9", "--option LONG_CLASS=9: not an integer in [1, 8]"),
+    ("DENSE_FIRST=yes", "--option DENSE_FIRST=yes: not an integer in [0, 1]"),
+    ("MIN_CONFIDENCE=101", "--option MIN_CONFIDENCE=101: not an integer in [0, 100]"),
+    ("DEADLINE_K=0", "--option DEADLINE_K=0: not an integer in [1, 1000]"),
+    ("LONG_CLAS=4", "--option LONG_CLAS=4: LLAMALLOC_LONG_CLAS is not a llamalloc option (did you mean "
                     "LLAMALLOC_LONG_CLASS?)"),
-    ("NO_SUCH_THING=1", "--heap-option NO_SUCH_THING=1: LLAMALLOC_NO_SUCH_THING is not a llamalloc option"),
-    ("MODEL=x.model", "--heap-option MODEL: give it as --model"),
-    ("LONG_CLASS", "--heap-option wants NAME=VALUE, got 'LONG_CLASS'"),
+    ("NO_SUCH_THING=1", "--option NO_SUCH_THING=1: LLAMALLOC_NO_SUCH_THING is not a llamalloc option"),
+    ("MODEL=x.model", "--option MODEL: give it as --model"),
+    ("LONG_CLASS", "--option LONG_CLASS: expected NAME=VALUE"),
 ])
-def test_a_bad_heap_option_is_a_one_line_error_before_the_replay(tmp_path, capsys, option, message):
+def test_a_bad_option_is_a_one_line_error_before_the_replay(tmp_path, capsys, option, message):
     trace = write_trace(tmp_path / "g.trace", [alloc(0, BASE, 8)])
     out = tmp_path / "x.json"
-    rc, _, err = run(["simulate", str(trace), "-p", "llama-default", "-o", str(out), "--heap-option", option, "-q"],
+    rc, _, err = run(["simulate", str(trace), "-p", "llama-default", "-o", str(out), "--option", option, "-q"],
                      capsys)
     assert rc == 2
     lines = [l for l in err.splitlines() if l]
@@ -176,24 +176,24 @@ def test_a_bad_heap_option_is_a_one_line_error_before_the_replay(tmp_path, capsy
 def test_an_option_the_replay_does_not_model_is_named_in_a_warning(tmp_path, capsys):
     trace = write_trace(tmp_path / "g.trace", [alloc(0, BASE, 8)])
     out = tmp_path / "x.json"
-    rc, _, err = run(["simulate", str(trace), "-p", "llama-default", "-o", str(out), "--heap-option",
+    rc, _, err = run(["simulate", str(trace), "-p", "llama-default", "-o", str(out), "--option",
                       "SWEEP_MS=100", "-q"], capsys)
     assert rc == 0, err
-    assert "simulate: warning: --heap-option SWEEP_MS: the replay does not model LLAMALLOC_SWEEP_MS; ignored" in err
+    assert "simulate: warning: --option SWEEP_MS: the replay does not model LLAMALLOC_SWEEP_MS; ignored" in err
 
 
 def test_deprecated_option_flags_are_heap_options(tmp_path, capsys):
-    # --deadline-k K is --heap-option DEADLINE_K=K, checked against the same table.
+    # --deadline-k K is --option DEADLINE_K=K, checked against the same table.
     trace = write_trace(tmp_path / "g.trace", [alloc(0, BASE, 8)])
     out = tmp_path / "x.json"
     rc, _, err = run(["simulate", str(trace), "-p", "llama-default", "-o", str(out), "--deadline-k", "7", "-q"],
                      capsys)
     assert rc == 0, err
-    assert "--deadline-k is deprecated; use --heap-option DEADLINE_K=7" in err
+    assert "--deadline-k is deprecated; use --option DEADLINE_K=7" in err
     assert json.loads(out.read_text())["policies"][0]["heap_options"]["DEADLINE_K"] == 7
     rc, _, err = run(["simulate", str(trace), "-p", "llama-default", "-o", str(out), "--deadline-k", "0", "-q"],
                      capsys)
-    assert rc == 2 and "llamalloc: error: --heap-option DEADLINE_K=0: not an integer in [1, 1000]" in err
+    assert rc == 2 and "llamalloc: error: --option DEADLINE_K=0: not an integer in [1, 1000]" in err
 
 
 def test_settings_are_one_record(tmp_path):

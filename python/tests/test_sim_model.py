@@ -138,8 +138,8 @@ def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up)
     out = d / "r.sim.json"
     # MIN_CLASS=0: the model's class 0 as it is, so that the model can do exactly what the oracle does.
     r = llamalloc("simulate", trace, "-p", "llama-model", "-p", "llama-oracle", "--model", d / "m.model",
-                  "--tokens", tokens, "--heap-option", "REPREDICT_EVERY=5", "--heap-option", "REPREDICT_BACKOFF=0",
-                  "--thread-idle-ms", 0, "--heap-option", "MIN_CLASS=0", "-o", out, "-q")
+                  "--tokens", tokens, "--option", "REPREDICT_EVERY=5", "--option", "REPREDICT_BACKOFF=0",
+                  "--thread-idle-ms", 0, "--option", "MIN_CLASS=0", "-o", out, "-q")
     assert r.returncode == 0, r.stderr
     # The library that is gone: one warning line naming it; the replay goes on.
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
@@ -172,7 +172,7 @@ def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up)
     # With the library's back-off (a re-prediction that keeps the class doubles the entry's period): re-predicted
     # at hits 5, 15 and 35 of a thread-1 context, at hit 5 of thread 2's.
     r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "m.model", "--tokens", tokens,
-                  "--heap-option", "REPREDICT_EVERY=5", "--heap-option", "REPREDICT_BACKOFF=10", "-o", out, "-q")
+                  "--option", "REPREDICT_EVERY=5", "--option", "REPREDICT_BACKOFF=10", "-o", out, "-q")
     assert r.returncode == 0, r.stderr
     e = policy(out, "llama-model")["extras"]
     assert e["repredictions"] == 3 * 3 + 1 and e["model_runs"] == 4 + 10 and e["prediction_cache_misses"] == 4
@@ -191,8 +191,8 @@ def test_a_context_the_model_was_not_trained_on_starts_never_freed_then_gets_the
     tokens = write_tables(m, binary, d / "m.tokens")
     log = d / "contexts.log"
     out = d / "u.sim.json"
-    common = ["-p", "llama-model", "--tokens", tokens, "--heap-option", "REPREDICT_EVERY=1000",
-              "--heap-option", "REPREDICT_BACKOFF=0", "--heap-option", "MIN_CLASS=0", "-o", out, "-q"]
+    common = ["-p", "llama-model", "--tokens", tokens, "--option", "REPREDICT_EVERY=1000",
+              "--option", "REPREDICT_BACKOFF=0", "--option", "MIN_CLASS=0", "-o", out, "-q"]
     r = llamalloc("simulate", trace, "--model", d / "m.model", "--predict-log", log, *common)
     assert r.returncode == 0, r.stderr
     contexts = [[int(t) for t in line.partition(":")[2].split()] for line in log.read_text().splitlines()]
@@ -202,14 +202,14 @@ def test_a_context_the_model_was_not_trained_on_starts_never_freed_then_gets_the
         np.array([c + [0] * (8 - len(c)) for c in trained]), np.array([len(c) for c in trained])))
     modelfile.write(d / "listed.model", m)
     trial = 8
-    r = llamalloc("simulate", trace, "--model", d / "listed.model", "--heap-option", f"UNSEEN_TRIAL={trial}", *common)
+    r = llamalloc("simulate", trace, "--model", d / "listed.model", "--option", f"UNSEEN_TRIAL={trial}", *common)
     assert r.returncode == 0, r.stderr
     e = policy(out, "llama-model")["extras"]
     assert e["unseen_contexts"] == 1 and e["unseen_trial"] == trial
     # The first allocation (the miss) and the next trial - 1 hits in "never freed"; the trial-th hit re-predicts.
     assert e["allocs_class_7"] == N_KEEP + trial
     assert e["allocs_class_0"] == N_TEMP + (N_GONE - trial) + N_OTHER_THREAD
-    r = llamalloc("simulate", trace, "--model", d / "listed.model", "--heap-option", "UNSEEN_TRIAL=0", *common)
+    r = llamalloc("simulate", trace, "--model", d / "listed.model", "--option", "UNSEEN_TRIAL=0", *common)
     assert r.returncode == 0, r.stderr
     e = policy(out, "llama-model")["extras"]
     assert e["unseen_contexts"] == 0 and e["allocs_class_7"] == N_KEEP

@@ -63,7 +63,7 @@ def test_simulate_help_lists_llama_online_and_learn_is_a_replayed_heap_option(tm
     assert "llama-online" in capsys.readouterr().out
     trace = two_lifetimes_trace(tmp_path / "two.trace")
     rc = main(["simulate", str(trace), "-p", "llama-online", "-o", str(tmp_path / "o.json"), "-q",
-               "--heap-option", "LEARN_MIN_SAMPLES=1000"])
+               "--option", "LEARN_MIN_SAMPLES=1000"])
     stdout, err = capsys.readouterr()
     assert rc == 0, err
     assert "does not model" not in err
@@ -88,15 +88,15 @@ def test_llama_model_with_learn_overrides_a_wrong_model_class(tmp_path):
     m = switch_model({"temp_buffer": 7}, 0, ["keep_record", "temp_buffer", "main"])
     modelfile.write(tmp_path / "m.model", m)
     tokens = write_tables(m, binary, tmp_path / "m.tokens")
-    common = ["--model", tmp_path / "m.model", "--tokens", tokens, "--heap-option", "REPREDICT_EVERY=5",
-              "--heap-option", "REPREDICT_BACKOFF=0", "-q"]
+    common = ["--model", tmp_path / "m.model", "--tokens", tokens, "--option", "REPREDICT_EVERY=5",
+              "--option", "REPREDICT_BACKOFF=0", "-q"]
     r = llamalloc("simulate", trace, "-p", "llama-model", "-o", tmp_path / "plain.json", *common)
     assert r.returncode == 0, r.stderr
     plain = policy(tmp_path / "plain.json", "llama-model")["extras"]
     assert plain["allocs_class_7"] == n and "learn_contexts" not in plain
     r = llamalloc("simulate", trace, "-p", "llama-model", "-o", tmp_path / "learn.json", *common,
-                  "--heap-option", "LEARN=1", "--heap-option", "LEARN_MIN_SAMPLES=4",
-                  "--heap-option", "LEARN_OVERRIDE_SAMPLES=8")
+                  "--option", "LEARN=1", "--option", "LEARN_MIN_SAMPLES=4",
+                  "--option", "LEARN_OVERRIDE_SAMPLES=8")
     assert r.returncode == 0, r.stderr
     learned = policy(tmp_path / "learn.json", "llama-model")
     e = learned["extras"]

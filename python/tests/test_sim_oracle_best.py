@@ -1,6 +1,6 @@
 """llama-oracle-best: llama-oracle replayed under a search of the library's placement options. On a trace whose
 memory the default options place badly, the search must find options that keep less, say which, and a
-llama-oracle replay under those options (--heap-option) must keep exactly that; a bad --search is a one-line
+llama-oracle replay under those options (--option) must keep exactly that; a bad --search is a one-line
 error."""
 from __future__ import annotations
 

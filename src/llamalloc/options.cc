@@ -14,11 +14,16 @@ namespace {
 
 constinit Options g_options;
 
-void warn_bad(const char* name, const char* value, const char* expected, const char* fallback) {
+// `reason` as set_option gives it ("not an integer in [1, 8]").
+void warn_bad(const char* name, const char* value, const char* reason, const char* fallback) {
   char line[512];
-  int n = snprintf(line, sizeof(line), "llamalloc: warning: LLAMALLOC_%s=%.200s is not %s; using the default %s\n",
-                   name, value, expected, fallback);
+  int n = snprintf(line, sizeof(line), "llamalloc: warning: LLAMALLOC_%s=%.200s is %s; using the default %s\n",
+                   name, value, reason, fallback);
   if (n > 0) write_stderr(line);
+}
+
+void integer_reason(uint64_t lo, uint64_t hi, char* reason, size_t capacity) {
+  snprintf(reason, capacity, "not an integer in [%llu, %llu]", (unsigned long long)lo, (unsigned long long)hi);
 }
 
 bool parse_uint(const char* text, uint64_t lo, uint64_t hi, uint64_t* out) {
@@ -132,16 +137,56 @@ size_t edit_distance(const char* a, size_t na, const char* b, size_t nb) {
   return row[nb];
 }
 
+constexpr char kPrefix[] = "LLAMALLOC_";
+constexpr size_t kPrefixBytes = sizeof(kPrefix) - 1;
+
+constexpr const char* kHeapOptionNames[] = {
+#define LLAMALLOC_NAME(NAME, field, kind, def, lo, hi, help) #NAME,
+    LLAMALLOC_OPTIONS(LLAMALLOC_NAME)
+#undef LLAMALLOC_NAME
+};
+constexpr const char* kProfilerOptionNames[] = {
+#define LLAMALLOC_NAME(NAME, field, kind, def, lo, hi, help) #NAME,
+    LLAMALLOC_PROF_OPTIONS(LLAMALLOC_NAME)
+#undef LLAMALLOC_NAME
+};
+
+// The name of a list nearest to name[0, n) by edit distance, over any number of lists; `exact` when one is it.
+struct Nearest {
+  const char* name = nullptr;
+  size_t distance = kMaxNameBytes;
+  bool exact = false;
+
+  template <size_t N>
+  void consider(const char* name_, size_t n, const char* const (&candidates)[N]) {
+    for (const char* candidate : candidates) {
+      size_t m = strlen(candidate);
+      if (m == n && strncmp(candidate, name_, n) == 0) exact = true;
+      size_t d = edit_distance(name_, n, candidate, m);
+      if (d < distance) {
+        distance = d;
+        name = candidate;
+      }
+    }
+  }
+};
+
+// "LLAMALLOC_NAME is not a llamalloc option", with the nearest name when it is a few edits away (a third of the
+// name's length, at least 1, at most 3): a misspelling, then, rather than another word.
+void not_an_option(const char* name, size_t n, const Nearest& nearest, char* line, size_t capacity) {
+  size_t near = n / 3 < 1 ? 1 : (n / 3 > 3 ? 3 : n / 3);
+  int shown = static_cast<int>(n > 200 ? 200 : n);
+  if (nearest.name != nullptr && nearest.distance <= near) {
+    snprintf(line, capacity, "LLAMALLOC_%.*s is not a llamalloc option (did you mean LLAMALLOC_%s?)", shown, name,
+             nearest.name);
+  } else {
+    snprintf(line, capacity, "LLAMALLOC_%.*s is not a llamalloc option (see docs/options.md)", shown, name);
+  }
+}
+
 }  // namespace
 
 size_t check_environment_names(char* const* env, void (*warn)(const char* line), bool profiler_names) {
-  static constexpr const char* kOptionNames[] = {
-#define LLAMALLOC_NAME(NAME, field, kind, def, lo, hi, help) #NAME,
-      LLAMALLOC_OPTIONS(LLAMALLOC_NAME) LLAMALLOC_PROF_OPTIONS(LLAMALLOC_NAME)
-#undef LLAMALLOC_NAME
-  };
-  constexpr char kPrefix[] = "LLAMALLOC_";
-  constexpr size_t kPrefixBytes = sizeof(kPrefix) - 1;
   size_t unknown = 0;
   for (char* const* e = env; e != nullptr && *e != nullptr; ++e) {
     const char* entry = *e;
@@ -150,86 +195,118 @@ size_t check_environment_names(char* const* env, void (*warn)(const char* line),
     const char* eq = strchr(name, '=');
     size_t n = eq ? size_t(eq - name) : strlen(name);
     if ((n >= 5 && strncmp(name, "PROF_", 5) == 0) != profiler_names) continue;
-    bool known = false;
-    const char* closest = nullptr;
-    size_t closest_distance = kMaxNameBytes;
-    auto consider = [&](const char* candidate) {
-      size_t m = strlen(candidate);
-      if (m == n && strncmp(candidate, name, n) == 0) known = true;
-      size_t d = edit_distance(name, n, candidate, m);
-      if (d < closest_distance) {
-        closest_distance = d;
-        closest = candidate;
-      }
-    };
-    for (const char* option : kOptionNames) consider(option);
-    for (const char* other : kOtherNames) consider(other);
-    if (known) continue;
+    Nearest nearest;
+    nearest.consider(name, n, kHeapOptionNames);
+    nearest.consider(name, n, kProfilerOptionNames);
+    nearest.consider(name, n, kOtherNames);
+    if (nearest.exact) continue;
     ++unknown;
-    char line[512];
-    int len;
-    // A suggestion when the name is a few edits away (a third of its length, at least 1, at most 3).
-    size_t near = n / 3 < 1 ? 1 : (n / 3 > 3 ? 3 : n / 3);
-    if (closest != nullptr && closest_distance <= near) {
-      len = snprintf(line, sizeof(line),
-                     "llamalloc: warning: LLAMALLOC_%.*s is not a llamalloc option (did you mean LLAMALLOC_%s?); "
-                     "ignored\n", static_cast<int>(n > 200 ? 200 : n), name, closest);
-    } else {
-      len = snprintf(line, sizeof(line),
-                     "llamalloc: warning: LLAMALLOC_%.*s is not a llamalloc option (see docs/options.md); ignored\n",
-                     static_cast<int>(n > 200 ? 200 : n), name);
-    }
-    if (len > 0) warn(line);
+    char reason[400], line[512];
+    not_an_option(name, n, nearest, reason, sizeof(reason));
+    if (snprintf(line, sizeof(line), "llamalloc: warning: %s; ignored\n", reason) > 0) warn(line);
   }
   return unknown;
 }
 
+// String options are copied at start into buffers of this size (init_options); a longer value is refused.
+constexpr size_t kStringOptionBytes = 4096;
+
+bool set_option(Options* options, const char* name, const char* value, char* reason, size_t capacity) {
+#define LLAMALLOC_SET_Uint(NAME, field, lo, hi)                  \
+  if (strcmp(name, #NAME) == 0) {                                \
+    if (parse_uint(value, lo, hi, &options->field)) return true; \
+    integer_reason(lo, hi, reason, capacity);                    \
+    return false;                                                \
+  }
+#define LLAMALLOC_SET_String(NAME, field, lo, hi)                                  \
+  if (strcmp(name, #NAME) == 0) {                                                  \
+    if (strlen(value) >= kStringOptionBytes) {                                     \
+      snprintf(reason, capacity, "not a path shorter than %zu bytes", kStringOptionBytes); \
+      return false;                                                                \
+    }                                                                              \
+    options->field = value;                                                        \
+    return true;                                                                   \
+  }
+#define LLAMALLOC_SET_Signal LLAMALLOC_SET_String
+#define LLAMALLOC_SET(NAME, field, kind, def, lo, hi, help) LLAMALLOC_SET_##kind(NAME, field, lo, hi)
+  LLAMALLOC_OPTIONS(LLAMALLOC_SET)
+#undef LLAMALLOC_SET
+#undef LLAMALLOC_SET_Uint
+#undef LLAMALLOC_SET_String
+#undef LLAMALLOC_SET_Signal
+  size_t n = strlen(name);
+  Nearest profiler, other;
+  profiler.consider(name, n, kProfilerOptionNames);
+  other.consider(name, n, kOtherNames);
+  if (profiler.exact) {
+    snprintf(reason, capacity, "LLAMALLOC_%s is the profiler's option (llamalloc record, llamalloc trace), not the "
+             "heap's", name);
+    return false;
+  }
+  if (other.exact) {
+    snprintf(reason, capacity, "LLAMALLOC_%s is not an option of the heap's table (docs/options.md)", name);
+    return false;
+  }
+  // The suggestion is a heap option: a profiler option's name would be refused in turn.
+  Nearest nearest;
+  nearest.consider(name, n, kHeapOptionNames);
+  not_an_option(name, n, nearest, reason, capacity);
+  return false;
+}
+
 Options read_options(const char* (*getenv_fn)(const char*)) {
   Options o;
-  char expected[96], fallback[32];
-#define LLAMALLOC_READ_Uint(NAME, field, def, lo, hi)                                             \
-  if (const char* v = getenv_fn("LLAMALLOC_" #NAME)) {                                            \
-    if (!parse_uint(v, lo, hi, &o.field)) {                                                       \
-      snprintf(expected, sizeof(expected), "an integer in [%llu, %llu]", (unsigned long long)(lo), \
-               (unsigned long long)(hi));                                                         \
-      snprintf(fallback, sizeof(fallback), "%llu", (unsigned long long)(def));                    \
-      warn_bad(#NAME, v, expected, fallback);                                                     \
-    }                                                                                             \
+  char reason[96], fallback[32];
+#define LLAMALLOC_FALLBACK_Uint(def) snprintf(fallback, sizeof(fallback), "%llu", (unsigned long long)(def))
+#define LLAMALLOC_FALLBACK_String(def) snprintf(fallback, sizeof(fallback), "%s", *(def) ? (def) : "(empty)")
+#define LLAMALLOC_FALLBACK_Signal LLAMALLOC_FALLBACK_String
+#define LLAMALLOC_READ(NAME, field, kind, def, lo, hi, help)                                            \
+  if (const char* v = getenv_fn("LLAMALLOC_" #NAME); v != nullptr && !set_option(&o, #NAME, v, reason, \
+                                                                                  sizeof(reason))) {    \
+    LLAMALLOC_FALLBACK_##kind(def);                                                                     \
+    warn_bad(#NAME, v, reason, fallback);                                                               \
   }
-#define LLAMALLOC_READ_String(NAME, field, def, lo, hi) \
-  if (const char* v = getenv_fn("LLAMALLOC_" #NAME)) o.field = v;
-#define LLAMALLOC_READ_Signal LLAMALLOC_READ_String
-#define LLAMALLOC_READ(NAME, field, kind, def, lo, hi, help) LLAMALLOC_READ_##kind(NAME, field, def, lo, hi)
   LLAMALLOC_OPTIONS(LLAMALLOC_READ)
 #undef LLAMALLOC_READ
-  (void)expected;
-  (void)fallback;
+#undef LLAMALLOC_FALLBACK_Uint
+#undef LLAMALLOC_FALLBACK_String
+#undef LLAMALLOC_FALLBACK_Signal
   return o;
 }
 
 ProfilerOptions read_profiler_options(const char* (*getenv_fn)(const char*)) {
   ProfilerOptions o;
-  char expected[192], fallback[32], words[160];
+  char reason[192], fallback[32], words[160];
+#define LLAMALLOC_READ_Uint(NAME, field, def, lo, hi)                                             \
+  if (const char* v = getenv_fn("LLAMALLOC_" #NAME)) {                                            \
+    if (!parse_uint(v, lo, hi, &o.field)) {                                                       \
+      integer_reason(lo, hi, reason, sizeof(reason));                                             \
+      snprintf(fallback, sizeof(fallback), "%llu", (unsigned long long)(def));                    \
+      warn_bad(#NAME, v, reason, fallback);                                                       \
+    }                                                                                             \
+  }
+#define LLAMALLOC_READ_String(NAME, field, def, lo, hi) \
+  if (const char* v = getenv_fn("LLAMALLOC_" #NAME)) o.field = v;
 #define LLAMALLOC_READ_Choice(NAME, field, def, lo, hi)                                           \
   if (const char* v = getenv_fn("LLAMALLOC_" #NAME)) {                                            \
     if (!parse_choice(v, lo, &o.field)) {                                                         \
       choice_list(lo, words, sizeof(words));                                                      \
-      snprintf(expected, sizeof(expected), "one of %s", words);                                   \
+      snprintf(reason, sizeof(reason), "not one of %s", words);                                   \
       choice_word(lo, unsigned(def), fallback, sizeof(fallback));                                 \
-      warn_bad(#NAME, v, expected, fallback);                                                     \
+      warn_bad(#NAME, v, reason, fallback);                                                       \
     }                                                                                             \
   }
 #define LLAMALLOC_READ_Seconds(NAME, field, def, lo, hi)                                          \
   if (const char* v = getenv_fn("LLAMALLOC_" #NAME)) {                                            \
     if (!parse_seconds(v, hi, &o.field)) {                                                        \
-      snprintf(expected, sizeof(expected), "a number of seconds in [%llu, %llu]",                 \
+      snprintf(reason, sizeof(reason), "not a number of seconds in [%llu, %llu]",                 \
                (unsigned long long)(lo), (unsigned long long)(hi));                               \
       if ((def) == kNoSeconds) {                                                                  \
         snprintf(fallback, sizeof(fallback), "(none)");                                           \
       } else {                                                                                    \
         snprintf(fallback, sizeof(fallback), "%g", double(def) / 1e9);                            \
       }                                                                                           \
-      warn_bad(#NAME, v, expected, fallback);                                                     \
+      warn_bad(#NAME, v, reason, fallback);                                                       \
     }                                                                                             \
   }
 #define LLAMALLOC_READ(NAME, field, kind, def, lo, hi, help) LLAMALLOC_READ_##kind(NAME, field, def, lo, hi)
@@ -242,7 +319,6 @@ const Options& options() { return g_options; }
 
 // String options are copied here at start: the environment block is the program's, and some programs rewrite it
 // (redis's setproctitle moves environ and overwrites the original strings), which would silently change them.
-constexpr size_t kStringOptionBytes = 4096;
 #define LLAMALLOC_STORAGE_Uint(NAME, field)
 #define LLAMALLOC_STORAGE_String(NAME, field) static char g_option_##field[kStringOptionBytes];
 #define LLAMALLOC_STORAGE_Signal LLAMALLOC_STORAGE_String
@@ -250,23 +326,18 @@ constexpr size_t kStringOptionBytes = 4096;
 LLAMALLOC_OPTIONS(LLAMALLOC_STORAGE)
 #undef LLAMALLOC_STORAGE
 
-static const char* keep_string_option(const char* name, const char* value, const char* fallback, char* storage) {
-  size_t n = strlen(value);
-  if (n >= kStringOptionBytes) {
-    warn_bad(name, value, "a path shorter than 4096 bytes", *fallback ? fallback : "(empty)");
-    return fallback;
-  }
-  memcpy(storage, value, n + 1);
+// read_options refused a longer value (set_option), so the copy fits.
+static const char* keep_string_option(const char* value, char* storage) {
+  memcpy(storage, value, strlen(value) + 1);
   return storage;
 }
 
 void init_options() {
   g_options = read_options([](const char* name) -> const char* { return getenv(name); });
-#define LLAMALLOC_KEEP_Uint(NAME, field, def)
-#define LLAMALLOC_KEEP_String(NAME, field, def) \
-  g_options.field = keep_string_option(#NAME, g_options.field, def, g_option_##field);
+#define LLAMALLOC_KEEP_Uint(field)
+#define LLAMALLOC_KEEP_String(field) g_options.field = keep_string_option(g_options.field, g_option_##field);
 #define LLAMALLOC_KEEP_Signal LLAMALLOC_KEEP_String
-#define LLAMALLOC_KEEP(NAME, field, kind, def, lo, hi, help) LLAMALLOC_KEEP_##kind(NAME, field, def)
+#define LLAMALLOC_KEEP(NAME, field, kind, def, lo, hi, help) LLAMALLOC_KEEP_##kind(field)
   LLAMALLOC_OPTIONS(LLAMALLOC_KEEP)
 #undef LLAMALLOC_KEEP
   // Misspelled names would be ignored without a word (jemalloc's and mimalloc's warn too): once, at start.
@@ -300,6 +371,11 @@ size_t format_options_markdown(char* buf, size_t capacity) {
   put("<!-- Generated from src/llamalloc/options.h by `llamalloc-options --markdown`; a test checks it. -->\n\n");
   put("Each option is an environment variable, read once when the allocator starts. A bad value gives one "
       "warning line naming the variable, and the default is used.\n\n");
+  put("`llamalloc run --option NAME=VALUE` and `llamalloc simulate --option NAME=VALUE` refuse a setting the heap's "
+      "table refuses before anything starts: they check it with `llamalloc-options --validate NAME=VALUE ...`, "
+      "which takes NAME with or without `LLAMALLOC_` and prints one line for each setting refused, "
+      "`llamalloc-options: error: NAME=VALUE: <reason>` (an unknown name, with the nearest option when one is near; "
+      "a value out of range), and exits with status 1 if any is.\n\n");
   put("| variable | type | default | meaning |\n| --- | --- | --- | --- |\n");
 #define LLAMALLOC_DOC_Uint(NAME, def, lo, hi, help)                                                       \
   snprintf(line, sizeof(line), "| `LLAMALLOC_%s` | integer in [%llu, %llu] | %llu | %s |\n", #NAME,       \

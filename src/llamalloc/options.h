@@ -211,6 +211,13 @@ struct ProfilerOptions {
 // Parses the options from `getenv_fn` (getenv in the process; a fake in tests). Warnings go to stderr with
 // write(2). Never allocates.
 Options read_options(const char* (*getenv_fn)(const char*));
+// Sets the heap's option NAME (without LLAMALLOC_) of `options` to VALUE, as read_options reads LLAMALLOC_NAME=VALUE
+// (a path keeps the pointer). When NAME is not an option of the heap's table, or VALUE is one the parser refuses,
+// returns false and leaves `options` as it was, with the reason as one line into `reason` ("not an integer in
+// [1, 8]", "LLAMALLOC_X is not a llamalloc option (did you mean LLAMALLOC_Y?)"). read_options, the simulator and
+// `llamalloc-options --validate` all take a setting through here, so that they refuse the same ones in the same
+// words. Never allocates.
+bool set_option(Options* options, const char* name, const char* value, char* reason, size_t capacity);
 // The same for the profiler's options (libllamalloc_prof.so compiles this file in: it is preloaded alone).
 ProfilerOptions read_profiler_options(const char* (*getenv_fn)(const char*));
 // The process's options (read once at start).

@@ -1,9 +1,5 @@
 #include "sim/heap_options.h"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -33,63 +29,6 @@ bool is_one_of(const std::string& name, const auto& names) {
   for (const char* n : names)
     if (name == n) return true;
   return false;
-}
-
-// The (name, value) pairs read_options sees through its getenv-like function, which cannot carry a context.
-const std::vector<std::pair<std::string, std::string>>* g_assignments = nullptr;
-
-const char* lookup(const char* variable) {
-  if (std::strncmp(variable, kPrefix, sizeof(kPrefix) - 1) != 0) return nullptr;
-  const char* name = variable + sizeof(kPrefix) - 1;
-  const char* found = nullptr;
-  for (const auto& [n, value] : *g_assignments)
-    if (n == name) found = value.c_str();
-  return found;
-}
-
-// What a call writes to stderr (the library's option warnings, written there with write(2)), captured.
-std::string stderr_of(const std::function<void()>& fn) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("cannot make a pipe to read the option parser's warnings");
-  std::fflush(stderr);
-  int saved = ::dup(2);
-  ::dup2(fds[1], 2);
-  ::close(fds[1]);
-  fn();
-  ::dup2(saved, 2);
-  ::close(saved);
-  std::string text;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) text.append(buf, size_t(n));
-  ::close(fds[0]);
-  return text;
-}
-
-// The library's warning about a value, "llamalloc: warning: LLAMALLOC_NAME=VALUE is not ...; using the default
-// D", reduced to its reason ("not ...").
-std::string reason_of(const std::string& warning, const std::string& name, const std::string& value) {
-  std::string line = warning.substr(0, warning.find('\n'));
-  std::string head = std::string("llamalloc: warning: ") + kPrefix + name + "=" + value.substr(0, 200) + " is ";
-  if (line.rfind(head, 0) != 0) return line;
-  line = line.substr(head.size());
-  size_t tail = line.find("; using the default");
-  return tail == std::string::npos ? line : line.substr(0, tail);
-}
-
-// The library's words for a name that is not an option (check_environment_names: with the closest option when
-// one is near).
-std::string unknown_name_message(const std::string& name) {
-  static std::string message;
-  message.clear();
-  std::string entry = kPrefix + name + "=";
-  char* env[] = {entry.data(), nullptr};
-  check_environment_names(env, [](const char* line) { message = line; });
-  const std::string warning = "llamalloc: warning: ";
-  std::string m = message.rfind(warning, 0) == 0 ? message.substr(warning.size()) : message;
-  size_t tail = m.find("; ignored");
-  if (tail != std::string::npos) m = m.substr(0, tail);
-  return m.empty() ? std::string(kPrefix) + name + " is not a llamalloc option (see docs/options.md)" : m;
 }
 
 }  // namespace
@@ -129,52 +68,40 @@ void set_integer_option(Options& options, const std::string& name, uint64_t valu
 
 namespace {
 
-// The library's parser on one assignment: its warning is the refusal ("" when it takes the value).
-std::string refusal_of(const std::string& name, const std::string& value, Options* parsed) {
-  std::vector<std::pair<std::string, std::string>> one = {{name, value}};
-  g_assignments = &one;
-  Options o;
-  std::string warning = stderr_of([&] { o = read_options(lookup); });
-  g_assignments = nullptr;
-  if (parsed != nullptr) *parsed = o;
-  return warning.empty() ? std::string() : reason_of(warning, name, value);
+// Sets NAME=VALUE as the library reads LLAMALLOC_NAME=VALUE; throws "<flag> NAME=VALUE: <the library's reason>".
+void set_or_throw(Options* options, const std::string& flag, const std::string& name, const std::string& value) {
+  char reason[512];
+  if (!set_option(options, name.c_str(), value.c_str(), reason, sizeof(reason)))
+    throw std::invalid_argument(flag + " " + name + "=" + value + ": " + reason);
 }
 
 }  // namespace
 
 uint64_t option_value(const std::string& flag, const std::string& name, const std::string& value) {
-  if (!is_one_of(name, kOptionNames))
-    throw std::invalid_argument(flag + " " + name + "=" + value + ": " + unknown_name_message(name));
   Options parsed;
-  std::string refusal = refusal_of(name, value, &parsed);
-  if (!refusal.empty()) throw std::invalid_argument(flag + " " + name + "=" + value + ": " + refusal);
+  set_or_throw(&parsed, flag, name, value);
   return integer_option(parsed, name);
 }
 
 Options parse_heap_options(const std::vector<std::string>& assignments,
                            const std::function<void(const std::string&)>& warn) {
-  std::vector<std::pair<std::string, std::string>> replayed;
+  Options options;
   for (const std::string& assignment : assignments) {
     size_t eq = assignment.find('=');
-    if (eq == std::string::npos)
-      throw std::invalid_argument("--heap-option wants NAME=VALUE, got '" + assignment + "'");
+    if (eq == std::string::npos) throw std::invalid_argument("--option wants NAME=VALUE, got '" + assignment + "'");
     std::string name = assignment.substr(0, eq), value = assignment.substr(eq + 1);
     if (name.rfind(kPrefix, 0) == 0) name = name.substr(sizeof(kPrefix) - 1);
-    if (!is_one_of(name, kOptionNames))
-      throw std::invalid_argument("--heap-option " + assignment + ": " + unknown_name_message(name));
     for (const auto& [option, flag] : kOptionFlags)
-      if (name == option) throw std::invalid_argument("--heap-option " + name + ": give it as " + flag);
-    std::string refusal = refusal_of(name, value, nullptr);
-    if (!refusal.empty()) throw std::invalid_argument("--heap-option " + name + "=" + value + ": " + refusal);
+      if (name == option) throw std::invalid_argument("--option " + name + ": give it as " + flag);
+    // Set on a copy: an option the replay does not model stays at its default.
+    Options set = options;
+    set_or_throw(&set, "--option", name, value);
     if (is_one_of(name, kPlacementOptionNames) || is_one_of(name, kPredictorOptionNames)) {
-      replayed.emplace_back(name, value);
+      options = set;
     } else if (warn) {
-      warn("--heap-option " + name + ": the replay does not model " + kPrefix + name + "; ignored");
+      warn("--option " + name + ": the replay does not model " + kPrefix + name + "; ignored");
     }
   }
-  g_assignments = &replayed;
-  Options options = read_options(lookup);
-  g_assignments = nullptr;
   return options;
 }
 

@@ -1,6 +1,6 @@
 // The library's options (LLAMALLOC_<NAME>, src/llamalloc/options.h) as the replay takes them: NAME=VALUE pairs
-// parsed by the library's own parser (read_options), so that a value the library refuses is refused here, in the
-// library's words, and a replay under NAME=VALUE is the library under LLAMALLOC_NAME=VALUE.
+// parsed by the library's own parser (set_option, which read_options uses), so that a value the library refuses is
+// refused here, in the library's words, and a replay under NAME=VALUE is the library under LLAMALLOC_NAME=VALUE.
 #pragma once
 
 #include <cstdint>

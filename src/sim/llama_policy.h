@@ -49,7 +49,7 @@ class ClassSource {
 };
 
 struct LlamaOptions {
-  // The library's options (LLAMALLOC_*), at their defaults unless `simulate --heap-option` sets them
+  // The library's options (LLAMALLOC_*), at their defaults unless `simulate --option` sets them
   // (sim/heap_options.h): the heap's configuration is built from them as the library builds its own
   // (alloc/heap_config.h), so the replay places as the library would under them. The replay keeps all eight
   // classes (CLASSES is not read) and has no page cache (no sweeper thread).

@@ -1,13 +1,14 @@
 // llamalloc-sim: replays a trace through placement policies (called by `llamalloc simulate`).
 //   llamalloc-sim TRACE --policy P [--policy P ...] --out FILE.json [--timeline FILE.csv]
-//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--heap-option NAME=VALUE ...]
+//                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--option NAME=VALUE ...]
 //                 [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
 //                 [--search NAME=V1,V2,... ...] [--jobs N]   (llama-oracle-best)
 //                 [--model MODEL [--tokens FILE] [--predict-log FILE]]   (llama-model)
-//   --heap-option: any option of the library's table (LLAMALLOC_NAME; sim/heap_options.h), repeatable.
+//   --option: any option of the library's table (LLAMALLOC_NAME; sim/heap_options.h), repeatable; --heap-option is
+//   its former spelling.
 //   llamalloc-sim TRACE --list-mappings    the trace's executable mappings: "path<TAB>build id (hex)" per line
 //   --search: the values llama-oracle-best tries for a placement option (sim/oracle_search.h), repeatable.
-//   llamalloc-sim --heap-option NAME=VALUE ... [--search ...] --check-heap-options    checks them only (no trace read)
+//   llamalloc-sim --option NAME=VALUE ... [--search ...] --check-heap-options    checks them only (no trace read)
 // Exit status: 0 done, 2 bad input (the trace, an option), 1 anything else. Errors are one line.
 #include <cstdio>
 #include <cstdlib>
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
       } else if (a == "--mesh-period-ms") {
         mesh_period_ms = parse_ms(a, value());
         if (mesh_period_ms <= 0) throw UsageError("--mesh-period-ms must be > 0");
-      } else if (a == "--heap-option") {
+      } else if (a == "--option" || a == "--heap-option") {
         heap_options.push_back(value());
       } else if (a == "--search") {
         apply_search_spec(search.space, value());

@@ -4,7 +4,7 @@
 //
 // - llama-online: no model. Each allocation's class is its context's learned class once the learner has decided
 //   it, else DEFAULT_CLASS (the class the heap uses without a model).
-// - llama-model with --heap-option LEARN=1: the model's class (ModelClassSource) until the context's own evidence
+// - llama-model with --option LEARN=1: the model's class (ModelClassSource) until the context's own evidence
 //   is confident (LEARN_OVERRIDE_SAMPLES) and disagrees.
 //
 // What the process does, and the replay with it:

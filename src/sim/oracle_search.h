@@ -4,7 +4,7 @@
 // default options place badly keeps as much under the oracle as under any allocator, and only a search over the
 // options tells that from "lifetimes do not fragment this program".
 //
-// The search: the base options (the library's defaults, or those --heap-option gives) first, then every
+// The search: the base options (the library's defaults, or those --option gives) first, then every
 // combination of the grid options' values, then coordinate descent from the best so far over every option of
 // the space (one option's values at a time, the others kept), until a round over all of them finds nothing
 // better. A candidate is better with a lower footprint after the peak (the median over sim/after_peak.h's window,

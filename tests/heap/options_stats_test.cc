@@ -265,6 +265,31 @@ TEST(OptionsTest, BadValuesWarnOnceEachAndFallBackToTheDefault) {
             "llamalloc: warning: LLAMALLOC_DEADLINE_K=0 is not an integer in [1, 1000]; using the default 4\n");
 }
 
+// One setting as the library takes it at start: what `llamalloc-options --validate` and the replay check.
+TEST(OptionsTest, SetOptionTakesWhatReadOptionsTakesAndSaysWhyNot) {
+  Options o;
+  char reason[256] = "";
+  EXPECT_TRUE(set_option(&o, "DEADLINE_K", "7", reason, sizeof(reason)));
+  EXPECT_EQ(o.deadline_k, 7u);
+  EXPECT_TRUE(set_option(&o, "MODEL", "/m.model", reason, sizeof(reason)));
+  EXPECT_STREQ(o.model, "/m.model");
+  auto refusal = [&](const char* name, const char* value) {
+    Options before = o;
+    EXPECT_FALSE(set_option(&o, name, value, reason, sizeof(reason))) << name << "=" << value;
+    EXPECT_EQ(o.deadline_k, before.deadline_k);
+    return std::string(reason);
+  };
+  EXPECT_EQ(refusal("DEADLINE_K", "0"), "not an integer in [1, 1000]");
+  EXPECT_EQ(refusal("CLASSES", "abc"), "not an integer in [2, 8]");
+  EXPECT_EQ(refusal("DEADLIN_K", "3"), "LLAMALLOC_DEADLIN_K is not a llamalloc option (did you mean LLAMALLOC_DEADLINE_K?)");
+  EXPECT_EQ(refusal("NO_SUCH_THING", "1"), "LLAMALLOC_NO_SUCH_THING is not a llamalloc option (see docs/options.md)");
+  EXPECT_EQ(refusal("PROF_MODE", "trace"),
+            "LLAMALLOC_PROF_MODE is the profiler's option (llamalloc record, llamalloc trace), not the heap's");
+  EXPECT_EQ(refusal("MODEL_DIR", "/d"), "LLAMALLOC_MODEL_DIR is not an option of the heap's table (docs/options.md)");
+  EXPECT_EQ(refusal("STATS", std::string(4096, 'x').c_str()), "not a path shorter than 4096 bytes");
+  EXPECT_EQ(o.deadline_k, 7u);
+}
+
 TEST(OptionsTest, DefaultsWithoutEnvironment) {
   Options o = read_options([](const char*) -> const char* { return nullptr; });
   EXPECT_EQ(o.classes, 8u);

@@ -31,13 +31,13 @@ TEST(HeapOptions, AssignmentsSetTheTablesFieldsAndTheRestStayAtTheirDefaults) {
 }
 
 TEST(HeapOptions, BadNamesAndValuesAreOneLineErrorsInTheLibrarysWords) {
-  EXPECT_EQ(error_of({"LONG_CLASS=9"}), "--heap-option LONG_CLASS=9: not an integer in [1, 8]");
-  EXPECT_EQ(error_of({"DEADLINE_K=-1"}), "--heap-option DEADLINE_K=-1: not an integer in [1, 1000]");
+  EXPECT_EQ(error_of({"LONG_CLASS=9"}), "--option LONG_CLASS=9: not an integer in [1, 8]");
+  EXPECT_EQ(error_of({"DEADLINE_K=-1"}), "--option DEADLINE_K=-1: not an integer in [1, 1000]");
   EXPECT_EQ(error_of({"LONG_CLAS=4"}),
-            "--heap-option LONG_CLAS=4: LLAMALLOC_LONG_CLAS is not a llamalloc option (did you mean "
+            "--option LONG_CLAS=4: LLAMALLOC_LONG_CLAS is not a llamalloc option (did you mean "
             "LLAMALLOC_LONG_CLASS?)");
-  EXPECT_EQ(error_of({"TOKENS=t"}), "--heap-option TOKENS: give it as --tokens");
-  EXPECT_EQ(error_of({"LONG_CLASS"}), "--heap-option wants NAME=VALUE, got 'LONG_CLASS'");
+  EXPECT_EQ(error_of({"TOKENS=t"}), "--option TOKENS: give it as --tokens");
+  EXPECT_EQ(error_of({"LONG_CLASS"}), "--option wants NAME=VALUE, got 'LONG_CLASS'");
 }
 
 TEST(HeapOptions, AnOptionTheReplayDoesNotModelIsNamedAndIgnored) {

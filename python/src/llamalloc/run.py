@@ -10,8 +10,8 @@ from typing import Callable, Iterable, Mapping
 
 from . import files
 from .errors import UserError
+from .options import check_options
 from .paths import native_library
-from .sim_engine import check_heap_options
 
 ALLOCATOR_LIBRARY = "libllamalloc.so"
 PROFILER_LIBRARY = "libllamalloc_prof.so"
@@ -103,21 +103,6 @@ def run_under_profiler(cmd: Iterable[str], env_extra: Mapping[str, str], preload
     return run_program(cmd, env, on_poll=on_poll)
 
 
-def check_options(options: Iterable[str]) -> None:
-    """Refuses, in one line, an option the allocator does not have or a value its parser refuses (the check of
-    `simulate --heap-option`, by the library's own options table), before the program starts: the allocator
-    itself only warns about them, and the run would go on without the setting the user asked for."""
-    for option in options:
-        try:
-            check_heap_options([option])
-        except UserError as e:
-            # An option the replay takes as a flag of its own (PREDICT_LOG as --predict-log, ...) is the
-            # library's all the same.
-            if ": give it as " in str(e):
-                continue
-            raise UserError(str(e).replace("--heap-option ", "--option ", 1), exit_code=e.exit_code) from None
-
-
 def llamalloc_env(options: Iterable[str] = (), stats: str | os.PathLike | None = None) -> dict[str, str]:
     """The environment of `llamalloc run`: libllamalloc.so preloaded; each NAME=VALUE of `options` as
     LLAMALLOC_<NAME>; with `stats`, the statistics file at exit and the snapshot before the teardown beside it
@@ -131,8 +116,9 @@ def llamalloc_env(options: Iterable[str] = (), stats: str | os.PathLike | None =
         name = name.upper()
         given.append(f"{name}={value}")
         extra[name if name.startswith("LLAMALLOC_") else f"LLAMALLOC_{name}"] = value
-    if given:
-        check_options(given)
+    # Before the program starts: the allocator itself only warns about a setting it refuses, and the run would go
+    # on without the setting the user asked for.
+    check_options(given)
     if stats:
         out = Path(stats)
         # Before the program starts: the allocator writes the file only at the program's exit, and could then

@@ -20,11 +20,12 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from . import files
+from . import files, paths
 from .after_peak import figures as window_figures
 from .errors import FormatError, UserError
-from .sim_engine import BINARY, binary, check_heap_options, error_of as _error_of  # noqa: F401 (re-exported)
+from .options import check_options
 
+BINARY = "src/sim/llamalloc-sim"
 FORMAT = "llamalloc-sim"
 VERSION = 1
 POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-lifetime", "llama-oracle",
@@ -32,6 +33,33 @@ POLICIES = ("pages-4k", "pages-2m", "mesh-4k", "mesh-2m", "tcmalloc", "tcmalloc-
 #: The tracer's own library: its frames are removed from the trace's stacks, so it needs no token table.
 TRACER_LIBRARY = "libllamalloc_prof"
 ALIASES = {"mesh": ("mesh-4k", "mesh-2m")}
+
+
+def binary() -> Path:
+    return paths.native_program(BINARY)
+
+
+def _error_of(r: subprocess.CompletedProcess) -> UserError:
+    lines = [line for line in r.stderr.splitlines() if line.startswith("llamalloc-sim: error: ")]
+    message = lines[-1][len("llamalloc-sim: error: "):] if lines else f"llamalloc-sim failed with status {r.returncode}"
+    return UserError(message, exit_code=2 if r.returncode == 2 else 1)
+
+
+def check_heap_options(heap_options: Iterable[str], search: Iterable[str] = ()) -> None:
+    """Raises a one-line UserError naming the first bad "NAME=VALUE" or "--search NAME=V1,V2,...", at once, before
+    tokens are prepared: a setting the library's options table refuses (`options.check_options`), then what
+    llamalloc-sim refuses of its own command line (an option it takes as a flag of its own, such as MODEL as
+    --model; a search of an option that is not a placement option, or of a value refused)."""
+    heap_options, search = [str(o) for o in heap_options], [str(s) for s in search]
+    check_options(heap_options)
+    args = [str(binary())]
+    for o in heap_options:
+        args += ["--option", o]
+    for spec in search:
+        args += ["--search", spec]
+    r = subprocess.run(args + ["--check-heap-options"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise _error_of(r)
 
 
 @dataclass
@@ -117,7 +145,7 @@ def _mib_text(n: float) -> str:
 
 def search_summary(best: PolicyResult) -> str:
     """One line for llama-oracle-best's result: the options that kept the least after the peak (as the library's
-    environment variables), against llama-oracle under the base options (the defaults, or --heap-option's)."""
+    environment variables), against llama-oracle under the base options (the defaults, or --option's)."""
     search = best.search
     base, top = search["base"], search["best"]
     tried = len(search.get("candidates", []))
@@ -219,8 +247,8 @@ class Settings:
     """What a replay is run with, besides the trace, the policies and the output file.
 
     `heap_options` are "NAME=VALUE" assignments of the library's options (LLAMALLOC_NAME, docs/options.md): the
-    llama policies' heap and predictor are configured from them as the library's would be. llamalloc-sim checks
-    them against the options table (names, bounds) with the library's own parser before it replays anything.
+    llama policies' heap and predictor are configured from them as the library's would be. They are checked
+    against the options table (names, bounds) with the library's own parser before anything is replayed.
     `search` are "NAME=V1,V2,..." specs of the values llama-oracle-best tries for a placement option (the
     others keep its default search space); `jobs` its replays at once (0: one per hardware thread).
     """
@@ -241,7 +269,7 @@ class Settings:
         args = ["--interval-ms", repr(float(self.interval_ms)), "--mesh-period-ms", repr(float(self.mesh_period_ms)),
                 "--seed", str(int(self.seed)), "--thread-idle-ms", repr(float(self.thread_idle_ms))]
         for o in self.heap_options:
-            args += ["--heap-option", str(o)]
+            args += ["--option", str(o)]
         for t in self.snapshot_ms:
             args += ["--snapshot-ms", repr(float(t))]
         for spec in self.search:

@@ -1,4 +1,5 @@
-// llamalloc-options: prints the options table as Markdown (docs/options.md), or checks a file against it; prints
+// llamalloc-options: prints the options table as Markdown (docs/options.md), or checks a file against it; checks
+// NAME=VALUE settings against the heap's table (`llamalloc run --option`, `llamalloc simulate --option`); prints
 // the shared vocabulary (vocabulary.h) as JSON for python/tests/test_vocabulary.py.
 #include <cstdio>
 #include <cstring>
@@ -39,6 +40,29 @@ void print_vocabulary() {
          sizes.c_str(), model.c_str(), profile.c_str());
 }
 
+// Each NAME=VALUE (NAME with or without LLAMALLOC_) as the heap takes LLAMALLOC_NAME=VALUE at start (set_option):
+// one line on stderr for each setting it refuses, "llamalloc-options: error: NAME=VALUE: <reason>"; 1 if any.
+int validate(int count, char** settings) {
+  constexpr char kPrefix[] = "LLAMALLOC_";
+  int refused = 0;
+  for (int i = 0; i < count; ++i) {
+    std::string setting = settings[i];
+    size_t eq = setting.find('=');
+    std::string name = setting.substr(0, eq);
+    if (name.rfind(kPrefix, 0) == 0) name = name.substr(sizeof(kPrefix) - 1);
+    char reason[512];
+    llamalloc::Options options;
+    if (eq == std::string::npos || name.empty()) {
+      snprintf(reason, sizeof(reason), "expected NAME=VALUE");
+    } else if (llamalloc::set_option(&options, name.c_str(), setting.c_str() + eq + 1, reason, sizeof(reason))) {
+      continue;
+    }
+    fprintf(stderr, "llamalloc-options: error: %s: %s\n", setting.c_str(), reason);
+    ++refused;
+  }
+  return refused ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,6 +70,7 @@ int main(int argc, char** argv) {
     print_vocabulary();
     return 0;
   }
+  if (argc >= 2 && strcmp(argv[1], "--validate") == 0) return validate(argc - 2, argv + 2);
   static char buf[1 << 16];
   size_t n = llamalloc::format_options_markdown(buf, sizeof(buf));
   if (n >= sizeof(buf)) {
@@ -76,6 +101,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  fprintf(stderr, "usage: llamalloc-options --markdown | --check FILE | --vocabulary\n");
+  fprintf(stderr, "usage: llamalloc-options --markdown | --check FILE | --validate NAME=VALUE ... | --vocabulary\n");
   return 2;
 }

@@ -66,7 +66,7 @@ def learning_line(name: str, e: dict) -> str:
 
 
 #: Flags that earlier versions had for some of the library's options, kept as deprecated spellings of
-#: --heap-option NAME=VALUE (the options table checks their values).
+#: --option NAME=VALUE (the options table checks their values).
 DEPRECATED_OPTION_FLAGS = {"--deadline-k": "DEADLINE_K", "--repredict-every": "REPREDICT_EVERY",
                            "--repredict-backoff": "REPREDICT_BACKOFF", "--min-confidence": "MIN_CONFIDENCE",
                            "--min-class": "MIN_CLASS", "--unseen-trial": "UNSEEN_TRIAL"}
@@ -83,7 +83,7 @@ def _deprecated_option_flags(f):
 @click.option("--policy", "-p", "policies", multiple=True, required=True,
               help="pages-4k, pages-2m, mesh (= mesh-4k + mesh-2m), mesh-4k, mesh-2m, tcmalloc, "
                    "tcmalloc-lifetime, llama-oracle, llama-oracle-best, llama-default, llama-model (with --model; "
-                   "--heap-option LEARN=1 adds online learning), llama-online (online learning without a model); "
+                   "--option LEARN=1 adds online learning), llama-online (online learning without a model); "
                    "repeat for several")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="result JSON (default: TRACE's file name with the suffix .sim.json, in the current folder: "
@@ -93,11 +93,13 @@ def _deprecated_option_flags(f):
 @click.option("--mesh-period-ms", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
               help="how often the mesh policies mesh (Mesh itself: at most every 100 ms)")
 @click.option("--seed", type=int, default=1, show_default=True, help="randomness of the mesh policies")
-@click.option("--heap-option", "heap_options", multiple=True, metavar="NAME=VALUE",
+@click.option("--option", "heap_options", multiple=True, metavar="NAME=VALUE",
               help="llama policies: configure the heap and the predictor as the library is under "
                    "LLAMALLOC_NAME=VALUE (any option of docs/options.md, e.g. DEADLINE_K=2, LONG_CLASS=8, "
                    "MIN_CLASS=0); repeat for several. The others stay at the library's defaults; an option the "
                    "replay does not model is named in a warning")
+# The flag's former spelling, still taken.
+@click.option("--heap-option", "former_heap_options", multiple=True, hidden=True, metavar="NAME=VALUE")
 @click.option("--search", "search", multiple=True, metavar="NAME=V1,V2,...",
               help="llama-oracle-best: the values to try for a placement option (LONG_CLASS, SHARED_CLASS, "
                    "SPAN_RECYCLING, DENSE_FIRST, DEADLINE_K, SAME_CLASS_RECYCLING, SMALL_HEAP_PAGES, DEFAULT_CLASS), "
@@ -120,20 +122,21 @@ def _deprecated_option_flags(f):
 @_deprecated_option_flags
 @click.option("--quiet", "-q", is_flag=True, help="no progress lines")
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
-            seed: int, heap_options: tuple[str, ...], search: tuple[str, ...], jobs: int | None,
+            seed: int, heap_options: tuple[str, ...], former_heap_options: tuple[str, ...],
+            search: tuple[str, ...], jobs: int | None,
             thread_idle_ms: float, snapshot_ms: tuple[float, ...],
             model: Path | None, tokens: Path | None, predict_log: Path | None, quiet: bool, **deprecated) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
         out = sim.default_output(trace)
-    # A deprecated flag comes first, so that a --heap-option of the same name wins.
+    # A deprecated flag comes first, so that an --option of the same name wins.
     spelled = []
     for flag, name in DEPRECATED_OPTION_FLAGS.items():
         value = deprecated.get(flag.lstrip("-").replace("-", "_"))
         if value is not None:
-            click.echo(f"simulate: warning: {flag} is deprecated; use --heap-option {name}={value}", err=True)
+            click.echo(f"simulate: warning: {flag} is deprecated; use --option {name}={value}", err=True)
             spelled.append(f"{name}={value}")
-    heap_options = (*spelled, *heap_options)
+    heap_options = (*spelled, *former_heap_options, *heap_options)
     settings = sim.Settings(interval_ms=interval_ms, mesh_period_ms=mesh_period_ms, seed=seed,
                             thread_idle_ms=thread_idle_ms, snapshot_ms=tuple(snapshot_ms), heap_options=heap_options,
                             model=model, tokens=tokens, predict_log=predict_log, search=tuple(search),
