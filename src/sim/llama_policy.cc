@@ -261,7 +261,7 @@ void LlamaPolicy::allocate(const ObjectAlloc& object) {
   unsigned lc = options_.class_source ? options_.class_source->class_of(object)
                 : options_.fixed_class >= 0 ? unsigned(options_.fixed_class)
                 : object.lifetime_class;
-  if (lc >= kMaxClasses) lc = kMaxClasses - 1;  // the library's clamp_class
+  lc = clamp_class(lc, page_heap_->num_classes());
   ++allocs_by_class_[lc];
   size_t size = object.size_bytes;
   size_t alignment = std::max<size_t>(object.alignment_bytes, kMinAlignBytes);

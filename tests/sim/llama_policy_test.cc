@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "alloc/heap_config.h"
 #include "thread_heap/thread_heap.h"
 #include "sim/engine.h"
 #include "test_events.h"
@@ -105,7 +106,7 @@ class StackIsClass final : public ClassSource {
   unsigned class_of(const ObjectAlloc& object) override { return object.stack_id; }
 };
 
-// The library's options reach the replay's heap (LlamaOptions::heap_options, `simulate --heap-option`): here
+// The library's options reach the replay's heap (LlamaOptions::heap_options, `simulate --option`): here
 // DENSE_FIRST, replayed on the heap test's case (page_heap_test.cc, DenseFirst): two full class-2 pages A
 // and B; B loses 2 objects, then A loses 28; a class-1 object recycles class 2's free blocks, then A's last 4
 // objects go. With DENSE_FIRST=1 the object lands on B, the fuller page, and A goes back whole; with 0 it lands
@@ -144,6 +145,30 @@ TEST(LlamaPolicy, TheLibrarysPlacementOptionsConfigureTheReplaysHeap) {
     auto json = policy.summary_json();
     ASSERT_EQ(json.size(), 2u);
     EXPECT_NE(json[1].second.find("\"DENSE_FIRST\": " + std::to_string(dense)), std::string::npos) << json[1].second;
+  }
+}
+
+// A class above the heap's (a model's or a class source's) is clamped by the library's own rule (clamp_class,
+// alloc/heap_config.h): the replay counts and places the object in the class the library would, for a heap of
+// the replay's classes (all eight, whatever LLAMALLOC_CLASSES says).
+TEST(LlamaPolicy, AClassAboveTheHeapsIsClampedAsTheLibraryClampsIt) {
+  for (unsigned predicted : {0u, kMaxClasses - 1, kMaxClasses, kMaxClasses + 2, 255u}) {
+    SCOPED_TRACE("class " + std::to_string(predicted));
+    LlamaOptions options;
+    options.class_source = std::make_shared<StackIsClass>();
+    options.heap_options.classes = 4;
+    LlamaPolicy policy(options);
+    ASSERT_EQ(policy.heap().num_classes(), kMaxClasses);
+    Event e = alloc_event(0, 0x1000, 64);
+    e.stack_id = predicted;
+    VectorEventSource source({e});
+    RunResult r = replay(source, policy, EngineOptions{});
+    unsigned expected = clamp_class(predicted, policy.heap().num_classes());
+    for (auto& [name, value] : r.extras)
+      if (name.rfind("allocs_class_", 0) == 0)
+        EXPECT_EQ(value, name == "allocs_class_" + std::to_string(expected) ? 1 : 0) << name;
+    for (unsigned c = 0; c < kMaxClasses; ++c)
+      EXPECT_EQ(policy.heap().gauges().huge_pages_by_class[c], c == expected ? 1u : 0u) << "class " << c;
   }
 }
 

@@ -1,5 +1,5 @@
 // The heap's configuration from the options (LLAMALLOC_*). The library builds its heap with it at start, and the
-// replay (`llamalloc simulate --heap-option NAME=VALUE`) builds its own the same way, so that a replay of an
+// replay (`llamalloc simulate --option NAME=VALUE`) builds its own the same way, so that a replay of an
 // option is the library under it.
 #pragma once
 
@@ -7,6 +7,11 @@
 #include "options.h"
 
 namespace llamalloc {
+
+// A class a heap of `num_classes` classes has: a predictor's class above them is the last one (never freed). The
+// library's slow paths (alloc/runtime_internal.h) and the replay (sim/llama_policy.cc) both clamp with it, so that
+// a replay places such an object where the library would.
+inline unsigned clamp_class(unsigned lc, unsigned num_classes) { return lc < num_classes ? lc : num_classes - 1; }
 
 // The class every allocation gets without a model (LLAMALLOC_DEFAULT_CLASS; at most the last class).
 inline unsigned default_class_of(const Options& o) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "alloc/heap_config.h"
 #include "alloc/runtime.h"
 #include "base.h"
 #include "thread_heap/thread_heap.h"
@@ -29,8 +30,8 @@ extern bool g_every_allocation;
 extern bool g_learning;
 extern ThreadHeap g_sampled_heap;
 
-// A class the page heap has: a predictor's class above the configured ones is the last one.
-inline unsigned clamp_class(unsigned lc) { return lc < g_page_heap.num_classes() ? lc : g_page_heap.num_classes() - 1; }
+// A class the process's page heap has (alloc/heap_config.h).
+inline unsigned clamp_class(unsigned lc) { return clamp_class(lc, g_page_heap.num_classes()); }
 
 // ---- The thread-heap pool (alloc/thread_heap_pool.cc) ----
 
