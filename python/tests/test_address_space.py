@@ -272,7 +272,7 @@ def test_learning_or_a_model_takes_little_address_space_at_start(random_model_fi
     # The prediction caches and the learner's tables are mapped as threads and contexts come: at start, a
     # process that learns or predicts has a few MiB more VmData than one that does neither, not the caches of
     # every thread it might have.
-    options = {"LLAMALLOC_LEARN": "1"} if learn else {}
+    options = {"LLAMALLOC_LEARN": "1", "LLAMALLOC_LEARN_FROM_MIB": "0"} if learn else {}
     if with_model:
         options["LLAMALLOC_MODEL"] = str(random_model_file)
     plain = run(["python3", "-c", VMDATA], "llamalloc")
@@ -290,7 +290,7 @@ def test_a_program_learns_under_an_address_space_limit(tmp_path, limit_kib):
     # without learning), and nothing is printed.
     stats = tmp_path / "stats.json"
     r = run(["python3", "-c", LIST], "llamalloc", limit_as=limit_kib * 1024,
-            options={"LLAMALLOC_LEARN": "1", "LLAMALLOC_STATS": str(stats)})
+            options={"LLAMALLOC_LEARN": "1", "LLAMALLOC_LEARN_FROM_MIB": "0", "LLAMALLOC_STATS": str(stats)})
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert "ok 100000" in r.stdout, r.stdout
     assert "llamalloc" not in r.stderr, r.stderr

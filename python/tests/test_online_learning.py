@@ -24,6 +24,8 @@ def env(tmp_path_factory):
     e = dict(os.environ, LLAMALLOC_CACHE_DIR=str(cache))
     for k in ("LLAMALLOC_MODEL", "LLAMALLOC_TOKENS", "LLAMALLOC_LEARN"):
         e.pop(k, None)
+    # These programs keep a few MiB: learning from the start, not from LEARN_FROM_MIB's footprint.
+    e["LLAMALLOC_LEARN_FROM_MIB"] = "0"
     return e
 
 
@@ -72,6 +74,18 @@ def test_learning_is_off_unless_asked(tmp_path, env):
     stats = run(tmp_path, env, "off", "learn", 3, 1, learn=False)
     assert "online" not in stats and stats["counters"]["online_samples"] == 0
     assert stats["counters"]["prediction_cache_misses"] == 0  # no cache either: the fast path as without a model
+
+
+@pytest.mark.parametrize("from_mib", [2, 4096])
+def test_learning_alone_starts_once_the_footprint_reaches_learn_from_mib(tmp_path, env, from_mib):
+    # 2 MiB: the first huge page reaches it, and the first page pass starts learning; 4 GiB: never reached, and
+    # the process runs as without learning: no samples, no prediction cache.
+    stats = run(tmp_path, dict(env, LLAMALLOC_LEARN_FROM_MIB=str(from_mib)), "gate", "learn", ROUNDS, PAUSE_MS)
+    c = stats["counters"]
+    if from_mib == 2:
+        assert c["online_samples"] > 0 and c["prediction_cache_misses"] > 0, c
+    else:
+        assert c["online_samples"] == 0 and c["prediction_cache_misses"] == 0, c
 
 
 @pytest.fixture(scope="module")

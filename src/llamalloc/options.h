@@ -141,6 +141,11 @@ namespace llamalloc {
     "1: learn each calling context's lifetime class in the process from sampled objects (docs/prediction.md, "  \
     "'Online learning'): with MODEL, the model's class until the context's own evidence disagrees; without, "    \
     "DEFAULT_CLASS until then. Every allocation then probes a per-thread prediction cache.")                   \
+  X(LEARN_FROM_MIB, learn_from_mib, Uint, 64, 0, 1048576,                                                      \
+    "LEARN without MODEL starts once the heap's footprint first reaches this many MiB; until then the process " \
+    "runs as without learning (no prediction cache, no samples). A heap of a few dozen huge pages has little "  \
+    "for lifetimes to save, and learning costs each allocation a cache probe and each class its own spans. "    \
+    "0: from the start. With MODEL, learning starts with the model.")                                          \
   X(LEARN_MIN_SAMPLES, learn_min_samples, Uint, 8, 1, 1000000,                                                 \
     "Sampled objects (freed, or live past 10 ms) a context needs before LEARN decides its class.")              \
   X(LEARN_OVERRIDE_SAMPLES, learn_override_samples, Uint, 32, 1, 1000000,                                      \

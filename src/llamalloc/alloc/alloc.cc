@@ -46,22 +46,22 @@ void* malloc_slow_entered(ThreadHeap* h, size_t size, size_t alignment, unsigned
     // The prediction runs outside the owner's handshake: a model run may allocate (a signal handler during
     // it, or the unwinder's first use), and that nested allocation's owner_exit must not end this one's turn.
     owner_exit(h);
-    unsigned predicted = g_predictor_ptr->predict(context);
+    unsigned predicted = current_predictor()->predict(context);
     sample = predicted & kSampleAllocation;
     lc = clamp_class(predicted & ~kSampleAllocation);
     owner_enter(h);
     if (LLAMALLOC_UNLIKELY(sweep_requested(h))) ThreadHeapOps::wait_for_sweep(*h);
-    h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(lc);
+    h->fast_class = every_allocation() ? uint8_t(kMaxClasses) : uint8_t(lc);
     // The first prediction of a thread with a cached predictor hands its cache to the fast path.
-    if (g_every_allocation && h->prediction_cache.entries == nullptr)
-      g_predictor_ptr->thread_cache(&h->prediction_cache);
+    if (every_allocation() && h->prediction_cache.entries == nullptr)
+      current_predictor()->thread_cache(&h->prediction_cache);
   } else {
     lc = clamp_class(lc);
   }
   if (LLAMALLOC_UNLIKELY(sample)) {
     // Online learning samples this allocation: from the sampled heap, whose frees all reach the predictor.
     void* p = ThreadHeapOps::allocate_sampled(g_page_heap, *h, lc, size, alignment);
-    if (p != nullptr) g_predictor_ptr->sampled(p);
+    if (p != nullptr) current_predictor()->sampled(p);
     debug_check_heap();
     return p;
   }
@@ -90,7 +90,7 @@ void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_a
 void free_slow(void* p) {
   if (p == nullptr) return;
   // A large object may have been sampled (online learning; small sampled objects are the sampled heap's).
-  if (g_learning) g_predictor_ptr->freed(p);
+  if (learning()) current_predictor()->freed(p);
   ThreadHeapOps::deallocate(g_page_heap, tl_heap, p);
   if (tl_live_delta > kLiveFlushBytes || tl_live_delta < -kLiveFlushBytes) flush_live_bytes();
   debug_check_heap();

@@ -83,7 +83,7 @@ unsigned sweep_idle_heaps(bool every_heap) {
       if (purge.waiting != 0) h->idle_ticks = 0;
       // (The owner, outside the allocator, waits for the sweep before it next probes or fills its cache.)
       if (h->prediction_cache.entries != nullptr && h->cache_idle_ticks == cache_idle_passes &&
-          g_predictor_ptr->drop_thread_cache(h->prediction_cache))
+          current_predictor()->drop_thread_cache(h->prediction_cache))
         g_page_heap.counters().prediction_caches_dropped.fetch_add(1, std::memory_order_relaxed);
       ++swept;
     } else {

@@ -20,7 +20,7 @@ namespace {
 
 void prepare_fork() {
   g_page_heap.shared_lock().lock();
-  g_predictor_ptr->before_fork();
+  current_predictor()->before_fork();
   g_heap_pool.lock.lock();
   g_page_heap.lock().lock();
 }
@@ -28,14 +28,14 @@ void prepare_fork() {
 void parent_after_fork() {
   g_page_heap.lock().unlock();
   g_heap_pool.lock.unlock();
-  g_predictor_ptr->after_fork(false);
+  current_predictor()->after_fork(false);
   g_page_heap.shared_lock().unlock();
 }
 
 void child_after_fork() {
   g_page_heap.lock().reset_after_fork();
   g_heap_pool.lock.reset_after_fork();
-  g_predictor_ptr->after_fork(true);
+  current_predictor()->after_fork(true);
   g_page_heap.shared_lock().reset_after_fork();
   forget_sweeper_in_fork_child();
 }

@@ -26,6 +26,26 @@ namespace llamalloc {
 namespace {
 constinit DefaultPredictor g_default_predictor(0);
 pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
+// Learning that waits for its footprint (maybe_start_learning): the learned predictor, made at init, and the
+// footprint at which it starts. Written once at init; g_waiting_learner is cleared, under its once, by the pass
+// that starts it.
+constinit Predictor* g_waiting_learner = nullptr;
+constinit uint64_t g_learn_from_bytes = 0;
+pthread_once_t g_learning_once = PTHREAD_ONCE_INIT;
+
+// Online learning's sampled objects come from their own thread heap, whose frees all reach the predictor.
+void enable_sampling() {
+  g_page_heap.set_sampled_heap(&g_sampled_heap);
+  ThreadHeapOps::set_sampled_free_hook([](void* p) { current_predictor()->freed(p); });
+  __atomic_store_n(&g_learning, true, __ATOMIC_RELEASE);
+}
+
+void start_waiting_learner() {
+  Predictor* p = g_waiting_learner;
+  enable_sampling();
+  set_predictor(p);
+  __atomic_store_n(&g_waiting_learner, nullptr, __ATOMIC_RELEASE);
+}
 }  // namespace
 
 constinit LinuxPlatform g_platform;
@@ -65,13 +85,16 @@ void init_once() {
       write_stderr("llamalloc: warning: LLAMALLOC_MODEL is set but no learned predictor could load it; "
                       "using the default class\n");
   }
-  g_every_allocation = g_predictor_ptr->consult() == Consult::kEveryAllocation;
-  if (g_predictor_ptr->samples()) {
-    // Online learning: sampled objects come from their own thread heap, whose frees all reach the predictor.
-    g_page_heap.set_sampled_heap(&g_sampled_heap);
-    ThreadHeapOps::set_sampled_free_hook([](void* p) { g_predictor_ptr->freed(p); });
-    g_learning = true;
+  // Learning alone (no model) waits for its footprint; with a model, the model runs from the start and learns
+  // beside it.
+  bool has_model = o.model != nullptr && *o.model;
+  if (!has_model && o.learn_from_mib != 0 && g_predictor_ptr != &g_default_predictor && g_predictor_ptr->samples()) {
+    g_waiting_learner = g_predictor_ptr;
+    g_learn_from_bytes = uint64_t(o.learn_from_mib) << 20;
+    g_predictor_ptr = &g_default_predictor;
   }
+  g_every_allocation = g_predictor_ptr->consult() == Consult::kEveryAllocation;
+  if (g_predictor_ptr->samples()) enable_sampling();
 }
 
 }  // namespace
@@ -80,8 +103,8 @@ void ensure_init() { pthread_once(&g_init_once, init_once); }
 
 void set_predictor(Predictor* p) {
   ensure_init();
-  g_predictor_ptr = p;
-  g_every_allocation = p->consult() == Consult::kEveryAllocation;
+  __atomic_store_n(&g_every_allocation, p->consult() == Consult::kEveryAllocation, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_predictor_ptr, p, __ATOMIC_RELEASE);
   // Threads pick this up at their next slow path; the calling thread at once.
   ThreadHeap* h = tl_heap;
   if (h != &g_empty_heap)
@@ -89,6 +112,17 @@ void set_predictor(Predictor* p) {
 }
 
 Predictor* predictor() { return g_predictor_ptr; }
+
+void maybe_start_learning() {
+  if (LLAMALLOC_LIKELY(__atomic_load_n(&g_waiting_learner, __ATOMIC_ACQUIRE) == nullptr)) return;
+  uint64_t footprint;
+  {
+    LockGuard g(g_page_heap.lock());  // (a pass a period: the lock's cost does not show)
+    footprint = g_page_heap.gauges().footprint_bytes;
+  }
+  if (footprint < g_learn_from_bytes) return;
+  pthread_once(&g_learning_once, start_waiting_learner);
+}
 
 }  // namespace llamalloc
 

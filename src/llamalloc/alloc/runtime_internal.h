@@ -29,6 +29,18 @@ extern bool g_every_allocation;
 // that may be of sampled objects go to the predictor.
 extern bool g_learning;
 extern ThreadHeap g_sampled_heap;
+// Online learning without a model waits until the footprint first reaches LLAMALLOC_LEARN_FROM_MIB: the page
+// passes (sweeper.cc) call this, and the first one past the mark installs the learned predictor, which the other
+// threads take at their next slow path. Rule and reason: lifetimes pay by keeping survivors off the pages of a
+// heap's temporaries, which a heap of a few dozen huge pages cannot gain much from, while the prediction cache's
+// probe and the samples cost every program time and spans; below the mark the process runs as without learning.
+void maybe_start_learning();
+// The three above as other threads read them: set_predictor and maybe_start_learning change them while the
+// program runs (the predictor and g_learning published with release, so that a thread that sees them sees what
+// they need: the sampled heap and its free hook).
+inline Predictor* current_predictor() { return __atomic_load_n(&g_predictor_ptr, __ATOMIC_ACQUIRE); }
+inline bool every_allocation() { return __atomic_load_n(&g_every_allocation, __ATOMIC_RELAXED); }
+inline bool learning() { return __atomic_load_n(&g_learning, __ATOMIC_ACQUIRE); }
 
 // A class the process's page heap has (alloc/heap_config.h).
 inline unsigned clamp_class(unsigned lc) { return clamp_class(lc, g_page_heap.num_classes()); }

@@ -71,7 +71,8 @@ void* sweeper_main(void*) {
     g_page_heap.release_empty_open_pages(false);
     g_page_heap.subrelease_free_blocks(false);
     g_page_heap.collapse_dense_pages(PageHeap::kCollapsePerPass);
-    g_predictor_ptr->trim();
+    current_predictor()->trim();
+    maybe_start_learning();
   }
   return nullptr;
 }
@@ -164,7 +165,8 @@ void run_inline_passes() {
   g_page_heap.subrelease_free_blocks(false, 1);
   // Fewer collapses than the sweeper's pass: this one runs on a thread of the program.
   g_page_heap.collapse_dense_pages(PageHeap::kCollapsePerPass / 4);
-  g_predictor_ptr->trim();
+  current_predictor()->trim();
+  maybe_start_learning();
 }
 
 }  // namespace llamalloc

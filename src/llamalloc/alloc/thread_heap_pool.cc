@@ -127,7 +127,7 @@ ThreadHeap* attach_thread_heap() {
   bool second = false;
   ThreadHeap* h = acquire_heap(&second);
   if (h == nullptr) return nullptr;
-  h->fast_class = g_every_allocation ? uint8_t(kMaxClasses) : uint8_t(clamp_class(g_predictor_ptr->predict({0, 0, 0})));
+  h->fast_class = every_allocation() ? uint8_t(kMaxClasses) : uint8_t(clamp_class(current_predictor()->predict({0, 0, 0})));
   tl_heap = h;
   // Registers the thread-exit hook (before the library's constructor has made the key, the first thread's heap
   // is registered there).
