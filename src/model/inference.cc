@@ -9,6 +9,21 @@ namespace llamalloc::model {
 
 namespace {
 
+// p(r) of fast_exp, given x and n: r = x - n ln2 (ln2 in two parts, so that r is exact), then the polynomial by
+// Horner's rule; for a float or for eight (exp8), the same arithmetic.
+template <class T>
+__attribute__((always_inline)) inline T exp_polynomial(T x, T n) {
+  T r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  T p = T{} + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  return p * r + 1.0f;
+}
+
 // exp(x) for a vector loop: 2^n * p(r) with x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial (relative error
 // about 2e-7, below float32's own rounding of the reference). Branch-free and call-free (the rounding is the
 // 1.5 * 2^23 trick, not roundf) so that the loops around it vectorise.
@@ -17,16 +32,7 @@ __attribute__((always_inline)) inline float fast_exp(float x) {
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits
   float t = x * 1.44269504088896341f + shifter;
   float n = t - shifter;
-  float r = x - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  return p * __builtin_bit_cast(float, (int32_t(n) + 127) << 23);
+  return exp_polynomial(x, n) * __builtin_bit_cast(float, (int32_t(n) + 127) << 23);
 }
 
 __attribute__((always_inline)) inline float sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
@@ -50,17 +56,8 @@ __attribute__((always_inline)) inline v8f exp8(v8f x) {
   x = x > splat(88.0f) ? splat(88.0f) : x;
   const v8f shifter = splat(12582912.0f);
   v8f n = (x * 1.44269504088896341f + shifter) - shifter;
-  v8f r = x - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187045e-06f;
-  v8f p = splat(1.0f / 720);
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
   v8i bits = (__builtin_convertvector(n, v8i) + 127) << 23;
-  return p * __builtin_bit_cast(v8f, bits);
+  return exp_polynomial(x, n) * __builtin_bit_cast(v8f, bits);
 }
 
 __attribute__((always_inline)) inline v8f sigmoid8(v8f x) { return 1.0f / (1.0f + exp8(-x)); }
@@ -73,20 +70,32 @@ __attribute__((always_inline)) inline v8f load8(const float* p) {
 }
 __attribute__((always_inline)) inline void store8(float* p, v8f v) { __builtin_memcpy(p, &v, sizeof v); }
 
+// What a step reads of the model: its sizes, the folded input rows (a token's embedding through the input
+// weights, plus the bias: 4H floats per token) and the hidden-to-gates weights (H rows of 4H).
+struct StepWeights {
+  explicit StepWeights(const ModelFile& model)
+      : hidden(model.hidden_dim()), four_h(4 * hidden), folded(model.folded()), w_hidden(model.w_hidden()),
+        vocab(model.vocab_size()) {}
+  // A token's folded row; one outside the vocabulary reads <unk>'s.
+  const float* row(uint32_t token) const { return folded + size_t(token < vocab ? token : kUnkToken) * four_h; }
+
+  const unsigned hidden, four_h;
+  const float* const folded;
+  const float* const w_hidden;
+  const uint32_t vocab;
+};
+
 // H a multiple of 8 (the models llamalloc trains: 16, 64): z columns in blocks of 32 kept in four registers
 // while the H rows of w_hidden stream by, then the gates eight at a time.
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 void lstm_steps_vector(const ModelFile& model, const uint32_t* tokens, size_t count, float* h, float* c) {
-  const unsigned hidden = model.hidden_dim();
-  const unsigned four_h = 4 * hidden;
-  const float* folded = model.folded();
-  const float* w_hidden = model.w_hidden();
-  const uint32_t vocab = model.vocab_size();
+  const StepWeights m(model);
+  const unsigned hidden = m.hidden, four_h = m.four_h;
+  const float* w_hidden = m.w_hidden;
   // Sized by the model (not kMaxHiddenDim): the stack a model run touches stays resident in every thread.
   auto* z = static_cast<float*>(__builtin_alloca_with_align(four_h * sizeof(float), 512));
   for (size_t t = 0; t < count; ++t) {
-    uint32_t token = tokens[t] < vocab ? tokens[t] : kUnkToken;
-    const float* x = folded + size_t(token) * four_h;
+    const float* x = m.row(tokens[t]);
     unsigned j0 = 0;
     for (; j0 + 32 <= four_h; j0 += 32) {
       v8f a0 = load8(x + j0), a1 = load8(x + j0 + 8), a2 = load8(x + j0 + 16), a3 = load8(x + j0 + 24);
@@ -124,19 +133,15 @@ void lstm_steps_vector(const ModelFile& model, const uint32_t* tokens, size_t co
 
 // Any other H: the same arithmetic, one float at a time.
 void lstm_steps_scalar(const ModelFile& model, const uint32_t* tokens, size_t count, float* h, float* c) {
-  const unsigned hidden = model.hidden_dim();
-  const unsigned four_h = 4 * hidden;
-  const float* folded = model.folded();
-  const float* w_hidden = model.w_hidden();
-  const uint32_t vocab = model.vocab_size();
+  const StepWeights m(model);
+  const unsigned hidden = m.hidden, four_h = m.four_h;
   // Sized by the model (not kMaxHiddenDim): the stack a model run touches stays resident in every thread.
   auto* z = static_cast<float*>(__builtin_alloca_with_align(four_h * sizeof(float), 512));
   for (size_t t = 0; t < count; ++t) {
-    uint32_t token = tokens[t] < vocab ? tokens[t] : kUnkToken;
-    const float* x = folded + size_t(token) * four_h;
+    const float* x = m.row(tokens[t]);
     for (unsigned j = 0; j < four_h; ++j) z[j] = x[j];
     for (unsigned k = 0; k < hidden; ++k)
-      for (unsigned j = 0; j < four_h; ++j) z[j] += h[k] * w_hidden[size_t(k) * four_h + j];
+      for (unsigned j = 0; j < four_h; ++j) z[j] += h[k] * m.w_hidden[size_t(k) * four_h + j];
     for (unsigned j = 0; j < hidden; ++j) {
       float i = sigmoid(z[j]), f = sigmoid(z[hidden + j]), g = tanh_(z[2 * hidden + j]), o = sigmoid(z[3 * hidden + j]);
       c[j] = f * c[j] + i * g;

@@ -2,11 +2,10 @@
 // (src/llamalloc/alloc/init.cc declares it weak). Only linked into libllamalloc (it reads the heap's options
 // table); tests use LearnedPredictor.
 #include <fcntl.h>
-#include <unistd.h>
 
-#include <cstring>
 #include <new>
 
+#include "base.h"
 #include "learned_predictor.h"
 #include "options.h"
 #include "stats.h"
@@ -18,16 +17,6 @@ alignas(llamalloc::model::LearnedPredictor) unsigned char g_predictor_storage[si
 
 size_t describe_learning(char* buf, size_t capacity) {
   return reinterpret_cast<llamalloc::model::LearnedPredictor*>(g_predictor_storage)->describe_learning(buf, capacity);
-}
-
-void write_stderr_line(const char* s) {
-  size_t n = strlen(s);
-  while (n > 0) {
-    ssize_t w = write(2, s, n);
-    if (w <= 0) return;
-    s += w;
-    n -= size_t(w);
-  }
 }
 
 }  // namespace
@@ -50,7 +39,7 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
     char line[600];
     format_message(line, sizeof line, "llamalloc: warning: %s; running without %s\n", error,
                    o.learn != 0 ? "the model (learning online)" : "predictions");
-    write_stderr_line(line);
+    llamalloc::write_stderr(line);
     predictor->~LearnedPredictor();
     if (o.learn == 0 || model_path == nullptr || *model_path == '\0') return nullptr;
     predictor = new (g_predictor_storage) LearnedPredictor;
@@ -71,7 +60,7 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
     if (predictor->set_learning(learn_rule_of(o, predictor->has_model() ? &predictor->model() : nullptr, shortest))) {
       llamalloc::set_stats_section(describe_learning);
     } else {
-      write_stderr_line("llamalloc: warning: LLAMALLOC_LEARN: cannot map the learner's tables; not learning\n");
+      llamalloc::write_stderr("llamalloc: warning: LLAMALLOC_LEARN: cannot map the learner's tables; not learning\n");
       if (!predictor->has_model()) {
         predictor->~LearnedPredictor();
         return nullptr;

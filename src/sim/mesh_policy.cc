@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sim/id_lists.h"
+
 namespace llamalloc::sim {
 
 namespace {
@@ -43,14 +45,7 @@ void MeshPolicy::back_pages(uint64_t first_page, uint64_t page_count, int delta)
 }
 
 uint32_t MeshPolicy::new_span(uint32_t size_class) {
-  uint32_t id;
-  if (!free_span_ids_.empty()) {
-    id = free_span_ids_.back();
-    free_span_ids_.pop_back();
-  } else {
-    id = static_cast<uint32_t>(spans_.size());
-    spans_.emplace_back();
-  }
+  uint32_t id = take_id(spans_, free_span_ids_);
   Span& s = spans_[id];
   s = Span{};
   uint64_t class_bytes = size_class_block_bytes(size_class);
@@ -75,11 +70,8 @@ void MeshPolicy::add_partial(uint32_t span) {
 void MeshPolicy::remove_partial(uint32_t span) {
   Span& s = spans_[span];
   if (s.partial_pos == kNone) return;
-  auto& list = classes_[s.size_class].partial;
-  uint32_t last = list.back();
-  list[s.partial_pos] = last;
-  spans_[last].partial_pos = s.partial_pos;
-  list.pop_back();
+  remove_at(classes_[s.size_class].partial, s.partial_pos,
+            [&](uint32_t id) -> uint32_t& { return spans_[id].partial_pos; });
   s.partial_pos = kNone;
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "sim/id_lists.h"
+
 namespace llamalloc::sim {
 
 TcmallocPolicy::TcmallocPolicy(TcmallocOptions options)
@@ -43,13 +45,7 @@ uint32_t TcmallocPolicy::allocate_span(uint32_t page_count, uint32_t size_class,
     best_first = first;
   }
   if (best == kNone) {
-    if (!free_huge_page_ids_.empty()) {
-      best = free_huge_page_ids_.back();
-      free_huge_page_ids_.pop_back();
-    } else {
-      best = static_cast<uint32_t>(huge_pages_.size());
-      huge_pages_.emplace_back();
-    }
+    best = take_id(huge_pages_, free_huge_page_ids_);
     HugePage& hp = huge_pages_[best];
     hp = HugePage{};
     hp.number = huge_page_arena_.allocate(1);
@@ -63,14 +59,7 @@ uint32_t TcmallocPolicy::allocate_span(uint32_t page_count, uint32_t size_class,
   for (uint32_t p = best_first; p < best_first + page_count; ++p) hp.used_pages[p / 64] |= uint64_t{1} << (p % 64);
   hp.used += page_count;
 
-  uint32_t span;
-  if (!free_span_ids_.empty()) {
-    span = free_span_ids_.back();
-    free_span_ids_.pop_back();
-  } else {
-    span = static_cast<uint32_t>(spans_.size());
-    spans_.emplace_back();
-  }
+  uint32_t span = take_id(spans_, free_span_ids_);
   spans_[span] = Span{best, static_cast<uint32_t>(best_first), page_count, size_class, capacity, 0, -1, kNone};
   ++spans_allocated_;
   return span;
@@ -82,11 +71,7 @@ void TcmallocPolicy::release_span(uint32_t span) {
   for (uint32_t p = s.first_page; p < s.first_page + s.page_count; ++p) hp.used_pages[p / 64] &= ~(uint64_t{1} << (p % 64));
   hp.used -= s.page_count;
   if (hp.used == 0) {
-    auto& set = filler_[hp.set];
-    uint32_t last = set.back();
-    set[hp.set_pos] = last;
-    huge_pages_[last].set_pos = hp.set_pos;
-    set.pop_back();
+    remove_at(filler_[hp.set], hp.set_pos, [&](uint32_t id) -> uint32_t& { return huge_pages_[id].set_pos; });
     huge_page_arena_.free(hp.number, 1);
     free_huge_page_ids_.push_back(s.huge_page);
     --huge_pages_in_use_;
@@ -101,13 +86,7 @@ void TcmallocPolicy::update_list(uint32_t span) {
   int list = s.live == s.capacity ? -1 : std::min(kPriorityLists - 1, static_cast<int>(std::bit_width(s.live)));
   if (list == s.list) return;
   auto& lists = central_[s.size_class];
-  if (s.list >= 0) {
-    auto& old = lists[s.list];
-    uint32_t last = old.back();
-    old[s.list_pos] = last;
-    spans_[last].list_pos = s.list_pos;
-    old.pop_back();
-  }
+  if (s.list >= 0) remove_at(lists[s.list], s.list_pos, [&](uint32_t id) -> uint32_t& { return spans_[id].list_pos; });
   s.list = list;
   s.list_pos = kNone;
   if (list >= 0) {
