@@ -281,7 +281,8 @@ TEST(OptionsTest, SetOptionTakesWhatReadOptionsTakesAndSaysWhyNot) {
   };
   EXPECT_EQ(refusal("DEADLINE_K", "0"), "not an integer in [1, 1000]");
   EXPECT_EQ(refusal("CLASSES", "abc"), "not an integer in [2, 8]");
-  EXPECT_EQ(refusal("DEADLIN_K", "3"), "LLAMALLOC_DEADLIN_K is not a llamalloc option (did you mean LLAMALLOC_DEADLINE_K?)");
+  EXPECT_EQ(refusal("DEADLIN_K", "3"),
+            "LLAMALLOC_DEADLIN_K is not a llamalloc option (did you mean LLAMALLOC_DEADLINE_K?)");
   EXPECT_EQ(refusal("NO_SUCH_THING", "1"), "LLAMALLOC_NO_SUCH_THING is not a llamalloc option (see docs/options.md)");
   EXPECT_EQ(refusal("PROF_MODE", "trace"),
             "LLAMALLOC_PROF_MODE is the profiler's option (llamalloc record, llamalloc trace), not the heap's");

@@ -17,14 +17,25 @@ std::unique_ptr<OnlineLearner> make_learner(LearnRule rule = {}) {
   return l;
 }
 
+// A learner under `rule` with one context (a model key's return address and size bucket), and the context's slot.
+struct LearnerWithContext {
+  std::unique_ptr<OnlineLearner> learner;
+  int32_t slot;
+};
+LearnerWithContext learner_with_context(LearnRule rule, uintptr_t return_address, unsigned size_bucket) {
+  auto l = make_learner(rule);
+  uint64_t key = OnlineLearner::context_key(return_address, size_bucket, 0);
+  int32_t slot = l->find_or_add(key, return_address, size_bucket);
+  return {std::move(l), slot};
+}
+
 // Samples `n` objects of `slot` at addresses from `base`, born at `now`.
 void sample(OnlineLearner& l, int32_t slot, uintptr_t base, int n, uint64_t now) {
   for (int i = 0; i < n; ++i) ASSERT_TRUE(l.on_sample(slot, base + uintptr_t(i) * 64, now));
 }
 
 TEST(OnlineLearner, AContextIsLearnedFromTheLifetimesOfItsFreedObjects) {
-  auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x401000, 6, 0), 0x401000, 6);
+  auto [l, slot] = learner_with_context({}, 0x401000, 6);
   ASSERT_GE(slot, 0);
   sample(*l, slot, 0x10000, 7, 0);
   for (int i = 0; i < 7; ++i) EXPECT_TRUE(l->on_free(0x10000 + uintptr_t(i) * 64, 500 * kMs));  // class 2 (< 1 s)
@@ -38,10 +49,7 @@ TEST(OnlineLearner, AContextIsLearnedFromTheLifetimesOfItsFreedObjects) {
 }
 
 TEST(OnlineLearner, AContextWhoseObjectsAreNeverFreedIsLearnedFromAgingAlone) {
-  LearnRule rule;
-  rule.shortest = 1;
-  auto l = make_learner(rule);
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402000, 5, 0), 0x402000, 5);
+  auto [l, slot] = learner_with_context({.shortest = 1}, 0x402000, 5);
   sample(*l, slot, 0x30000, 40, 0);
   l->age(5 * kMs);
   EXPECT_EQ(l->decided(slot), kNoClass) << "younger than 10 ms: no evidence yet";
@@ -61,8 +69,7 @@ TEST(OnlineLearner, AContextWhoseObjectsAreNeverFreedIsLearnedFromAgingAlone) {
 
 TEST(OnlineLearner, LiveObjectsNeverShortenAModelsClass) {
   // The model says class 5; sampled objects are live, aged to 100 ms-1 s: a lower bound, not a lifetime.
-  auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402800, 5, 0), 0x402800, 5);
+  auto [l, slot] = learner_with_context({}, 0x402800, 5);
   sample(*l, slot, 0x38000, 40, 0);
   l->age(300 * kMs);
   EXPECT_EQ(l->learned(slot, 5, true), kNoClass) << "live objects never shorten a model's class";
@@ -72,8 +79,7 @@ TEST(OnlineLearner, LiveObjectsNeverShortenAModelsClass) {
 TEST(OnlineLearner, FreesThatSayLongerThanAModelLeaveItsClass) {
   // Objects the model puts in class 1 die within 1-10 s (class 3): freed with their pages all the same, so the
   // model's class stands; only the longest class, from survivors, lengthens it (AContextWhoseObjectsAre...).
-  auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402a00, 17, 0), 0x402a00, 17);
+  auto [l, slot] = learner_with_context({}, 0x402a00, 17);
   for (int i = 0; i < 40; ++i) {
     ASSERT_TRUE(l->on_sample(slot, 0x3b000, 0));
     ASSERT_TRUE(l->on_free(0x3b000, 3000 * kMs));
@@ -87,8 +93,7 @@ TEST(OnlineLearner, FreesThatSayLongerThanAModelLeaveItsClass) {
 TEST(OnlineLearner, ObjectsThatOutliveWhatTheFreesSayAreSurvivors) {
   // 20 objects freed within 10-100 ms (class 1); 20 more still live past 1 s: they have outlived class 1, and
   // as many as the frees, the longer class wins the mode's tie.
-  auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x402900, 5, 0), 0x402900, 5);
+  auto [l, slot] = learner_with_context({}, 0x402900, 5);
   sample(*l, slot, 0x39000, 20, 0);
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(l->on_free(0x39000 + uintptr_t(i) * 64, 50 * kMs));
   EXPECT_EQ(l->decided(slot), 1u);
@@ -100,10 +105,7 @@ TEST(OnlineLearner, ObjectsThatOutliveWhatTheFreesSayAreSurvivors) {
 }
 
 TEST(OnlineLearner, APhaseChangeIsDecidedAgain) {
-  LearnRule rule;
-  rule.window = 16;
-  auto l = make_learner(rule);
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x403000, 7, 0), 0x403000, 7);
+  auto [l, slot] = learner_with_context({.window = 16}, 0x403000, 7);
   uint64_t now = 0;
   for (int i = 0; i < 40; ++i) {  // phase 1: objects live 5 s (class 3)
     ASSERT_TRUE(l->on_sample(slot, 0x40000, now));
@@ -140,10 +142,7 @@ TEST(OnlineLearner, TheLabelRuleIsTraining) {
 }
 
 TEST(OnlineLearner, SamplingThinsOutOnceAContextIsConfident) {
-  LearnRule rule;
-  rule.sample_every = 16;
-  auto l = make_learner(rule);
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x404000, 8, 0), 0x404000, 8);
+  auto [l, slot] = learner_with_context({.sample_every = 16}, 0x404000, 8);
   int sampled = 0;
   for (uint32_t i = 0; i < 32; ++i) sampled += l->should_sample(slot, i);
   EXPECT_EQ(sampled, 32) << "every check while not confident";
@@ -157,8 +156,7 @@ TEST(OnlineLearner, SamplingThinsOutOnceAContextIsConfident) {
 }
 
 TEST(OnlineLearner, ALongLivedContextStopsBeingSampledAtItsLiveCap) {
-  auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x405000, 8, 0), 0x405000, 8);
+  auto [l, slot] = learner_with_context({}, 0x405000, 8);
   for (uint32_t i = 0; i < OnlineLearner::kMaxLivePerContext; ++i) ASSERT_TRUE(l->on_sample(slot, 0x60000 + i * 16, 0));
   EXPECT_FALSE(l->should_sample(slot, 0));
   EXPECT_FALSE(l->on_sample(slot, 0x70000, 0));
@@ -179,8 +177,7 @@ TEST(OnlineLearner, ContextKeysDependOnEveryPart) {
 }
 
 TEST(OnlineLearner, ManySamplesStayFindableThroughDeletions) {
-  auto l = make_learner();
-  int32_t slot = l->find_or_add(OnlineLearner::context_key(0x406000, 8, 0), 0x406000, 8);
+  auto [l, slot] = learner_with_context({}, 0x406000, 8);
   // Fill, free every other one, then every remaining one must still be found (backward-shift deletion).
   for (uint32_t round = 0; round < 40; ++round) {
     for (uint32_t i = 0; i < 60; ++i) ASSERT_TRUE(l->on_sample(slot, 0x100000 + (round * 60 + i) * 4096, 0));

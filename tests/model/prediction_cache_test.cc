@@ -24,11 +24,17 @@ struct FakeModel {
   }
 };
 
-TEST(PredictionCache, MissRunsTheModelOnceThenHits) {
+// A cache of 4-way sets, its counters, a fake model and one key.
+class PredictionCacheOfOneKey : public ::testing::Test {
+ protected:
   PredictionCache<4> cache;
   CacheCounters counters;
-  FakeModel model{3};
+  FakeModel model;
   uint64_t key = cache_key(0x401000, 0x7ffc0000, 5);
+};
+
+TEST_F(PredictionCacheOfOneKey, MissRunsTheModelOnceThenHits) {
+  model.answer = 3;
   EXPECT_EQ(cache.lookup(key, 1000, counters, [&] { return model(); }), 3u);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(cache.lookup(key, 1000, counters, [&] { return model(); }), 3u);
   EXPECT_EQ(model.runs, 1);
@@ -117,11 +123,8 @@ TEST(PredictionCache, AThirdKeyOfTheSetEvictsTheOneUsedLongestAgo) {
   EXPECT_EQ(cache.find(k1), &cache.entry(PredictionCache<2>::set_of(k1)));
 }
 
-TEST(PredictionCache, EveryNHitsPredictsAgainAndKeepsTheLongerClass) {
-  PredictionCache<4> cache;
-  CacheCounters counters;
-  FakeModel model{2};
-  uint64_t key = cache_key(0x401000, 0x7ffc0000, 5);
+TEST_F(PredictionCacheOfOneKey, EveryNHitsPredictsAgainAndKeepsTheLongerClass) {
+  model.answer = 2;
   const uint32_t n = 10;
   cache.lookup(key, n, counters, [&] { return model(); });  // miss: class 2
   model.answer = 1;  // a shorter class now: the entry keeps 2
@@ -139,11 +142,8 @@ TEST(PredictionCache, EveryNHitsPredictsAgainAndKeepsTheLongerClass) {
   EXPECT_EQ(model.runs, 6);
 }
 
-TEST(PredictionCache, AReconfirmedClassDoublesTheEntrysPeriodAndAChangedOneStartsOver) {
-  PredictionCache<4> cache;
-  CacheCounters counters;
-  FakeModel model{2};
-  uint64_t key = cache_key(0x401000, 0x7ffc0000, 5);
+TEST_F(PredictionCacheOfOneKey, AReconfirmedClassDoublesTheEntrysPeriodAndAChangedOneStartsOver) {
+  model.answer = 2;
   const uint32_t n = 10;
   auto lookup = [&] { return cache.lookup(key, n, counters, [&] { return model(); }, /*max_backoff=*/2); };
   lookup();  // miss: class 2, period n
@@ -167,11 +167,8 @@ TEST(PredictionCache, AReconfirmedClassDoublesTheEntrysPeriodAndAChangedOneStart
   EXPECT_EQ(cache.find(key)->backoff, 1u);
 }
 
-TEST(PredictionCache, AnUnseenContextIsLongLivedUntilItProvesFrequentThenGetsTheModelsClass) {
-  PredictionCache<4> cache;
-  CacheCounters counters;
-  FakeModel model{1 | kUnseenContext};  // the model says "< 100 ms" for a context it was not trained on
-  uint64_t key = cache_key(0x401000, 0x7ffc0000, 5);
+TEST_F(PredictionCacheOfOneKey, AnUnseenContextIsLongLivedUntilItProvesFrequentThenGetsTheModelsClass) {
+  model.answer = 1 | kUnseenContext;  // the model says "< 100 ms" for a context it was not trained on
   const uint32_t every = 1000, trial = 64;
   auto lookup = [&] { return cache.lookup(key, every, counters, [&] { return model(); }, 10, trial); };
   EXPECT_EQ(lookup(), kUnseenClass);  // miss: the longest class

@@ -176,13 +176,10 @@ void predict_many(LearnedPredictor& p) {
 // from an empty cache and does not take it.
 TEST(PredictionCaches, AnExitedThreadsCacheGoesToTheNextThreadOnItsStackThenLeavesTheResidentSet) {
   LearnedPredictor& p = cache_test_predictor();
-  constexpr size_t kStack = 1 << 20;
-  void* stacks = mmap(nullptr, 2 * kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(stacks, MAP_FAILED);
-  // Two mappings, so that each stack is a mapping of its own (as glibc's thread stacks are).
-  ASSERT_EQ(mprotect(static_cast<char*>(stacks) + kStack, 4096, PROT_NONE), 0);
-  void* stack_a = stacks;
-  void* stack_b = static_cast<char*>(stacks) + kStack + 4096;
+  TwoStacks stacks;
+  void* stack_a = stacks.a;
+  void* stack_b = stacks.b;
+  constexpr size_t kStack = TwoStacks::kBytes;
   // Contexts with a stack height inside stack A, as the heap's entry point gives them.
   auto predict_on_a = [&] {
     for (uintptr_t i = 0; i < 256; ++i) p.predict({0x401000 + 16 * i, reinterpret_cast<uintptr_t>(stack_a) + 4096, 64});
@@ -234,7 +231,6 @@ TEST(PredictionCaches, AnExitedThreadsCacheGoesToTheNextThreadOnItsStackThenLeav
     predict_on_a();
     EXPECT_EQ(p.totals().model_runs - before, 256u) << "after the drop the contexts miss again";
   });
-  munmap(stacks, 2 * kStack);
 }
 
 // ---------------------------------------------------------------- keys shared by call paths

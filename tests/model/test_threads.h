@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <functional>
@@ -24,5 +25,34 @@ inline void run_on_stack(void* stack, size_t bytes, const std::function<void()>&
   pthread_join(t, nullptr);
   pthread_attr_destroy(&attr);
 }
+
+// Two thread stacks, each a mapping of its own as glibc's thread stacks are (an inaccessible page between them):
+// a, of kBytes, and b, of kBytes - 4096 after the page. Unmapped with the object.
+class TwoStacks {
+ public:
+  static constexpr size_t kBytes = 1 << 20;
+
+  TwoStacks() {
+    void* m = mmap(nullptr, 2 * kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(static_cast<char*>(m) + kBytes, 4096, PROT_NONE) != 0) {
+      ADD_FAILURE() << "cannot map two thread stacks";
+      return;
+    }
+    mapping_ = m;
+    a = m;
+    b = static_cast<char*>(m) + kBytes + 4096;
+  }
+  ~TwoStacks() {
+    if (mapping_ != nullptr) munmap(mapping_, 2 * kBytes);
+  }
+  TwoStacks(const TwoStacks&) = delete;
+  TwoStacks& operator=(const TwoStacks&) = delete;
+
+  void* a = nullptr;
+  void* b = nullptr;
+
+ private:
+  void* mapping_ = nullptr;
+};
 
 }  // namespace llamalloc::model::test

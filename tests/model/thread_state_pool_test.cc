@@ -26,6 +26,7 @@
 
 using namespace llamalloc::model;
 using llamalloc::model::test::run_on_stack;
+using llamalloc::model::test::TwoStacks;
 
 namespace {
 
@@ -142,12 +143,10 @@ TEST(ThreadStatePool, ManyThreadsClaimAndReleaseWithoutSharingAState) {
 TEST(ThreadStatePool, AWarmStateInALaterChunkGoesToTheNextThreadOnItsStack) {
   ASSERT_TRUE(map_thread_states());
   HeldThreads filler(kThreadStatesPerChunk + 3);  // the first chunk full: the next states are in another
-  constexpr size_t kStack = 1 << 20;
-  void* stacks = mmap(nullptr, 2 * kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(stacks, MAP_FAILED);
-  ASSERT_EQ(mprotect(static_cast<char*>(stacks) + kStack, 4096, PROT_NONE), 0);
-  void* stack_a = stacks;
-  void* stack_b = static_cast<char*>(stacks) + kStack + 4096;
+  TwoStacks stacks;
+  void* stack_a = stacks.a;
+  void* stack_b = stacks.b;
+  constexpr size_t kStack = TwoStacks::kBytes;
   constexpr uint64_t kKey = 0x1234567890abcdefull | 1;
   ThreadState* first = nullptr;
   // As the predictor's first model run does: the stack's bounds go into the state, which makes it warm at exit.
@@ -185,7 +184,6 @@ TEST(ThreadStatePool, AWarmStateInALaterChunkGoesToTheNextThreadOnItsStack) {
   static llamalloc::PredictionCacheEntry not_ours[2048];
   EXPECT_FALSE(drop_thread_state_cache(not_ours));
   EXPECT_FALSE(drop_thread_state_cache(reinterpret_cast<const char*>(first->cache.entries()) + 64));
-  munmap(stacks, 2 * kStack);
 }
 
 long vm_size_kib() {

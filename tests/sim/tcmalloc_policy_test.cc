@@ -3,18 +3,14 @@
 #include <gtest/gtest.h>
 
 #include "sim/size_classes.h"
+#include "test_events.h"
 
 namespace llamalloc::sim {
 namespace {
 
 constexpr uint64_t k2M = 2 << 20;
 
-ObjectAlloc make_object(uint64_t address, uint64_t size_bytes) {
-  ObjectAlloc o;
-  o.address = address;
-  o.size_bytes = size_bytes;
-  return o;
-}
+using testing::object_alloc;
 
 TEST(SizeClasses, RoundTripAndBounds) {
   EXPECT_EQ(size_class_block_bytes(size_class_index(0)), 16u);
@@ -38,8 +34,8 @@ TEST(TcmallocPolicy, LifetimeAwareFillerSeparatesLowAndHighCapacitySpans) {
   TcmallocPolicy lifetime(TcmallocOptions{true, 16});
   TcmallocPolicy plain(TcmallocOptions{false, 16});
   for (TcmallocPolicy* p : {&lifetime, &plain}) {
-    p->allocate(make_object(0x1000, 16));
-    p->allocate(make_object(0x2000, 200 * 1024));
+    p->allocate(object_alloc(0x1000, 16));
+    p->allocate(object_alloc(0x2000, 200 * 1024));
   }
   EXPECT_EQ(lifetime.footprint_bytes(), 2 * k2M);
   EXPECT_EQ(lifetime.huge_pages_in_set(0), 1u);
@@ -57,10 +53,10 @@ TEST(TcmallocPolicy, LifetimeAwareFillerSeparatesLowAndHighCapacitySpans) {
 TEST(TcmallocPolicy, SpansPackIntoTheFullestHugePageAndBigObjectsTakeWholeHugePages) {
   TcmallocPolicy p(TcmallocOptions{false, 16});
   // 224 KiB spans are 28 pages: 9 fit a 256-page huge page, the 10th needs another.
-  for (uint64_t i = 0; i < 10; ++i) p.allocate(make_object(0x100000 + i * 0x1000, 224 * 1024));
+  for (uint64_t i = 0; i < 10; ++i) p.allocate(object_alloc(0x100000 + i * 0x1000, 224 * 1024));
   EXPECT_EQ(p.footprint_bytes(), 2 * k2M);
   // A 3 MiB object: 2 whole huge pages of its own.
-  p.allocate(make_object(0x900000, 3 << 20));
+  p.allocate(object_alloc(0x900000, 3 << 20));
   EXPECT_EQ(p.footprint_bytes(), 4 * k2M);
   p.free(0, 0x900000, 3 << 20, 0);
   // Freeing the 10th span empties the second huge page.
@@ -68,20 +64,20 @@ TEST(TcmallocPolicy, SpansPackIntoTheFullestHugePageAndBigObjectsTakeWholeHugePa
   EXPECT_EQ(p.footprint_bytes(), k2M);
   // A new span goes back into the first huge page's free run rather than a fresh huge page.
   p.free(0, 0x100000, 224 * 1024, 0);
-  p.allocate(make_object(0xa00000, 224 * 1024));
+  p.allocate(object_alloc(0xa00000, 224 * 1024));
   EXPECT_EQ(p.footprint_bytes(), k2M);
 }
 
 TEST(TcmallocPolicy, ObjectsFillTheFullestSpanFirst) {
   TcmallocPolicy p(TcmallocOptions{true, 16});
   // 8 KiB spans of 4 KiB objects hold 2 (capacity 2 <= 16: short set). Three objects: two spans.
-  p.allocate(make_object(0x1, 4096));
-  p.allocate(make_object(0x2, 4096));
-  p.allocate(make_object(0x3, 4096));
+  p.allocate(object_alloc(0x1, 4096));
+  p.allocate(object_alloc(0x2, 4096));
+  p.allocate(object_alloc(0x3, 4096));
   // Free one of the first span: both spans are half full; the next object fills one of them and no
   // new span is made: one huge page throughout.
   p.free(0, 0x1, 4096, 0);
-  p.allocate(make_object(0x4, 4096));
+  p.allocate(object_alloc(0x4, 4096));
   EXPECT_EQ(p.footprint_bytes(), k2M);
   EXPECT_EQ(p.summary_extras()[1].second, 2.0);  // spans_allocated
 }

@@ -1,9 +1,10 @@
-// Hand-made traces for the simulator's tests.
+// Hand-made traces and allocations for the simulator's tests.
 #pragma once
 
 #include <vector>
 
 #include "sim/event.h"
+#include "sim/policy.h"
 
 namespace llamalloc::sim::testing {
 
@@ -34,6 +35,11 @@ inline Event realloc_event(uint64_t time_ns, uint64_t old_address, uint64_t addr
   e.address = address;
   e.size_bytes = size_bytes;
   return e;
+}
+
+// An allocation as a policy sees it, for the tests that call a policy without the engine.
+inline ObjectAlloc object_alloc(uint64_t address, uint64_t size_bytes) {
+  return ObjectAlloc{.address = address, .size_bytes = size_bytes};
 }
 
 }  // namespace llamalloc::sim::testing
