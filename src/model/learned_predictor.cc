@@ -386,18 +386,18 @@ size_t LearnedPredictor::describe_learning(char* buf, size_t capacity) {
   });
   LearnerTotals t = learner_.totals();
   Out o{buf, capacity};
-  o.put("\"online\": {\"contexts\": ");
-  o.num(t.contexts);
-  o.put(", \"decided\": ");
-  o.num(t.decided);
-  o.put(", \"samples\": ");
-  o.num(t.samples);
-  o.put(", \"sampled_frees\": ");
-  o.num(t.frees);
-  o.put(", \"live_samples\": ");
-  o.num(t.live_samples);
-  o.put(", \"overrides\": ");
-  o.num(t.overrides);
+  const struct {
+    const char* name;
+    uint64_t value;
+  } totals[] = {{"contexts", t.contexts}, {"decided", t.decided},           {"samples", t.samples},
+                {"sampled_frees", t.frees}, {"live_samples", t.live_samples}, {"overrides", t.overrides}};
+  o.put("\"online\": {");
+  for (size_t i = 0; i < sizeof(totals) / sizeof(totals[0]); ++i) {
+    o.put(i ? ", \"" : "\"");
+    o.put(totals[i].name);
+    o.put("\": ");
+    o.num(totals[i].value);
+  }
   o.put(",\n    \"most_sampled\": [");
   for (unsigned i = 0; i < n; ++i) {
     const LearnedContext& c = top[i];
