@@ -171,8 +171,10 @@ TEST_F(SubreleaseTest, NowGivesBackEveryFreeBlockOfEverySparsePageIdleOrNotAndOf
   subrelease.configure(0);
   HugePageMeta* q = page();
   take(q, 0, 1);
+  HugePageMeta* empty = page();  // (an open page with no block in use: the sparsest there is)
   for (int i = 0; i < 4; ++i) EXPECT_EQ(pass(true), 0u) << "off";
   EXPECT_TRUE(q->released.none());
+  EXPECT_TRUE(empty->released.none());
 }
 
 TEST_F(SubreleaseTest, BlocksTakenAgainLeaveTheGaugeAndThePageMayBeHugeAgainOnceAllAreBacked) {
