@@ -24,7 +24,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "../common/steady_state.h"
+#include "common/arguments.h"
+#include "common/random.h"
+#include "common/steady_state.h"
 
 namespace fragmicro {
 
@@ -46,12 +48,14 @@ struct Options {
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "frag-micro: %s\n", message.c_str());
-  std::fprintf(stderr,
-               "usage: frag-micro [--scale small|default] [--top-mb N] [--bottom-mb N] [--swings N]\n"
-               "                  [--long-lived-mb N] [--every N] [--long-lived-class N] [--seed N]\n"
-               "                  [--quiet-seconds S]\n");
-  std::exit(2);
+  workloads::exit_with_usage("frag-micro", message,
+                             "usage: frag-micro [--scale small|default] [--top-mb N] [--bottom-mb N] [--swings N]\n"
+                             "                  [--long-lived-mb N] [--every N] [--long-lived-class N] [--seed N]\n"
+                             "                  [--quiet-seconds S]\n");
+}
+
+void help() {
+  std::printf("frag-micro: the LLAMA paper, section 9.6 fragmentation microbenchmark (see docs/workloads.md)\n");
 }
 
 std::uint64_t parse_number(const char* flag, const char* text) {
@@ -64,49 +68,35 @@ std::uint64_t parse_number(const char* flag, const char* text) {
 
 Options parse_options(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(std::string(arg) + " needs a value");
-      return argv[++i];
-    };
+  workloads::read_flags(argc, argv, usage_error, help, [&](std::string_view arg, workloads::Arguments& args) {
     if (arg == "--scale") {
-      std::string_view scale = value();
-      if (scale == "small") {
+      if (args.small_scale()) {
         options.top_bytes = std::size_t{64} << 20;
         options.long_lived_total_bytes = std::size_t{512} << 10;
         options.swings = 2;
         if (!options.quiet_seconds_given) options.quiet_seconds = 2;
-      } else if (scale != "default") {
-        usage_error("--scale: expected small or default, got " + std::string(scale));
       }
     } else if (arg == "--top-mb") {
-      options.top_bytes = parse_number("--top-mb", value()) << 20;
+      options.top_bytes = parse_number("--top-mb", args.value()) << 20;
     } else if (arg == "--bottom-mb") {
-      options.bottom_bytes = parse_number("--bottom-mb", value()) << 20;
+      options.bottom_bytes = parse_number("--bottom-mb", args.value()) << 20;
     } else if (arg == "--swings") {
-      options.swings = static_cast<int>(parse_number("--swings", value()));
+      options.swings = static_cast<int>(parse_number("--swings", args.value()));
     } else if (arg == "--long-lived-mb") {
-      options.long_lived_total_bytes = parse_number("--long-lived-mb", value()) << 20;
+      options.long_lived_total_bytes = parse_number("--long-lived-mb", args.value()) << 20;
     } else if (arg == "--every") {
-      options.long_lived_every = parse_number("--every", value());
+      options.long_lived_every = parse_number("--every", args.value());
     } else if (arg == "--long-lived-class") {
-      options.long_lived_class = static_cast<int>(parse_number("--long-lived-class", value()));
+      options.long_lived_class = static_cast<int>(parse_number("--long-lived-class", args.value()));
     } else if (arg == "--quiet-seconds") {
-      const char* text = value();
-      if (!steady_state::parse_seconds(text, options.quiet_seconds)) {
-        usage_error("--quiet-seconds: expected a number of seconds >= 0, got " + std::string(text));
-      }
-      options.quiet_seconds_given = true;
+      args.quiet_seconds(options.quiet_seconds, options.quiet_seconds_given);
     } else if (arg == "--seed") {
-      options.seed = parse_number("--seed", value());
-    } else if (arg == "-h" || arg == "--help") {
-      std::printf("frag-micro: the LLAMA paper, section 9.6 fragmentation microbenchmark (see docs/workloads.md)\n");
-      std::exit(0);
+      options.seed = parse_number("--seed", args.value());
     } else {
-      usage_error("unknown option " + std::string(arg));
+      return false;
     }
-  }
+    return true;
+  });
   if (options.top_bytes <= options.bottom_bytes) usage_error("--top-mb must be larger than --bottom-mb");
   if (options.swings < 1) usage_error("--swings must be at least 1");
   if (options.long_lived_every < 1) usage_error("--every must be at least 1");
@@ -118,12 +108,7 @@ Options parse_options(int argc, char** argv) {
 class XorShift {
  public:
   explicit XorShift(std::uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  std::uint64_t next() {
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 7;
-    state_ ^= state_ << 17;
-    return state_;
-  }
+  std::uint64_t next() { return workloads::xorshift64(state_); }
 
  private:
   std::uint64_t state_;

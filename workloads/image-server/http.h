@@ -32,6 +32,12 @@ struct Request {
   std::string version;
   std::map<std::string, std::string> headers;
   std::unordered_map<std::string, std::string> query;
+
+  // The value of the query's parameter `name`, or `fallback` when the query has none.
+  std::string_view param(const char* name, std::string_view fallback) const {
+    auto found = query.find(name);
+    return found == query.end() ? fallback : std::string_view(found->second);
+  }
 };
 
 struct Response {

@@ -21,6 +21,8 @@
 
 namespace IMGSRV_NAMESPACE::image {
 
+inline std::uint8_t clamp_byte(int value) { return static_cast<std::uint8_t>(std::clamp(value, 0, 255)); }
+
 struct Image {
   int width = 0;
   int height = 0;
@@ -35,7 +37,13 @@ struct Image {
   }
 };
 
-inline std::uint8_t clamp_byte(int value) { return static_cast<std::uint8_t>(std::clamp(value, 0, 255)); }
+// Calls f(x, y) for every pixel of `image`, row by row.
+template <typename F>
+void for_each_pixel(const Image& image, F&& f) {
+  for (int y = 0; y < image.height; ++y) {
+    for (int x = 0; x < image.width; ++x) f(x, y);
+  }
+}
 
 // A deterministic test card: gradients, rings and noise, so that every filter changes the bytes.
 Image synthesize(int width, int height, std::uint64_t seed) {
@@ -148,14 +156,12 @@ class Grayscale final : public Filter {
  public:
   Image apply(const Image& input) const override {
     Image output(input.width, input.height, input.channels);
-    for (int y = 0; y < input.height; ++y) {
-      for (int x = 0; x < input.width; ++x) {
-        const std::uint8_t* p = input.at(x, y);
-        auto luma = static_cast<std::uint8_t>((77 * p[0] + 150 * p[1] + 29 * p[2]) >> 8);
-        std::uint8_t* q = output.at(x, y);
-        for (int c = 0; c < output.channels; ++c) q[c] = luma;
-      }
-    }
+    for_each_pixel(input, [&](int x, int y) {
+      const std::uint8_t* p = input.at(x, y);
+      auto luma = static_cast<std::uint8_t>((77 * p[0] + 150 * p[1] + 29 * p[2]) >> 8);
+      std::uint8_t* q = output.at(x, y);
+      for (int c = 0; c < output.channels; ++c) q[c] = luma;
+    });
     return output;
   }
   std::string describe() const override { return "gray"; }
@@ -188,11 +194,9 @@ class Rotate90 final : public Filter {
  public:
   Image apply(const Image& input) const override {
     Image output(input.height, input.width, input.channels);
-    for (int y = 0; y < input.height; ++y) {
-      for (int x = 0; x < input.width; ++x) {
-        std::memcpy(output.at(input.height - 1 - y, x), input.at(x, y), static_cast<std::size_t>(input.channels));
-      }
-    }
+    for_each_pixel(input, [&](int x, int y) {
+      std::memcpy(output.at(input.height - 1 - y, x), input.at(x, y), static_cast<std::size_t>(input.channels));
+    });
     return output;
   }
   std::string describe() const override { return "rotate"; }

@@ -17,16 +17,20 @@
 // the model's labels, stay comparable between the two (docs/model.md).
 //
 // The program is one translation unit, in parts: image_server.h (revision switches, utilities), image.h,
-// http.h, server_state.h, middleware.h, service.h, server.h, load_generator.h and cli.h; this file runs them.
+// http.h, server_state.h, middleware.h, service.h, server.h and load_generator.h; this file holds the command
+// line and runs them.
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 
-#include "../common/steady_state.h"
+#include "common/arguments.h"
+#include "common/steady_state.h"
 #include "image_server.h"
 #include "image.h"
 #include "http.h"
@@ -35,11 +39,69 @@
 #include "service.h"
 #include "server.h"
 #include "load_generator.h"
-#include "cli.h"
+
+namespace IMGSRV_NAMESPACE::cli {
+
+[[noreturn]] void usage_error(const std::string& message) {
+  workloads::exit_with_usage("image-server", message,
+                             "usage: image-server [--scale small|default] [--requests N] [--clients N] [--workers N]\n"
+                             "                    [--port N] [--phases N] [--quiet-seconds S]\n");
+}
+
+void help() { std::printf("image-server: image-transform server and load generator (see docs/workloads.md)\n"); }
+
+struct Options {
+  loadgen::Config load;
+  int workers = 8;
+  int port = 0;
+  std::size_t trace_lines = 4096;
+  // The quiet phase after the load (docs/workloads.md): default 10 s, small scale 2 s, 0 disables it.
+  double quiet_seconds = 10;
+  bool quiet_seconds_given = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options options;
+  workloads::read_flags(argc, argv, usage_error, help, [&](std::string_view arg, workloads::Arguments& args) {
+    if (arg == "--scale") {
+      if (args.small_scale()) {
+        options.load.requests = 240;
+        options.load.clients = 4;
+        options.workers = 4;
+        options.load.large_min = 160;
+        options.load.large_max = 320;
+        options.load.sessions = 40;
+        if (!options.quiet_seconds_given) options.quiet_seconds = 2;
+      }
+    } else if (arg == "--requests") {
+      options.load.requests = args.number();
+    } else if (arg == "--clients") {
+      options.load.clients = static_cast<int>(args.number());
+    } else if (arg == "--workers") {
+      options.workers = static_cast<int>(args.number());
+    } else if (arg == "--port") {
+      options.port = static_cast<int>(args.number());
+    } else if (arg == "--phases") {
+      options.load.phases = static_cast<int>(args.number());
+    } else if (arg == "--quiet-seconds") {
+      args.quiet_seconds(options.quiet_seconds, options.quiet_seconds_given);
+    } else {
+      return false;
+    }
+    return true;
+  });
+  if (options.load.requests < 1 || options.load.clients < 1 || options.workers < options.load.clients ||
+      options.load.phases < 1 || options.port > 65535) {
+    usage_error("need requests >= 1, phases >= 1, clients >= 1, workers >= clients, port <= 65535");
+  }
+  return options;
+}
+
+}  // namespace IMGSRV_NAMESPACE::cli
 
 int main(int argc, char** argv) {
   namespace is = IMGSRV_NAMESPACE;
-  is::cli::Options options = is::cli::parse(argc, argv);
+  const is::cli::Options options = is::cli::parse(argc, argv);
   auto started = std::chrono::steady_clock::now();
   is::loadgen::Outcome outcome;
   steady_state::QuietPhase quiet(options.quiet_seconds);

@@ -68,6 +68,14 @@ struct Span {
 };
 
 struct RequestContext {
+  // Names the context after request number `id` and its query's session and group.
+  void identify(const http::Request& http_request, std::uint64_t id) {
+    request = id;
+    request_id = "req-" + std::to_string(id);
+    session = http_request.param("session", "anonymous");
+    group = http_request.param("group", "unknown");
+  }
+
   std::uint64_t request = 0;
   std::string request_id;
   std::string session;
@@ -174,23 +182,20 @@ class AuthCache {
   std::unordered_map<std::string, std::list<std::string>::iterator> index_;
 };
 
+// The access log: a line per request, kept for the next 120 requests. Revision 2 calls it the request journal.
 #if IMAGE_SERVER_REVISION >= 2
 class RequestJournal {
  public:
   void append(const RequestContext& context, std::uint64_t bytes) {
-    std::string line = context.request_id + " " + context.session + " " + context.canonical_query + " " +
-                       std::to_string(bytes);
-    recent_.push(std::move(line));
-  }
 #else
 class AccessLog {
  public:
   void record(const RequestContext& context, std::uint64_t bytes) {
+#endif
     std::string line = context.request_id + " " + context.session + " " + context.canonical_query + " " +
                        std::to_string(bytes);
     recent_.push(std::move(line));
   }
-#endif
 
  private:
   Ring<std::string> recent_{120};
@@ -254,8 +259,10 @@ class AuditTrail {
   std::vector<std::string> entries_;
 };
 
+// The chain of stages around a request's handler: `begin` before it, `end` after it. Revision 2 calls it the
+// interceptor chain (`before`, `after`), runs the stages in another order and each through one wrapper (an extra
+// frame in every stage's stacks).
 #if IMAGE_SERVER_REVISION >= 2
-// Revision 2 runs every stage through one wrapper (an extra frame in every stage's stacks) and in another order.
 template <typename Stage>
 [[gnu::noinline]] void run_interceptor(const char* name, RequestContext& context, Tracer& tracer, Stage&& stage) {
   tracer.start(context, name);
@@ -266,12 +273,7 @@ class InterceptorChain {
  public:
   std::unique_ptr<RequestContext> before(const http::Request& request, std::uint64_t id) {
     auto context = std::make_unique<RequestContext>();
-    context->request = id;
-    context->request_id = "req-" + std::to_string(id);
-    auto session = request.query.find("session");
-    context->session = session == request.query.end() ? "anonymous" : session->second;
-    auto group = request.query.find("group");
-    context->group = group == request.query.end() ? "unknown" : group->second;
+    context->identify(request, id);
     run_interceptor("auth", *context, tracer_, [&] { auth_.check(*context); });
     run_interceptor("normalize", *context, tracer_, [&] { context->canonical_query = normalize_query(request); });
     run_interceptor("ratelimit", *context, tracer_, [&] { limiter_.admit(*context); });
@@ -287,26 +289,12 @@ class InterceptorChain {
     run_interceptor("audit", context, tracer_, [&] { audit_.note(context); });
     tracer_.finish(context);
   }
-
- private:
-  Tracer tracer_;
-  RateLimiter limiter_;
-  AuthCache auth_;
-  RequestJournal journal_;
-  ResultCache results_;
-  AuditTrail audit_;
-};
 #else
 class Chain {
  public:
   std::unique_ptr<RequestContext> begin(const http::Request& request, std::uint64_t id) {
     auto context = std::make_unique<RequestContext>();
-    context->request = id;
-    context->request_id = "req-" + std::to_string(id);
-    auto session = request.query.find("session");
-    context->session = session == request.query.end() ? "anonymous" : session->second;
-    auto group = request.query.find("group");
-    context->group = group == request.query.end() ? "unknown" : group->second;
+    context->identify(request, id);
     auto ops = request.query.find("ops");
     std::string first_op = ops == request.query.end() ? "none" : util::split(ops->second, ',').front();
     context->labels = {{"group", context->group}, {"op", first_op}};
@@ -329,16 +317,20 @@ class Chain {
     audit_.note(context);
     tracer_.finish(context);
   }
+#endif
 
  private:
   Tracer tracer_;
   RateLimiter limiter_;
   AuthCache auth_;
+#if IMAGE_SERVER_REVISION >= 2
+  RequestJournal journal_;
+#else
   AccessLog access_;
+#endif
   ResultCache results_;
   AuditTrail audit_;
 };
-#endif
 
 }  // namespace IMGSRV_NAMESPACE::IMGSRV_MIDDLEWARE
 

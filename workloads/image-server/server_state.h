@@ -20,6 +20,13 @@
 
 namespace IMGSRV_NAMESPACE::state {
 
+// The size of a table that threads share, read under the table's mutex.
+template <typename Table>
+std::size_t locked_size(std::mutex& mutex, const Table& table) {
+  std::lock_guard<std::mutex> lock(mutex);
+  return table.size();
+}
+
 struct Session {
   std::string id;
   std::uint64_t created_request = 0;
@@ -59,10 +66,7 @@ class SessionStore {
     return expired;
   }
 
-  std::size_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return sessions_.size();
-  }
+  std::size_t size() { return locked_size(mutex_, sessions_); }
 
  private:
   std::mutex mutex_;
@@ -91,10 +95,7 @@ class ClusterTable {
     node.load_samples.push_back(static_cast<double>((h >> 32) % 1000) / 10.0);
     if ((h >> 40) % 23 == 0) nodes_.erase(name);  // a node left the cluster
   }
-  std::size_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return nodes_.size();
-  }
+  std::size_t size() { return locked_size(mutex_, nodes_); }
 
  private:
   std::mutex mutex_;
@@ -129,10 +130,7 @@ class StatsRegistry {
     if (!histogram) histogram = std::make_unique<LatencyHistogram>();
     histogram->record(value);
   }
-  std::size_t keys() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return histograms_.size();
-  }
+  std::size_t keys() { return locked_size(mutex_, histograms_); }
 
  private:
   std::mutex mutex_;

@@ -102,10 +102,8 @@ class ImageService {
 
     auto record = std::make_unique<RequestRecord>();
     record->request = id;
-    auto session = request.query.find("session");
-    record->session = session == request.query.end() ? "anonymous" : session->second;
-    auto group = request.query.find("group");
-    record->group = group == request.query.end() ? "unknown" : group->second;
+    record->session = request.param("session", "anonymous");
+    record->group = request.param("group", "unknown");
     record->operations = pipeline.describe();
     record->input_pixels = static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height);
     record->output_bytes = response.body.size();

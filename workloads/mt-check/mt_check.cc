@@ -8,7 +8,6 @@
 // Exit status 0 and the line "mt-check: ok ..." only when every message arrived intact.
 #include <atomic>
 #include <cinttypes>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,20 +15,20 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/random.h"
+
+// mtcheck::BlockingQueue, in the program's namespace (blocking_queue.h says why).
+#define WORKLOAD_QUEUE_NAMESPACE mtcheck
+#include "common/blocking_queue.h"
+
 namespace mtcheck {
 
-inline std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+inline std::uint64_t mix(std::uint64_t x) { return workloads::splitmix64(x); }
 
 struct alignas(64) Aligned {
   std::uint64_t words[8];
@@ -97,39 +96,6 @@ bool verify(const Message& message) {
   return true;
 }
 
-template <typename T>
-class BoundedQueue {
- public:
-  explicit BoundedQueue(std::size_t capacity) : capacity_(capacity) {}
-  void push(T value) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    not_full_.wait(lock, [&] { return items_.size() < capacity_; });
-    items_.push_back(std::move(value));
-    not_empty_.notify_one();
-  }
-  bool pop(T& out) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    not_empty_.wait(lock, [&] { return closed_ || !items_.empty(); });
-    if (items_.empty()) return false;
-    out = std::move(items_.front());
-    items_.pop_front();
-    not_full_.notify_one();
-    return true;
-  }
-  void close() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = true;
-    not_empty_.notify_all();
-  }
-
- private:
-  std::size_t capacity_;
-  std::mutex mutex_;
-  std::condition_variable not_full_, not_empty_;
-  std::deque<T> items_;
-  bool closed_ = false;
-};
-
 }  // namespace mtcheck
 
 int main(int argc, char** argv) {
@@ -141,7 +107,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: mt-check [PRODUCERS CONSUMERS MESSAGES_PER_PRODUCER]\n");
     return 2;
   }
-  BoundedQueue<std::unique_ptr<Message>> queue(256);
+  BlockingQueue<std::unique_ptr<Message>> queue(256);
   std::atomic<std::uint64_t> received{0}, corrupt{0}, number_sum{0};
   std::vector<std::thread> threads;
   for (int c = 0; c < consumers; ++c) {

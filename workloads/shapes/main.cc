@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/arguments.h"
 #include "shapes.h"
 
 namespace shapes {
@@ -30,23 +31,23 @@ struct Shape {
   const char* name;
   Report (*run)(const Options&);
   // The shape's threads are its roles when not 0: this many, and --threads does not apply.
-  int fixed_threads;
+  int fixed_threads = 0;
 };
 
 const Shape kShapes[] = {
-    {"lru-cache", lru::run, 0},
-    {"ttl-cache", ttl::run, 0},
-    {"hash-trimmed-cache", hash_trimmed::run, 0},
-    {"batch-arena", batch::run, 0},
+    {"lru-cache", lru::run},
+    {"ttl-cache", ttl::run},
+    {"hash-trimmed-cache", hash_trimmed::run},
+    {"batch-arena", batch::run},
     {"stream-pipeline", stream::run, 3},
-    {"producer-consumer", prodcons::run, 0},
-    {"session-store", sessions::run, 0},
+    {"producer-consumer", prodcons::run},
+    {"session-store", sessions::run},
     {"ast-builder", compiler::run, 1},
-    {"message-broker", broker::run, 0},
-    {"query-spikes-cache", query_spikes::run, 0},
-    {"mixed-lifetime-cache", mixed_lifetime::run, 0},
+    {"message-broker", broker::run},
+    {"query-spikes-cache", query_spikes::run},
+    {"mixed-lifetime-cache", mixed_lifetime::run},
     {"free-all", free_all::run, 1},
-    {"free-all-pool", free_all::run_pool, 0},
+    {"free-all-pool", free_all::run_pool},
 };
 
 std::string shape_names() {
@@ -56,12 +57,15 @@ std::string shape_names() {
 }
 
 [[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "shapes: %s\n", message.c_str());
-  std::fprintf(stderr,
-               "usage: shapes --shape NAME [--scale small|default] [--quiet-seconds S] [--threads N] [--seed N]\n"
-               "shapes: %s\n",
-               shape_names().c_str());
-  std::exit(2);
+  const std::string usage =
+      "usage: shapes --shape NAME [--scale small|default] [--quiet-seconds S] [--threads N] [--seed N]\nshapes: " +
+      shape_names() + "\n";
+  workloads::exit_with_usage("shapes", message, usage.c_str());
+}
+
+void help() {
+  std::printf("shapes: a corpus of program shapes, each a load peak, a drop and a quiet phase (docs/workloads.md)\n"
+              "shapes: %s\n", shape_names().c_str());
 }
 
 std::uint64_t parse_number(const char* flag, const char* text, std::uint64_t lo, std::uint64_t hi) {
@@ -77,44 +81,24 @@ std::uint64_t parse_number(const char* flag, const char* text, std::uint64_t lo,
 
 Options parse_options(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(std::string(arg) + " needs a value");
-      return argv[++i];
-    };
+  workloads::read_flags(argc, argv, usage_error, help, [&](std::string_view arg, workloads::Arguments& args) {
     if (arg == "--shape") {
-      options.shape = value();
+      options.shape = args.value();
     } else if (arg == "--scale") {
-      const std::string_view scale = value();
-      if (scale == "small") {
-        options.small = true;
-        if (!options.quiet_seconds_given) options.quiet_seconds = 2;
-      } else if (scale == "default") {
-        options.small = false;
-        if (!options.quiet_seconds_given) options.quiet_seconds = 10;
-      } else {
-        usage_error("--scale: expected small or default, got " + std::string(scale));
-      }
+      options.small = args.small_scale();
+      if (!options.quiet_seconds_given) options.quiet_seconds = options.small ? 2 : 10;
     } else if (arg == "--quiet-seconds") {
-      const char* text = value();
-      if (!steady_state::parse_seconds(text, options.quiet_seconds)) {
-        usage_error("--quiet-seconds: expected a number of seconds >= 0, got " + std::string(text));
-      }
-      options.quiet_seconds_given = true;
+      args.quiet_seconds(options.quiet_seconds, options.quiet_seconds_given);
     } else if (arg == "--threads") {
-      options.threads = static_cast<int>(parse_number("--threads", value(), 1, 256));
+      options.threads = static_cast<int>(parse_number("--threads", args.value(), 1, 256));
       options.threads_given = true;
     } else if (arg == "--seed") {
-      options.seed = parse_number("--seed", value(), 0, ~std::uint64_t{0});
-    } else if (arg == "-h" || arg == "--help") {
-      std::printf("shapes: a corpus of program shapes, each a load peak, a drop and a quiet phase "
-                  "(docs/workloads.md)\nshapes: %s\n", shape_names().c_str());
-      std::exit(0);
+      options.seed = parse_number("--seed", args.value(), 0, ~std::uint64_t{0});
     } else {
-      usage_error("unknown option " + std::string(arg));
+      return false;
     }
-  }
+    return true;
+  });
   if (options.shape.empty()) usage_error("--shape is required");
   return options;
 }

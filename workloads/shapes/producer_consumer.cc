@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +16,10 @@
 #include <vector>
 
 #include "shapes.h"
+
+// shapes::prodcons::BlockingQueue, in the shape's namespace (common/blocking_queue.h says why).
+#define WORKLOAD_QUEUE_NAMESPACE shapes::prodcons
+#include "common/blocking_queue.h"
 
 namespace shapes {
 
@@ -41,44 +43,8 @@ std::uint64_t payload_hash(const std::vector<std::uint32_t>& payload) {
   return hash_bytes(reinterpret_cast<const char*>(payload.data()), payload.size() * 4);
 }
 
-class JobQueue {
- public:
-  void push(std::unique_ptr<Job> job) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back(std::move(job));
-    ready_.notify_one();
-  }
-  std::unique_ptr<Job> pop() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    ready_.wait(lock, [&] { return (!jobs_.empty() && !held_) || closed_; });
-    if (jobs_.empty()) return nullptr;
-    auto job = std::move(jobs_.front());
-    jobs_.pop_front();
-    return job;
-  }
-  void hold(bool held) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    held_ = held;
-    ready_.notify_all();
-  }
-  void close() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = true;
-    held_ = false;
-    ready_.notify_all();
-  }
-  std::size_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return jobs_.size();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<std::unique_ptr<Job>> jobs_;
-  bool held_ = false;
-  bool closed_ = false;
-};
+// The backlog between producers and consumers: held until the consumers are up.
+using JobQueue = BlockingQueue<std::unique_ptr<Job>>;
 
 class Producer {
  public:
@@ -159,7 +125,7 @@ Report run(const Options& options) {
   std::vector<std::thread> consumer_threads;
   for (int c = 0; c < consumers; ++c) {
     consumer_threads.emplace_back([&] {
-      while (auto job = queue.pop()) consume(std::move(job), results, live, totals);
+      while (auto job = queue.pop()) consume(std::move(*job), results, live, totals);
     });
   }
   const auto start = Clock::now();

@@ -11,13 +11,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "shapes.h"
+
+// shapes::stream::BlockingQueue, in the shape's namespace (common/blocking_queue.h says why).
+#define WORKLOAD_QUEUE_NAMESPACE shapes::stream
+#include "common/blocking_queue.h"
 
 namespace shapes {
 
@@ -28,44 +31,6 @@ struct Message {
   char* body;
   std::size_t size;
   std::uint64_t body_hash;
-};
-
-template <typename T>
-class BoundedQueue {
- public:
-  explicit BoundedQueue(std::size_t capacity) : capacity_(capacity) {}
-  void push(T item) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    not_full_.wait(lock, [&] { return items_.size() < capacity_; });
-    items_.push_back(std::move(item));
-    not_empty_.notify_one();
-  }
-  // Blocks until an item comes or the queue is closed and empty (then false).
-  bool pop(T& out) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    not_empty_.wait(lock, [&] { return !items_.empty() || closed_; });
-    if (items_.empty()) return false;
-    out = std::move(items_.front());
-    items_.pop_front();
-    not_full_.notify_one();
-    return true;
-  }
-  void close() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = true;
-    not_empty_.notify_all();
-  }
-  std::size_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return items_.size();
-  }
-
- private:
-  std::size_t capacity_;
-  std::mutex mutex_;
-  std::condition_variable not_empty_, not_full_;
-  std::deque<T> items_;
-  bool closed_ = false;
 };
 
 class Pipeline {
@@ -178,7 +143,7 @@ class Pipeline {
   }
 
   LiveBytes& live_;
-  BoundedQueue<Message*> to_enrich_, to_deliver_;
+  BlockingQueue<Message*> to_enrich_, to_deliver_;
   std::mutex gate_mutex_;
   std::condition_variable gate_;
   bool held_ = false;

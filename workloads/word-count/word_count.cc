@@ -21,13 +21,15 @@
 // its own code has not (the word-count-rebuilt workload; docs/model.md, "Call sites").
 //
 // The program is one translation unit, in parts: word_count.h (revision switches, utilities), corpus.h,
-// stages.h, runtime.h, pipeline.h and cli.h; this file runs them.
+// stages.h, runtime.h and pipeline.h; this file holds the command line and runs them.
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
-#include "../common/steady_state.h"
+#include "common/steady_state.h"
 
 #ifdef WORDCOUNT_REBUILT
 namespace rebuilt {
@@ -40,12 +42,65 @@ namespace rebuilt {
 #endif
 
 // The program's own code comes after the rebuilt function, so that the function stands ahead of all of it.
+#include "common/arguments.h"
 #include "word_count.h"
 #include "corpus.h"
 #include "stages.h"
 #include "runtime.h"
 #include "pipeline.h"
-#include "cli.h"
+
+namespace WC_NAMESPACE::cli {
+
+[[noreturn]] void usage_error(const std::string& message) {
+  workloads::exit_with_usage(
+      "word-count", message,
+      "usage: word-count [--scale small|default] [--rounds N] [--shards N] [--words-per-shard N]\n"
+      "                  [--threads N] [--partitions N] [--top N] [--seed N] [--dump-corpus FILE]\n"
+      "                  [--quiet-seconds S]\n");
+}
+
+void help() { std::printf("word-count: staged word-count pipeline (see docs/workloads.md)\n"); }
+
+pipeline::Config parse(int argc, char** argv) {
+  pipeline::Config config;
+  workloads::read_flags(argc, argv, usage_error, help, [&](std::string_view arg, workloads::Arguments& args) {
+    if (arg == "--scale") {
+      if (args.small_scale()) {
+        config.rounds = 2;
+        config.shards_per_round = 16;
+        config.corpus.words_per_shard = 10000;
+        config.corpus.vocabulary_words = 50000;
+        config.threads = 8;
+        config.partitions = 8;
+        if (!config.quiet_seconds_given) config.quiet_seconds = 2;
+      }
+    } else if (arg == "--rounds") {
+      config.rounds = static_cast<int>(args.positive_number());
+    } else if (arg == "--shards") {
+      config.shards_per_round = args.positive_number();
+    } else if (arg == "--words-per-shard") {
+      config.corpus.words_per_shard = args.positive_number();
+    } else if (arg == "--threads") {
+      config.threads = static_cast<int>(args.positive_number());
+    } else if (arg == "--partitions") {
+      config.partitions = args.positive_number();
+    } else if (arg == "--top") {
+      config.top = args.positive_number();
+    } else if (arg == "--seed") {
+      config.corpus.seed = args.positive_number();
+    } else if (arg == "--quiet-seconds") {
+      args.quiet_seconds(config.quiet_seconds, config.quiet_seconds_given);
+    } else if (arg == "--dump-corpus") {
+      config.dump_corpus_path = args.value();
+    } else {
+      return false;
+    }
+    return true;
+  });
+  return config;
+}
+
+}  // namespace WC_NAMESPACE::cli
 
 int main(int argc, char** argv) {
   namespace wc = WC_NAMESPACE;

@@ -1,7 +1,7 @@
 // word-count's internal header: the revision switches and the small utilities that every part uses.
 //
 // word-count is one translation unit: word_count.cc includes its parts, one header per concept (corpus.h,
-// stages.h, runtime.h, pipeline.h, cli.h), and nothing else includes them. Their functions are defined in the
+// stages.h, runtime.h, pipeline.h), and nothing else includes them. Their functions are defined in the
 // headers, not inline, as in one source file, because the compiler then sees the whole program and inlines
 // across the parts: an allocation's call stack, the profiler's context of it and the model's input, does not
 // depend on the file that its functions are in. It also keeps word-count-rebuilt's added function ahead of all
@@ -9,10 +9,10 @@
 #ifndef LLAMALLOC_WORKLOADS_WORD_COUNT_WORD_COUNT_H
 #define LLAMALLOC_WORKLOADS_WORD_COUNT_WORD_COUNT_H
 
-#include <cstdint>
-#include <string_view>
 #include <thread>
 #include <vector>
+
+#include "common/random.h"
 
 #ifndef WORDCOUNT_REVISION
 #define WORDCOUNT_REVISION 1
@@ -29,21 +29,8 @@
 
 namespace WC_NAMESPACE::util {
 
-inline std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-inline std::uint64_t fnv1a64(std::string_view text) {
-  std::uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
+using workloads::fnv1a64;
+using workloads::splitmix64;
 
 // Runs body(worker) on `threads` fresh threads and joins them: each stage gets its own threads, as the
 // stages of a dataflow runtime do, so thread-thread heap state comes and goes with them.
