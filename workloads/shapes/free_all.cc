@@ -138,14 +138,7 @@ class ImportPool {
   ImportPool(Catalog& catalog, int workers) : catalog_(catalog), workers_(static_cast<std::size_t>(workers)) {
     for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { work(); });
   }
-  ~ImportPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& thread : threads_) thread.join();
-  }
+  ~ImportPool() { stop_workers(mutex_, stopping_, wake_, threads_); }
 
   void submit(std::uint64_t first, std::uint64_t end) {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -212,14 +212,7 @@ class QueryPool {
       : scale_(scale), cache_(cache), live_(live), counters_(counters) {
     for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { work(); });
   }
-  ~QueryPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& thread : threads_) thread.join();
-  }
+  ~QueryPool() { stop_workers(mutex_, stopping_, wake_, threads_); }
 
   // Starts a spike of `count` queries numbered from `first`; their results go to `results`.
   void start(std::uint64_t first, std::uint64_t count, std::uint64_t items_so_far,

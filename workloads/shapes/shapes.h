@@ -9,16 +9,19 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
-#include "../common/steady_state.h"
+#include "common/random.h"
+#include "common/steady_state.h"
 
 namespace shapes {
 
@@ -60,12 +63,7 @@ struct Report {
 class XorShift {
  public:
   explicit XorShift(std::uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
-  std::uint64_t next() {
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 7;
-    state_ ^= state_ << 17;
-    return state_;
-  }
+  std::uint64_t next() { return workloads::xorshift64(state_); }
   std::uint64_t below(std::uint64_t n) { return next() % n; }
   double unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
 
@@ -73,12 +71,7 @@ class XorShift {
   std::uint64_t state_;
 };
 
-inline std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+inline std::uint64_t mix64(std::uint64_t x) { return workloads::splitmix64(x); }
 
 // A size between lo and hi, log-uniform (many small, a few large), from a 64-bit draw.
 inline std::size_t log_uniform(std::uint64_t draw, std::size_t lo, std::size_t hi) {
@@ -171,7 +164,17 @@ void run_threads(int count, Work&& work) {
   for (std::thread& thread : threads) thread.join();
 }
 
-// The entry point of each shape (its file): the load peak, the drop and the quiet phase, and the report.
+// Stops a pool's worker threads: sets `stopping` under the pool's mutex, wakes every worker and joins them.
+inline void stop_workers(std::mutex& mutex, bool& stopping, std::condition_variable& wake,
+                         std::vector<std::thread>& threads) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stopping = true;
+  }
+  wake.notify_all();
+  for (std::thread& thread : threads) thread.join();
+}
+
 // A background thread that calls `work()` every 2 ms until it is destroyed, and counts what the calls return (an
 // expiry thread, a sweeper). Allocates nothing itself: what `work` frees and allocates is on the shape's stacks.
 template <class Work>
@@ -199,6 +202,7 @@ class Ticker {
   std::thread thread_;
 };
 
+// The entry point of each shape (its file): the load peak, the drop and the quiet phase, and the report.
 namespace lru { Report run(const Options& options); }  // lru_cache.cc
 namespace ttl { Report run(const Options& options); }  // ttl_cache.cc
 namespace hash_trimmed { Report run(const Options& options); }  // hash_trimmed_cache.cc
