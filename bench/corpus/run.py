@@ -42,11 +42,18 @@ ALLOCATORS = ",".join(PEERS + ("llamalloc",))
 SIM_POLICIES = ("pages-4k", "llama-default", "llama-oracle", "llama-oracle-best", "llama-model")
 
 
-def sh(*args: str, log: Path | None = None) -> str:
-    print("corpus: $ llamalloc " + " ".join(args), file=sys.stderr, flush=True)
+def run_llamalloc(echo: str, args, log: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m llamalloc ARGS`, shown on stderr as `echo` and the arguments, its output also written to `log`;
+    the caller judges its exit status (bench/table3 shares it)."""
+    print(echo + " ".join(args), file=sys.stderr, flush=True)
     out = subprocess.run([sys.executable, "-m", "llamalloc", *args], capture_output=True, text=True)
     if log is not None:
         log.write_text(out.stdout + out.stderr)
+    return out
+
+
+def sh(*args: str, log: Path | None = None) -> str:
+    out = run_llamalloc("corpus: $ llamalloc ", args, log)
     if out.returncode not in (0, 1):
         tail = (out.stderr.strip().splitlines() or [""])[-1]
         raise RuntimeError(f"llamalloc {args[0]} failed ({out.returncode}): {tail}")
@@ -136,21 +143,19 @@ def table(names: list[str], summ: dict, sims: dict[str, dict], scale: str, repea
            "Steady state: mean RSS over the quiet phase after the peak. `vs best peer`: llamalloc over the lowest of "
            "the four peers; `model / none`: llamalloc with the shape's model over llamalloc without one.", "",
            "| shape | " + " | ".join(allocs) + " | vs best peer | model / none |", "|---" * (len(allocs) + 3) + "|"]
-    for n in names:
-        steady = {a: fig(n, a, "steady_rss_bytes") for a in allocs}
-        peers = [steady[a] for a in PEERS if steady[a]]
-        out.append(f"| {n} | " + " | ".join(mib(steady[a]) for a in allocs) + " | "
-                   + ratio(steady["llamalloc"], min(peers) if peers else None) + " | "
-                   + ratio(steady["llamalloc+model"], steady["llamalloc"]) + " |")
+    def rows(key, last):
+        """A row per shape: `key` under each allocator, llamalloc over the lowest peer, then last(shape, figures)."""
+        for n in names:
+            v = {a: fig(n, a, key) for a in allocs}
+            peers = [v[a] for a in PEERS if v[a]]
+            out.append(f"| {n} | " + " | ".join(mib(v[a]) for a in allocs) + " | "
+                       + ratio(v["llamalloc"], min(peers) if peers else None) + " | " + last(n, v) + " |")
+
+    rows("steady_rss_bytes", lambda n, v: ratio(v["llamalloc+model"], v["llamalloc"]))
     out += ["", "Peak RSS (the kernel's high-water mark). `vs lowest peer`: llamalloc over the lowest of the four "
             "peers; `AHP share`: llamalloc's highest AnonHugePages over its peak RSS (huge pages under load).", "",
             "| shape | " + " | ".join(allocs) + " | vs lowest peer | AHP share |", "|---" * (len(allocs) + 3) + "|"]
-    for n in names:
-        peak = {a: fig(n, a, "peak_rss_bytes") for a in allocs}
-        peers = [peak[a] for a in PEERS if peak[a]]
-        out.append(f"| {n} | " + " | ".join(mib(peak[a]) for a in allocs) + " | "
-                   + ratio(peak["llamalloc"], min(peers) if peers else None) + " | "
-                   + ratio(fig(n, "llamalloc", "peak_anon_huge_pages_bytes"), peak["llamalloc"]) + " |")
+    rows("peak_rss_bytes", lambda n, v: ratio(fig(n, "llamalloc", "peak_anon_huge_pages_bytes"), v["llamalloc"]))
     out += ["", "Replays of each shape's trace, footprint after the peak (the median over the after-peak "
             "window of docs/bench.md): 4 KiB pages; llamalloc without a model and with the shape's model; the oracle under the "
             "default options and under the best options found (llama-oracle-best); `default / best` and "

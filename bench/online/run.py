@@ -16,14 +16,16 @@ replay's steady footprint is the simulator's mean footprint over the same phase 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 from llamalloc.errors import UserError
+
+# bench/ on the path: bench/corpus/run.py's profile-and-train and trace steps, and its way of running llamalloc.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from corpus import run as corpus  # noqa: E402
 
 MiB = 1 << 20
 VARIANTS = ("llamalloc", "llamalloc+online", "llamalloc+model", "llamalloc+model+online")
@@ -31,19 +33,8 @@ DEFAULT_WORKLOADS = ("image-server", "word-count", "frag-micro-unhinted", "redis
 POLICIES = ("llama-default", "llama-online", "llama-model", "llama-model+online")
 
 
-def _corpus():
-    """bench/corpus/run.py: its profile-and-train and trace steps, and the replay's after-peak footprint."""
-    spec = importlib.util.spec_from_file_location("corpus", Path(__file__).resolve().parents[1] / "corpus" / "run.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def sh(*args: str, log: Path | None = None) -> str:
-    print("online: $ llamalloc " + " ".join(args), file=sys.stderr, flush=True)
-    out = subprocess.run([sys.executable, "-m", "llamalloc", *args], capture_output=True, text=True)
-    if log is not None:
-        log.write_text(out.stdout + out.stderr)
+    out = corpus.run_llamalloc("online: $ llamalloc ", args, log)
     if out.returncode != 0:
         tail = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
         sys.exit(f"online: llamalloc {args[0]} failed ({out.returncode}): {tail}")
@@ -78,7 +69,7 @@ def bench(out: Path, names: list[str], models: dict, allocators: str, repeat: in
     return json.loads(path.read_text())
 
 
-def replay(corpus, out: Path, name: str, model: Path, scale: str) -> dict[str, float]:
+def replay(out: Path, name: str, model: Path, scale: str) -> dict[str, float]:
     """Trace the workload once (its measured process, under the tracer) and replay it under the policies:
     policy -> footprint after the peak (the median between the live peak and teardown)."""
     trace, sim_json = out / f"{name}.trace", out / f"{name}.sim.json"
@@ -140,7 +131,6 @@ def main() -> None:
     ap.add_argument("--no-sim", action="store_true", help="no traces and replays")
     ap.add_argument("--quiet-seconds", type=float, default=None)
     a = ap.parse_args()
-    corpus = _corpus()
     names = a.workload or list(DEFAULT_WORKLOADS)
     a.out.mkdir(parents=True, exist_ok=True)
     models = {}
@@ -169,7 +159,7 @@ def main() -> None:
                   "| workload | " + " | ".join(POLICIES) + " | process: " + " | process: ".join(VARIANTS)
                   + " | replay / process (online) |", "|" + "---|" * (len(POLICIES) + len(VARIANTS) + 2)]
         for name in names:
-            vals = replay(corpus, a.out, name, models[name], a.scale)
+            vals = replay(a.out, name, models[name], a.scale)
             real = {al: steady(main_bench, name, al, "llamalloc_footprint_bytes") for al in VARIANTS}
             on, real_on = vals.get("llama-online"), real["llamalloc+online"]
             ratio = "-" if None in (on, real_on) else f"{on / real_on:.2f}"

@@ -37,12 +37,15 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from llamalloc import paths, profile, workloads
+
+# bench/ on the path: bench/corpus/run.py runs the llamalloc command for this campaign too (run_llamalloc).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from corpus import run as corpus  # noqa: E402
 
 MiB = 1 << 20
 ALLOCATORS = ("jemalloc", "tcmalloc", "llamalloc", "llamalloc+model")
@@ -106,10 +109,7 @@ def format_steady(rows: list[dict], acc: dict, scale: str, repeat: int) -> str:
 
 
 def sh(*args: str, log: Path | None = None) -> str:
-    print("table3: $ " + " ".join(args), file=sys.stderr, flush=True)
-    out = subprocess.run([sys.executable, "-m", "llamalloc", *args], capture_output=True, text=True)
-    if log is not None:
-        log.write_text(out.stdout + out.stderr)
+    out = corpus.run_llamalloc("table3: $ ", args, log)
     if out.returncode not in (0, 1):
         sys.exit(f"table3: llamalloc {args[0]} failed ({out.returncode}): {out.stderr.strip().splitlines()[-1:]}")
     return out.stdout

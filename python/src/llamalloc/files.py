@@ -1,7 +1,8 @@
 """Writing a file so that no reader ever sees it half-written, and an interrupted or failed write leaves what was
 there before: the data goes to a temporary file in the destination's folder (a rename across file systems would
 copy), which is renamed over the destination once complete and removed otherwise. Every file the tool writes goes
-through here."""
+through here. Reading an input whole (`read_input`) is here too, so that a missing or unreadable input is reported
+in the same line by every reader."""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from .errors import UserError
+from .errors import FormatError, UserError
 
 
 @contextlib.contextmanager
@@ -141,3 +142,17 @@ def move_file(src, path) -> None:
         pass
     copy_file(src, path)
     Path(src).unlink(missing_ok=True)
+
+
+def read_input(path, what: str, size: int = -1) -> bytes:
+    """The bytes of the file at `path` (at most `size` of them when size >= 0). A file that is missing, a directory
+    (the message says it is not `what`, such as "a profile") or unreadable is a FormatError naming it."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(size)
+    except FileNotFoundError:
+        raise FormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise FormatError(path, f"is a directory, not {what}") from None
+    except OSError as e:
+        raise FormatError(path, f"cannot read: {e.strerror}") from None

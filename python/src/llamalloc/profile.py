@@ -13,7 +13,6 @@ import socket
 import struct
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
@@ -302,16 +301,22 @@ def write(message: profile_pb2.Profile, out_path) -> None:
 
 # ---- reading -------------------------------------------------------------------------------------------------
 
+def _strings(p: profile_pb2.Profile, path):
+    """The string of each index of p's string table; an index out of range is a FormatError naming `path`."""
+    strings = p.string_table
+    n = len(strings)
+
+    def s(i: int) -> str:
+        if not 0 <= i < n:
+            raise FormatError(path, f"corrupt: string index {i} out of range")
+        return strings[i]
+
+    return s
+
+
 def load_proto(path) -> profile_pb2.Profile:
     """The raw profile_pb2.Profile of a llamalloc profile; FormatError for anything else."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise FormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise FormatError(path, "is a directory, not a profile") from None
-    except OSError as e:
-        raise FormatError(path, f"cannot read: {e.strerror}") from None
+    data = files.read_input(path, "a profile")
     if data[:2] != b"\x1f\x8b":
         raise FormatError(path, "not a llamalloc profile (not gzip-compressed profile.proto)")
     try:
@@ -323,13 +328,7 @@ def load_proto(path) -> profile_pb2.Profile:
         p.ParseFromString(body)
     except DecodeError:
         raise FormatError(path, "corrupt profile.proto data") from None
-    strings = p.string_table
-    n = len(strings)
-
-    def s(i: int) -> str:
-        if not 0 <= i < n:
-            raise FormatError(path, f"corrupt: string index {i} out of range")
-        return strings[i]
+    s = _strings(p, path)
 
     markers = [s(c) for c in p.comment if s(c).startswith(MARKER + " v")]
     if not markers:
@@ -347,13 +346,7 @@ def load_proto(path) -> profile_pb2.Profile:
 def load(path) -> Profile:
     """Reads a llamalloc profile; FormatError on truncated, corrupt, foreign or other-version files."""
     p = load_proto(path)
-    strings = p.string_table
-    n = len(strings)
-
-    def s(i: int) -> str:
-        if not 0 <= i < n:
-            raise FormatError(path, f"corrupt: string index {i} out of range")
-        return strings[i]
+    s = _strings(p, path)
 
     mappings = [_raw.Mapping(m.memory_start, m.memory_limit, m.file_offset, s(m.build_id), s(m.filename))
                 for m in p.mapping]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, NoReturn
 
 from . import files
 from .errors import UserError
@@ -28,6 +29,17 @@ def preload_env(preload: Iterable[str | os.PathLike], env_extra: Mapping[str, st
         env["LD_PRELOAD"] = " ".join(libs)
     env.update(env_extra or {})
     return env
+
+
+def end_without_output(missing: str, status: int) -> NoReturn:
+    """Ends a command whose program left none of the output it was run for (`missing` says so in one line): a
+    program that failed keeps its exit status, the line a warning; one that exited 0 is an error."""
+    if status != 0:
+        import click
+
+        click.echo(f"llamalloc: warning: {missing}", err=True)
+        sys.exit(status)
+    raise UserError(missing)
 
 
 def check_command(cmd: Iterable[str], command=None) -> list[str]:

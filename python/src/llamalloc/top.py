@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import after_peak
-from .errors import FormatError, UserError
+from . import after_peak, files
+from .errors import UserError
 from .model.classes import CLASS_NAMES, NUM_CLASSES, lifetime_class
 
 HUGE_PAGE_SHIFT = 21
@@ -192,15 +192,7 @@ def after_peak_end(times: np.ndarray, is_alloc: np.ndarray, sizes: np.ndarray, a
 def load(path, at_seconds: float | None = None) -> tuple[list[Site], str, bool]:
     """The sites of a profile or a trace (by its first bytes: a profile is gzip), most live bytes first; the
     note; whether it is a trace."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-    except FileNotFoundError:
-        raise FormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise FormatError(path, "is a directory, not a profile or a trace") from None
-    except OSError as e:
-        raise FormatError(path, f"cannot read: {e.strerror}") from None
+    head = files.read_input(path, "a profile or a trace", size=2)
     if head == b"\x1f\x8b":
         if at_seconds is not None:
             raise UserError("--at applies to a trace: a profile holds what was live when it was taken (record "

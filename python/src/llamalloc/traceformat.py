@@ -144,16 +144,9 @@ def compress_bytes(data: bytes, level: int = ZSTD_LEVEL) -> bytes:
 def read_raw(path, magic: bytes, version: int, what: str) -> RawFile:
     """Reads any file in the record format, plain or zstd-compressed; FormatError for anything but a complete
     file of this version."""
-    try:
-        data = Path(path).read_bytes()
-        if data[:4] == ZSTD_MAGIC:
-            data = _decompress(path, data)
-    except FileNotFoundError:
-        raise FormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise FormatError(path, "is a directory, not a file") from None
-    except OSError as e:
-        raise FormatError(path, f"cannot read: {e.strerror}") from None
+    data = files.read_input(path, "a file")
+    if data[:4] == ZSTD_MAGIC:
+        data = _decompress(path, data)
     if len(data) < HEADER.size or data[:8] not in (TRACE_MAGIC, RAW_PROFILE_MAGIC):
         raise FormatError(path, f"not a llamalloc {what} (bad magic number)")
     if data[:8] != magic:

@@ -9,7 +9,7 @@ import click
 
 from ..errors import UserError
 from ..record import DEFAULT_SAMPLE_BYTES, record_profile
-from ..run import check_command
+from ..run import check_command, end_without_output
 
 
 def parse_steady_state(spec: str | None) -> tuple[float, float] | None:
@@ -88,11 +88,8 @@ def command(output, sample_bytes, interval, steady_state, preload, symbolize, cm
     rec = record_profile(cmd, out, sample_bytes, interval, window, preload)
     status = rec.status
     if not rec.found:
-        msg = f"{cmd[0]} ended without writing a profile (killed, or it never returned from exec/_exit)"
-        if status != 0:
-            click.echo(f"llamalloc: warning: {msg}", err=True)
-            sys.exit(status)
-        raise UserError(msg)
+        end_without_output(f"{cmd[0]} ended without writing a profile (killed, or it never returned from exec/_exit)",
+                           status)
     if status != 0:
         click.echo(f"llamalloc: {cmd[0]} exited with status {status}; profile written to {out}{rec.note}", err=True)
     else:

@@ -8,7 +8,7 @@ import click
 
 from .. import trace as _trace
 from ..errors import UserError
-from ..run import check_command
+from ..run import check_command, end_without_output
 
 
 @click.command("trace", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -53,11 +53,7 @@ def command(output, to_parquet, preload, duration, compress, cmd):
     if t.stopped:
         click.echo(f"llamalloc: stopped {cmd[0]} after {duration:g} s (--duration)", err=True)
     if not t.found:
-        msg = f"{cmd[0]} ended without writing a trace"
-        if status != 0:
-            click.echo(f"llamalloc: warning: {msg}", err=True)
-            sys.exit(status)
-        raise UserError(msg)
+        end_without_output(f"{cmd[0]} ended without writing a trace", status)
     if t.problem is not None:
         click.echo(f"llamalloc: warning: {cmd[0]} left an incomplete trace ({t.problem}); "
                    f"nothing written to {out}", err=True)

@@ -223,15 +223,7 @@ def write(path, m: ModelFile) -> None:
 def read(path) -> ModelFile:
     """Reads and checks a model file; any problem is a FormatError naming the file."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise FormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise FormatError(path, "is a directory, not a model file") from None
-    except OSError as e:
-        raise FormatError(path, f"cannot read: {e.strerror}") from None
-    return from_bytes(data, path)
+    return from_bytes(files.read_input(path, "a model file"), path)
 
 
 def from_bytes(data: bytes, path="<model>") -> ModelFile:

@@ -33,6 +33,20 @@ def _style(policy: str) -> dict:
     return POLICY_STYLE.get(policy, dict(label=policy))
 
 
+def _label(ax, ylabel: str, title: str, *, grid_axis: str = "both", **legend) -> None:
+    """The y label, the title, a light grid (on `grid_axis`) and the legend (`legend`: its keywords)."""
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis=grid_axis)
+    ax.legend(**legend)
+
+
+def _save(fig, path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def footprint_over_time(result: SimResult, path, title: str) -> None:
     """Figures 1, 8, 9: each policy's footprint against the live heap, over trace time, with the after-peak window
     (docs/bench.md, "After the peak"; the same for every policy) shaded."""
@@ -49,13 +63,8 @@ def footprint_over_time(result: SimResult, path, title: str) -> None:
             live_drawn = True
         ax.plot(t, p.timeline["footprint_bytes"] / MIB, lw=1.2, **_style(name))
     ax.set_xlabel("trace time (s)")
-    ax.set_ylabel("memory (MiB)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _label(ax, "memory (MiB)", title, fontsize=8, loc="upper left")
+    _save(fig, path)
 
 
 def fragmentation_bars(result: SimResult, path, title: str) -> None:
@@ -69,14 +78,9 @@ def fragmentation_bars(result: SimResult, path, title: str) -> None:
     ax.bar(x + 0.2, final, 0.4, label="at the end", color="#dd8452")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(x, names, rotation=20, ha="right")
-    ax.set_ylabel("footprint / live")
     ax.set_yscale("log")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _label(ax, "footprint / live", title, grid_axis="y", fontsize=8)
+    _save(fig, path)
 
 
 def lifetime_distribution(counts_by_source: dict[str, np.ndarray], path) -> None:
@@ -91,13 +95,8 @@ def lifetime_distribution(counts_by_source: dict[str, np.ndarray], path) -> None
         ax.bar(x - 0.4 + width * (i + 0.5), 100 * share, width, label=f"{source} ({int(total):,} allocations)")
         ax.plot(x, 100 * np.cumsum(share), marker="o", ms=3, lw=1)
     ax.set_xticks(x, CLASS_LABELS, rotation=20)
-    ax.set_ylabel("% of allocations (line: cumulative)")
-    ax.set_title("Object lifetimes by lifetime class")
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _label(ax, "% of allocations (line: cumulative)", "Object lifetimes by lifetime class", grid_axis="y", fontsize=8)
+    _save(fig, path)
 
 
 def meshing_comparison(result: SimResult, path) -> None:
@@ -110,10 +109,7 @@ def meshing_comparison(result: SimResult, path) -> None:
         if name in p:
             a.plot(p[name].time_s, p[name].timeline["footprint_bytes"] / MIB, lw=1.2, **_style(name))
     a.set_xlabel("trace time (s)")
-    a.set_ylabel("MiB")
-    a.set_title("(a) footprint on 2 MiB pages over time")
-    a.grid(alpha=0.3)
-    a.legend(fontsize=7)
+    _label(a, "MiB", "(a) footprint on 2 MiB pages over time", fontsize=7)
     groups = [("program's pages", "pages-4k", "pages-2m"), ("Mesh", "mesh-4k", "mesh-2m"),
               ("TCMalloc lifetime", None, "tcmalloc-lifetime"), ("llamalloc oracle", None, "llama-oracle"),
               ("llamalloc model", None, "llama-model")]
@@ -125,13 +121,8 @@ def meshing_comparison(result: SimResult, path) -> None:
     b.bar(x + 0.2, huge, 0.4, label="2 MiB pages", color="#c2410c")
     b.axhline(any_policy.summary["final_live_bytes"] / MIB, color="black", lw=1, ls="--", label="live at the end")
     b.set_xticks(x, [g[0] for g in groups], rotation=15)
-    b.set_ylabel("final footprint (MiB)")
-    b.set_title("(b) memory left at the end")
-    b.legend(fontsize=8)
-    b.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _label(b, "final footprint (MiB)", "(b) memory left at the end", grid_axis="y", fontsize=8)
+    _save(fig, path)
 
 
 def _bits(hex256: str) -> np.ndarray:
@@ -171,9 +162,7 @@ def heap_map(snapshot: dict, path, max_pages: int = 64) -> int:
     ax.legend(handles=[Patch(color=CLASS_COLORS[c], label=CLASS_LABELS[c]) for c in used] +
               [Patch(facecolor="white", edgecolor="grey", label="free block")],
               fontsize=7, loc="upper right", bbox_to_anchor=(1.0, -0.08), ncol=min(len(used) + 1, 5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
     return len(shown)
 
 
@@ -187,13 +176,8 @@ def bench_memory(rows: list[dict], workload: str, path) -> None:
     ax.bar(x - 0.2, peak, 0.4, label="peak RSS", color="#4c72b0")
     ax.bar(x + 0.2, final, 0.4, label="final RSS", color="#55a868")
     ax.set_xticks(x, names, rotation=15)
-    ax.set_ylabel("MiB")
-    ax.set_title(f"{workload}: resident memory by allocator")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _label(ax, "MiB", f"{workload}: resident memory by allocator", grid_axis="y", fontsize=8)
+    _save(fig, path)
 
 
 def policy_has_snapshots(p: PolicyResult) -> bool:
