@@ -14,3 +14,19 @@ def llamalloc(*args, env=None, cwd=None, check_rc: int | None = 0, timeout: floa
     if check_rc is not None:
         assert r.returncode == check_rc, f"rc={r.returncode}\nstdout={r.stdout}\nstderr={r.stderr}"
     return r
+
+
+def run(argv, capsys) -> tuple[int, str, str]:
+    """`llamalloc ARGV` in this process (llamalloc.cli.main): its exit status, and its output as capsys took it."""
+    from llamalloc.cli import main
+
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_error_line(rc: int, err: str) -> str:
+    """The line of a bad-input report: exit status 2 and one line on stderr (blank lines aside), or the test fails."""
+    lines = [line for line in err.splitlines() if line]
+    assert rc == 2 and len(lines) == 1, f"rc={rc}\n{err}"
+    return lines[0]

@@ -14,13 +14,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def build_linked(directory: Path, source: str, name: str = "p") -> Path:
-    """Compiles `source` (C, with llamalloc.h on the include path) into directory/name, linked to the built
-    libllamalloc.so with an rpath to it."""
+    """Compiles `source` (C, with llamalloc.h and this folder's smaps.h on the include path) into directory/name,
+    linked to the built libllamalloc.so with an rpath to it."""
     (directory / f"{name}.c").write_text(source)
     lib = native_library("libllamalloc.so")
     exe = directory / name
-    subprocess.run([shutil.which("cc") or "gcc", "-O1", "-pthread", "-I", str(REPO / "include"), "-o", str(exe),
-                    str(directory / f"{name}.c"), str(lib), f"-Wl,-rpath,{lib.parent}"], check=True)
+    subprocess.run([shutil.which("cc") or "gcc", "-O1", "-pthread", "-I", str(REPO / "include"),
+                    "-I", str(Path(__file__).parent), "-o", str(exe), str(directory / f"{name}.c"), str(lib),
+                    f"-Wl,-rpath,{lib.parent}"], check=True)
     return exe
 
 

@@ -8,20 +8,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import run
 
-from llamalloc.cli import main
 from llamalloc.errors import FormatError
 from llamalloc.model import modelfile, pipeline, reference
 from llamalloc.model.dataset import build_contexts
 from llamalloc.model.synthetic import synthetic_samples
 from llamalloc.model.tokenizer import Vocabulary
 from test_model_cli import write_profile
-
-
-def run(argv, capsys):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def weighted(out: str, predictor: str) -> float:

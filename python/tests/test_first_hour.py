@@ -3,15 +3,8 @@ before the work, and the other checks that keep a mistake from costing a long ru
 from __future__ import annotations
 
 import subprocess
-import sys
 
-
-def llamalloc(*args, check_rc=0, **kw) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
-                       timeout=300, **kw)
-    if check_rc is not None:
-        assert r.returncode == check_rc, f"rc={r.returncode}\nstdout={r.stdout}\nstderr={r.stderr}"
-    return r
+from conftest import llamalloc
 
 
 def test_run_refuses_a_misspelled_option_or_a_bad_value_before_the_program_starts(tmp_path):

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import llamalloc as run_llamalloc
 
 from llamalloc import paths, profile
 from llamalloc.fleet import corpus, synthetic
@@ -25,12 +26,8 @@ def program() -> Path:
     return p
 
 
-def llamalloc(*args, env=None, check_rc=0, cwd=None) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
-                       env=env, timeout=600, cwd=cwd)
-    if check_rc is not None:
-        assert r.returncode == check_rc, f"rc={r.returncode}\nstdout={r.stdout}\nstderr={r.stderr}"
-    return r
+def llamalloc(*args, **kw):
+    return run_llamalloc(*args, timeout=600, **kw)  # a corpus of many profiles takes minutes to aggregate
 
 
 @pytest.fixture(scope="module")

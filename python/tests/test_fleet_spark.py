@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import llamalloc
 
 from llamalloc import paths
 from llamalloc.errors import UserError
@@ -23,14 +24,6 @@ from llamalloc.fleet.parse import partition_key
 
 SOURCE_FIELDS = ("path", "status", "reason", "host", "program", "build_id", "time_ns", "samples")
 BAD_FILES = ("corrupt.prof", "truncated.prof", "notes.txt")
-
-
-def llamalloc(*args, env=None, check_rc=0) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
-                       env=env, timeout=300)
-    if check_rc is not None:
-        assert r.returncode == check_rc, f"rc={r.returncode}\nstdout={r.stdout}\nstderr={r.stderr}"
-    return r
 
 
 def record(out: Path, program: str, *args) -> Path:

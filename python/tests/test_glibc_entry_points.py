@@ -20,6 +20,7 @@ PROG = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "smaps.h"
 
 extern void* __libc_malloc(size_t);
 extern void* __libc_calloc(size_t, size_t);
@@ -31,16 +32,6 @@ extern void __libc_free(void*);
 
 enum { N = 8192, SIZE = 4096, KEEP_EVERY = 64 };
 static void* objects[N];
-
-static long rss_kib(void) {
-  FILE* f = fopen("/proc/self/smaps_rollup", "r");
-  char line[256];
-  long v = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (strncmp(line, "Rss:", 4) == 0) v = atol(line + 4);
-  if (f) fclose(f);
-  return v;
-}
 
 int main(void) {
   /* Mixed: what one name gives, the other frees (glibc's free would abort on the heap's pointers). */
@@ -119,7 +110,7 @@ def test_preloaded_program_gets_the_heap_under_glibcs_names(tmp_path):
     src = tmp_path / "p.c"
     src.write_text(PROG)
     exe = tmp_path / "p"
-    subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], check=True)
+    subprocess.run(["cc", "-O1", "-I", str(Path(__file__).parent), "-o", str(exe), str(src)], check=True)  # smaps.h
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMALLOC_")}
     env.update(LD_PRELOAD=str(native_library("libllamalloc.so")), LLAMALLOC_SWEEP_MS="0")
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)

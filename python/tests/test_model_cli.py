@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import run
 
 from llamalloc import profile
 from llamalloc.cli import main
@@ -59,12 +60,6 @@ def write_profile(path, samples_table=None, program="synthetic-server", symboliz
         label.key, label.num = s("request_size"), row["request_size"]
     path.write_bytes(gzip.compress(p.SerializeToString()))
     return path
-
-
-def run(argv, capsys):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.fixture(scope="module")

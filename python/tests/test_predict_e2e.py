@@ -14,11 +14,11 @@ import json
 import re
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import llamalloc
 
 from float32_bounds import assert_logits_agree, logit_error_bound
 from llamalloc import paths, profile
@@ -36,14 +36,6 @@ def program() -> Path:
 
 def plugin() -> Path:
     return paths.build_dir() / "tests" / "model" / "libpredict-plugin.so"
-
-
-def llamalloc(*args, env=None, check_rc=0) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
-                       env=env, timeout=300)
-    if check_rc is not None:
-        assert r.returncode == check_rc, f"rc={r.returncode}\nstdout={r.stdout}\nstderr={r.stderr}"
-    return r
 
 
 @pytest.fixture(scope="module")

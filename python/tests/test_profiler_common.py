@@ -1,13 +1,13 @@
 """Helpers shared by the profiler's and tracer's tests (test_profiler_*.py, test_trace_*.py). No tests here."""
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-
+from conftest import llamalloc as run_llamalloc
 from llamalloc import paths
 
 PEERS = {
@@ -52,12 +52,8 @@ def peer_library(name: str) -> str | None:
     return lib
 
 
-def llamalloc(*args, env=None, cwd=None, check_rc=None) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
-                       env=env, cwd=cwd, timeout=300)
-    if check_rc is not None:
-        assert r.returncode == check_rc, f"rc={r.returncode}\nstdout={r.stdout}\nstderr={r.stderr}"
-    return r
+# conftest's, the exit status left to the callers unless they give check_rc.
+llamalloc = functools.partial(run_llamalloc, check_rc=None)
 
 
 def pprof() -> str:

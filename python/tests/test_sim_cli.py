@@ -5,9 +5,9 @@ import json
 import math
 
 import pytest
+from conftest import one_error_line, run
 
 from llamalloc import simulate as sim
-from llamalloc.cli import main
 
 from test_sim_support import alloc, free, trace_bytes, write_trace
 
@@ -23,12 +23,6 @@ def small_trace(tmp_path):
     events = [alloc(0, BASE, 64), alloc(5, BASE + M2, 64), alloc(15, BASE + 2 * K4, 3 * K4),
               free(25, BASE), free(35, BASE + 12345), free(38, BASE + 2 * K4)]
     return write_trace(tmp_path / "small.trace", events)
-
-
-def run(args, capsys):
-    rc = main(args)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_pages_policies_match_hand_computed_footprints(small_trace, tmp_path, capsys):
@@ -95,11 +89,9 @@ def test_truncated_trace_names_the_offset_and_writes_nothing(tmp_path, capsys, c
     trace.write_bytes(data[:cut])
     out = tmp_path / "cut.json"
     rc, stdout, err = run(["simulate", str(trace), "-p", "pages-4k", "-o", str(out), "-q"], capsys)
-    assert rc == 2
-    lines = [l for l in err.splitlines() if l]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("llamalloc: error: ") and str(trace) in lines[0]
-    assert "at byte offset " in lines[0]
+    line = one_error_line(rc, err)
+    assert line.startswith("llamalloc: error: ") and str(trace) in line
+    assert "at byte offset " in line
     assert not out.exists() and not list(tmp_path.glob("cut.timeline*")) and not list(tmp_path.glob("*.tmp.*"))
 
 
@@ -166,9 +158,7 @@ def test_a_bad_option_is_a_one_line_error_before_the_replay(tmp_path, capsys, op
     out = tmp_path / "x.json"
     rc, _, err = run(["simulate", str(trace), "-p", "llama-default", "-o", str(out), "--option", option, "-q"],
                      capsys)
-    assert rc == 2
-    lines = [l for l in err.splitlines() if l]
-    assert len(lines) == 1 and lines[0].startswith("llamalloc: error: " + message), err
+    assert one_error_line(rc, err).startswith("llamalloc: error: " + message), err
     assert "Traceback" not in err
     assert not out.exists()
 

@@ -6,15 +6,16 @@ in that binary's mapping. Then a real program: its trace replayed with token tab
 binaries, and again after its binary was deleted (a warning, the replay goes on)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import llamalloc as run_llamalloc
 
 from llamalloc import paths, profile
 from llamalloc import simulate as sim
@@ -77,6 +78,14 @@ def write_tables(model: modelfile.ModelFile, binary: Path, out: Path) -> Path:
     return out
 
 
+def written_model(folder: Path, binary: Path, name: str, switch: dict[str, int], default_class: int,
+                  words: list[str]) -> tuple[modelfile.ModelFile, Path]:
+    """A switch_model written to folder/NAME.model, with the binary's token tables for it in folder/NAME.tokens."""
+    m = switch_model(switch, default_class, words)
+    modelfile.write(folder / f"{name}.model", m)
+    return m, write_tables(m, binary, folder / f"{name}.tokens")
+
+
 N_KEEP, N_TEMP, N_GONE, N_OTHER_THREAD = 40, 40, 40, 7
 
 
@@ -104,9 +113,8 @@ def hand_made_trace(path: Path, binary: Path) -> Path:
     return path
 
 
-def llamalloc(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=300)
+# The callers look at the exit status themselves.
+llamalloc = functools.partial(run_llamalloc, check_rc=None)
 
 
 @pytest.fixture()
@@ -132,9 +140,7 @@ def test_switch_model_gives_the_classes_it_was_built_for(tmp_path):
 
 def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up):
     d, binary, trace = made_up
-    m = switch_model({"keep_record": 7}, 0, ["keep_record", "temp_buffer", "main"])
-    modelfile.write(d / "m.model", m)
-    tokens = write_tables(m, binary, d / "m.tokens")
+    _, tokens = written_model(d, binary, "m", {"keep_record": 7}, 0, ["keep_record", "temp_buffer", "main"])
     out = d / "r.sim.json"
     # MIN_CLASS=0: the model's class 0 as it is, so that the model can do exactly what the oracle does.
     r = llamalloc("simulate", trace, "-p", "llama-model", "-p", "llama-oracle", "--model", d / "m.model",
@@ -186,9 +192,7 @@ def test_a_context_the_model_was_not_trained_on_starts_never_freed_then_gets_the
     a context outside the list "never freed" until its cache entry has had UNSEEN_TRIAL hits, then the model's
     class. Here the gone library's context (<unsymbolized>) is left out of the list."""
     d, binary, trace = made_up
-    m = switch_model({"keep_record": 7}, 0, ["keep_record", "temp_buffer", "main"])
-    modelfile.write(d / "m.model", m)
-    tokens = write_tables(m, binary, d / "m.tokens")
+    m, tokens = written_model(d, binary, "m", {"keep_record": 7}, 0, ["keep_record", "temp_buffer", "main"])
     log = d / "contexts.log"
     out = d / "u.sim.json"
     common = ["-p", "llama-model", "--tokens", tokens, "--option", "REPREDICT_EVERY=1000",
@@ -218,9 +222,7 @@ def test_a_context_the_model_was_not_trained_on_starts_never_freed_then_gets_the
 def test_a_model_of_another_program_still_replays_and_its_accuracy_is_counted(made_up):
     d, binary, trace = made_up
     # Another program's words: nothing of the trace is in its vocabulary, every context gets its default class 1.
-    m = switch_model({"Handler": 7}, 1, ["Handler", "Cache", "Insert"])
-    modelfile.write(d / "other.model", m)
-    tokens = write_tables(m, binary, d / "other.tokens")
+    _, tokens = written_model(d, binary, "other", {"Handler": 7}, 1, ["Handler", "Cache", "Insert"])
     out = d / "o.sim.json"
     r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "other.model", "--tokens", tokens,
                   "-o", out, "-q")

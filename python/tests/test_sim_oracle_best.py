@@ -8,19 +8,13 @@ import json
 import random
 
 import pytest
+from conftest import one_error_line, run
 
 from llamalloc import simulate as sim
-from llamalloc.cli import main
 
 from test_sim_support import alloc, free, write_trace
 
 MIB = 1 << 20
-
-
-def run(args, capsys):
-    rc = main(args)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +149,7 @@ def test_a_bad_search_is_a_one_line_error_before_the_replay(tmp_path, capsys, sp
     out = tmp_path / "x.json"
     rc, _, err = run(["simulate", str(trace), "-p", "llama-oracle-best", "-o", str(out), "--search", spec, "-q"],
                      capsys)
-    assert rc == 2
-    lines = [l for l in err.splitlines() if l]
-    assert len(lines) == 1 and lines[0].startswith("llamalloc: error: " + message), err
+    assert one_error_line(rc, err).startswith("llamalloc: error: " + message), err
     assert not out.exists()
 
 

@@ -21,21 +21,12 @@ PROG = r"""
 #include <string.h>
 #include <time.h>
 #include <llamalloc.h>
+#include "smaps.h"
 
 enum { THREADS = 4, PER_THREAD = 16000 };
 static unsigned char* values[THREADS][PER_THREAD];
 static size_t sizes[THREADS][PER_THREAD];
 static pthread_barrier_t filled, dropped, refilled;
-
-static long rss_kib(void) {
-  FILE* f = fopen("/proc/self/smaps_rollup", "r");
-  char line[256];
-  long v = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (strncmp(line, "Rss:", 4) == 0) v = atol(line + 4);
-  if (f) fclose(f);
-  return v;
-}
 
 static void fill(long t, int only_missing) {
   for (long i = 0; i < PER_THREAD; i++) {

@@ -23,6 +23,7 @@ PROG = r"""
 #include <time.h>
 #include <unistd.h>
 #include <llamalloc.h>
+#include "smaps.h"
 
 enum { TOTAL = 64 << 20, KEEP_EVERY = 256 };
 static void* objects[TOTAL / 1024];
@@ -31,17 +32,6 @@ static void* volatile sink;
 static void* touch(void* arg) { sink = malloc(100); free(sink); return arg; }
 static int idle_pipe[2];
 static void* idle(void* arg) { char c; while (read(idle_pipe[0], &c, 1) < 0) {} return arg; }
-
-static long rss_kib(const char* key) {
-  FILE* f = fopen("/proc/self/smaps_rollup", "r");
-  char line[256];
-  long v = -1;
-  size_t n = strlen(key);
-  while (f && fgets(line, sizeof line, f))
-    if (strncmp(line, key, n) == 0) v = atol(line + n);
-  if (f) fclose(f);
-  return v;
-}
 
 /* Mappings that khugepaged may not collapse (VmFlags "nh": MADV_NOHUGEPAGE). */
 static long nohuge_mappings(void) {
@@ -71,7 +61,7 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < n; i++)
     if (i % KEEP_EVERY != 0) free(objects[i]);
-  long peak_rss = rss_kib("Rss:");
+  long peak_rss = rss_kib();
   /* The quiet phase: 3 s in which the program still serves the odd request (a 40 KiB buffer every 5 ms) in the
      threaded mode's main thread too; the sweeper or the slow path runs the passes. */
   for (int tick = 0; tick < 600; tick++) {
@@ -84,7 +74,7 @@ int main(int argc, char** argv) {
   if (len == 0 || len >= sizeof buf) return 3;
   buf[len] = 0;
   printf("{\"after_frees_rss_kib\": %ld, \"rss_kib\": %ld, \"ahp_kib\": %ld, \"nohuge_mappings\": %ld, "
-         "\"stats\": %s}\n", peak_rss, rss_kib("Rss:"), rss_kib("AnonHugePages:"), nohuge_mappings(), buf);
+         "\"stats\": %s}\n", peak_rss, rss_kib(), smaps_kib("AnonHugePages:"), nohuge_mappings(), buf);
   for (size_t i = 0; i < n; i += KEEP_EVERY)
     if (((char*)objects[i])[0] != 1) return 4; /* the objects kept are intact */
   if (idle_thread && (write(idle_pipe[1], "x", 1) != 1 || pthread_join(idler, NULL) != 0)) return 5;

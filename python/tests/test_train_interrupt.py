@@ -33,25 +33,32 @@ def test_interrupt_keeps_the_best_finished_epoch():
     assert any(c.startswith("interrupted: keeping epoch") for c in calls)
 
 
-def test_ctrl_c_in_train_exits_130_and_writes_the_best_model_so_far_as_partial(tmp_path):
-    out = tmp_path / "m.model"
+def interrupted_train(out: Path, epochs: int, at) -> tuple[int, str, bool]:
+    """`llamalloc train` of the test profile into `out`, sent SIGINT (Ctrl-C) once at(the stderr lines so far)
+    holds: its exit status, its whole stderr, and whether it was sent."""
     proc = subprocess.Popen([sys.executable, "-m", "llamalloc", "train", str(DATA / "prof_sites.prof"), "-o",
-                             str(out), "--epochs", "10000", "--hidden", "16"], stderr=subprocess.PIPE,
+                             str(out), "--epochs", str(epochs), "--hidden", "16"], stderr=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
-    lines = []
+    lines, sent = [], False
     try:
         for line in proc.stderr:
             lines.append(line)
-            if line.startswith("epoch   2/"):
+            if at(lines):
                 proc.send_signal(signal.SIGINT)
+                sent = True
                 break
         rest = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
-    err = "".join(lines) + rest[1]
+    return proc.returncode, "".join(lines) + rest[1], sent
+
+
+def test_ctrl_c_in_train_exits_130_and_writes_the_best_model_so_far_as_partial(tmp_path):
+    out = tmp_path / "m.model"
+    returncode, err, _ = interrupted_train(out, 10000, lambda lines: lines[-1].startswith("epoch   2/"))
     # A script's `train && deploy` stops; OUTPUT is not written, the partial model says what it is by its name.
-    assert proc.returncode == 130, err
+    assert returncode == 130, err
     assert "interrupted: keeping epoch" in err and f"written to {out}.partial; {out} not written" in err, err
     assert "Traceback" not in err
     assert not out.exists()
@@ -60,24 +67,11 @@ def test_ctrl_c_in_train_exits_130_and_writes_the_best_model_so_far_as_partial(t
 
 def test_ctrl_c_while_the_refit_compiles_writes_the_split_model_as_partial(tmp_path):
     out = tmp_path / "m.model"
-    proc = subprocess.Popen([sys.executable, "-m", "llamalloc", "train", str(DATA / "prof_sites.prof"), "-o",
-                             str(out), "--epochs", "40", "--hidden", "16"], stderr=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    lines, compiles = [], 0
-    try:
-        for line in proc.stderr:
-            lines.append(line)
-            compiles += line.startswith("compiling the training step")
-            if compiles == 2:  # the refit's: the split run is over
-                proc.send_signal(signal.SIGINT)
-                break
-        rest = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    err = "".join(lines) + rest[1]
-    assert compiles == 2, err
-    assert proc.returncode == 130, err
+    # At the second compilation, the refit's: the split run is over.
+    returncode, err, sent = interrupted_train(
+        out, 40, lambda lines: sum(line.startswith("compiling the training step") for line in lines) == 2)
+    assert sent, err
+    assert returncode == 130, err
     assert "the refit was interrupted" in err and f"written to {out}.partial" in err and "Traceback" not in err
     assert not out.exists()
     assert modelfile.read(f"{out}.partial").metadata["refit"] is False

@@ -8,8 +8,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run
 
-from llamalloc.cli import main
 from llamalloc.errors import UserError
 from llamalloc.model import dataset, lstm, modelfile, pipeline
 from llamalloc.model.classes import DEFAULT_LABEL_RULE
@@ -20,12 +20,6 @@ from llamalloc.model.synthetic import synthetic_samples
 from test_model_cli import write_profile
 
 TINY = ["--hidden", "16", "--max-tokens", "32", "--seed", "3"]
-
-
-def run(argv, capsys):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 # --- labels ------------------------------------------------------------------------------------------------
