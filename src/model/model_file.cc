@@ -36,13 +36,6 @@ constexpr uint32_t kMaxSections = 4096;
 
 enum Dtype : uint32_t { kF32 = 1, kU8 = 2, kU32 = 3, kU64 = 4 };
 
-template <typename T>
-T load(const unsigned char* p) {
-  T v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-
 }  // namespace
 
 uint32_t crc32(uint32_t crc, const void* data, size_t size_bytes) {
@@ -143,15 +136,8 @@ void evict_file_pages(const unsigned char* base, size_t size_bytes) {
 }
 
 bool ModelFile::open(const char* path, char* error, size_t error_capacity) {
-  close();
-  if (!map_readonly_file(path, kHeaderBytes, &base_, &size_bytes_, error, error_capacity)) return false;
-  mapped_ = true;
-  if (!validate(error, error_capacity)) {
-    close();
-    return false;
-  }
-  evict_file_pages(base_, size_bytes_);  // (validation read every page)
-  return true;
+  return open_file(path, kHeaderBytes, &base_, &size_bytes_, &mapped_, error, error_capacity,
+                   [&] { return validate(error, error_capacity); }, [this] { close(); });
 }
 
 bool ModelFile::open_image(const void* data, size_t size_bytes, char* error, size_t error_capacity) {
@@ -178,37 +164,44 @@ void ModelFile::close() {
   folded_ = w_hidden_ = dense_w_ = dense_b_ = nullptr;
 }
 
+bool check_file_start(const unsigned char* h, const char (&magic)[8], uint32_t version, uint32_t header_bytes,
+                      const char* what, char* error, size_t cap) {
+  if (memcmp(h, magic, 8) != 0) return format_message(error, cap, "not a llamalloc %s (bad magic)", what), false;
+  uint32_t v = load_field<uint32_t>(h + 8);
+  if (v != version)
+    return format_message(error, cap, "%s version %u, this llamalloc reads version %u", what, v, version), false;
+  if (load_field<uint32_t>(h + 12) != header_bytes)
+    return format_message(error, cap, "corrupt header (header size)"), false;
+  return true;
+}
+
 bool ModelFile::validate(char* error, size_t cap) {
   const unsigned char* h = base_;
-  if (memcmp(h, kMagic, 8) != 0) return format_message(error, cap, "not a llamalloc model file (bad magic)"), false;
-  uint32_t version = load<uint32_t>(h + 8);
-  if (version != kVersion)
-    return format_message(error, cap, "model file version %u, this llamalloc reads version %u", version, kVersion), false;
-  if (load<uint32_t>(h + 12) != kHeaderBytes) return format_message(error, cap, "corrupt header (header size)"), false;
-  uint64_t file_bytes = load<uint64_t>(h + 16);
+  if (!check_file_start(h, kMagic, kVersion, kHeaderBytes, "model file", error, cap)) return false;
+  uint64_t file_bytes = load_field<uint64_t>(h + 16);
   if (file_bytes > size_bytes_)
     return format_message(error, cap, "truncated: %llu bytes of %llu", (unsigned long long)size_bytes_,
                           (unsigned long long)file_bytes), false;
   if (file_bytes < size_bytes_) return format_message(error, cap, "corrupt: trailing bytes after the model"), false;
-  uint32_t crc = load<uint32_t>(h + 24);
+  uint32_t crc = load_field<uint32_t>(h + 24);
   if (crc32(0, h + kHeaderBytes, file_bytes - kHeaderBytes) != crc)
     return format_message(error, cap, "corrupt: checksum mismatch"), false;
-  uint32_t sections = load<uint32_t>(h + 28);
-  uint32_t classes = load<uint32_t>(h + 32);
-  vocab_size_ = load<uint32_t>(h + 36);
-  uint32_t embedding_dim = load<uint32_t>(h + 40);
-  hidden_dim_ = load<uint32_t>(h + 44);
-  max_tokens_ = load<uint32_t>(h + 48);
-  uint32_t layout[6] = {load<uint32_t>(h + 52), load<uint32_t>(h + 56), load<uint32_t>(h + 60),
-                        load<uint32_t>(h + 64), load<uint32_t>(h + 68), load<uint32_t>(h + 72)};
-  default_class_ = load<uint32_t>(h + 76);
+  uint32_t sections = load_field<uint32_t>(h + 28);
+  uint32_t classes = load_field<uint32_t>(h + 32);
+  vocab_size_ = load_field<uint32_t>(h + 36);
+  uint32_t embedding_dim = load_field<uint32_t>(h + 40);
+  hidden_dim_ = load_field<uint32_t>(h + 44);
+  max_tokens_ = load_field<uint32_t>(h + 48);
+  uint32_t layout[6] = {load_field<uint32_t>(h + 52), load_field<uint32_t>(h + 56), load_field<uint32_t>(h + 60),
+                        load_field<uint32_t>(h + 64), load_field<uint32_t>(h + 68), load_field<uint32_t>(h + 72)};
+  default_class_ = load_field<uint32_t>(h + 76);
   // The header's field num_size_classes (its on-disk name, docs/formats/model.md) holds kModelSizeBuckets.
   const uint32_t expected_layout[6] = {kModelSizeBuckets, kFirstSizeToken, kUnkToken, kPadToken, kSeparatorToken,
                                        kUnsymbolizedToken};
   if (classes != kNumClasses || memcmp(layout, expected_layout, sizeof layout) != 0)
     return format_message(error, cap, "class or token layout differs from this llamalloc's"), false;
   for (int k = 0; k < 6; ++k) {
-    uint64_t bound = load<uint64_t>(h + 80 + 8 * k);
+    uint64_t bound = load_field<uint64_t>(h + 80 + 8 * k);
     if (bound != lifetime_class_bound_ns(unsigned(k))) return format_message(error, cap, "class bounds differ from this llamalloc's"), false;
   }
   if (vocab_size_ < kFirstSizeToken + kModelSizeBuckets || hidden_dim_ == 0 || hidden_dim_ > kMaxHiddenDim ||
@@ -248,9 +241,9 @@ bool ModelFile::validate(char* error, size_t cap) {
     char name[25];
     memcpy(name, e, 24);
     name[24] = '\0';
-    uint32_t dtype = load<uint32_t>(e + 24), ndim = load<uint32_t>(e + 28);
-    uint32_t shape[4] = {load<uint32_t>(e + 32), load<uint32_t>(e + 36), load<uint32_t>(e + 40), load<uint32_t>(e + 44)};
-    uint64_t offset = load<uint64_t>(e + 48), size = load<uint64_t>(e + 56);
+    uint32_t dtype = load_field<uint32_t>(e + 24), ndim = load_field<uint32_t>(e + 28);
+    uint32_t shape[4] = {load_field<uint32_t>(e + 32), load_field<uint32_t>(e + 36), load_field<uint32_t>(e + 40), load_field<uint32_t>(e + 44)};
+    uint64_t offset = load_field<uint64_t>(e + 48), size = load_field<uint64_t>(e + 56);
     if (offset % 64 != 0 || offset > file_bytes || size > file_bytes - offset)
       return format_message(error, cap, "corrupt: section %s out of bounds", name), false;
     if (strcmp(name, "decision") == 0) {
@@ -258,8 +251,8 @@ bool ModelFile::validate(char* error, size_t cap) {
       seen_decision = true;
       if (dtype != kU32 || ndim != 1 || shape[0] != 3 || size != 12)
         return format_message(error, cap, "section decision has the wrong type or shape"), false;
-      uint32_t kind = load<uint32_t>(h + offset), parameter = load<uint32_t>(h + offset + 4),
-               tie = load<uint32_t>(h + offset + 8);
+      uint32_t kind = load_field<uint32_t>(h + offset), parameter = load_field<uint32_t>(h + offset + 4),
+               tie = load_field<uint32_t>(h + offset + 8);
       bool known = (kind == kPercentile && parameter >= 1 && parameter <= 100) ||
                    (kind == kMode && tie == kModeTiePercent) ||
                    (kind == kShare && parameter >= 1 && parameter <= 100 && tie == kModeTiePercent);
@@ -295,9 +288,9 @@ bool ModelFile::validate(char* error, size_t cap) {
     if (strcmp(name, "deploy.unseen") == 0) {
       if (seen_unseen) return format_message(error, cap, "corrupt: section %s twice", name), false;
       seen_unseen = true;
-      if (dtype != kU32 || ndim != 1 || shape[0] != 1 || size != 4 || load<uint32_t>(h + offset) > 1)
+      if (dtype != kU32 || ndim != 1 || shape[0] != 1 || size != 4 || load_field<uint32_t>(h + offset) > 1)
         return format_message(error, cap, "section deploy.unseen is not one u32 of 0 or 1"), false;
-      unseen_default_ = load<uint32_t>(h + offset) == 1;
+      unseen_default_ = load_field<uint32_t>(h + offset) == 1;
       continue;
     }
     for (Want& w : want) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "config.h"
 #include "predictor/predictor.h"
@@ -201,5 +202,38 @@ void drop_resident_pages(const unsigned char* base, size_t size_bytes);
 // read-ahead, the pages a program's contexts reach are all that count. Kernels without MADV_PAGEOUT (before
 // 5.4) keep the old behaviour.
 void evict_file_pages(const unsigned char* base, size_t size_bytes);
+
+// A T stored at p in a file image, at any alignment (the formats are little-endian, as the machines that read
+// them).
+template <typename T>
+T load_field(const unsigned char* p) {
+  T v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The checks a file of either format opens with, at h: the magic, the version this reader reads and the size of
+// the header. False, with the reason into `error` (the format named as `what`: "model file", "token table"), when
+// one fails.
+bool check_file_start(const unsigned char* h, const char (&magic)[8], uint32_t version, uint32_t header_bytes,
+                      const char* what, char* error, size_t error_capacity);
+
+// What opening a file of either format (ModelFile, TokenTables) does: close() what was open, map `path`
+// (map_readonly_file, at least min_bytes) into *base and *size_bytes, then validate(), which reads every page, and
+// evict the pages so that lookups bring in only those they read. A refused file is closed again. False, with the
+// reason in `error`, when the file cannot be mapped or is refused.
+template <class Validate, class Close>
+bool open_file(const char* path, size_t min_bytes, const unsigned char** base, size_t* size_bytes, bool* mapped,
+               char* error, size_t error_capacity, Validate validate, Close close) {
+  close();
+  if (!map_readonly_file(path, min_bytes, base, size_bytes, error, error_capacity)) return false;
+  *mapped = true;
+  if (!validate()) {
+    close();
+    return false;
+  }
+  evict_file_pages(*base, *size_bytes);
+  return true;
+}
 
 }  // namespace llamalloc::model

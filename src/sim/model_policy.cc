@@ -68,6 +68,16 @@ unsigned ModelClassSource::class_of(const ObjectAlloc& object) {
   return lc;
 }
 
+std::string confusion_json(const std::array<std::array<uint64_t, 8>, 8>& confusion) {
+  std::string j = "[";
+  for (int truth = 0; truth < 8; ++truth) {
+    j += truth ? ", [" : "[";
+    for (int p = 0; p < 8; ++p) j += (p ? ", " : "") + std::to_string(confusion[truth][p]);
+    j += "]";
+  }
+  return j + "]";
+}
+
 ClassAgreement class_agreement(const std::array<std::array<uint64_t, 8>, 8>& confusion) {
   uint64_t known = 0, exact = 0, within_one = 0, over = 0, under = 0;
   for (int truth = 0; truth < 8; ++truth) {
@@ -113,15 +123,8 @@ std::vector<std::pair<std::string, double>> ModelClassSource::summary_extras() c
 }
 
 std::vector<std::pair<std::string, std::string>> ModelClassSource::summary_json() const {
-  std::string j = "[";
-  for (int truth = 0; truth < 8; ++truth) {
-    j += truth ? ", [" : "[";
-    for (int p = 0; p < 8; ++p) j += (p ? ", " : "") + std::to_string(confusion_[truth][p]);
-    j += "]";
-  }
-  j += "]";
   // Rows: the object's true class (from the trace); columns: the class the model gave it.
-  return {{"class_confusion", j}};
+  return {{"class_confusion", confusion_json(confusion_)}};
 }
 
 std::unique_ptr<LlamaPolicy> make_model_policy(LlamaOptions options, const ModelOptions& model,

@@ -32,6 +32,8 @@ struct ClassAgreement {
   double exact = 0, within_one = 0, over = 0, under = 0;
 };
 ClassAgreement class_agreement(const std::array<std::array<uint64_t, 8>, 8>& confusion);
+// The matrix as JSON, an array of rows (a replay's class_confusion and placed_class_confusion).
+std::string confusion_json(const std::array<std::array<uint64_t, 8>, 8>& confusion);
 
 class ModelClassSource final : public ClassSource {
  public:

@@ -230,15 +230,8 @@ std::vector<std::pair<std::string, std::string>> OnlineClassSource::summary_json
   });
   contexts += first ? "]" : "\n      ]";
   json.emplace_back("learned_contexts", contexts);
-  std::string j = "[";
-  for (int truth = 0; truth < 8; ++truth) {
-    j += truth ? ", [" : "[";
-    for (int p = 0; p < 8; ++p) j += (p ? ", " : "") + std::to_string(confusion_[truth][p]);
-    j += "]";
-  }
-  j += "]";
   // Rows: the object's true class (from the trace); columns: the class the heap got.
-  json.emplace_back("placed_class_confusion", j);
+  json.emplace_back("placed_class_confusion", confusion_json(confusion_));
   return json;
 }
 

@@ -280,9 +280,7 @@ struct TokenImage {
 void build_tokens(TokenImage& img, uint32_t vocab_crc, uint32_t vocab_size) {
   memset(img.bytes, 0, sizeof img.bytes);
   unsigned char* h = img.bytes;
-  memcpy(h, "LLATOKEN", 8);
-  put32(h + 8, 1);
-  put32(h + 12, 64);
+  put_file_start(h, "LLATOKEN", 64);
   put32(h + 28, 1);
   put32(h + 32, vocab_crc);
   put32(h + 36, vocab_size);

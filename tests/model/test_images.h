@@ -20,6 +20,13 @@ struct Image {
 inline void put32(unsigned char* p, uint32_t v) { memcpy(p, &v, 4); }
 inline void put64(unsigned char* p, uint64_t v) { memcpy(p, &v, 8); }
 
+// What a model file and a token table file open with: the magic, version 1 and the header's size.
+inline void put_file_start(unsigned char* h, const char (&magic)[9], uint32_t header_bytes) {
+  memcpy(h, magic, 8);
+  put32(h + 8, 1);
+  put32(h + 12, header_bytes);
+}
+
 // With token_contexts: also a section train.token_contexts of those keys, in the order given; with token_class
 // (one class per key) a section train.token_class; with unseen 0 or 1 a section deploy.unseen of that value.
 inline void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_contexts = nullptr, uint32_t contexts = 0,
@@ -45,9 +52,7 @@ inline void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_c
   uint64_t off = 128 + 64 * n;
   off = (off + 63) / 64 * 64;
   unsigned char* h = img.bytes;
-  memcpy(h, "LLAMODEL", 8);
-  put32(h + 8, 1);
-  put32(h + 12, 128);
+  put_file_start(h, "LLAMODEL", 128);
   put32(h + 28, n);
   put32(h + 32, 8);
   put32(h + 36, V);

@@ -26,19 +26,23 @@ ProfilerOptions read_with(std::map<std::string, std::string> env, std::string* e
   return o;
 }
 
+// Every field of the table, o's against want's.
+void expect_options(const ProfilerOptions& o, const ProfilerOptions& want) {
+#define LLAMALLOC_EXPECT_Uint(NAME, field) EXPECT_EQ(o.field, want.field) << #NAME;
+#define LLAMALLOC_EXPECT_String(NAME, field) EXPECT_STREQ(o.field, want.field) << #NAME;
+#define LLAMALLOC_EXPECT_Choice LLAMALLOC_EXPECT_Uint
+#define LLAMALLOC_EXPECT_Seconds LLAMALLOC_EXPECT_Uint
+#define LLAMALLOC_EXPECT(NAME, field, kind, def, lo, hi, help) LLAMALLOC_EXPECT_##kind(NAME, field)
+  LLAMALLOC_PROF_OPTIONS(LLAMALLOC_EXPECT)
+#undef LLAMALLOC_EXPECT
+}
+
 TEST(ProfilerOptionsTest, DefaultsWithoutEnvironment) {
   std::string err;
   ProfilerOptions o = read_with({}, &err);
   EXPECT_EQ(err, "");
-  EXPECT_EQ(o.mode, 0u);
-  EXPECT_STREQ(o.output, "");
-  EXPECT_EQ(o.sample_bytes, 524288u);
-  EXPECT_EQ(o.interval_ns, 0u);
-  EXPECT_EQ(o.steady_start_ns, kNoSeconds);
-  EXPECT_EQ(o.steady_end_ns, kNoSeconds);
-  EXPECT_EQ(o.signal, 12u);
-  EXPECT_EQ(o.unwind, 0u);
-  EXPECT_EQ(o.debug, 0u);
+  expect_options(o, {.mode = 0, .output = "", .sample_bytes = 524288, .interval_ns = 0, .steady_start_ns = kNoSeconds,
+                     .steady_end_ns = kNoSeconds, .signal = 12, .unwind = 0, .debug = 0});
 }
 
 TEST(ProfilerOptionsTest, GoodValuesAreRead) {
@@ -54,15 +58,8 @@ TEST(ProfilerOptionsTest, GoodValuesAreRead) {
                                  {"LLAMALLOC_PROF_DEBUG", "1"}},
                                 &err);
   EXPECT_EQ(err, "");
-  EXPECT_EQ(o.mode, 2u);
-  EXPECT_STREQ(o.output, "/tmp/x.%p");
-  EXPECT_EQ(o.sample_bytes, 1u);
-  EXPECT_EQ(o.interval_ns, 250'000'000u);
-  EXPECT_EQ(o.steady_start_ns, 2'000'000'000u);
-  EXPECT_EQ(o.steady_end_ns, 10'000u);
-  EXPECT_EQ(o.signal, 10u);
-  EXPECT_EQ(o.unwind, 2u);
-  EXPECT_EQ(o.debug, 1u);
+  expect_options(o, {.mode = 2, .output = "/tmp/x.%p", .sample_bytes = 1, .interval_ns = 250'000'000,
+                     .steady_start_ns = 2'000'000'000, .steady_end_ns = 10'000, .signal = 10, .unwind = 2, .debug = 1});
 }
 
 TEST(ProfilerOptionsTest, BadValuesWarnOnceEachAndFallBackToTheDefault) {
