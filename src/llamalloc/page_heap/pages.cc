@@ -10,9 +10,9 @@
 
 namespace llamalloc {
 
-uint64_t PageHeap::class_duration_ns(unsigned lc) const {
-  return lc >= never_freed_class() ? kNoDeadline : lifetime_class_bound_ns(lc);
-}
+// Deadlines holds the deadline rule (K x 10 ms x 10^class, none for "never freed"), and the page heap asks it, so
+// that a page's first deadline (activate) and its later ones (Deadlines::move, renew) cannot follow different rules.
+uint64_t PageHeap::class_duration_ns(unsigned lc) const { return deadlines_.class_duration_ns(lc); }
 
 void PageHeap::account_page(HugePageMeta* p, int64_t pages) {
   gauges_.footprint_bytes += uint64_t(pages * int64_t(kHugePageBytes));
@@ -45,8 +45,7 @@ void PageHeap::activate(HugePageMeta* p) {
   if (open_[c] == p) open_[c] = nullptr;
   note_page_filled(p);
   p->state = PageState::kActive;
-  uint64_t d = class_duration_ns(c);
-  p->deadline_ns = d == kNoDeadline ? kNoDeadline : clock_.now_ns() + config_.deadline_k * d;
+  p->deadline_ns = deadlines_.deadline(c, clock_.now_ns());
   active_push(p);
   if (!p->live.all()) recyclable_push(p);
   if (p->live.none()) release_page(p);
