@@ -44,7 +44,14 @@ def two_lifetimes_trace(path):
 def test_llama_online_learns_both_contexts_and_keeps_the_kept_objects_apart(tmp_path, capsys):
     trace = two_lifetimes_trace(tmp_path / "two.trace")
     out = tmp_path / "two.json"
-    rc = main(["simulate", str(trace), "-p", "llama-default", "-p", "llama-online", "-o", str(out), "-q"])
+    # This trace keeps a few MiB: under the default LEARN_FROM_MIB learning never starts, as in the process.
+    rc = main(["simulate", str(trace), "-p", "llama-online", "-o", str(out), "-q"])
+    stdout, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "llama-online: online learning did not start" in stdout
+    assert sim.load(out).policies["llama-online"].extras["learn_samples"] == 0
+    rc = main(["simulate", str(trace), "-p", "llama-default", "-p", "llama-online", "-o", str(out), "-q",
+               "--option", "LEARN_FROM_MIB=0"])
     stdout, err = capsys.readouterr()
     assert rc == 0, err
     assert "llama-online: online learning decided 2 of 2 contexts" in stdout
@@ -63,7 +70,7 @@ def test_simulate_help_lists_llama_online_and_learn_is_a_replayed_heap_option(tm
     assert "llama-online" in capsys.readouterr().out
     trace = two_lifetimes_trace(tmp_path / "two.trace")
     rc = main(["simulate", str(trace), "-p", "llama-online", "-o", str(tmp_path / "o.json"), "-q",
-               "--option", "LEARN_MIN_SAMPLES=1000"])
+               "--option", "LEARN_MIN_SAMPLES=1000", "--option", "LEARN_FROM_MIB=0"])
     stdout, err = capsys.readouterr()
     assert rc == 0, err
     assert "does not model" not in err

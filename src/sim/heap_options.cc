@@ -14,7 +14,7 @@ constexpr char kPrefix[] = "LLAMALLOC_";
 constexpr const char* kPredictorOptionNames[] = {"REPREDICT_EVERY",   "REPREDICT_BACKOFF",      "UNSEEN_TRIAL",
                                                  "MIN_CONFIDENCE",    "MIN_CLASS",              "LEARN",
                                                  "LEARN_MIN_SAMPLES", "LEARN_OVERRIDE_SAMPLES", "LEARN_WINDOW",
-                                                 "LEARN_SAMPLE_EVERY", "LEARN_MARGIN"};
+                                                 "LEARN_SAMPLE_EVERY", "LEARN_MARGIN",     "LEARN_FROM_MIB"};
 // Options that name files: `llamalloc simulate` has flags for them (it prepares the token tables itself).
 constexpr std::pair<const char*, const char*> kOptionFlags[] = {
     {"MODEL", "--model"}, {"TOKENS", "--tokens"}, {"PREDICT_LOG", "--predict-log"}};

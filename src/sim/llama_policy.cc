@@ -248,7 +248,7 @@ void LlamaPolicy::advance_time(uint64_t time_ns) {
   // clock: at the first event or sample of each period.
   if (options_.class_source && now_ns_ - last_source_sweep_ns_ >= kSweepPeriodNs) {
     last_source_sweep_ns_ = now_ns_;
-    options_.class_source->on_sweep(now_ns_);
+    options_.class_source->on_sweep(now_ns_, page_heap_->gauges().footprint_bytes);
   }
   while (next_snapshot_ < options_.snapshot_times_ns.size() && options_.snapshot_times_ns[next_snapshot_] <= now_ns_) {
     page_heap_->tick();

@@ -42,8 +42,8 @@ class ClassSource {
   virtual ModelRun last_model_run() const { return ModelRun::kNone; }
   // An object of the heap was freed (its ObjectAlloc::address), at the trace's time.
   virtual void on_free(uint64_t /*time_ns*/, uint64_t /*address*/) {}
-  // The library's sweeper passes, every LLAMALLOC_SWEEP_MS of trace time.
-  virtual void on_sweep(uint64_t /*time_ns*/) {}
+  // The library's sweeper passes, every LLAMALLOC_SWEEP_MS of trace time, with the replayed heap's footprint.
+  virtual void on_sweep(uint64_t /*time_ns*/, uint64_t /*footprint_bytes*/) {}
   virtual std::vector<std::pair<std::string, double>> summary_extras() const { return {}; }
   virtual std::vector<std::pair<std::string, std::string>> summary_json() const { return {}; }
 };

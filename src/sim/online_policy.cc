@@ -45,6 +45,10 @@ OnlineClassSource::OnlineClassSource(const Options& heap_options, const TraceSta
       thread_rng_(64) {
   if (!learner_->configure(replay_learn_rule(heap_options, model_file)))
     throw std::runtime_error("llama-online: cannot map the online learner's tables");
+  if (model_ == nullptr && heap_options.learn_from_mib != 0) {
+    learn_from_bytes_ = uint64_t(heap_options.learn_from_mib) << 20;
+    learning_ = false;
+  }
 }
 
 OnlineClassSource::~OnlineClassSource() = default;
@@ -116,6 +120,10 @@ unsigned OnlineClassSource::visit_with_model(const ObjectAlloc& object, uint64_t
 
 unsigned OnlineClassSource::class_of(const ObjectAlloc& object) {
   if (object.time_ns > now_ns_) now_ns_ = object.time_ns;
+  if (!learning_) {
+    if (object.lifetime_class < kMaxClasses) ++confusion_[object.lifetime_class][default_class_];
+    return default_class_;
+  }
   StackInfo* info = stack_info_.find(uint64_t{object.stack_id} + 1);
   if (info == nullptr) {
     const uint64_t* frames = nullptr;
@@ -172,8 +180,9 @@ void OnlineClassSource::on_free(uint64_t time_ns, uint64_t address) {
   learner_->on_free(address, now_ns_);
 }
 
-void OnlineClassSource::on_sweep(uint64_t time_ns) {
+void OnlineClassSource::on_sweep(uint64_t time_ns, uint64_t footprint_bytes) {
   if (time_ns > now_ns_) now_ns_ = time_ns;
+  if (!learning_ && footprint_bytes >= learn_from_bytes_) learning_ = true;
   learner_->age(now_ns_);
 }
 
@@ -193,6 +202,7 @@ std::vector<std::pair<std::string, double>> OnlineClassSource::summary_extras() 
       {"learn_dropped_samples", double(t.dropped_samples)},
       {"learn_live_samples", double(t.live_samples)},
       {"learn_checks", double(checks_)},
+      {"learn_started", learning_ ? 1.0 : 0.0},
       {"learn_allocs_learned_class", double(given_learned_)},
       {"learn_min_samples", double(rule.min_samples)},
       {"learn_override_samples", double(rule.override_samples)},

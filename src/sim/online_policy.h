@@ -60,7 +60,10 @@ class OnlineClassSource final : public ClassSource {
   std::string name() const override { return model_ ? model_->name() : "llama-online"; }
   unsigned class_of(const ObjectAlloc& object) override;
   void on_free(uint64_t time_ns, uint64_t address) override;
-  void on_sweep(uint64_t time_ns) override;
+  void on_sweep(uint64_t time_ns, uint64_t footprint_bytes) override;
+  // Learning alone waits, as the process does, until a pass finds the footprint at LLAMALLOC_LEARN_FROM_MIB
+  // (alloc/init.cc, maybe_start_learning): until then every allocation gets DEFAULT_CLASS, unvisited.
+  bool learning() const { return learning_; }
   std::vector<std::pair<std::string, double>> summary_extras() const override;
   std::vector<std::pair<std::string, std::string>> summary_json() const override;
 
@@ -113,6 +116,8 @@ class OnlineClassSource final : public ClassSource {
   FlatMap<uint64_t> thread_rng_;                    // thread + 1 -> its next_check_after() generator (with a model)
   uint64_t now_ns_ = 0;
   uint64_t checks_ = 0, sampled_ = 0, given_learned_ = 0;
+  uint64_t learn_from_bytes_ = 0;
+  bool learning_ = true;
   std::array<std::array<uint64_t, 8>, 8> confusion_{};
 };
 

@@ -90,10 +90,43 @@ uint8_t learned_class(const model::OnlineLearner& learner, uintptr_t return_addr
   return found;
 }
 
+// The heap's options with learning from the first allocation (LEARN_FROM_MIB=0): these traces keep a few MiB.
+Options learning_from_start() {
+  Options o;
+  o.learn_from_mib = 0;
+  return o;
+}
+
 // The class source of llama-online (no model) or of llama-model under LEARN=1 (a model).
 std::shared_ptr<OnlineClassSource> learner_over(const TraceStacks& stacks, std::shared_ptr<ClassSource> model,
-                                                const Options& heap_options = {}) {
+                                                const Options& heap_options = learning_from_start()) {
   return std::make_shared<OnlineClassSource>(heap_options, stacks, std::move(model), nullptr);
+}
+
+// As in the process (LLAMALLOC_LEARN_FROM_MIB), learning alone starts at the first pass that finds the footprint
+// at the mark; before it every allocation gets DEFAULT_CLASS and the learner sees nothing.
+TEST(OnlinePolicy, LearningAloneWaitsForTheFootprintAsTheProcessDoes) {
+  VectorTraceStacks stacks = two_contexts();
+  std::vector<Event> events = burst_trace(1500);
+  for (unsigned from_mib : {1024u, 2u}) {
+    Options heap_options;
+    heap_options.learn_from_mib = from_mib;
+    LlamaOptions options;
+    options.heap_options = heap_options;
+    options.class_source = learner_over(stacks, nullptr, heap_options);
+    auto& source = static_cast<OnlineClassSource&>(*options.class_source);
+    LlamaPolicy policy(options);
+    VectorEventSource trace(events);
+    replay(trace, policy, EngineOptions{});
+    if (from_mib == 1024) {
+      EXPECT_FALSE(source.learning());
+      EXPECT_EQ(source.checks(), 0u);
+      EXPECT_EQ(source.learner().totals().samples, 0u);
+    } else {
+      EXPECT_TRUE(source.learning());
+      EXPECT_GT(source.learner().totals().samples, 0u);
+    }
+  }
 }
 
 TEST(OnlinePolicy, ContextsOfDifferentLifetimesAreLearnedApartAndTheFootprintShrinks) {

@@ -56,6 +56,9 @@ def summary_table(result: sim.SimResult) -> str:
 
 def learning_line(name: str, e: dict) -> str:
     """What the online learner did in a replay (llama-online, llama-model with LEARN=1)."""
+    if e.get("learn_started", 1) == 0:
+        return (f"{name}: online learning did not start: the replayed footprint stayed below LEARN_FROM_MIB "
+                "(--option LEARN_FROM_MIB=0 learns from the first allocation, as a process under it does)")
     line = (f"{name}: online learning decided {e.get('learn_decided', 0):.0f} of {e.get('learn_contexts', 0):.0f} "
             f"contexts from {e.get('learn_samples', 0):.0f} sampled objects")
     if name == "llama-model":
