@@ -1,13 +1,13 @@
 """`llamalloc demo`, the README's main job, end to end at small scale."""
 import json
-import subprocess
-import sys
+from functools import partial
 
 import pytest
+from conftest import llamalloc
 
 
-def _llamalloc(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "llamalloc", *args], capture_output=True, text=True, **kw)
+# `llamalloc ARGS`, its exit status left to the test.
+_llamalloc = partial(llamalloc, check_rc=None)
 
 
 def test_demo_runs_the_whole_loop(tmp_path):

@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from llamalloc.paths import native_library
 
+from conftest import llamalloc
 from linked_support import build_linked
 
 MIB = 1 << 20
@@ -114,8 +114,7 @@ def _preloaded(prog: Path, *args, **extra) -> subprocess.CompletedProcess:
 
 
 def _llamalloc(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llamalloc", *map(str, args)], capture_output=True, text=True,
-                          env=_env(), timeout=300)
+    return llamalloc(*args, env=_env(), check_rc=None)
 
 
 def test_run_stats_prints_the_summary_line_of_the_file_at_exit(prog, tmp_path):

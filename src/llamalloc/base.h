@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 #define LLAMALLOC_FAST inline __attribute__((always_inline))
 #define LLAMALLOC_SLOW __attribute__((noinline, cold))
@@ -119,15 +120,7 @@ class Lock {
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
 };
 
-class LockGuard {
- public:
-  explicit LockGuard(Lock& lock) : lock_(lock) { lock_.lock(); }
-  ~LockGuard() { lock_.unlock(); }
-  LockGuard(const LockGuard&) = delete;
-  LockGuard& operator=(const LockGuard&) = delete;
-
- private:
-  Lock& lock_;
-};
+// A scope that holds a Lock (the standard guard: Lock is BasicLockable; the guard allocates nothing).
+using LockGuard = std::lock_guard<Lock>;
 
 }  // namespace llamalloc

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 #define LLPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define LLPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -42,16 +43,8 @@ class SpinLock {
   std::atomic<uint32_t> locked_{0};
 };
 
-class SpinLockHolder {
- public:
-  explicit SpinLockHolder(SpinLock& lock) : lock_(lock) { lock_.lock(); }
-  ~SpinLockHolder() { lock_.unlock(); }
-  SpinLockHolder(const SpinLockHolder&) = delete;
-  SpinLockHolder& operator=(const SpinLockHolder&) = delete;
-
- private:
-  SpinLock& lock_;
-};
+// A scope that holds a SpinLock (the standard guard: SpinLock is BasicLockable).
+using SpinLockHolder = std::lock_guard<SpinLock>;
 
 // In a fatal-signal handler the interrupted thread may hold a lock for good: try for a while, then go on
 // without it (a torn read of one site beats no profile at all). True when the lock is held.
