@@ -29,6 +29,45 @@ MODEL_ALLOCATORS = (MODEL_ALLOCATOR, MODEL_ONLINE_ALLOCATOR)
 ONLINE_ALLOCATORS = (ONLINE_ALLOCATOR, MODEL_ONLINE_ALLOCATOR)
 
 
+# What each variant adds to llamalloc alone, in words, and the likely causes when it keeps more.
+_WHAT_IT_ADDS = {MODEL_ALLOCATOR: "the model", ONLINE_ALLOCATOR: "online learning",
+                 MODEL_ONLINE_ALLOCATOR: "the model with online learning"}
+_LIKELY_CAUSE = {
+    MODEL_ALLOCATOR: "call sites whose objects split between lifetimes (`llamalloc top PROFILE` marks them with *), "
+                     "or contexts the profile never saw placed on long-lived pages (LLAMALLOC_UNSEEN_TRIAL=0 turns "
+                     "that off); `llamalloc simulate TRACE -p llama-default -p llama-model --model MODEL` shows the "
+                     "placement",
+    ONLINE_ALLOCATOR: "call sites whose objects split between lifetimes, which learning from samples cannot tell "
+                      "apart (`llamalloc top PROFILE` marks them with *)",
+}
+_LIKELY_CAUSE[MODEL_ONLINE_ALLOCATOR] = _LIKELY_CAUSE[MODEL_ALLOCATOR]
+
+
+def learning_cost_lines(figures: dict[str, tuple[float, float, float]], what: str) -> list[str]:
+    """One line for each of llamalloc + model / + online / + model + online that keeps more than llamalloc alone:
+    `figures` maps an allocator to (median, lowest, highest) of one memory figure over its runs, `what` names the
+    figure ("after the peak", "at the peak"). More than 2% above llamalloc's median counts; beyond the spread of
+    the runs it says not to deploy, within it that more runs would tell."""
+    base = figures.get("llamalloc")
+    if not base or not base[0]:
+        return []
+    b, _, b_high = base
+    lines = []
+    for name, adds in _WHAT_IT_ADDS.items():
+        f = figures.get(name)
+        if not f or f[0] is None or f[0] <= 1.02 * b:
+            continue
+        median, low, _ = f
+        line = (f"{display_name(name)}: {adds} keeps {100 * (median - b) / b:.0f}% more {what} than llamalloc "
+                f"alone ({median / 2**20:.1f} against {b / 2**20:.1f} MiB)")
+        if low is not None and b_high is not None and low > b_high:
+            line += f": do not deploy {adds} for this program."
+        else:
+            line += ", within the spread of the runs: more runs (--repeat 5) tell whether it is real."
+        lines.append(line + f" Likely cause: {_LIKELY_CAUSE[name]}.")
+    return lines
+
+
 def display_name(name: str) -> str:
     """How tables and plots name an allocator: "llamalloc + model + online" for llamalloc+model+online."""
     return name.replace("+", " + ") if name in LLAMALLOC_VARIANTS else name

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import workloads as _workloads
+from . import allocators as _allocators
 from .allocators import Allocator, allocator_env, parse_allocators
 from .errors import UserError
 from . import files
@@ -393,6 +394,24 @@ def format_table(result: BenchResult) -> str:
              for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def learning_costs(result: BenchResult) -> list[str]:
+    """Per workload, a line for each llamalloc variant with a model or learning that keeps more than llamalloc
+    alone, after the peak or at it (allocators.learning_cost_lines, over the runs' spread)."""
+    lines = []
+    for w in result.workloads:
+        for key, what in (("steady_rss_bytes", "after the peak"), ("peak_rss_bytes", "at the peak")):
+            figures = {}
+            for a in result.allocators:
+                ok = [r for r in result.runs_of(w, a.name) if r.ok]
+                values = [r.steady_state.get("rss_bytes") if key == "steady_rss_bytes" else r.peak_rss_bytes
+                          for r in ok]
+                values = [v for v in values if v is not None]
+                if values:
+                    figures[a.name] = (_median(values), min(values), max(values))
+            lines += [f"{w}: {line}" for line in _allocators.learning_cost_lines(figures, what)]
+    return lines
 
 
 def _steady_cells(s: dict) -> list[str]:

@@ -308,6 +308,9 @@ def verdict(runs: list[CompareRun], cmd: list[str] | None = None) -> str:
                      f"{_mib(best.high[key])}, {nxt.allocator} {_mib(nxt.low[key])}-{_mib(nxt.high[key])} MiB): "
                      f"not a clear difference")
     lines.append(text)
+    for figure, what in ((key, "after the peak"), ("peak_rss_bytes", "at the peak")):
+        lines += allocators.learning_cost_lines({s.allocator: (s.median.get(figure), s.low.get(figure), s.high.get(figure))
+                                      for s in ok}, what)
     ours = [s for s in ok if s.allocator.startswith("llamalloc")]
     peers = [s for s in ok if not s.allocator.startswith("llamalloc")]
     if ours and peers:

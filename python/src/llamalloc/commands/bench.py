@@ -74,6 +74,8 @@ def command(workload_names, allocators, repeat, scale, out_dir, json_path, inter
         bar.close()
     _bench.write_json(result, json_path)
     click.echo(_bench.format_table(result))
+    for line in _bench.learning_costs(result):
+        click.echo(line)
     click.echo(f"bench: results written to {json_path}", err=True)
     if not no_plots:
         for path in _bench.plot_rss(result, out_dir):
