@@ -103,11 +103,14 @@ def window_text(result: PolicyResult) -> str:
 HELPS_SHARE = 0.1
 
 
-def conclusion(result: SimResult, trace_name: str) -> str | None:
+def conclusion(result: SimResult, trace_name: str, profile_every_allocation: bool = False) -> str | None:
     """The verdict on a replay, from its after-peak figures (one window for every policy): what an oracle that
     knows every lifetime keeps after the peak against 2 MiB pages without lifetimes (or tcmalloc), and against the
     model and 4 KiB pages when replayed: whether lifetime placement could help this program, and by how much.
-    `llamalloc simulate` prints it under its table, `llamalloc report` opens with it."""
+    `llamalloc simulate` prints it under its table, `llamalloc report` opens with it. A model that gets less than
+    half of the oracle's gain is advised a denser profile or online learning; with `profile_every_allocation`
+    (the model's profile recorded every allocation, which `llamalloc report` knows from its --profile files) only
+    online learning, since no profile is denser."""
     p = result.policies
     oracle = p.get("llama-oracle") or p.get("llama-oracle-best")
     base = p.get("pages-2m") or p.get("tcmalloc")
@@ -128,7 +131,10 @@ def conclusion(result: SimResult, trace_name: str) -> str | None:
             m = model.after_peak()["footprint_bytes"]
             text += (f" The model keeps {_mib_text(m)} MiB: "
                      + ("it gets most of that gain." if m <= o + 0.5 * (b - o) else
-                        "it gets less than half of that gain (a denser profile, or online learning, may help)."))
+                        "it gets less than half of that gain ("
+                        + ("its profile already records every allocation, so a denser one cannot help; online "
+                           "learning may)." if profile_every_allocation else
+                           "a denser profile, or online learning, may help).")))
         return text
     than = "about as much as" if o <= b * (1 + HELPS_SHARE) else f"{100 * (o - b) / b:.0f}% more than"
     text = (f"{trace_name}: {when}, the oracle keeps {_mib_text(o)} MiB, {than} {base.policy} "

@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .. import allocators
 from .. import simulate as sim
 from ..errors import FormatError, UserError
 from .. import files
@@ -50,10 +51,78 @@ class Report:
     conclusions: list[str] = field(default_factory=list)
 
 
-def sim_conclusion(result, trace_name: str) -> str | None:
+def sim_conclusion(result, trace_name: str, profile_every_allocation: bool = False) -> str | None:
     """The page's opening sentences for a replay: `simulate.conclusion`, the verdict `llamalloc simulate` prints,
-    from the after-peak figures (docs/bench.md, "After the peak")."""
-    return sim.conclusion(result, trace_name)
+    from the after-peak figures (docs/bench.md, "After the peak"); with `profile_every_allocation` (every --profile
+    recorded every allocation) it does not advise a denser profile."""
+    return sim.conclusion(result, trace_name, profile_every_allocation)
+
+
+def sim_learning_costs(result, trace_name: str) -> list[str]:
+    """A line for each replayed policy with a model or online learning that keeps more after the peak than
+    llama-default (llamalloc without a model): `allocators.learning_cost_lines`, in the words and by the rule of
+    `compare` and `bench` (more than 2% above), with the trace and the policy in front. llama-model stands for
+    llamalloc + model, or for llamalloc + model + online when it was replayed learning (LEARN=1: its extras carry
+    the learner's figures); llama-online for llamalloc + online. A replay is deterministic: one replay per policy
+    has no spread, so the after-peak footprints are used as they are and a line always says not to deploy."""
+    p = result.policies
+    default = p.get("llama-default")
+    if default is None:
+        return []
+    stands_for = []
+    model = p.get("llama-model")
+    if model is not None:
+        stands_for.append((allocators.MODEL_ONLINE_ALLOCATOR if "learn_started" in model.extras
+                           else allocators.MODEL_ALLOCATOR, model))
+    online = p.get("llama-online")
+    if online is not None:
+        stands_for.append((allocators.ONLINE_ALLOCATOR, online))
+    base = default.after_peak()["footprint_bytes"]
+    lines = []
+    for name, policy in stands_for:
+        f = policy.after_peak()["footprint_bytes"]
+        for line in allocators.learning_cost_lines({"llamalloc": (base, base, base), name: (f, f, f)},
+                                                   "after the peak"):
+            lines.append(f"{trace_name}: {policy.policy}: "
+                         + line.removeprefix(f"{allocators.display_name(name)}: "))
+    return lines
+
+
+def bench_learning_costs(doc: dict) -> list[str]:
+    """Per workload of a bench result, the lines `llamalloc bench` prints under its table (`bench.learning_costs`):
+    each llamalloc variant with a model or online learning that keeps more than llamalloc alone, after the peak
+    (each run's steady RSS) or at it (each run's peak RSS), judged over the spread of the runs. A result without
+    its runs gives none."""
+    runs_of: dict[str, dict[str, list[dict]]] = {}
+    for r in doc["results"]:
+        if isinstance(r, dict) and isinstance(r.get("runs"), list):
+            ok = [x for x in r["runs"] if isinstance(x, dict) and x.get("ok")]
+            runs_of.setdefault(str(r.get("workload")), {})[str(r.get("allocator"))] = ok
+    lines = []
+    for workload, by_allocator in runs_of.items():
+        for key, what in (("steady_rss_bytes", "after the peak"), ("peak_rss_bytes", "at the peak")):
+            figures = {}
+            for name, runs in by_allocator.items():
+                values = [_steady_rss(x) if key == "steady_rss_bytes" else x.get("peak_rss_bytes") for x in runs]
+                values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                if values:
+                    figures[name] = (float(np.median(values)), min(values), max(values))
+            lines += [f"{workload}: {line}" for line in allocators.learning_cost_lines(figures, what)]
+    return lines
+
+
+def _steady_rss(run: dict):
+    """A bench run's RSS in its quiet phase after the load (its workload's "steady_state" block), or None."""
+    metrics = run.get("metrics")
+    block = metrics.get("steady_state") if isinstance(metrics, dict) else None
+    return block.get("rss_bytes") if isinstance(block, dict) else None
+
+
+def profiles_record_every_allocation(paths: list[Path]) -> bool:
+    """Whether there are profiles and each recorded every allocation (`llamalloc record --sample-bytes 1`; a
+    sample period of 0 or 1 byte, `profile.load(...).sample_bytes`)."""
+    from .. import profile
+    return bool(paths) and all(profile.load(p).sample_bytes <= 1 for p in paths)
 
 
 def _safe(name: str) -> str:
@@ -131,6 +200,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
     sim_results = [(p, sim.load(p)) for p in sims]
     bench_doc = load_bench(bench) if bench is not None else None
     class_counts = profile_class_counts(profiles) if profiles else {}
+    every_allocation = profiles_record_every_allocation(profiles)
     for path, result in sim_results:
         oracle = result.policies.get("llama-oracle")
         if oracle is not None and "allocs_class_0" in oracle.extras:
@@ -154,9 +224,10 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
                 stem += "_"
             used_stems.add(stem)
             trace_name = Path(result.trace).name or path.name
-            conclusion = sim_conclusion(result, trace_name)
+            conclusion = sim_conclusion(result, trace_name, every_allocation)
             if conclusion:
                 conclusions.append(conclusion)
+            conclusions += sim_learning_costs(result, trace_name)
             say(f"drawing {trace_name}")
             sec = Section(f"Simulation of {trace_name}",
                           f"From {path.name}: the trace replayed under each policy, sampled every "
@@ -218,6 +289,7 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
                                     [Figure("lifetimes.png", "Lifetime distribution", "Bars: share of "
                                             "allocations per class; lines: cumulative share.")]))
         if bench_doc is not None:
+            conclusions += bench_learning_costs(bench_doc)
             say("drawing bench results")
             sec = Section("Bench", f"From {Path(bench).name}: medians of {bench_doc.get('repeat', '?')} run(s) per "
                           f"allocator at scale {bench_doc.get('scale', '?')}.")
