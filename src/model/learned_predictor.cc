@@ -277,10 +277,12 @@ void LearnedPredictor::after_fork(bool child) {
 bool LearnedPredictor::thread_cache(PredictionCacheView* view) {
   ThreadState* state = this_thread_state();
   if (state == nullptr) return false;
-  view->entries = state->cache.entries();
   view->shift = ThreadState::kLogCacheEntries == 0 ? 64 : 64 - ThreadState::kLogCacheEntries;
   view->repredict_every = repredict_every_ == 0 ? UINT32_MAX : repredict_every_;
   view->hits = &state->counters.hits;
+  // Last, with release: the sweeper reads another thread's view (whether it has a cache, and its hit count)
+  // without the owner's handshake, and must find the rest of it filled in once it sees the entries.
+  __atomic_store_n(&view->entries, state->cache.entries(), __ATOMIC_RELEASE);
   return true;
 }
 

@@ -182,7 +182,7 @@ class OnlineLearner {
     uintptr_t return_address;
     uint32_t freed[kMaxClasses];
     uint32_t live[kMaxClasses];
-    uint32_t live_total;
+    std::atomic<uint32_t> live_total;  // (read without the lock by should_sample)
     uint64_t samples;
     std::atomic<uint64_t> overrides;
     std::atomic<uint8_t> state;        // (learned class + 1) | kConfidentBit; 0: undecided
@@ -223,7 +223,7 @@ class OnlineLearner {
   uint32_t confident_at_ = 32;  // override_samples, at most the window (configure)
   std::atomic<bool> lock_{false};
   uint32_t used_contexts_ = 0;  // lock
-  uint32_t live_samples_ = 0;   // lock
+  std::atomic<uint32_t> live_samples_{0};  // written under the lock; read without it by should_sample, on_free
   uint64_t samples_ = 0, frees_ = 0, aged_ = 0, dropped_ = 0;  // lock
   // Open addressing by the key's top bits: slot + 1 of the context there (0: empty). Written under the lock,
   // read without it (release/acquire: a reader that sees a slot sees its chunk and its key).

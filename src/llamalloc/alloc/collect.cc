@@ -52,7 +52,9 @@ unsigned sweep_idle_heaps(bool every_heap) {
     h->seen_ops = ops;
     h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
     bool drop_cache = false;
-    if (h->prediction_cache.entries != nullptr) {
+    // (The owner attaches its cache without the handshake: LearnedPredictor::thread_cache publishes the entries
+    // last, with release.)
+    if (__atomic_load_n(&h->prediction_cache.entries, __ATOMIC_ACQUIRE) != nullptr) {
       uint64_t hits = h->prediction_cache.hits->load(std::memory_order_relaxed);
       bool used = changed || hits != h->seen_cache_hits;
       h->seen_cache_hits = hits;
@@ -82,8 +84,8 @@ unsigned sweep_idle_heaps(bool every_heap) {
       // another thread): look again at the next pass, whatever its idle count.
       if (purge.waiting != 0) h->idle_ticks = 0;
       // (The owner, outside the allocator, waits for the sweep before it next probes or fills its cache.)
-      if (h->prediction_cache.entries != nullptr && h->cache_idle_ticks == cache_idle_passes &&
-          current_predictor()->drop_thread_cache(h->prediction_cache))
+      if (__atomic_load_n(&h->prediction_cache.entries, __ATOMIC_ACQUIRE) != nullptr &&
+          h->cache_idle_ticks == cache_idle_passes && current_predictor()->drop_thread_cache(h->prediction_cache))
         g_page_heap.counters().prediction_caches_dropped.fetch_add(1, std::memory_order_relaxed);
       ++swept;
     } else {
