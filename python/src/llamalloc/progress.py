@@ -1,4 +1,5 @@
-"""Progress bars with a time estimate (tqdm) for the long steps: train, simulate, prepare, bench, compare.
+"""Progress bars with a time estimate (tqdm) for the long steps: train, simulate, prepare, bench, compare,
+top.
 
 On a terminal a bar is drawn on stderr and the step's lines are printed above it; elsewhere (a log, a pipe, the
 tests) only the lines are printed, as before."""
@@ -33,6 +34,10 @@ class Bar:
 
     def set(self, done: int, total: int | None = None) -> None:
         self.advance(done - self.bar.n, total)
+
+    def describe(self, text: str) -> None:
+        """The bar's label: the step under way (drawn only on a terminal)."""
+        self.bar.set_description_str(text)
 
     def close(self) -> None:
         self.bar.close()

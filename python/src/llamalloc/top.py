@@ -5,7 +5,9 @@ A site is the innermost frame of the allocation's stack that is not the allocato
 and line where the file is symbolized, and the two callers above it for context. From a profile, "live" is what
 the profile holds live (`live_at_exit_*`: at exit, or at the time a kept profile was taken); from a trace, the
 allocations not freed at the end of the after-peak window (`llamalloc.after_peak`: the end of the quiet phase, before
-the exit teardown), or at `--at SECONDS`, whose addresses give the 2 MiB pages they sit on.
+the exit teardown), or at `--at SECONDS`, whose addresses give the 2 MiB pages they sit on. A trace that was not
+symbolized is symbolized here, in memory, as `llamalloc symbolize` would (trace_symbols); on a terminal a bar shows
+the steps of reading a trace (llamalloc.progress).
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from .errors import UserError
 from .model.classes import CLASS_NAMES, NUM_CLASSES, lifetime_class
 
 HUGE_PAGE_SHIFT = 21
+#: The note's word for frames without names.
+UNSYMBOLIZED = "not symbolized: run `llamalloc symbolize` for names"
 #: A site is "mixed" when at least MIXED_MIN_SHARE of its objects live this many classes (each 10x) longer than
 #: its most common class: a minority that outlives the rest by 1000x or more (Site.mixed_share).
 MIXED_CLASSES = 3
@@ -112,55 +116,100 @@ def from_profile(path) -> tuple[list[Site], str]:
         s.objects += smp.values["live_at_exit_objects"]
         for k, c in enumerate(smp.class_counts):
             s.class_counts[k] += c
-    note = ("live when the profile was taken, estimated from the samples; "
-            + ("symbolized" if prof.symbolized else "not symbolized: run `llamalloc symbolize` for names"))
+    note = "live when the profile was taken, estimated from the samples; " + (
+        "symbolized" if prof.symbolized else UNSYMBOLIZED)
     return [s for s in sites.values() if s.bytes > 0], note
 
 
-def from_trace(path, at_seconds: float | None) -> tuple[list[Site], str]:
+def trace_symbols(t, warn) -> tuple[dict, str]:
+    """The trace's frames by address and the word for the note: its own symbols where it was symbolized, else
+    what `llamalloc symbolize` finds for its addresses in the binaries here (llamalloc.symbolize). The binaries that
+    are missing or changed are named in one warning; their frames stay addresses."""
+    if t.symbolized:
+        return t.symbols, "symbolized"
+    if not t.mappings:
+        return {}, UNSYMBOLIZED
+    from . import symbolize
+    skipped: list[str] = []
+    addresses = {a for st in t.stacks.values() for a in st}
+    try:
+        symbols = symbolize.symbolize_addresses(t.mappings, addresses, lambda msg: skipped.append(msg))
+    except UserError as e:  # the tools are not installed
+        warn(f"frames stay addresses: {e}")
+        return {}, UNSYMBOLIZED
+    if skipped:
+        binaries = [m.split(": ", 1)[0] for m in skipped]
+        warn(f"{len(binaries)} binar{'y' if len(binaries) == 1 else 'ies'} of the trace missing or changed here, "
+             f"{'its' if len(binaries) == 1 else 'their'} frames stay addresses: {', '.join(binaries)}")
+    return symbols, ("symbolized here" if symbols else "not symbolized: its binaries are not here")
+
+
+def from_trace(path, at_seconds: float | None, warn=lambda msg: None) -> tuple[list[Site], str]:
     from . import traceformat
-    t = traceformat.load(path)
-    table = t.to_table()
-    kind = np.asarray(table.column("kind").to_pylist()) == "alloc"  # small traces; the table is already in memory
-    times = table.column("time_ns").to_numpy()
-    stacks = table.column("stack_id").to_numpy()
-    sizes = table.column("size_bytes").to_numpy()
-    addresses = table.column("address").to_numpy().astype(np.uint64)
-    alloc_index = table.column("alloc_index").to_numpy()
-    n = len(times)
-    freed_at = np.full(n, -1, np.int64)
-    frees = np.nonzero((~kind) & (alloc_index >= 0))[0]
-    freed_at[alloc_index[frees]] = times[frees]
-    cut = after_peak_end(times, kind, sizes, alloc_index) if at_seconds is None else int(at_seconds * 1e9)
-    allocs = np.nonzero(kind & (times <= cut))[0]
-    live = allocs[(freed_at[allocs] < 0) | (freed_at[allocs] > cut)]
-    lifetimes = np.where(freed_at[allocs] >= 0, freed_at[allocs] - times[allocs], -1)
-    classes = lifetime_class(lifetimes)
-    names: dict[int, str] = {}
+    from .progress import Bar
+    with Bar(4, "top", "step") as bar:
+        bar.describe("top: reading")
+        t = traceformat.load(path)
+        bar.advance()
+        bar.describe("top: pairing frees")
+        ev = t.events
+        kind = (ev["kind"] & 0xFF) == traceformat.KIND_ALLOC
+        times = ev["time_ns"].astype(np.int64) - t.start_mono_ns
+        sizes = ev["size_bytes"].astype(np.int64)
+        alloc_index = traceformat.pair_frees(ev)
+        n = len(times)
+        freed_at = np.full(n, -1, np.int64)
+        frees = np.nonzero((~kind) & (alloc_index >= 0))[0]
+        freed_at[alloc_index[frees]] = times[frees]
+        cut = after_peak_end(times, kind, sizes, alloc_index) if at_seconds is None else int(at_seconds * 1e9)
+        bar.advance()
+        bar.describe("top: symbolizing")
+        symbols, symbolized = trace_symbols(t, warn)
+        bar.advance()
+        bar.describe("top: counting")
+        allocs = np.nonzero(kind & (times <= cut))[0]
+        is_live = (freed_at[allocs] < 0) | (freed_at[allocs] > cut)
+        lifetimes = np.where(freed_at[allocs] >= 0, freed_at[allocs] - times[allocs], -1)
+        classes = np.minimum(lifetime_class(lifetimes), NUM_CLASSES - 1).astype(np.int64)
+        stack_ids, by_stack = np.unique(ev["stack_id"][allocs], return_inverse=True)
+        by_stack = by_stack.reshape(-1)
 
-    def name_of(stack_id: int) -> str:
-        if stack_id not in names:
+        # A site is a name: stacks that differ only below the frames it shows are one site.
+        site_names: dict[str, int] = {}
+        site_of_stack = np.zeros(len(stack_ids), np.int64)
+        for j, stack_id in enumerate(stack_ids.tolist()):
             frames = []
-            for a in t.stacks.get(int(stack_id), ()):
-                fr = t.symbols.get(a) if t.symbols else None
-                frames.extend(fr if fr else [(f"0x{a:x}", "", 0)])
-            names[stack_id] = site_name(frames)
-        return names[stack_id]
-
-    sites: dict[str, Site] = {}
-    for stack_id, cls in zip(stacks[allocs], classes):
-        s = sites.setdefault(name_of(int(stack_id)), Site(name_of(int(stack_id)), pages=set()))
-        s.class_counts[int(min(cls, NUM_CLASSES - 1))] += 1
-    for i in live:
-        s = sites[name_of(int(stacks[i]))]
-        s.bytes += int(sizes[i])
-        s.objects += 1
-        first, last = int(addresses[i]) >> HUGE_PAGE_SHIFT, (int(addresses[i]) + max(int(sizes[i]), 1) - 1) >> HUGE_PAGE_SHIFT
-        s.pages.update(range(first, last + 1))
+            for a in t.stacks.get(stack_id, ()):
+                frames.extend(symbols.get(a) or [(f"0x{a:x}", "", 0)])
+            site_of_stack[j] = site_names.setdefault(site_name(frames), len(site_names))
+        k = len(site_names)
+        site = site_of_stack[by_stack]
+        class_counts = np.bincount(site * NUM_CLASSES + classes, minlength=k * NUM_CLASSES).reshape(k, NUM_CLASSES)
+        live = allocs[is_live]
+        live_site = site[is_live]
+        live_bytes = np.zeros(k, np.int64)
+        np.add.at(live_bytes, live_site, sizes[live])
+        live_objects = np.bincount(live_site, minlength=k)
+        # The 2 MiB pages of each live object, first to last, as (site, page) pairs.
+        addresses = ev["address"][live].astype(np.uint64)
+        first = addresses >> np.uint64(HUGE_PAGE_SHIFT)
+        last = (addresses + np.maximum(sizes[live], 1).astype(np.uint64) - np.uint64(1)) >> np.uint64(HUGE_PAGE_SHIFT)
+        span = (last - first).astype(np.int64) + 1
+        starts = np.cumsum(span) - span
+        step = np.arange(int(span.sum()), dtype=np.int64) - np.repeat(starts, span)
+        pairs = np.unique(np.rec.fromarrays(
+            [np.repeat(live_site, span), np.repeat(first, span) + step.astype(np.uint64)], names="site,page"))
+        bounds = np.searchsorted(pairs["site"], np.arange(k + 1))
+        pages = [set(pairs["page"][bounds[j]:bounds[j + 1]].tolist()) for j in range(k)]
+        sites = []
+        for name, j in site_names.items():
+            s = Site(name, int(live_bytes[j]), int(live_objects[j]), class_counts[j].tolist(), pages[j])
+            if s.objects > 0:
+                sites.append(s)
+        bar.advance()
     when = (f"at the end of the quiet phase after the peak, {cut / 1e9:.2f} s" if at_seconds is None
             else f"at {at_seconds:g} s")
-    note = f"live {when}; " + ("symbolized" if t.symbolized else "not symbolized: run `llamalloc symbolize` for names")
-    return [s for s in sites.values() if s.objects > 0], note
+    return sites, f"live {when}; {symbolized}"
 
 
 #: The live-bytes timeline that places the after-peak window in a trace: one sample every SAMPLE_NS, as
@@ -189,9 +238,10 @@ def after_peak_end(times: np.ndarray, is_alloc: np.ndarray, sizes: np.ndarray, a
     return end if w.stop == len(sample_times) else end - 1  # a sample shows the state before its time
 
 
-def load(path, at_seconds: float | None = None) -> tuple[list[Site], str, bool]:
+def load(path, at_seconds: float | None = None, warn=lambda msg: None) -> tuple[list[Site], str, bool]:
     """The sites of a profile or a trace (by its first bytes: a profile is gzip), most live bytes first; the
-    note; whether it is a trace."""
+    note; whether it is a trace. A trace that was not symbolized is symbolized here (trace_symbols); `warn` gets
+    the one line about binaries that are missing or changed."""
     head = files.read_input(path, "a profile or a trace", size=2)
     if head == b"\x1f\x8b":
         if at_seconds is not None:
@@ -200,7 +250,7 @@ def load(path, at_seconds: float | None = None) -> tuple[list[Site], str, bool]:
         sites, note = from_profile(path)
         is_trace = False
     else:
-        sites, note = from_trace(path, at_seconds)
+        sites, note = from_trace(path, at_seconds, warn)
         is_trace = True
     sites.sort(key=lambda s: (-s.bytes, s.name))
     return sites, note, is_trace

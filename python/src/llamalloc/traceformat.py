@@ -250,16 +250,11 @@ class Trace:
         size = ev["size_bytes"].astype(np.int64)
         align = ev["alignment_bytes"].astype(np.int64)
         stack = ev["stack_id"].astype(np.int64)
-        # Pair each free with the allocation just before it at the same address: sorted by (address, order),
-        # an address's events alternate allocation, free, allocation, ...
-        alloc_index = np.full(n, -1, dtype=np.int64)
+        alloc_index = pair_frees(ev)
         addr = ev["address"]
-        if n > 1:
-            order = np.lexsort((np.arange(n), addr))
-            a, k = addr[order], kind[order]
-            pair = (k[1:] == KIND_FREE) & (k[:-1] == KIND_ALLOC) & (a[1:] == a[:-1])
-            frees, allocs = order[1:][pair], order[:-1][pair]
-            alloc_index[frees] = allocs
+        frees = np.nonzero(alloc_index >= 0)[0]
+        if len(frees):
+            allocs = alloc_index[frees]
             size[frees] = size[allocs]
             align[frees] = align[allocs]
             stack[frees] = stack[allocs]
@@ -284,6 +279,22 @@ class Trace:
             "stacks": json.dumps({str(k): self.frames(k) for k in sorted(self.stacks)}),
         }
         return table.replace_schema_metadata(meta)
+
+
+def pair_frees(events: np.ndarray) -> np.ndarray:
+    """For each event (EVENT_DTYPE, in order), the index of the allocation a free ends; -1 for an allocation and
+    for a free whose allocation is not in the trace. A free pairs with the allocation just before it at the same
+    address: sorted by (address, order), an address's events alternate allocation, free, allocation, ..."""
+    n = len(events)
+    alloc_index = np.full(n, -1, dtype=np.int64)
+    if n > 1:
+        kind = events["kind"] & 0xFF
+        addr = events["address"]
+        order = np.lexsort((np.arange(n), addr))
+        a, k = addr[order], kind[order]
+        pair = (k[1:] == KIND_FREE) & (k[:-1] == KIND_ALLOC) & (a[1:] == a[:-1])
+        alloc_index[order[1:][pair]] = order[:-1][pair]
+    return alloc_index
 
 
 def load(path) -> Trace:

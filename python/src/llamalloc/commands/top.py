@@ -23,5 +23,8 @@ def command(file, limit, at_seconds):
     """
     from .. import top as _top
 
-    sites, note, is_trace = _top.load(file, at_seconds)
+    def warn(msg):
+        click.echo(f"llamalloc: warning: {msg}", err=True)
+
+    sites, note, is_trace = _top.load(file, at_seconds, warn)
     click.echo(_top.format_top(sites, note, is_trace, limit))
