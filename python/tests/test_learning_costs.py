@@ -33,3 +33,19 @@ def test_compare_verdict_carries_the_warning(monkeypatch):
     text = compare.verdict([], ["./server"])
     assert "llamalloc + online: online learning keeps 20% more after the peak than llamalloc alone" in text
     assert "do not deploy online learning for this program" in text
+
+
+def test_bench_prints_the_warning_per_workload():
+    from llamalloc import bench
+
+    def run(allocator, steady_mib, peak_mib):
+        return bench.Run("w", allocator, 0, True, metrics={"steady_state": {"rss_bytes": steady_mib * MiB}},
+                         samples=[(0.0, peak_mib * MiB, 0)])
+    result = bench.BenchResult("small", 3, [allocators.Allocator("llamalloc", None),
+                                            allocators.Allocator("llamalloc+model", None)], ["w"])
+    result.runs = [run("llamalloc", s, 50) for s in (10, 10.2, 10.4)] + [run("llamalloc+model", s, 50)
+                                                                         for s in (13, 13.1, 13.3)]
+    lines = bench.learning_costs(result)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("w: llamalloc + model: the model keeps 28% more after the peak than llamalloc alone "
+                               "(13.1 against 10.2 MiB): do not deploy the model for this program.")

@@ -399,17 +399,23 @@ def format_table(result: BenchResult) -> str:
 def learning_costs(result: BenchResult) -> list[str]:
     """Per workload, a line for each llamalloc variant with a model or learning that keeps more than llamalloc
     alone, after the peak or at it (allocators.learning_cost_lines, over the runs' spread)."""
+    return learning_costs_of({w: {a.name: [(r.steady_state.get("rss_bytes"), r.peak_rss_bytes)
+                                           for r in result.runs_of(w, a.name) if r.ok]
+                                  for a in result.allocators}
+                              for w in result.workloads})
+
+
+def learning_costs_of(runs: dict[str, dict[str, list[tuple]]]) -> list[str]:
+    """`learning_costs` from each workload's and allocator's good runs, each as (steady RSS, peak RSS), either
+    None where the run lacks it: what `llamalloc bench` prints under its table and `report` under a bench."""
     lines = []
-    for w in result.workloads:
-        for key, what in (("steady_rss_bytes", "after the peak"), ("peak_rss_bytes", "at the peak")):
+    for w, by_allocator in runs.items():
+        for index, what in ((0, "after the peak"), (1, "at the peak")):
             figures = {}
-            for a in result.allocators:
-                ok = [r for r in result.runs_of(w, a.name) if r.ok]
-                values = [r.steady_state.get("rss_bytes") if key == "steady_rss_bytes" else r.peak_rss_bytes
-                          for r in ok]
-                values = [v for v in values if v is not None]
+            for name, pairs in by_allocator.items():
+                values = [p[index] for p in pairs if p[index] is not None]
                 if values:
-                    figures[a.name] = (_median(values), min(values), max(values))
+                    figures[name] = (_median(values), min(values), max(values))
             lines += [f"{w}: {line}" for line in _allocators.learning_cost_lines(figures, what)]
     return lines
 

@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from .. import allocators
+from .. import bench as _bench
 from .. import simulate as sim
 from ..errors import FormatError, UserError
 from .. import files
@@ -89,26 +90,20 @@ def sim_learning_costs(result, trace_name: str) -> list[str]:
 
 
 def bench_learning_costs(doc: dict) -> list[str]:
-    """Per workload of a bench result, the lines `llamalloc bench` prints under its table (`bench.learning_costs`):
-    each llamalloc variant with a model or online learning that keeps more than llamalloc alone, after the peak
-    (each run's steady RSS) or at it (each run's peak RSS), judged over the spread of the runs. A result without
-    its runs gives none."""
-    runs_of: dict[str, dict[str, list[dict]]] = {}
+    """Per workload of a bench result, the lines `llamalloc bench` prints under its table
+    (`bench.learning_costs_of`): each llamalloc variant with a model or online learning that keeps more than
+    llamalloc alone, after the peak (each run's steady RSS) or at it (each run's peak RSS), judged over the spread
+    of the runs. A result without its runs gives none."""
+    def number(v):
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    runs: dict[str, dict[str, list[tuple]]] = {}
     for r in doc["results"]:
         if isinstance(r, dict) and isinstance(r.get("runs"), list):
-            ok = [x for x in r["runs"] if isinstance(x, dict) and x.get("ok")]
-            runs_of.setdefault(str(r.get("workload")), {})[str(r.get("allocator"))] = ok
-    lines = []
-    for workload, by_allocator in runs_of.items():
-        for key, what in (("steady_rss_bytes", "after the peak"), ("peak_rss_bytes", "at the peak")):
-            figures = {}
-            for name, runs in by_allocator.items():
-                values = [_steady_rss(x) if key == "steady_rss_bytes" else x.get("peak_rss_bytes") for x in runs]
-                values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-                if values:
-                    figures[name] = (float(np.median(values)), min(values), max(values))
-            lines += [f"{workload}: {line}" for line in allocators.learning_cost_lines(figures, what)]
-    return lines
+            runs.setdefault(str(r.get("workload")), {})[str(r.get("allocator"))] = [
+                (number(_steady_rss(x)), number(x.get("peak_rss_bytes")))
+                for x in r["runs"] if isinstance(x, dict) and x.get("ok")]
+    return _bench.learning_costs_of(runs)
 
 
 def _steady_rss(run: dict):
