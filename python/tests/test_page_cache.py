@@ -1,7 +1,8 @@
 """The page cache (LLAMALLOC_PAGE_CACHE_PAGES, docs/heap.md "Page cache") in a real program: the pages of freed
 huge objects are reused while the sweeper thread runs, and calloc() zeroes reused pages (it skips the memset
 only on fresh pages, which the kernel zeroed). A single-threaded program has no sweeper: each free keeps at most
-an eighth of its pages in use cached, so it reuses big buffers only while it holds eight times as much."""
+the larger of an eighth of its pages in use and the pages of one buffer it replaces (a recent huge object, up to
+16 MiB), so it reuses the buffers it replaces and keeps at most one of them when it goes quiet."""
 from __future__ import annotations
 
 import json
@@ -43,10 +44,12 @@ def test_freed_huge_objects_are_reused_and_calloc_zeroes_them(tmp_path):
     assert stats["counters"]["huge_pages_reused"] >= 9, stats["counters"]
 
 
-def test_a_single_thread_caches_an_eighth_of_what_it_holds_and_nothing_when_it_holds_little(tmp_path):
+def test_a_single_thread_reuses_the_buffers_it_replaces_and_keeps_at_most_one(tmp_path):
     assert run(tmp_path, "held")["counters"]["huge_pages_reused"] >= 9
     single = run(tmp_path, "single")
-    assert single["counters"]["huge_pages_reused"] == 0 and single["page_cache_bytes"] == 0
+    # 8 buffers of 3 pages: all but the first reuse the one before, holding little else.
+    assert single["counters"]["huge_pages_reused"] >= 3 * 7, single["counters"]
+    assert single["page_cache_bytes"] <= 3 * (2 << 20), single
 
 
 def test_no_cache_when_turned_off(tmp_path):

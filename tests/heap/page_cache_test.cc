@@ -131,9 +131,9 @@ TEST_F(PageCacheTest, APassKeepsWhatTheFallFromThePeakFreedButAtMostAShareOfTheP
   // 20 below the peak, but at most 60 / kUseShare.
   EXPECT_EQ(cache.trim(60, false), 20u - 60 / PageCache::kUseShare);
   EXPECT_EQ(cache.pages(), 60 / PageCache::kUseShare);
-  // What the periods took is bounded the same way.
+  // What the periods took is bounded the same way (a page at a time: pages of blocks, no demand allowance).
   cache.put(r1, 0, 12, 60);
-  EXPECT_EQ(take(12), 0u);
+  for (size_t i = 0; i < 12; ++i) EXPECT_NE(take(1), ~size_t{0});
   cache.put(r1, 0, 12, 60);
   cache.trim(16, false);
   EXPECT_EQ(cache.pages(), 16 / PageCache::kUseShare);
@@ -141,6 +141,32 @@ TEST_F(PageCacheTest, APassKeepsWhatTheFallFromThePeakFreedButAtMostAShareOfTheP
   EXPECT_EQ(cache.trim(16, true), 16 / PageCache::kUseShare);
   EXPECT_EQ(cache.pages(), 0u);
   EXPECT_EQ(sink.pages(), 20u + 12u);
+}
+
+// A huge object taken recently lets the cache hold its pages whatever the pages in use (up to kMaxDemandPages),
+// so that a program that replaces one buffer while it holds little else reuses it; once kPasses passes saw no
+// such take, the share of the pages in use bounds the cache again.
+TEST_F(PageCacheTest, TheLargestRecentHugeObjectTakeMayStayCachedWhateverThePagesInUse) {
+  cache.configure(64, true);
+  EXPECT_EQ(cache.limit(0), 0u);
+  EXPECT_EQ(take(3), ~size_t{0}) << "a miss is demand too";
+  EXPECT_EQ(cache.limit(0), 3u);
+  cache.put(r0, 0, 3, 0);
+  EXPECT_EQ(cache.pages(), 3u) << "kept with nothing else in use";
+  EXPECT_EQ(take(3), 0u);
+  cache.put(r0, 0, 3, 0);
+  EXPECT_EQ(take(1), 2u) << "a page of blocks takes the back of a run";
+  EXPECT_EQ(cache.limit(0), 3u) << "single pages make no allowance";
+  EXPECT_EQ(take(20), ~size_t{0});
+  EXPECT_EQ(cache.limit(0), size_t{PageCache::kMaxDemandPages}) << "at most kMaxDemandPages";
+  cache.put(r1, 0, 20, 0);
+  EXPECT_EQ(sink.given, (std::vector<Given>{{r1, 0, 20}})) << "longer than the allowance: back at once";
+  // Passes keep the allowance while any of the last kPasses periods took one, then the cache empties.
+  for (unsigned pass = 0; pass < PageCache::kPasses; ++pass) EXPECT_EQ(cache.trim(0, false), 0u) << pass;
+  EXPECT_EQ(cache.pages(), 2u);
+  EXPECT_EQ(cache.trim(0, false), 2u);
+  EXPECT_EQ(cache.limit(0), 0u);
+  EXPECT_EQ(cache.pages(), 0u);
 }
 
 TEST_F(PageCacheTest, BoundedByUseEachPutKeepsAtMostAShareOfThePagesInUse) {

@@ -732,24 +732,29 @@ TEST_F(PageHeapTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
     EXPECT_EQ(heap->gauges().page_cache_bytes, 4 * kHugePageBytes) << "wave " << wave << ": 32 pages in use / 8";
   }
   EXPECT_EQ(heap->counters().huge_pages_reused.load(), 2 * 4u) << "each wave after the first reuses the 4 kept";
-  // Most of the program's memory freed: 8 pages in use keep 1.
+  // Most of the program's memory freed: 8 pages in use would keep 1, but the waves' 2-page buffers make a
+  // demand allowance of 2 pages (PageCache::kMaxDemandPages at most) for kPasses passes.
   for (int i = 0; i < 12; ++i) heap->free_large(live[i]);
   heap->subrelease_free_blocks(false);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 1 * kHugePageBytes);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 2 * kHugePageBytes);
   for (int i = 12; i < 16; ++i) heap->free_large(live[i]);
   heap->subrelease_free_blocks(false);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 2 * kHugePageBytes) << "nothing in use: the allowance only";
+  for (unsigned pass = 0; pass < PageHeap::kPageCachePasses; ++pass) heap->subrelease_free_blocks(false);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u) << "kPasses passes without a huge object taken";
   EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
   heap->check_invariants();
 }
 
-// Without passes to trim it (the library before its sweeper runs), each free keeps the cache within an eighth of
-// the pages in use: a program that replaces big buffers one by one reuses their pages, and one that frees
-// everything keeps nothing cached.
-TEST_F(PageHeapTest, APageCacheBoundedByUseKeepsAtMostAnEighthOfThePagesInUseAtEveryFree) {
+// Without passes to trim it (the library before its sweeper runs), each free keeps the cache within the larger of
+// an eighth of the pages in use and the recent demand allowance (the largest huge object taken lately, at most
+// PageCache::kMaxDemandPages): a program that replaces big buffers one by one reuses their pages, and one that
+// frees everything keeps at most that one buffer's pages cached.
+TEST_F(PageHeapTest, APageCacheBoundedByUseKeepsAtMostAnEighthOfThePagesInUseOrOneRecentBufferAtEveryFree) {
   HeapConfig config{4, kK, true, true, 0};
-  heap->configure(config);
-  heap->set_page_cache_pages(64, true);
+  config.page_cache_pages = 64;
+  config.page_cache_bounded_by_use = true;
+  heap->configure(config);  // (not set_page_cache_pages: no parked object, the cache alone)
   std::vector<void*> live;
   for (int i = 0; i < 8; ++i) live.push_back(heap->alloc_large(0, 2 * kHugePageBytes, kBlockBytes));  // 16 pages
   // A buffer of 2 pages replaced by one of the same size: the second takes the first's pages.
@@ -761,18 +766,58 @@ TEST_F(PageHeapTest, APageCacheBoundedByUseKeepsAtMostAnEighthOfThePagesInUseAtE
   EXPECT_EQ(b, a);
   EXPECT_EQ(platform.backed_bytes, backed) << "no fresh memory";
   EXPECT_EQ(heap->counters().huge_pages_reused.load(), 2u);
-  // A 3-page buffer is more than an eighth of what is in use: it goes back at once.
+  // A 3-page buffer is more than an eighth of what is in use, but it was just taken: within the allowance.
   void* c = heap->alloc_large(1, 3 * kHugePageBytes, kBlockBytes);
   heap->free_large(c);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
-  // Freeing the rest keeps the cache within the share of what is left, down to nothing.
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 3 * kHugePageBytes);
+  // Freeing the rest keeps the cache within the allowance (3 pages), the oldest runs going back first.
   heap->free_large(b);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 2 * kHugePageBytes);
-  for (int i = 0; i < 4; ++i) heap->free_large(live[i]);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u) << "8 pages in use keep 1: the 2-page runs went back";
-  for (int i = 4; i < 8; ++i) heap->free_large(live[i]);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 2 * kHugePageBytes) << "c's 3 pages went back for b's 2";
+  for (void* p : live) heap->free_large(p);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 2 * kHugePageBytes) << "nothing in use: one buffer's pages";
+  for (unsigned pass = 0; pass <= PageHeap::kPageCachePasses; ++pass) heap->subrelease_free_blocks(false, 1);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
   EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
+  heap->check_invariants();
+}
+
+// The parked huge object (huge_objects.cc): with the page cache turned on, a freed huge object waits, still in
+// use, for the next allocation of its size and class, which takes it without the page cache; one that does not
+// fit, a second one parked, or a pass that finds it unused sends it to the page cache; a second free of it is a
+// double free.
+TEST_F(PageHeapTest, AFreedHugeObjectIsParkedForTheNextAllocationOfItsSizeAndFlushedWhenUnused) {
+  heap->configure(HeapConfig{4, kK, true, true, 0});
+  heap->set_page_cache_pages(64, true);
+  void* a = heap->alloc_large(1, 2 * kHugePageBytes + 100, kBlockBytes);
+  size_t in_use = heap->pages_in_use(1);
+  EXPECT_EQ(heap->free_large(a), 2 * kHugePageBytes + 100) << "the requested bytes, for the live accounting";
+  EXPECT_EQ(heap->pages_in_use(1), in_use) << "parked: still in use";
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
+  EXPECT_EQ(heap->alloc_large(1, 2 * kHugePageBytes + 100, kBlockBytes), a);
+  EXPECT_TRUE(heap->huge_object_recycled(a)) << "calloc must zero it";
+  heap->free_large(a);
+  EXPECT_DEATH(heap->free_large(a), "double free");
+  // Another size: the parked one goes to the page cache, and the new one takes its pages from there.
+  void* b = heap->alloc_large(1, 2 * kHugePageBytes + 8192, kBlockBytes);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(heap->counters().huge_pages_reused.load(), 2u * 3);
+  heap->free_large(b);
+  EXPECT_FALSE(heap->flush_parked_huge(false)) << "a pass: reused since the previous one";
+  EXPECT_TRUE(heap->flush_parked_huge(false)) << "the next pass: unused since";
+  EXPECT_EQ(heap->pages_in_use(1), 0u);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 3 * kHugePageBytes) << "the allowance of its 3 pages";
+  // A second object parked sends the first to the page cache; turning the cache off, both back to the OS.
+  void* c = heap->alloc_large(1, 4 * kHugePageBytes, kBlockBytes);
+  void* d = heap->alloc_large(1, 4 * kHugePageBytes, kBlockBytes);
+  heap->free_large(c);
+  heap->free_large(d);
+  EXPECT_EQ(heap->pages_in_use(1), 4u) << "d parked";
+  heap->set_page_cache_pages(0);
+  EXPECT_EQ(heap->pages_in_use(1), 0u);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
+  EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
+  heap->free_large(heap->alloc_large(1, 4 * kHugePageBytes, kBlockBytes));
+  EXPECT_EQ(heap->pages_in_use(1), 0u) << "the cache off: nothing parked";
   heap->check_invariants();
 }
 

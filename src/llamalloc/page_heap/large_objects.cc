@@ -65,6 +65,9 @@ void* PageHeap::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
   if (lc >= num_classes()) lc = never_freed_class();
   lc = page_class(lc);
   if (alignment < kBlockBytes) alignment = kBlockBytes;
+  // Every huge object's address is huge-page aligned.
+  if (bytes > kHugePageBytes && alignment <= kHugePageBytes && parked_huge_.load(std::memory_order_relaxed) != 0)
+    if (void* p = reuse_parked_huge(lc, bytes)) return p;
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());
   if (bytes > kHugePageBytes || alignment > kHugePageBytes) {
@@ -118,6 +121,7 @@ void* PageHeap::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
 size_t PageHeap::free_large(void* ptr) {
   uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
   size_t requested = 0;
+  if (park_huge(a, &requested)) return requested;
   LockGuard g(lock_);
   HugePageMeta* page = page_of(a);
   if (page == nullptr) fatal_pointer("free of", ptr, "pointer not allocated by llamalloc");

@@ -8,10 +8,17 @@
 
 namespace llamalloc {
 
+size_t PageCache::demand_allowance() const {
+  uint64_t largest = largest_;
+  for (uint64_t l : largest_by_pass_) largest = l > largest ? l : largest;
+  return largest < kMaxDemandPages ? size_t(largest) : kMaxDemandPages;
+}
+
 size_t PageCache::limit(size_t in_use) const {
   size_t limit = max_pages_;
   if (bounded_by_use_) {
-    size_t share = in_use / kUseShare;
+    size_t share = in_use / kUseShare, allowance = demand_allowance();
+    share = share > allowance ? share : allowance;
     limit = share < limit ? share : limit;
   }
   return limit;
@@ -57,6 +64,8 @@ void PageCache::release_run(unsigned i) {
 
 bool PageCache::take(size_t pages, size_t align_pages, Region** r, size_t* index) {
   taken_ += pages;
+  // Only huge objects' takes make the demand allowance (a page of blocks takes one page).
+  if (pages > 1 && pages > largest_) largest_ = pages;
   // Newest first (its memory is the likeliest to be in cache), a run of exactly the size asked first (a huge
   // object keeps finding the runs that objects of its size left); a huge object takes the front of a longer
   // run, a page of blocks the back of one.
@@ -87,13 +96,18 @@ size_t PageCache::trim(size_t in_use, bool now) {
   demand_[slot] = in_use;
   taken_by_pass_[slot] = taken_;
   taken_ = 0;
+  largest_by_pass_[slot] = largest_;
+  largest_ = 0;
   uint64_t peak = in_use, taken = 0;
   for (unsigned i = 0; i < kPasses; ++i) {
     peak = demand_[i] > peak ? demand_[i] : peak;
     taken = taken_by_pass_[i] > taken ? taken_by_pass_[i] : taken;
   }
   uint64_t keep = now ? 0 : peak - in_use > taken ? peak - in_use : taken;
-  if (keep > in_use / kUseShare) keep = in_use / kUseShare;
+  uint64_t most = in_use / kUseShare, allowance = demand_allowance();
+  most = most > allowance ? most : allowance;
+  if (keep > most) keep = most;
+  if (keep > max_pages_) keep = max_pages_;
   uint64_t cached = pages();
   return cached > keep ? release(cached - keep) : 0;
 }
@@ -120,6 +134,8 @@ size_t PageCache::release(uint64_t pages) {
 void PageHeap::CacheSink::give_back(Region* r, size_t index, size_t pages) { heap->give_back_pages(r, index, pages); }
 
 void PageHeap::set_page_cache_pages(unsigned pages, bool bounded_by_use) {
+  parking_.store(pages != 0, std::memory_order_relaxed);
+  if (pages == 0) flush_parked_huge(true);
   LockGuard g(lock_);
   config_.page_cache_pages = pages;
   config_.page_cache_bounded_by_use = bounded_by_use;

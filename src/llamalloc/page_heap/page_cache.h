@@ -6,12 +6,17 @@
 //   huge object's pages, never an emptied page of blocks), at most its limit: max_pages, and with bounded_by_use
 //   also the pages in use / kUseShare at every put. A run longer than the limit goes back at once; beyond it the
 //   oldest runs go back first. A run that extends the newest run of the same region merges with it.
+// - Whatever the pages in use, the cache may hold the recent demand allowance: the pages of the largest single
+//   take of a huge object (hit or miss; more than one page) in the current period and the last kPasses, up to kMaxDemandPages. A program that replaces
+//   one big buffer again and again while it holds little else (an I/O buffer, a per-request arena) then reuses its
+//   pages instead of mapping and faulting in fresh ones each time; when it goes quiet it keeps at most that one
+//   buffer's pages, as glibc keeps its top chunk below its trim threshold.
 // - take() gives the newest run of exactly the length asked first, else the front of a longer one (its
 //   alignment allowed); a single page comes from a run's back.
 // - Each pass (trim) records the pages in use and the pages taken since the last pass, then gives back, oldest
 //   first, the cached pages beyond the larger of how far the pages in use are below their highest and the most
-//   pages taken in one period, over the last kPasses passes, and never more than the pages in use / kUseShare;
-//   all of them with `now`.
+//   pages taken in one period, over the last kPasses passes, and never more than the larger of the pages in use /
+//   kUseShare and the demand allowance; all of them with `now`.
 // - Pages go back through the PageSink, and are counted in gauges.page_cache_bytes and counters.huge_pages_reused;
 //   cached pages are in no footprint (they hold no live byte).
 // Not thread-safe: the page heap calls it under its lock.
@@ -46,6 +51,9 @@ class PageCache {
   static constexpr unsigned kUseShare = 8;
   // Runs held at most (beyond them the oldest goes back).
   static constexpr unsigned kMaxRuns = 512;
+  // The most pages the demand allowance keeps (16 MiB; above): enough for the buffers servers replace whole
+  // (glibc serves those up to 32 MiB from its heap too), little beside a quiet process's RSS.
+  static constexpr unsigned kMaxDemandPages = 8;
 
   struct Run {
     Region* region;
@@ -68,6 +76,8 @@ class PageCache {
   void set_limits(unsigned max_pages, bool bounded_by_use, size_t in_use);
   // The most pages the cache may hold with `in_use` pages in use.
   size_t limit(size_t in_use) const;
+  // The demand allowance (above): pages the cache may keep whatever the pages in use.
+  size_t demand_allowance() const;
 
   // Keeps [index, index + pages) of r (free, backed) for reuse, or gives it back when the cache is off or the run
   // is longer than the limit; `in_use`: the pages in use after it was freed.
@@ -102,6 +112,9 @@ class PageCache {
   uint64_t demand_[kPasses] = {};
   uint64_t taken_ = 0;
   uint64_t taken_by_pass_[kPasses] = {};
+  // The largest single take since the last pass, and in each of the last kPasses periods.
+  uint64_t largest_ = 0;
+  uint64_t largest_by_pass_[kPasses] = {};
 };
 
 }  // namespace llamalloc

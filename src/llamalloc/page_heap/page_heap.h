@@ -138,6 +138,9 @@ class PageHeap {
   size_t free_large(void* p);
   // Usable bytes of the large or huge object starting at p; 0 if p is not one.
   size_t large_usable_size(const void* p);
+  // The parked huge object (huge_objects.cc, "The parked huge object") goes back to the page heap: at once
+  // (`now`), or when no allocation reused it since the previous call (each pass). Returns whether one went.
+  bool flush_parked_huge(bool now);
   // The bytes that were asked for (live accounting).
   size_t large_requested_size(const void* p);
 
@@ -395,6 +398,14 @@ class PageHeap {
   uint32_t class_pages_opened_[kMaxClasses] = {};  // pages opened while the class was dense
   uint32_t advised_pages_ = 0;
   static constexpr uint32_t kMaxAdvisedPages = 16384;
+  // The parked huge object (huge_objects.cc): its address (0: none), whether objects may be parked (the page
+  // cache was turned on by set_page_cache_pages, as the process's heap is at start), reuses so far, and their count at the last flush_parked_huge pass.
+  std::atomic<uintptr_t> parked_huge_{0};
+  std::atomic<bool> parking_{false};
+  std::atomic<uint64_t> parked_reuses_{0};
+  std::atomic<uint64_t> parked_reuses_seen_{0};
+  bool park_huge(uintptr_t address, size_t* requested);
+  void* reuse_parked_huge(unsigned lc, size_t bytes);
   // The page cache (HeapConfig::page_cache_pages; page_cache.h), giving its pages back through cache_sink_.
   CacheSink cache_sink_{this};
   PageCache page_cache_{cache_sink_, gauges_, counters_};

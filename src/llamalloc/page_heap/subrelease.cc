@@ -92,6 +92,9 @@ void PageHeap::span_purge_forgotten(uintptr_t start, size_t pages) {
 }
 
 size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes) {
+  // The parked huge object first, unless a huge allocation reused it since the last pass: its pages then count
+  // in this pass's page cache trim.
+  flush_parked_huge(now);
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());
   // The page heap's demand now (blocks in use) and what is still backed, and by class.
