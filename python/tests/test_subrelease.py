@@ -14,7 +14,8 @@ from linked_support import build_linked, run_json
 # the frees and at the end, AnonHugePages, and the allocator's statistics. "thread": a second thread heap
 # starts the sweeper, and the quiet phase makes no allocator call at all. "idle-thread": all the work on the main
 # thread, beside a thread that never allocates (redis's bio threads), and no allocator call in the quiet phase:
-# the process already has a second thread, so the slow path's pass starts the sweeper.
+# the process already has a second thread, so the slow path's pass starts the sweeper. "quiet": one thread and
+# no allocator call in the quiet phase; its 64 MiB heap starts the sweeper (LLAMALLOC_SWEEPER_FROM_MIB).
 PROG = r"""
 #include <pthread.h>
 #include <stdio.h>
@@ -44,7 +45,18 @@ static long nohuge_mappings(void) {
   return n;
 }
 
+static long threads(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long n = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %ld", &n) == 1) break;
+  if (f) fclose(f);
+  return n;
+}
+
 int main(int argc, char** argv) {
+  int quiet = argc > 1 && strcmp(argv[1], "quiet") == 0;
   int threaded = argc > 1 && strcmp(argv[1], "thread") == 0;
   sink = malloc(100); free(sink); /* main has a heap first: the thread makes a second one, which starts the sweeper */
   if (threaded) { pthread_t t; pthread_create(&t, NULL, touch, NULL); pthread_join(t, NULL); }
@@ -67,14 +79,15 @@ int main(int argc, char** argv) {
   for (int tick = 0; tick < 600; tick++) {
     struct timespec ts = {0, 5 * 1000000L};
     nanosleep(&ts, NULL);
-    if (!threaded && !idle_thread) { sink = malloc(40000); memset(sink, 2, 40000); free(sink); }
+    if (!threaded && !idle_thread && !quiet) { sink = malloc(40000); memset(sink, 2, 40000); free(sink); }
   }
   static char buf[8192];
   size_t len = llamalloc_stats_json(buf, sizeof buf);
   if (len == 0 || len >= sizeof buf) return 3;
   buf[len] = 0;
   printf("{\"after_frees_rss_kib\": %ld, \"rss_kib\": %ld, \"ahp_kib\": %ld, \"nohuge_mappings\": %ld, "
-         "\"stats\": %s}\n", peak_rss, rss_kib(), smaps_kib("AnonHugePages:"), nohuge_mappings(), buf);
+         "\"threads\": %ld, \"stats\": %s}\n", peak_rss, rss_kib(), smaps_kib("AnonHugePages:"), nohuge_mappings(),
+         threads(), buf);
   for (size_t i = 0; i < n; i += KEEP_EVERY)
     if (((char*)objects[i])[0] != 1) return 4; /* the objects kept are intact */
   if (idle_thread && (write(idle_pipe[1], "x", 1) != 1 || pthread_join(idler, NULL) != 0)) return 5;
@@ -120,6 +133,19 @@ def test_rss_falls_after_a_peak_while_the_survivors_stay(program, mode):
     # page (zero-filled) as soon as one of its small pages is present: RSS would creep back up in the quiet phase.
     # (Other mappings of the process may carry the flag too: counted against the same run without subrelease.)
     assert on["nohuge_mappings"] > off["nohuge_mappings"], (on, off)
+
+
+def test_a_big_single_threaded_heap_gets_the_sweeper_and_falls_while_the_program_is_quiet(program):
+    quiet = run(program, "quiet")
+    alone = run(program, "quiet", LLAMALLOC_SWEEPER_FROM_MIB="0")
+    small = run(program, "quiet", LLAMALLOC_SWEEPER_FROM_MIB="1024")
+    # 64 MiB of heap: the sweeper thread; its passes give back what the frees left while no allocator call comes.
+    assert quiet["threads"] == 2 and quiet["stats"]["counters"]["idle_heap_sweeps"] >= 1, quiet
+    assert quiet["rss_kib"] <= 0.45 * quiet["after_frees_rss_kib"], quiet
+    # Below SWEEPER_FROM_MIB, or with 0, no thread is added, and no pass follows the last slow path.
+    for r in (alone, small):
+        assert r["threads"] == 1 and r["stats"]["counters"]["idle_heap_sweeps"] == 0, r
+        assert r["rss_kib"] >= 0.8 * r["after_frees_rss_kib"], r
 
 
 # Single-threaded: objects of lifetime classes 1-3 (as a model places them) are made and all freed, then the

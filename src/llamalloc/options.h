@@ -40,13 +40,13 @@ namespace llamalloc {
     "llamalloc_collect() does both at once. 0: never (every byte on 2 MiB pages).")                               \
   X(PAGE_CACHE_PAGES, page_cache_pages, Uint, 1024, 0, 1000000,                                                  \
     "Page cache: the huge pages of a freed object over 2 MiB stay backed, up to this many, and the next huge "   \
-    "object or page the heap opens reuses them instead of fresh memory that the kernel must zero. Each sweeper "  \
-    "pass gives back, oldest first, what exceeds the larger of how far the pages in use are below their highest " \
-    "and the most pages taken in one SWEEP_MS period, over the last 4 periods, but at most an eighth of the "    \
-    "pages in use; a huge object that no cached run fits first gives back as many cached pages as it takes; "    \
-    "llamalloc_collect() gives back all. Until the sweeper thread runs (single-threaded programs), each free "   \
-    "keeps at most an eighth of the pages in use cached. 0: "                                                    \
-    "off, a freed huge object's pages go back to the OS at once (the LLAMA paper, section 8).")                   \
+    "object or page the heap opens reuses them instead of fresh memory that the kernel must zero. Each pass "    \
+    "gives back, oldest first, what exceeds the larger of how far the pages in use are below their highest and " \
+    "the most pages taken in one SWEEP_MS period, over the last 4 periods, but at most an eighth of the pages "  \
+    "in use or the largest huge object taken in those periods (up to 16 MiB); llamalloc_collect() gives back "  \
+    "all. Without a sweeper, each free keeps the cache within what a pass would leave. One freed huge object "   \
+    "of up to 16 MiB waits in front of it for the next allocation of its size. 0: off, a freed huge object's "   \
+    "pages go back to the OS at once (the LLAMA paper, section 8).")                   \
   X(HUGE_PAGES, huge_pages, Uint, 1, 0, 2,                                                                      \
     "How the heap uses transparent huge pages. 1: every page huge from its first touch (MADV_HUGEPAGE): the "     \
     "fewest TLB misses and page faults, and a page touched anywhere is 2 MiB resident. 2: huge pages where dense: " \
@@ -60,8 +60,14 @@ namespace llamalloc {
     "Period of the sweeper thread, in milliseconds. Each period it takes back, from every thread heap that has "  \
     "been used since (and is not inside the allocator at that moment), its empty spans and the frees other "     \
     "threads made into its spans, so that memory falls after a load peak while threads sleep or idle. The thread " \
-    "starts when the process has a second thread heap, or a thread besides the one that allocates. 0: no "    \
-    "sweeper; a thread keeps its spans until it allocates again, exits or calls llamalloc_collect().")          \
+    "starts when the process has a second thread heap, a thread besides the one that allocates, or a heap of "  \
+    "SWEEPER_FROM_MIB. 0: no sweeper; a thread keeps its spans until it allocates again, exits or calls "        \
+    "llamalloc_collect().")                                                                                      \
+  X(SWEEPER_FROM_MIB, sweeper_from_mib, Uint, 64, 0, 1048576,                                                    \
+    "A single-threaded process starts the sweeper thread once its heap's footprint reaches this many MiB: what " \
+    "the slow paths' passes leave (empty spans, sparse pages, the page cache) then goes back while the program " \
+    "is quiet, and the slow paths stop doing that work. A smaller heap adds no thread to a process that has one " \
+    "(fork() warnings and thread counts would see it). 0: only a second thread starts it.")                      \
   X(SHARED_CLASS, shared_class, Uint, 3, 0, 8,                                                                   \
     "Small objects of this lifetime class and longer (3: predicted to live 1 s or more) come from one heap "     \
     "shared by all threads, under a lock, instead of each thread's own spans, once the process has a second "    \

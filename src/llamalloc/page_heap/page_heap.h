@@ -238,6 +238,8 @@ class PageHeap {
   // Huge pages that are open or active (the footprint in pages), per class and in all.
   size_t pages_in_use(unsigned lifetime_class);
 
+  // The highest footprint so far (gauges' peak_footprint_bytes), read without the lock.
+  uint64_t peak_footprint() const { return peak_footprint_.load(std::memory_order_relaxed); }
   Counters& counters() { return counters_; }
   Gauges& gauges() { return gauges_; }
   Lock& lock() { return lock_; }
@@ -400,6 +402,7 @@ class PageHeap {
   static constexpr uint32_t kMaxAdvisedPages = 16384;
   // The parked huge object (huge_objects.cc): its address (0: none), whether objects may be parked (the page
   // cache was turned on by set_page_cache_pages, as the process's heap is at start), reuses so far, and their count at the last flush_parked_huge pass.
+  std::atomic<uint64_t> peak_footprint_{0};
   std::atomic<uintptr_t> parked_huge_{0};
   std::atomic<bool> parking_{false};
   std::atomic<uint64_t> parked_reuses_{0};

@@ -17,7 +17,10 @@ uint64_t PageHeap::class_duration_ns(unsigned lc) const { return deadlines_.clas
 void PageHeap::account_page(HugePageMeta* p, int64_t pages) {
   gauges_.footprint_bytes += uint64_t(pages * int64_t(kHugePageBytes));
   gauges_.huge_pages_by_class[p->lifetime_class] += uint64_t(pages);
-  if (gauges_.footprint_bytes > gauges_.peak_footprint_bytes) gauges_.peak_footprint_bytes = gauges_.footprint_bytes;
+  if (gauges_.footprint_bytes > gauges_.peak_footprint_bytes) {
+    gauges_.peak_footprint_bytes = gauges_.footprint_bytes;
+    peak_footprint_.store(gauges_.footprint_bytes, std::memory_order_relaxed);
+  }
 }
 
 // A cached page, else the lowest free page of the address space (take_pages).
