@@ -103,7 +103,7 @@ def test_the_model_of_the_running_build_is_taken(world, tmp_path):
     assert chosen == os.path.realpath(a) and warnings(lines) == [], lines
     chosen, lines, _ = run_app(env, exes["b"], "--model-dir", models)
     assert chosen == os.path.realpath(b) and warnings(lines) == [], lines
-    # The same from LLAMALLOC_MODEL_DIR, which the program itself does not see (its allocator would warn).
+    # The same from LLAMALLOC_MODEL_DIR, which the program itself does not see (its allocator would choose again).
     chosen, lines, _ = run_app(env, exes["a"], extra_env={"LLAMALLOC_MODEL_DIR": str(models)})
     assert chosen == os.path.realpath(a) and warnings(lines) == [], lines
     # --model wins over LLAMALLOC_MODEL_DIR.
@@ -178,16 +178,24 @@ def test_model_with_model_dir_and_a_bad_directory_are_refused(world, tmp_path):
     r = llamalloc("run", "--", exes["a"], env=dict(env, LLAMALLOC_MODEL_DIR=str(model_a)))
     assert r.returncode != 0 and r.stdout == ""
     assert len(r.stderr.splitlines()) == 1 and str(model_a) in r.stderr and "not a directory" in r.stderr, r.stderr
+    # The directory as an allocator option: run chooses the model itself, so it is refused.
+    r = llamalloc("run", "--option", f"MODEL_DIR={tmp_path}", "--", exes["a"], env=env)
+    assert r.returncode != 0 and r.stdout == ""
+    assert len(r.stderr.splitlines()) == 1 and "--model-dir" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-def test_the_preloaded_allocator_says_that_it_does_not_read_model_dir(world, tmp_path):
+def test_the_preloaded_allocator_says_that_the_directory_is_not_prepared(world, tmp_path):
+    # Under a plain LD_PRELOAD the allocator reads only a directory that `llamalloc prepare --model-dir` prepared
+    # (test_model_dir_preload.py); a directory of models alone gets one line and no model.
     d, env, exes, model_a = world
+    shutil.copyfile(model_a, tmp_path / "a.model")
     lib = paths.build_dir() / "src" / "llamalloc" / "libllamalloc.so"
     r = subprocess.run([str(exes["a"])], capture_output=True, text=True, timeout=60,
                        env=dict(env, LD_PRELOAD=str(lib), LLAMALLOC_MODEL_DIR=str(tmp_path)))
     assert r.returncode == 0 and r.stdout.strip() == "model=(none)"
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and "LLAMALLOC_MODEL_DIR is read by `llamalloc run`" in lines[0], lines
+    assert len(lines) == 1 and f"{tmp_path}/builds.index: no such file" in lines[0], lines
+    assert "llamalloc prepare --model-dir" in lines[0] and "running without a model" in lines[0], lines
 
 
 def test_run_says_which_model_of_the_directory_it_took(tmp_path):

@@ -112,7 +112,7 @@ bool parse_seconds(const char* text, uint64_t hi, uint64_t* out) {
 // Names that start with LLAMALLOC_ and are not options, yet are ours: read by the stats dump or by the llamalloc
 // command; they are not misspellings.
 constexpr const char* kOtherNames[] = {"STATS_INTERVAL_S", "BUILD_DIR", "LIBDIR", "CACHE_DIR",
-                                       "JAX_CACHE", "REDIS_SERVER", "MODEL_DIR"};
+                                       "JAX_CACHE", "REDIS_SERVER"};
 constexpr size_t kMaxNameBytes = 64;
 
 // Edit distance of two short names (at most kMaxNameBytes; longer ones count as far apart), without allocating:
@@ -342,15 +342,6 @@ void init_options() {
 #undef LLAMALLOC_KEEP
   // Misspelled names would be ignored without a word (jemalloc's and mimalloc's warn too): once, at start.
   check_environment_names(environ, write_stderr);
-  // A directory of models is chosen from by `llamalloc run` (model_select.py), which passes the chosen file on as
-  // MODEL with its TOKENS: the token tables a model needs are prepared by the tool into its cache, under a key
-  // over every linked binary (ldd's list, with sizes and mtimes) that the allocator does not compute.
-  const char* model_dir = getenv("LLAMALLOC_MODEL_DIR");
-  if (model_dir != nullptr && *model_dir != 0 && *g_options.model == 0) {
-    write_stderr("llamalloc: warning: LLAMALLOC_MODEL_DIR is read by `llamalloc run`, not by the allocator: set "
-                 "LLAMALLOC_MODEL and LLAMALLOC_TOKENS (`llamalloc prepare`), or use `llamalloc run`; running "
-                 "without a model\n");
-  }
   if (*g_options.model != 0 && *g_options.tokens == 0) {
     write_stderr("llamalloc: warning: LLAMALLOC_MODEL is set without LLAMALLOC_TOKENS: the model sees no function "
                  "names (every frame is <unsymbolized>), only sizes; prepare the tables with `llamalloc prepare "

@@ -112,8 +112,15 @@ namespace llamalloc {
     "1: print the statistics' one-line summary (live, footprint and its ratio to live, RSS, huge pages, pages "  \
     "by class, subreleased) to stderr at exit, with or without a STATS file. llamalloc run --stats sets it.")    \
   X(MODEL, model, String, "", 0, 0,                                                                              \
-    "Path of a lifetime model file for the learned predictor. Empty: the default predictor (DEFAULT_CLASS). "   \
-    "LLAMALLOC_MODEL_DIR (a directory of models, one chosen per build) is read by llamalloc run, not here.")   \
+    "Path of a lifetime model file for the learned predictor. Empty: the model MODEL_DIR holds for the "         \
+    "program's build, if any, else the default predictor (DEFAULT_CLASS). The statistics name the model loaded.") \
+  X(MODEL_DIR, model_dir, String, "", 0, 0,                                                                      \
+    "A directory of models prepared with llamalloc prepare --model-dir DIR, read when MODEL is empty: the "     \
+    "program's executable gets the model that DIR/builds.index names for its GNU build id, with the token "      \
+    "tables DIR/BUILD-ID.tokens (TOKENS is not read then), as MODEL and TOKENS would give them. A directory "     \
+    "without that index, or without a line for this build: one warning line, no model. llamalloc run "         \
+    "--model-dir chooses and prepares the model itself and does not pass this on (docs/prediction.md). Empty: " \
+    "none.")                                                                                                    \
   X(TOKENS, tokens, String, "", 0, 0,                                                                            \
     "Path of the token tables of the program's binaries for the model (llamalloc prepare; docs/prediction.md). " \
     "Empty: every frame is unsymbolized, the model sees only the size.")                                        \

@@ -17,9 +17,18 @@ namespace llamalloc {
 
 namespace {
 std::atomic<StatsSection> g_stats_section{nullptr};
+std::atomic<const char*> g_stats_model{nullptr};
+std::atomic<const char*> g_stats_tokens{nullptr};
+// A path longer than this is left out of the statistics: the signal handler's buffer holds 8 KiB in all.
+constexpr size_t kMaxStatsPathBytes = 1024;
 }  // namespace
 
 void set_stats_section(StatsSection section) { g_stats_section.store(section, std::memory_order_release); }
+
+void set_stats_model(const char* model, const char* tokens) {
+  g_stats_tokens.store(tokens, std::memory_order_relaxed);
+  g_stats_model.store(model, std::memory_order_release);
+}
 
 size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity) {
   uint64_t rss = 0, anon_huge = 0;
@@ -52,6 +61,18 @@ size_t format_stats_json(const HeapStats& stats, char* buf, size_t capacity) {
   o.put("],\n");
   o.field("rss_bytes", rss);
   o.field("anon_huge_pages_bytes", anon_huge);
+  const char* model = g_stats_model.load(std::memory_order_acquire);
+  if (model != nullptr && *model && strlen(model) < kMaxStatsPathBytes) {
+    o.put("  \"model\": ");
+    o.string(model);
+    o.put(",\n");
+    const char* tokens = g_stats_tokens.load(std::memory_order_relaxed);
+    if (tokens != nullptr && *tokens && strlen(tokens) < kMaxStatsPathBytes) {
+      o.put("  \"tokens\": ");
+      o.string(tokens);
+      o.put(",\n");
+    }
+  }
   o.put("  \"counters\": {\n");
   const Counters& k = *stats.counters;
   bool first = true;

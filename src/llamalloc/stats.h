@@ -151,6 +151,9 @@ inline void Out::string(const char* s) {
 // never in a signal handler (it may take a lock). No allocation.
 using StatsSection = size_t (*)(char* buf, size_t capacity);
 void set_stats_section(StatsSection section);
+// The model file the learned predictor loaded and its token tables (null or empty: none), shown in the statistics
+// as "model" and "tokens". The strings must outlive the process's statistics (the options' copies, static storage).
+void set_stats_model(const char* model, const char* tokens);
 
 // Formats the statistics JSON of `stats` (and this process's RSS) into buf; returns its length, or 0 when it
 // does not fit. No allocation.

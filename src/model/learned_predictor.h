@@ -164,6 +164,11 @@ class LearnedPredictor final : public Predictor {
 
 }  // namespace llamalloc::model
 
-// Called by the heap at init when LLAMALLOC_MODEL is set (the heap declares it weak). Reads
-// LLAMALLOC_TOKENS and LLAMALLOC_REPREDICT_EVERY; on a bad file prints one warning line and returns null.
-extern "C" llamalloc::Predictor* llamalloc_make_model_predictor(const char* model_path);
+// Called by the heap at init when a model (LLAMALLOC_MODEL, or the one LLAMALLOC_MODEL_DIR holds for this build)
+// or LLAMALLOC_LEARN is set (the heap declares it weak), with the model's token tables (LLAMALLOC_TOKENS, or the
+// directory's). Reads LLAMALLOC_REPREDICT_EVERY and the rest of the predictor's options; on a bad file prints one
+// warning line and returns null (with LLAMALLOC_LEARN: a predictor that learns without the model).
+extern "C" llamalloc::Predictor* llamalloc_make_model_predictor(const char* model_path, const char* tokens_path);
+// Called by the heap at init when LLAMALLOC_MODEL_DIR is set and LLAMALLOC_MODEL is not (model_dir.h): true with
+// the model and token tables prepared in `dir` for this executable's build; false after one warning line.
+extern "C" bool llamalloc_model_of_directory(const char* dir, const char** model_path, const char** tokens_path);

@@ -60,9 +60,15 @@ size_t format_message(char* buf, size_t capacity, const char* fmt, ...) {
       continue;
     }
     ++f;
+    size_t precision = ~size_t{0};  // %.Ns: at most N bytes of the string
+    if (*f == '.') {
+      precision = 0;
+      while (f[1] >= '0' && f[1] <= '9') precision = precision * 10 + size_t(*++f - '0');
+      if (*++f != 's') break;
+    }
     if (*f == 's') {
       const char* s = va_arg(ap, const char*);
-      for (; s && *s; ++s) put(*s);
+      for (size_t i = 0; s && *s && i < precision; ++s, ++i) put(*s);
     } else if (*f == 'u' || (f[0] == 'l' && f[1] == 'l' && f[2] == 'u')) {
       unsigned long long v = *f == 'u' ? va_arg(ap, unsigned) : va_arg(ap, unsigned long long);
       if (*f == 'l') f += 2;

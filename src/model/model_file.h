@@ -182,7 +182,8 @@ inline unsigned classify(const ModelFile& model, const uint32_t* tokens, size_t 
                                                   : confidence.apply(c, logits));
 }
 
-// Formats into buf like snprintf for %s/%u/%llu only, without allocating (error messages on the init path).
+// Formats into buf like snprintf for %s (and %.Ns)/%u/%llu only, without allocating (error messages on the init
+// path).
 size_t format_message(char* buf, size_t capacity, const char* fmt, ...);
 // Maps the whole regular file at `path` read-only, with no heap allocation; refuses files shorter than
 // `min_bytes`. On failure writes the reason to `error` and returns false. Undo with unmap_file().

@@ -273,6 +273,8 @@ TEST(OptionsTest, SetOptionTakesWhatReadOptionsTakesAndSaysWhyNot) {
   EXPECT_EQ(o.deadline_k, 7u);
   EXPECT_TRUE(set_option(&o, "MODEL", "/m.model", reason, sizeof(reason)));
   EXPECT_STREQ(o.model, "/m.model");
+  EXPECT_TRUE(set_option(&o, "MODEL_DIR", "/models", reason, sizeof(reason)));
+  EXPECT_STREQ(o.model_dir, "/models");
   auto refusal = [&](const char* name, const char* value) {
     Options before = o;
     EXPECT_FALSE(set_option(&o, name, value, reason, sizeof(reason))) << name << "=" << value;
@@ -286,7 +288,7 @@ TEST(OptionsTest, SetOptionTakesWhatReadOptionsTakesAndSaysWhyNot) {
   EXPECT_EQ(refusal("NO_SUCH_THING", "1"), "LLAMALLOC_NO_SUCH_THING is not a llamalloc option (see docs/options.md)");
   EXPECT_EQ(refusal("PROF_MODE", "trace"),
             "LLAMALLOC_PROF_MODE is the profiler's option (llamalloc record, llamalloc trace), not the heap's");
-  EXPECT_EQ(refusal("MODEL_DIR", "/d"), "LLAMALLOC_MODEL_DIR is not an option of the heap's table (docs/options.md)");
+  EXPECT_EQ(refusal("CACHE_DIR", "/d"), "LLAMALLOC_CACHE_DIR is not an option of the heap's table (docs/options.md)");
   EXPECT_EQ(refusal("STATS", std::string(4096, 'x').c_str()), "not a path shorter than 4096 bytes");
   EXPECT_EQ(o.deadline_k, 7u);
 }

@@ -133,6 +133,7 @@ def allocator_env(allocator: Allocator, stats_path: Path | None,
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     env.pop("LLAMALLOC_STATS", None)
     env.pop("LLAMALLOC_MODEL", None)
+    env.pop("LLAMALLOC_MODEL_DIR", None)  # (the allocator would load the model prepared there for the program)
     env.pop("LLAMALLOC_TOKENS", None)
     env.pop("LLAMALLOC_LEARN", None)
     if model_env and allocator.needs_model:

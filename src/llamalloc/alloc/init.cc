@@ -8,7 +8,7 @@
 //   (ensure_init, under pthread_once): they configure the page heap before it hands out its first page, and a
 //   page heap's configuration never changes afterwards.
 // - The learned predictor is linked weakly: a library without it runs every allocation in the default class
-//   and says so once when LLAMALLOC_MODEL asks for a model.
+//   and says so once when LLAMALLOC_MODEL or LLAMALLOC_MODEL_DIR asks for a model.
 // - The library's constructor registers what needs the C library to be up (the thread-exit hook, the fork
 //   handlers, the statistics hooks); its destructor gives back the main thread's empty spans (the main thread
 //   never runs the thread-exit hook) and writes the statistics file.
@@ -57,8 +57,11 @@ constinit PageHeap g_page_heap(g_platform, g_clock, HeapConfig{});
 
 }  // namespace llamalloc
 
-// The learned predictor defines this; without it LLAMALLOC_MODEL cannot be honoured.
-extern "C" __attribute__((weak)) llamalloc::Predictor* llamalloc_make_model_predictor(const char* model_path);
+// The learned predictor defines these; without it LLAMALLOC_MODEL and LLAMALLOC_MODEL_DIR cannot be honoured.
+extern "C" __attribute__((weak)) llamalloc::Predictor* llamalloc_make_model_predictor(const char* model_path,
+                                                                                      const char* tokens_path);
+extern "C" __attribute__((weak)) bool llamalloc_model_of_directory(const char* dir, const char** model_path,
+                                                                   const char** tokens_path);
 
 namespace llamalloc {
 
@@ -78,16 +81,26 @@ void init_once() {
   g_platform.set_huge_pages(unsigned(o.huge_pages));
   g_share_long_lived = shared_from < g_page_heap.num_classes();  // (from the second thread heap on)
   g_default_predictor.set_class(default_class);
-  if ((o.model != nullptr && *o.model) || o.learn != 0) {
-    Predictor* model = llamalloc_make_model_predictor ? llamalloc_make_model_predictor(o.model) : nullptr;
+  // LLAMALLOC_MODEL_DIR without LLAMALLOC_MODEL: the model and token tables prepared there for this executable's
+  // build, as if LLAMALLOC_MODEL and LLAMALLOC_TOKENS named them (none: it has said so in one line).
+  const char* model_path = o.model != nullptr ? o.model : "";
+  const char* tokens_path = o.tokens;
+  if (*model_path == 0 && o.model_dir != nullptr && *o.model_dir && llamalloc_model_of_directory)
+    llamalloc_model_of_directory(o.model_dir, &model_path, &tokens_path);
+  bool has_model = *model_path != 0;
+  if (has_model || o.learn != 0) {
+    Predictor* model =
+        llamalloc_make_model_predictor ? llamalloc_make_model_predictor(model_path, tokens_path) : nullptr;
     if (model != nullptr) g_predictor_ptr = model;
     else if (!llamalloc_make_model_predictor)  // (the predictor has said what is wrong with the file)
       write_stderr("llamalloc: warning: LLAMALLOC_MODEL is set but no learned predictor could load it; "
                       "using the default class\n");
+  } else if (o.model_dir != nullptr && *o.model_dir && !llamalloc_model_of_directory) {
+    write_stderr("llamalloc: warning: LLAMALLOC_MODEL_DIR is set but this library has no learned predictor; "
+                 "using the default class\n");
   }
   // Learning alone (no model) waits for its footprint; with a model, the model runs from the start and learns
   // beside it.
-  bool has_model = o.model != nullptr && *o.model;
   if (!has_model && o.learn_from_mib != 0 && g_predictor_ptr != &g_default_predictor && g_predictor_ptr->samples()) {
     g_waiting_learner = g_predictor_ptr;
     g_learn_from_bytes = uint64_t(o.learn_from_mib) << 20;

@@ -44,8 +44,13 @@ def command(stats, options, model, model_dir, learn, binaries, cmd):
         model_dir, what = os.environ["LLAMALLOC_MODEL_DIR"], "LLAMALLOC_MODEL_DIR"
     if binaries and not model and not model_dir:
         raise UserError("--binary names the binaries a model predicts for: give --model or --model-dir with it")
+    for opt in options:
+        if opt.partition("=")[0].upper() in ("MODEL_DIR", "LLAMALLOC_MODEL_DIR"):
+            raise UserError(f"--option {opt}: give it as --model-dir (run chooses the model and prepares its token "
+                            f"tables)")
     env = llamalloc_env(options, stats)
-    env.pop("LLAMALLOC_MODEL_DIR", None)  # read here; the allocator reads LLAMALLOC_MODEL only
+    # Chosen here: the allocator would choose again from the directory's index (and warn when it found nothing).
+    env.pop("LLAMALLOC_MODEL_DIR", None)
     if learn:
         env["LLAMALLOC_LEARN"] = "1"
     note_builds = True
