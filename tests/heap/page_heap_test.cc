@@ -732,16 +732,13 @@ TEST_F(PageHeapTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
     EXPECT_EQ(heap->gauges().page_cache_bytes, 4 * kHugePageBytes) << "wave " << wave << ": 32 pages in use / 8";
   }
   EXPECT_EQ(heap->counters().huge_pages_reused.load(), 2 * 4u) << "each wave after the first reuses the 4 kept";
-  // Most of the program's memory freed: 8 pages in use would keep 1, but the waves' 2-page buffers make a
-  // demand allowance of 2 pages (PageCache::kMaxDemandPages at most) for kPasses passes.
+  // Most of the program's memory freed: 8 pages in use keep 1 (not bounded by use: no demand allowance).
   for (int i = 0; i < 12; ++i) heap->free_large(live[i]);
   heap->subrelease_free_blocks(false);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 2 * kHugePageBytes);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 1 * kHugePageBytes);
   for (int i = 12; i < 16; ++i) heap->free_large(live[i]);
   heap->subrelease_free_blocks(false);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 2 * kHugePageBytes) << "nothing in use: the allowance only";
-  for (unsigned pass = 0; pass < PageHeap::kPageCachePasses; ++pass) heap->subrelease_free_blocks(false);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u) << "kPasses passes without a huge object taken";
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
   EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
   heap->check_invariants();
 }

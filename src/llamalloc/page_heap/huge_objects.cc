@@ -11,7 +11,8 @@
 // per-request arena) then pays neither the lock, nor the page cache's bookkeeping, nor a system call or a fresh
 // page fault per buffer (glibc serves such a buffer from its heap's top in the same way). A parked object stays
 // in use in the page heap's accounting, holds its pages, and is flushed to the page cache (or the OS) by the next
-// one parked, by an allocation it does not fit, by a pass that finds it unused since the previous pass, by
+// one parked, by an allocation it does not fit, before the page heap takes fresh pages (so that it never adds to
+// the peak), by a pass that finds it unused since the previous pass, by
 // llamalloc_collect, and when the page cache is turned off (LLAMALLOC_PAGE_CACHE_PAGES=0: no object is parked).
 // A free of the parked object is a double free, reported as one.
 #include <errno.h>
@@ -82,6 +83,13 @@ void* PageHeap::reuse_parked_huge(unsigned lc, size_t bytes) {
   return nullptr;
 }
 
+bool PageHeap::unpark_locked() {
+  uintptr_t a = parked_huge_.exchange(0, std::memory_order_acquire);
+  if (a == 0) return false;
+  free_huge_locked(page_of(a));
+  return true;
+}
+
 bool PageHeap::flush_parked_huge(bool now) {
   uint64_t reuses = parked_reuses_.load(std::memory_order_relaxed);
   bool unused = parked_reuses_seen_.exchange(reuses, std::memory_order_relaxed) == reuses;
@@ -115,7 +123,9 @@ void* PageHeap::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
   size_t index = 0;
   uintptr_t address = 0;
   bool tail_unbacked = false;
-  bool recycled = take_cached(pages, align_pages, &r, &index);
+  // Fresh pages only once the parked object's are in the cache: it must not raise the peak.
+  bool recycled = take_cached(pages, align_pages, &r, &index) ||
+                  (unpark_locked() && take_cached(pages, align_pages, &r, &index));
   if (recycled) {
     address = r->page_address(index);
   } else {

@@ -104,7 +104,9 @@ size_t PageCache::trim(size_t in_use, bool now) {
     taken = taken_by_pass_[i] > taken ? taken_by_pass_[i] : taken;
   }
   uint64_t keep = now ? 0 : peak - in_use > taken ? peak - in_use : taken;
-  uint64_t most = in_use / kUseShare, allowance = demand_allowance();
+  // The demand allowance only bounded by use (no sweeper): with a sweeper, the parked object serves the buffer a
+  // program replaces, and the cache holds no more than a pass leaves between passes anyway.
+  uint64_t most = in_use / kUseShare, allowance = bounded_by_use_ ? demand_allowance() : 0;
   most = most > allowance ? most : allowance;
   if (keep > most) keep = most;
   if (keep > max_pages_) keep = max_pages_;

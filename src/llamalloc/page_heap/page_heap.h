@@ -408,6 +408,8 @@ class PageHeap {
   std::atomic<uint64_t> parked_reuses_{0};
   std::atomic<uint64_t> parked_reuses_seen_{0};
   bool park_huge(uintptr_t address, size_t* requested);
+  // Under the lock: the parked object goes to the page cache (before fresh pages are taken). Whether there was one.
+  bool unpark_locked();
   void* reuse_parked_huge(unsigned lc, size_t bytes);
   // The page cache (HeapConfig::page_cache_pages; page_cache.h), giving its pages back through cache_sink_.
   CacheSink cache_sink_{this};

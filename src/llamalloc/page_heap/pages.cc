@@ -27,7 +27,10 @@ void PageHeap::account_page(HugePageMeta* p, int64_t pages) {
 HugePageMeta* PageHeap::open_new_page(unsigned lc) {
   Region* r = nullptr;
   size_t index = 0;
-  if (!take_cached(1, 1, &r, &index) && !take_pages(1, 1, &r, &index)) return nullptr;
+  // The parked huge object's pages before fresh ones: it must not raise the peak.
+  if (!take_cached(1, 1, &r, &index) && !(unpark_locked() && take_cached(1, 1, &r, &index)) &&
+      !take_pages(1, 1, &r, &index))
+    return nullptr;
   HugePageMeta* p = r->page(index);
   p->region = r;
   p->index = uint32_t(index);
