@@ -82,7 +82,9 @@ void sweep_shared_heap(bool always);
 
 // Starts the sweeper thread once (from the slow path that made the process's second thread heap, or that found
 // other threads in the process). Call with no lock held.
-void start_sweeper();
+// `threads`: started for other threads (not for a big single-threaded heap, SWEEPER_FROM_MIB), which lifts the
+// page cache's bound by use (its passes trim it now).
+void start_sweeper(bool threads = true);
 // In a fork child: the sweeper thread is not copied, nor its passes.
 void forget_sweeper_in_fork_child();
 

@@ -11,8 +11,8 @@
 // - It runs with every signal blocked: no process-directed signal is delivered to it (programs that sigwait in
 //   one thread block them everywhere else), and no handler of the program runs on it. It ends when it is the
 //   last thread left, so that a program whose main thread called pthread_exit is not kept alive by it.
-// - The page cache (HeapConfig::page_cache_pages) absorbs waves of big buffers only while the sweeper runs: its
-//   passes are what give cached pages back. Until then each free keeps the cache within what a pass leaves after
+// - The page cache (HeapConfig::page_cache_pages) absorbs waves of big buffers only while a sweeper started for
+//   other threads runs: its passes are what give cached pages back. Until then each free keeps the cache within what a pass leaves after
 //   a peak (HeapConfig::page_cache_bounded_by_use): no pass may follow the last free before the program goes
 //   quiet.
 // - Until it runs (a single-threaded program, a fork child before its second thread heap), the slow paths run
@@ -82,7 +82,7 @@ void* sweeper_main(void*) {
 
 }  // namespace
 
-void start_sweeper() {
+void start_sweeper(bool threads) {
   if (g_sweeper_started.load(std::memory_order_relaxed)) return;
   if (options().sweep_ms == 0 || g_sweeper_started.exchange(true, std::memory_order_acq_rel)) return;
   if (!membarrier_ready()) return;  // stays "started": no second try
@@ -108,7 +108,10 @@ void start_sweeper() {
   } else {
     g_sweeper_running.store(true, std::memory_order_relaxed);
     ThreadHeapOps::set_sweeper_running(true);
-    g_page_heap.set_page_cache_pages(unsigned(options().page_cache_pages), false);
+    // Waves of big buffers from several threads are absorbed between passes. Not for a single thread, which
+    // frees and refills at once: each of its frees keeps the cache within what a pass leaves, as before the
+    // sweeper (a program that fills memory up to its limit, frees it and measures VmData finds it gone).
+    if (threads) g_page_heap.set_page_cache_pages(unsigned(options().page_cache_pages), false);
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
@@ -137,7 +140,7 @@ void run_inline_passes() {
     // A heap that reached SWEEPER_FROM_MIB gets the sweeper, which does these passes' work from now on.
     uint64_t from = options().sweeper_from_mib;
     if (from != 0 && g_page_heap.peak_footprint() >= from << 20) {
-      start_sweeper();
+      start_sweeper(false);
       if (g_sweeper_running.load(std::memory_order_relaxed)) return;
     }
     uint64_t checked = g_threads_checked_ns.load(std::memory_order_relaxed);
