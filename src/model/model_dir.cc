@@ -2,6 +2,8 @@
 // line in DIR/builds.index, with stack buffers and plain syscalls (the allocator is starting).
 #include "model_dir.h"
 
+#include "elf_notes.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
@@ -15,8 +17,6 @@
 namespace llamalloc::model {
 
 namespace {
-
-constexpr uint32_t kGnuBuildId = 3;  // NT_GNU_BUILD_ID
 
 // Reads n bytes at `offset`; false on an error or a short file.
 bool read_at(int fd, void* out, size_t n, uint64_t offset) {
@@ -48,32 +48,15 @@ bool join(char* out, size_t capacity, std::initializer_list<const char*> parts) 
 }  // namespace
 
 size_t notes_build_id(const unsigned char* notes, size_t size, size_t align, char* hex, size_t capacity) {
-  if (align != 8) align = 4;
-  auto padded = [align](size_t n) { return (n + align - 1) & ~(align - 1); };
-  size_t at = 0;
-  while (at <= size && size - at >= 12) {
-    uint32_t name_bytes, desc_bytes, type;
-    memcpy(&name_bytes, notes + at, 4);
-    memcpy(&desc_bytes, notes + at + 4, 4);
-    memcpy(&type, notes + at + 8, 4);
-    size_t name_at = at + 12;
-    if (name_bytes > size - name_at) return 0;
-    // The padding is counted from the note's start (as glibc's ELF_NOTE_NEXT_OFFSET does): with 8-byte
-    // alignment, a 4-byte name ends aligned and the descriptor follows it at once.
-    size_t desc_at = at + padded(12 + size_t(name_bytes));
-    if (desc_at > size || desc_bytes > size - desc_at) return 0;
-    if (type == kGnuBuildId && name_bytes == 4 && memcmp(notes + name_at, "GNU", 4) == 0) {
-      if (desc_bytes == 0 || 2 * size_t(desc_bytes) + 1 > capacity) return 0;
-      for (uint32_t i = 0; i < desc_bytes; ++i) {
-        hex[2 * i] = "0123456789abcdef"[notes[desc_at + i] >> 4];
-        hex[2 * i + 1] = "0123456789abcdef"[notes[desc_at + i] & 15];
-      }
-      hex[2 * desc_bytes] = '\0';
-      return 2 * size_t(desc_bytes);
-    }
-    at += padded(desc_at - at + desc_bytes);
+  const unsigned char* id = nullptr;
+  size_t bytes = elf_notes::gnu_build_id(notes, size, align, &id);
+  if (bytes == 0 || 2 * bytes + 1 > capacity) return 0;
+  for (size_t i = 0; i < bytes; ++i) {
+    hex[2 * i] = "0123456789abcdef"[id[i] >> 4];
+    hex[2 * i + 1] = "0123456789abcdef"[id[i] & 15];
   }
-  return 0;
+  hex[2 * bytes] = '\0';
+  return 2 * bytes;
 }
 
 size_t file_build_id(const char* path, char* hex, size_t capacity) {

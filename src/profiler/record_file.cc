@@ -1,5 +1,7 @@
 #include "record_file.h"
 
+#include "elf_notes.h"
+
 #include <elf.h>
 #include <link.h>
 #include <string.h>
@@ -40,18 +42,8 @@ size_t find_build_id(const dl_phdr_info* info, const uint8_t** id) {
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     if (ph.p_type != PT_NOTE) continue;
-    auto p = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
-    const uint8_t* end = p + ph.p_memsz;
-    while (p + sizeof(ElfW(Nhdr)) <= end) {
-      auto* note = reinterpret_cast<const ElfW(Nhdr)*>(p);
-      const uint8_t* name = p + sizeof(ElfW(Nhdr));
-      const uint8_t* desc = name + ((note->n_namesz + 3) & ~3u);
-      if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
-        *id = desc;
-        return note->n_descsz;
-      }
-      p = desc + ((note->n_descsz + 3) & ~3u);
-    }
+    auto notes = reinterpret_cast<const unsigned char*>(info->dlpi_addr + ph.p_vaddr);
+    if (size_t n = elf_notes::gnu_build_id(notes, size_t(ph.p_memsz), size_t(ph.p_align), id)) return n;
   }
   return 0;
 }
