@@ -17,6 +17,7 @@
 // A free of the parked object is a double free, reported as one.
 #include <errno.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 
@@ -49,9 +50,14 @@ bool PageHeap::park_huge(uintptr_t a, size_t* requested) {
   if (!parking_.load(std::memory_order_relaxed)) return false;
   HugePageMeta* head = page_of(a);
   // Only a live head freed by its start (anything else takes the locked path, which reports it), not donating
-  // its slack (its last page is shared), and of pages the demand allowance would cache.
-  if (head == nullptr || head->state != PageState::kActive || head->kind != PageKind::kHugeHead ||
-      a != page_address(head) || head->huge_tail_blocks != 0 || head->huge_pages > PageCache::kMaxDemandPages)
+  // its slack (its last page is shared), and of pages the demand allowance would cache. The kind is read first
+  // and alone: a page of large objects keeps its kind while one of its objects is live, but other threads
+  // change its state under the lock while this one holds none; a huge head's state is written only by the
+  // allocation and free of its own object.
+  if (head == nullptr || std::atomic_ref<PageKind>(head->kind).load(std::memory_order_relaxed) != PageKind::kHugeHead)
+    return false;
+  if (head->state != PageState::kActive || a != page_address(head) || head->huge_tail_blocks != 0 ||
+      head->huge_pages > PageCache::kMaxDemandPages)
     return false;
   if (parked_huge_.load(std::memory_order_relaxed) == a)
     fatal_pointer("free of", reinterpret_cast<void*>(a), "double free (the object was already freed)");
