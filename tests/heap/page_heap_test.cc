@@ -646,7 +646,7 @@ TEST_F(PageHeapTest, SmallHeapLendsTheOpenPageOfALongerClassToShorterOnes) {
 // not forever: the sweeper gives it back when it is still empty, with nothing taken from it, at its next pass
 // (else a server past its peak keeps an empty open page, 2 MiB, for as long as it is quiet); collect at once.
 // The page cache (HeapConfig::page_cache_pages): the pages of freed huge objects stay backed and are reused,
-// exact lengths first, and passes give back what exceeds recent demand.
+// exact lengths first, and passes give back what exceeds recent demand; emptied pages of blocks go back at once.
 TEST_F(PageHeapTest, PageCacheReusesFreedHugeObjectsPagesAndGivesBackWhatRecentDemandDoesNotNeed) {
   HeapConfig config{4, kK, true, true, 0};
   config.page_cache_pages = 8;
@@ -681,11 +681,11 @@ TEST_F(PageHeapTest, PageCacheReusesFreedHugeObjectsPagesAndGivesBackWhatRecentD
   EXPECT_EQ(platform.backed_bytes, backed + 2 * kHugePageBytes);
   heap->free_large(big);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 3 * kHugePageBytes);
-  // The emptied page of blocks is kept too (AnEmptiedPageOfBlocksIsCachedWhileWholeAndBoundedByUseGoesBack).
+  // The emptied page of blocks is not kept.
   free(a);
   EXPECT_EQ(heap->release_empty_open_pages(true), 1u);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 4 * kHugePageBytes);
-  EXPECT_EQ(platform.released_bytes, kHugePageBytes);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 3 * kHugePageBytes);
+  EXPECT_EQ(platform.released_bytes, 2 * kHugePageBytes);
   // Passes with nothing taken give the pages back once the demand window has passed; none is lost.
   for (unsigned i = 0; i <= PageHeap::kPageCachePasses; ++i) heap->subrelease_free_blocks(false);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
@@ -739,65 +739,6 @@ TEST_F(PageHeapTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
   for (int i = 12; i < 16; ++i) heap->free_large(live[i]);
   heap->subrelease_free_blocks(false);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
-  EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
-  heap->check_invariants();
-}
-
-// While passes trim the page cache (a sweeper thread runs), a page of blocks that empties goes there whole, and
-// the next page opened takes it: a program whose pages empty and fill again (objects one thread makes and others
-// free) would otherwise pay a mapping call and a fresh, kernel-zeroed 2 MiB page fault for every page it fills. A
-// page with subreleased blocks (split, and kept from khugepaged) goes back to the OS instead, and so does every
-// emptied page while the cache is bounded by use: no pass may come to trim it while the program is quiet.
-TEST_F(PageHeapTest, AnEmptiedPageOfBlocksIsCachedWhileWholeAndBoundedByUseGoesBack) {
-  HeapConfig config{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0};
-  config.page_cache_pages = 8;
-  heap->configure(config);
-  std::vector<uintptr_t> objects;
-  for (size_t i = 0; i < kBlocksPerHugePage / 8; ++i) objects.push_back(blocks(1, 8));  // the whole page
-  uintptr_t page = page_of(objects[0]);
-  uintptr_t other = blocks(1, 8);
-  EXPECT_NE(page_of(other), page);
-  for (uintptr_t o : objects) free(o);
-  EXPECT_EQ(info(page).state, PageState::kUnused) << "out of use, its metadata cleared";
-  EXPECT_EQ(heap->gauges().page_cache_bytes, kHugePageBytes);
-  EXPECT_EQ(platform.released_bytes, 0u);
-  EXPECT_EQ(heap->pages_in_use(kMaxClasses), 1u) << "cached pages are not in the footprint";
-  size_t backed = platform.backed_bytes;
-  uintptr_t again = blocks(2, 8);
-  EXPECT_EQ(page_of(again), page) << "the next page opened is the cached one";
-  EXPECT_EQ(platform.backed_bytes, backed) << "no fresh memory";
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
-  free(again);
-  EXPECT_EQ(heap->release_empty_open_pages(true), 1u);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, kHugePageBytes);
-  // A sparse page whose free blocks were subreleased, then emptied: back to the OS, not cached.
-  heap->subrelease_free_blocks(true);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u) << "collect's pass gives the cache back";
-  uint64_t released = platform.released_bytes;
-  objects.clear();
-  for (int i = 0; i < 25; ++i) objects.push_back(blocks(3, 8));
-  uintptr_t sparse = page_of(objects[0]);
-  for (size_t i = 1; i < objects.size(); ++i) free(objects[i]);
-  EXPECT_GT(heap->subrelease_free_blocks(true), 0u);
-  EXPECT_GT(heap->gauges().subreleased_bytes, 0u);
-  free(objects[0]);
-  EXPECT_EQ(heap->release_empty_open_pages(true), 1u);
-  EXPECT_EQ(info(sparse).state, PageState::kUnused);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
-  EXPECT_EQ(platform.released_bytes, released + kHugePageBytes);
-  // Bounded by use: an emptied page goes back at once.
-  config.page_cache_bounded_by_use = true;
-  heap->configure(config);
-  uintptr_t lone = blocks(2, 8);
-  released = platform.released_bytes;
-  free(lone);
-  EXPECT_EQ(heap->release_empty_open_pages(true), 1u);
-  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
-  EXPECT_EQ(platform.released_bytes, released + kHugePageBytes);
-  free(other);
-  heap->release_empty_open_pages(true);
-  heap->subrelease_free_blocks(true);
-  EXPECT_EQ(heap->gauges().subreleased_bytes, 0u);
   EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
   heap->check_invariants();
 }

@@ -3,8 +3,7 @@
 // does. A component of the page heap (PageHeap holds one), tested alone with a fake page sink
 // (tests/heap/page_cache_test.cc). Its clock is the sweeper's passes (trim, once a pass). Rules:
 // - It holds whole backed pages that its owner put there (the owner decides which: the page heap puts a freed
-//   huge object's pages, and an emptied page of blocks while a sweeper thread's passes trim the cache), at most
-//   its limit: max_pages, and with bounded_by_use
+//   huge object's pages, never an emptied page of blocks), at most its limit: max_pages, and with bounded_by_use
 //   also the pages in use / kUseShare at every put. A run longer than the limit goes back at once; beyond it the
 //   oldest runs go back first. A run that extends the newest run of the same region merges with it.
 // - Whatever the pages in use, the cache may hold the recent demand allowance: the pages of the largest single
@@ -94,7 +93,6 @@ class PageCache {
 
   size_t pages() const { return gauges_.page_cache_bytes / kHugePageBytes; }
   unsigned runs() const { return run_count_; }
-  bool bounded_by_use() const { return bounded_by_use_; }
   const Run& run(unsigned i) const { return runs_[i]; }
 
  private:

@@ -1,12 +1,10 @@
 // The huge page lifecycle (the LLAMA paper, section 6.2): a page is taken (from the page cache, else from the
 // address space) and opened for one lifetime class; it becomes active when it is full or a request of its class
 // no longer fits, with a deadline of now + K x its class's duration; an active page whose blocks are all free is
-// given back at once (to the page cache while a sweeper runs, else to the OS). Rules: a class has at most one
-// open page; the open page keeps its free blocks for its own class (and, in a small page heap, lends some to
-// shorter classes); the footprint and the pages by class count open and active pages (huge objects included),
-// never cached ones; a page given back has its metadata dropped or cleared, so that it reads as kUnused.
-#include <cstring>
-
+// given back at once. Rules: a class has at most one open page; the open page keeps its free blocks for its own
+// class (and, in a small page heap, lends some to shorter classes); the footprint and the pages by class count
+// open and active pages (huge objects included), never cached ones; a page given back has its metadata dropped,
+// so that it reads as kUnused.
 #include "page_heap/page_heap.h"
 #include "page_heap/page_lists.h"
 
@@ -65,26 +63,12 @@ void PageHeap::release_page(HugePageMeta* p) {
     recyclable_remove(p);
   }
   if (open_[p->lifetime_class] == p) open_[p->lifetime_class] = nullptr;
-  // While a sweeper thread runs, a page that is still whole (no block subreleased, no span purged: nothing
-  // keeps it from khugepaged, nothing unbacked) goes to the page cache, whose passes give back what demand does
-  // not take again: a program whose pages empty and fill again (producer threads whose objects consumers free)
-  // would otherwise pay a mapping call and a fresh 2 MiB page fault, zeroed by the kernel, for every page it
-  // fills. Without a sweeper nothing trims the cache while the program is quiet, so the page goes back now.
-  bool cache = !page_cache_.bounded_by_use() && p->released.none() && p->span_purged_pages == 0 &&
-               !p->no_huge_page;
   unrelease(p, 0, kBlocksPerHugePage);
   account_page(p, -1);
   forget_advice(p);
   Region* r = p->region;
   size_t index = p->index;
-  cache = cache && page_cache_.limit(huge_pages_in_use()) != 0;
-  // Its metadata reads as zero again: state kUnused, so a stale pointer into it is reported, not trusted
-  // (cleared in place when cached: its next user writes it again at once).
-  if (cache) {
-    memset(static_cast<void*>(p), 0, kPageMetaStride);
-    page_cache_.put(r, index, 1, huge_pages_in_use());
-    return;
-  }
+  // Its metadata reads as zero again: state kUnused, so a stale pointer into it is reported, not trusted.
   platform_.release_metadata(p, kPageMetaStride);
   give_back_pages(r, index, 1);
 }
