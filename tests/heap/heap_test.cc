@@ -446,7 +446,18 @@ TEST(HeapTest, ExhaustionGivesEnomemAndBadAlloc) {
   check_heap();
 }
 
+// This thread's frees into other threads' spans wait in its remote-free batch until its next slow path or sweep
+// (or the next free into another span): pushed here, as those would.
+void push_remote_batch() {
+  ThreadHeap* h = tl_heap;
+  owner_enter(h);
+  ThreadHeapOps::flush_remote_batch(*h);
+  owner_exit(h);
+}
+
 TEST(HeapTest, SpansOfAnExitedThreadGoBackOnceOtherThreadsFreeTheirObjects) {
+  // (A heap of its own first: else this thread's first free would adopt the exited thread's heap from the pool.)
+  void* mine = heap_malloc(16);
   std::vector<void*> objects;
   uint64_t spans_before = g_page_heap.counters().block_spans_handed_out.load();
   std::thread t([&] {
@@ -461,10 +472,13 @@ TEST(HeapTest, SpansOfAnExitedThreadGoBackOnceOtherThreadsFreeTheirObjects) {
     EXPECT_EQ(s->xfree.load() & kXfreeStateMask, kXfreeFull) << "and marked, so that a free into them notifies";
   }
   for (void* p : objects) heap_free(p);  // every one a free into an abandoned heap
-  EXPECT_TRUE(ThreadHeapOps::hooks.reclaim_pending.load());
-  // The next slow path that takes new memory reclaims; here, directly.
-  ThreadHeapOps::reclaim_abandoned(g_page_heap, *ThreadHeapOps::hooks.pool);
+  push_remote_batch();
+  // The first free into each parked span asked for a reclaim (ThreadHeapTest.AnExitingOwnerLeaves... checks the
+  // request), which the next slow path that takes new memory makes, or the sweeper's pass (this thread's first
+  // free gave it a heap, the process's second, which starts the sweeper); here, directly.
+  ThreadHeapOps::reclaim_abandoned(g_page_heap, *ThreadHeapOps::hooks.pool, true);
   for (void* p : objects) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "span given back";
+  heap_free(mine);
   check_heap();
 }
 
@@ -472,6 +486,7 @@ TEST(HeapTest, SpansOfAnExitedThreadGoBackOnceOtherThreadsFreeTheirObjects) {
 // queues, which fills their holes before it takes new spans (a program that starts a thread per task would
 // otherwise take fresh spans for every thread while the last one's sit parked with their holes).
 TEST(HeapTest, AThreadThatAdoptsAnExitedThreadsHeapFillsItsParkedSpansBeforeTakingNewOnes) {
+  void* mine = heap_malloc(16);  // (as above)
   std::vector<void*> kept;
   std::thread first([&] {
     std::vector<void*> all;
@@ -495,8 +510,10 @@ TEST(HeapTest, AThreadThatAdoptsAnExitedThreadsHeapFillsItsParkedSpansBeforeTaki
   for (void* p : again) EXPECT_EQ(parked.count(ThreadHeapOps::span_of(g_page_heap, p)), 1u) << p;
   for (void* p : kept) heap_free(p);
   for (void* p : again) heap_free(p);
+  push_remote_batch();
   ThreadHeapOps::reclaim_abandoned(g_page_heap, *ThreadHeapOps::hooks.pool, true);
   for (void* p : kept) EXPECT_EQ(ThreadHeapOps::span_of(g_page_heap, p), nullptr) << "span given back";
+  heap_free(mine);
   check_heap();
 }
 

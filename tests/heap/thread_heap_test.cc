@@ -24,8 +24,8 @@ class ThreadHeapTest : public ::testing::Test {
   }
   static void full_size_spans(ThreadHeap& h) { memset(h.spans_taken, kSpanGrowthSteps, sizeof h.spans_taken); }
   ~ThreadHeapTest() override {
+    ThreadHeapOps::release_all(*page_heap, *other);  // (first: its remote-free batch goes into heap's spans)
     ThreadHeapOps::release_all(*page_heap, heap);
-    ThreadHeapOps::release_all(*page_heap, *other);
   }
 
   void* alloc(unsigned lc, size_t size, size_t alignment = 16) {
@@ -37,6 +37,11 @@ class ThreadHeapTest : public ::testing::Test {
   void free(void* p, ThreadHeap* by = nullptr) {
     ThreadHeapOps::deallocate(*page_heap, by ? by : &heap, p);
     EXPECT_TRUE(heap.check(*page_heap));
+  }
+  // A free by another thread, whose remote-free batch is then pushed (as its next free into another span does).
+  void free_pushed(void* p) {
+    free(p, other.get());
+    ThreadHeapOps::flush_remote_batch(*other);
   }
   SmallSpan* span(const void* p) { return ThreadHeapOps::span_of(*page_heap, p); }
 
@@ -367,10 +372,10 @@ TEST_F(ThreadHeapTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
   ASSERT_NE(full, span(objs[16]));
   EXPECT_FALSE(full->queued) << "a full span is off the queue";
   EXPECT_EQ(full->xfree.load(), kXfreeFull);
-  free(objs[3], other.get());
+  free_pushed(objs[3]);
   EXPECT_EQ(heap.notify.load(), full) << "the first remote free into it tells the owner";
   EXPECT_EQ(full->xfree.load() & kXfreeStateMask, kXfreeNotified);
-  free(objs[4], other.get());
+  free_pushed(objs[4]);
   EXPECT_EQ(heap.notify.load(), full) << "once";
   // Use up the second span: the owner drains its notify list and finds the two blocks again.
   std::set<void*> got;
@@ -380,6 +385,84 @@ TEST_F(ThreadHeapTest, AFullSpanLeavesItsQueueAndARemoteFreeBringsItBack) {
   for (void* p : got) free(p);
   for (int i = 0; i < 17; ++i)
     if (i != 3 && i != 4) free(objs[i]);
+}
+
+// Another thread's frees into one span wait in that thread's batch and go onto the span's list together: when
+// the batch holds a quarter of the span's blocks (at most 64), when that thread frees into another span, and
+// when its heap is released (a sweep, thread exit). Until then they count as in use, and the owner is not told.
+// The same thread freeing a block of its batch again is a double free.
+TEST_F(ThreadHeapTest, RemoteFreesIntoOneSpanWaitInABatchAndGoOnItsListTogether) {
+  std::vector<void*> objs;
+  for (int i = 0; i < 17; ++i) objs.push_back(alloc(0, 4096));  // 16 per 64 KiB span: the first is full
+  SmallSpan* full = span(objs[0]);
+  SmallSpan* second = span(objs[16]);
+  ASSERT_NE(full, second);
+  ASSERT_EQ(ThreadHeapOps::remote_batch_limit(full), 4u);
+  for (int i = 3; i < 6; ++i) free(objs[i], other.get());
+  EXPECT_EQ(other->batch_span.load(), full);
+  EXPECT_EQ(other->batch_count, 3u);
+  EXPECT_EQ(full->xfree.load(), kXfreeFull) << "nothing pushed yet";
+  EXPECT_EQ(heap.notify.load(), nullptr) << "and the owner not told";
+  EXPECT_EQ(full->used, 16u);
+  free(objs[6], other.get());  // the fourth: the batch is full and pushed
+  EXPECT_EQ(other->batch_span.load(), nullptr);
+  EXPECT_EQ(heap.notify.load(), full);
+  EXPECT_EQ(full->xfree.load() & kXfreeStateMask, kXfreeNotified);
+  free(objs[7], other.get());
+  free(objs[16], other.get());  // another span: the first span's batch (objs[7]) goes, the new one opens
+  EXPECT_EQ(other->batch_span.load(), second);
+  EXPECT_EQ(other->batch_count, 1u);
+  EXPECT_DEATH(free(objs[16], other.get()), "free of 0x[0-9a-f]+: double free");
+  // A block of a batch freed again by the span's owner, or by a third thread, and handed out again or not: the
+  // push's walk of the batch finds the block's link changed. The owner's second free of the block the batch
+  // began with, while the span has no free block, writes the same link: then the owner's next takes of the
+  // span's lists find it instead, before any block is handed out twice.
+  free(objs[8], other.get());  // the second span's batch goes, one opens on the first
+  free(objs[9], other.get());
+  EXPECT_DEATH(
+      {
+        free(objs[9]);
+        ThreadHeapOps::flush_remote_batch(*other);
+      },
+      "free of 0x[0-9a-f]+: double free");
+  EXPECT_DEATH(
+      {
+        free(objs[9]);
+        void* again = alloc(0, 4096);  // the owner hands the block out again
+        memset(again, 0x5a, 4096);
+        ThreadHeapOps::flush_remote_batch(*other);
+      },
+      "free of 0x[0-9a-f]+: double free");
+  ThreadHeap third;
+  EXPECT_DEATH(
+      {
+        free(objs[9], &third);
+        ThreadHeapOps::flush_remote_batch(*other);
+      },
+      "free of 0x[0-9a-f]+: double free");
+  EXPECT_DEATH(
+      {
+        free(objs[8]);
+        ThreadHeapOps::flush_remote_batch(*other);
+        std::set<void*> seen;
+        for (int i = 0; i < 64; ++i) {
+          void* q = alloc(0, 4096);
+          if (!seen.insert(q).second) abort();  // (handed out twice: no report)
+          memset(q, 0x5a, 4096);
+        }
+      },
+      "(free of 0x[0-9a-f]+: double free|freed block 0x[0-9a-f]+: its link was overwritten)");
+  ThreadHeapOps::release_all(*page_heap, *other);  // a sweep or thread exit pushes it
+  EXPECT_EQ(other->batch_span.load(), nullptr);
+  EXPECT_NE(second->xfree.load() & ~kXfreeStateMask, 0u);
+  // The owner finds all of them again.
+  std::set<void*> got;
+  for (int i = 0; i < 2 * 16; ++i) got.insert(alloc(0, 4096));
+  for (int i : {3, 4, 5, 6, 7, 8, 9, 16}) EXPECT_TRUE(got.count(objs[i])) << i;
+  for (void* p : got) free(p);
+  for (int i = 0; i < 16; ++i)
+    if (i < 3 || i > 9) free(objs[i]);
+  page_heap->check_invariants();
 }
 
 // A span that a free brings back from full goes to the end of its queue: the spans ahead of it are allocated
@@ -440,7 +523,10 @@ TEST_F(ThreadHeapTest, AnExitingOwnerLeavesAnEmptySpanWithANotifyInFlightToTheDr
   ThreadHeapOps::drain_notify(*page_heap, heap);
   EXPECT_EQ(span(objs[0]), nullptr);
   EXPECT_EQ(heap.notify.load(), nullptr);
-  free(objs[16], other.get());  // into the parked second span: notifies the abandoned heap
+  ThreadHeapOps::hooks.reclaim_pending.store(false);
+  free_pushed(objs[16]);  // into the parked second span: notifies the abandoned heap
+  EXPECT_EQ(heap.notify.load(), span(objs[16]));
+  EXPECT_TRUE(ThreadHeapOps::hooks.reclaim_pending.load()) << "its thread is gone: the next slow path reclaims";
   ThreadHeapOps::drain_notify(*page_heap, heap);
   EXPECT_EQ(span(objs[16]), nullptr);
   ThreadHeapOps::hooks.reclaim_pending.store(false);

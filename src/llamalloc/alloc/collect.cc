@@ -10,7 +10,8 @@
 //   swept.
 // - Only heaps that may have something to give are asked: those whose owner ran a slow path since the last
 //   pass (it may have taken spans it no longer needs), those another thread's free brought a full span back to
-//   (a notify pending), and every heap every 8 passes (frees into spans still on its queues). A heap that has
+//   (a notify pending), those holding a remote-free batch (blocks of another thread's span; release_all pushes
+//   it), and every heap every 8 passes (frees into spans still on its queues). A heap that has
 //   done nothing since it was swept has nothing to give.
 // - A thread's prediction cache that has had no hit and its heap no slow path for about a second is dropped:
 //   its pages are given back, and it reads as empty, so the thread's next allocations run the model again. In
@@ -42,6 +43,13 @@ uint32_t prediction_cache_idle_passes() {
 
 unsigned sweep_idle_heaps(bool every_heap) {
   ThreadHeap* self = tl_heap;
+  // The caller's own remote-free batch (the sweeper thread frees too), which no sweep of it pushes.
+  if (self != &g_empty_heap && self->batch_span.load(std::memory_order_relaxed) != nullptr) {
+    owner_enter(self);
+    if (sweep_requested(self)) ThreadHeapOps::wait_for_sweep(*self);
+    ThreadHeapOps::flush_remote_batch(*self);
+    owner_exit(self);
+  }
   LockGuard g(g_heap_pool.lock);
   const uint32_t cache_idle_passes = prediction_cache_idle_passes();
   unsigned requested = 0;
@@ -64,7 +72,7 @@ unsigned sweep_idle_heaps(bool every_heap) {
     // An idle heap is swept on its 1st, 2nd and 4th idle passes (its idle spans' pages are purged within a
     // second or so of its last use, frees by other threads that went on meanwhile included) and every 8th after.
     if (!every_heap && !changed && !drop_cache && !sweep_due(h->idle_ticks) &&
-        h->notify.load(std::memory_order_relaxed) == nullptr)
+        h->notify.load(std::memory_order_relaxed) == nullptr && h->batch_span.load(std::memory_order_relaxed) == nullptr)
       continue;
     h->sweep.store(1, kHandshakeStore);
     ++requested;
@@ -73,6 +81,12 @@ unsigned sweep_idle_heaps(bool every_heap) {
   // Every thread that runs now passes a full barrier: an owner that had entered its heap is seen busy, and an
   // owner that enters from now on sees the request (and waits until it is withdrawn).
   bool fenced = membarrier_all_threads();
+  // The remote-free batches of every heap taken first: a batch pushes into another heap's spans, which this
+  // pass then takes in (their owners' frees all counted before their spans are looked at).
+  if (fenced)
+    for (ThreadHeap* h = g_live_heaps; h != nullptr; h = h->live_next)
+      if (h->sweep.load(std::memory_order_relaxed) != 0 && h->busy.load(kHandshakeLoad) == 0)
+        ThreadHeapOps::flush_remote_batch(*h);
   unsigned swept = 0;
   for (ThreadHeap* h = g_live_heaps; h != nullptr; h = h->live_next) {
     if (h->sweep.load(std::memory_order_relaxed) == 0) continue;
@@ -121,6 +135,9 @@ void sweep_shared_heap(bool always) {
 
 void heap_collect() {
   ThreadHeap* h = tl_heap;
+  // Every other thread that is not inside the allocator now (idle or not; they take spans again when they next
+  // need them) first: their remote-free batches go into the spans of this one too.
+  sweep_idle_heaps(true);
   if (h != &g_empty_heap) {
     flush_live_bytes();
     // Its remote frees taken in, its empty spans (the ones it allocates from included) and its span cache given
@@ -131,9 +148,7 @@ void heap_collect() {
     ThreadHeapOps::purge_sparse_spans(g_page_heap, *h, PurgeWhen::kAll);
     owner_exit(h);
   }
-  // The same for every other thread that is not inside the allocator now (idle or not; they take spans again
-  // when they next need them), and what frees into exited threads' spans have emptied.
-  sweep_idle_heaps(true);
+  // And what frees into exited threads' spans have emptied.
   sweep_shared_heap(true);
   ThreadHeapOps::purge_pooled(g_page_heap, g_heap_pool, true);
   g_page_heap.release_empty_open_pages(true);

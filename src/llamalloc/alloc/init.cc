@@ -70,6 +70,7 @@ namespace {
 void init_once() {
   ThreadHeapOps::set_pool(&g_heap_pool);
   ThreadHeapOps::set_slow_free_hook(maybe_pass_inline);
+  ThreadHeapOps::set_attach_heap_hook(attach_thread_heap);
   init_options();
   const Options& o = options();
   unsigned default_class = default_class_of(o);

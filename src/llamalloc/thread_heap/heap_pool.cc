@@ -29,6 +29,7 @@ bool thread_heap_internal::park_abandoned(SmallSpan* s) {
 void ThreadHeapOps::abandon(PageHeap& page_heap, ThreadHeap& heap) {
   // First, so that a free that notifies from now on asks for a reclaim.
   heap.abandoned.store(1, std::memory_order_seq_cst);
+  flush_remote_batch(heap);
   drain_notify(page_heap, heap);
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)

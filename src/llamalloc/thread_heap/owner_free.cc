@@ -61,7 +61,22 @@ void ThreadHeapOps::free_checked(PageHeap& page_heap, ThreadHeap* heap, SmallSpa
   // program's data, which matches that only by chance; then the lists are walked to be sure.
   uintptr_t link = *static_cast<uintptr_t*>(p) ^ s->key;
   if (LLAMALLOC_UNLIKELY(link - s->start < s->span_bytes || link == 0)) return free_suspicious(page_heap, heap, s, p);
-  if (s->owner != heap) return remote_free(page_heap, s, p);
+  if (s->owner != heap) {
+    // Into the batch this thread holds for s, inline (the common case of a run of remote frees; remote_free
+    // opens and pushes batches). The static empty heap never holds one.
+    if (heap->batch_span.load(std::memory_order_relaxed) == s) {
+      owner_enter(heap);
+      // (Read again once entered: a sweep may have pushed it.)
+      if (LLAMALLOC_LIKELY(!sweep_requested(heap) && heap->batch_span.load(std::memory_order_relaxed) == s)) {
+        *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(heap->batch_head) ^ s->key;
+        heap->batch_head = p;
+        if (++heap->batch_count >= remote_batch_limit(s)) flush_remote_batch(*heap);
+        return owner_exit(heap);
+      }
+      owner_exit(heap);
+    }
+    return remote_free(page_heap, heap, s, p);
+  }
   owner_enter(heap);
   if (sweep_requested(heap)) return owner_free_after_sweep(page_heap, *heap, s, p);
   span_push(s, p);
@@ -78,15 +93,7 @@ void ThreadHeapOps::free_suspicious(PageHeap& page_heap, ThreadHeap* heap, Small
     if (--s->used == 0 || !s->queued) return owner_free_slow(page_heap, *heap, s);
     return owner_exit(heap);
   }
-  if (s->owner == page_heap.shared_heap() || s->owner == page_heap.sampled_heap()) {
-    {
-      LockGuard g(page_heap.shared_lock());  // (its lists change only under it)
-      if (on_free_list(s, p)) bad_free(p, "double free, or a pointer never allocated (its block is free)");
-    }
-    return shared_free(page_heap, s, p);
-  }
-  if (on_free_list(s, p)) bad_free(p, "double free, or a pointer never allocated (its block is free)");
-  remote_free(page_heap, s, p);
+  remote_free(page_heap, heap, s, p, true);
 }
 
 bool ThreadHeapOps::on_free_list(const SmallSpan* s, const void* p) {

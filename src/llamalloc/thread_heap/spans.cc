@@ -137,6 +137,8 @@ bool ThreadHeapOps::refill_free(PageHeap& page_heap, SmallSpan* s) {
 
 void* ThreadHeapOps::alloc_small(PageHeap& page_heap, ThreadHeap& heap, unsigned lc, unsigned sc) {
   SmallSpan** head = &heap.spans[lc][sc];
+  // This thread's remote-free batch waits no longer than its next slow path.
+  if (heap.batch_span.load(std::memory_order_relaxed) != nullptr) flush_remote_batch(heap);
   if (heap.notify.load(std::memory_order_relaxed) != nullptr) drain_notify(page_heap, heap);
   // The queue from its head: the first span with a free block (or one that comes back) serves; full ones leave
   // the queue until a free brings them back. Bounded, so a long queue of full spans costs one pass each.
@@ -219,6 +221,7 @@ void ThreadHeapOps::release_span(PageHeap& page_heap, ThreadHeap& heap, SmallSpa
 }
 
 void ThreadHeapOps::release_all(PageHeap& page_heap, ThreadHeap& heap) {
+  flush_remote_batch(heap);
   drain_notify(page_heap, heap);
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc) {

@@ -69,6 +69,14 @@ struct alignas(64) ThreadHeap {
   // store in flight (store-to-load forwarding fails on a partial overlap).
   alignas(16) std::atomic<uint8_t> busy{0};
   uint8_t busy_padding_[15] = {};
+  // This thread's remote-free batch (ThreadHeapOps::remote_free): blocks it freed into batch_span, a span of
+  // another thread, linked like that span's lists (batch_head first, batch_tail last), not yet pushed onto its
+  // list of remote frees. batch_span is null when empty; the sweeper reads it (a heap holding a batch is swept,
+  // which pushes it, at every pass).
+  std::atomic<SmallSpan*> batch_span{nullptr};
+  void* batch_head = nullptr;
+  void* batch_tail = nullptr;
+  uint32_t batch_count = 0;
   SmallSpan* cache[kMaxClasses][kSpanKinds][kSpanCacheSlots] = {};
   // The last span of each queue (null: the queue is empty). A span that a free brings back from full goes there,
   // so that it collects more frees before it is allocated from again (mimalloc appends such pages too): put
@@ -234,6 +242,10 @@ struct ThreadHeapHooks {
   // Called with each object freed into the sampled heap, under the shared heap's lock, before it is free (the
   // library's: the predictor's freed(); null in the simulator).
   void (*sampled_free)(void*) = nullptr;
+  // Gives the calling thread a heap of its own (the library's attach_thread_heap; null in the simulator, whose
+  // threads all have one): called by the first remote free of a thread that never allocated, such as a consumer
+  // thread that only frees what producers made, so that its frees go in batches too. Null when none can be had.
+  ThreadHeap* (*attach_heap)() = nullptr;
 };
 
 // Operations of one thread heap on one page heap (the library's, or a simulated one). Their code is in one file
@@ -289,6 +301,7 @@ inline void set_pool(HeapPool* pool) { hooks.pool = pool; }
 inline void set_slow_free_hook(void (*hook)()) { hooks.slow_free = hook; }
 inline void set_sweeper_running(bool running) { hooks.sweeper_running.store(running, std::memory_order_relaxed); }
 inline void set_sampled_free_hook(void (*hook)(void*)) { hooks.sampled_free = hook; }
+inline void set_attach_heap_hook(ThreadHeap* (*hook)()) { hooks.attach_heap = hook; }
 // Whether small objects of class lc for `heap` come from the shared thread heap (allocate): a long-lived class
 // (HeapConfig::shared_class_min), while the page heap has a shared thread heap other than `heap`, and unless
 // this thread makes them fast (ThreadHeap::own_class). Pure.
@@ -334,10 +347,24 @@ void drain_notify(PageHeap& page_heap, ThreadHeap& heap);
 // The owner's free brought used to zero, or freed into a span that was off its queue. Ends the owner's
 // turn (owner_exit).
 LLAMALLOC_NOINLINE void owner_free_slow(PageHeap& page_heap, ThreadHeap& heap, SmallSpan* s);
-// A free into another thread's span. Also flushes this thread's live-byte count once it is far enough below
+// A free into another thread's span by the thread whose heap is `heap`: into heap's remote-free batch (pushed
+// when a free into another span comes, when it holds remote_batch_limit(s) blocks, at the heap's slow paths and
+// sweeps, and when its thread exits), or straight onto the span's list for a thread without a heap of its own.
+// `suspicious`: p's first word looks like a link of s, and p is reported if it is on one of s's lists or in a
+// batch (free_suspicious). A thread without a heap gets one first (hooks.attach_heap). Also flushes this thread's live-byte count once it is far enough below
 // zero: a thread that only frees other threads' objects runs no other slow path that would. A span of the
 // shared thread heap is freed into as its owner, under the shared thread heap's lock (shared_free).
-LLAMALLOC_NOINLINE void remote_free(PageHeap& page_heap, SmallSpan* s, void* p);
+LLAMALLOC_NOINLINE void remote_free(PageHeap& page_heap, ThreadHeap* heap, SmallSpan* s, void* p,
+                                    bool suspicious = false);
+// Pushes heap's remote-free batch onto its span's list of remote frees (nothing when it is empty). By the
+// heap's owner, entered, or by a sweeper holding the heap.
+void flush_remote_batch(ThreadHeap& heap);
+// The most blocks a remote-free batch for s holds: 64, or a quarter of the span's blocks if fewer, so that a
+// batch never keeps much of a span from its owner.
+inline uint32_t remote_batch_limit(const SmallSpan* s) {
+  uint32_t quarter = s->capacity / 4;
+  return quarter == 0 ? 1 : quarter < 64 ? quarter : 64;
+}
 // A free into a span of the shared thread heap of long-lived classes (PageHeap::shared_heap), by any thread:
 // under the shared thread heap's lock, as the owner frees (its free list; the span requeued or given back at once),
 // so that what is freed there is taken in without a sweeper (single-threaded programs have none).
