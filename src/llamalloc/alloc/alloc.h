@@ -133,7 +133,7 @@ LLAMALLOC_FAST void* heap_malloc(size_t size) {
     }
     SmallSpan* s = h->spans[fast][size_class_of(size)];
     if (void* p = span_pop(s)) {
-      tl_live_delta += int64_t(s->block_size);
+      tl_live_delta += int64_t(s->own_block_size);
       debug_check_heap();
       owner_exit(h);
       return p;

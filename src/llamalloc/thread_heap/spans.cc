@@ -50,6 +50,10 @@ void init_span(ThreadHeap& heap, SmallSpan* s, uintptr_t start, size_t span_byte
   s->block_size = uint32_t(bs);
   s->reciprocal = uint32_t(((uint64_t{1} << 32) + bs - 1) / bs);
   s->span_bytes = uint32_t(span_bytes);
+  s->own_key = s->key;
+  s->own_start = start;
+  s->own_span_bytes = s->span_bytes;
+  s->own_block_size = s->block_size;
   s->size_class = uint8_t(sc);
   s->lifetime_class = s->home_class = uint8_t(lc);
   s->queued = s->cached = 0;

@@ -159,8 +159,8 @@ extern ThreadHeap g_empty_heap;
 LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
   void* b = s->free;
   if (LLAMALLOC_UNLIKELY(b == nullptr)) return nullptr;
-  uintptr_t next = *static_cast<uintptr_t*>(b) ^ s->key;
-  if (LLAMALLOC_UNLIKELY(next - s->start >= s->span_bytes && next != 0)) corrupt_free_block(s, b);
+  uintptr_t next = *static_cast<uintptr_t*>(b) ^ s->own_key;
+  if (LLAMALLOC_UNLIKELY(next - s->own_start >= s->own_span_bytes && next != 0)) corrupt_free_block(s, b);
   s->free = reinterpret_cast<void*>(next);
   // The next pop's load of its link: a program that frees at random leaves cold blocks on the list, and that
   // load's cache miss would otherwise be most of its malloc's time.
@@ -177,7 +177,7 @@ LLAMALLOC_FAST void* span_pop(SmallSpan* s) {
 // would cycle through every block of the span first: with 1 KiB blocks, lines 1 KiB apart, which share a few of
 // L1's sets and evict each other.
 LLAMALLOC_FAST void span_push(SmallSpan* s, void* p) {
-  *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->free) ^ s->key;
+  *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(s->free) ^ s->own_key;
   s->free = p;
 }
 
