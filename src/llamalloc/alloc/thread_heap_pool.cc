@@ -3,7 +3,8 @@
 // Rules, and why:
 // - A thread starts on the static empty heap (tl_heap = &g_empty_heap), whose spans are all empty, so its first
 //   allocation misses into the slow path, which attaches a heap to it (attach_thread_heap). No constructor runs
-//   per thread, and a thread that never allocates costs nothing.
+//   per thread, and a thread that never allocates costs nothing, unless it frees other threads' objects: its
+//   first such free attaches a heap too, which holds its remote-free batch (ThreadHeapOps::remote_free).
 // - Thread heaps come from metadata pages, never from malloc, and are never unmapped: a heap whose thread exited
 //   waits in the pool (g_heap_pool) for the next new thread, which adopts it as it is. Its queues and span cache
 //   are empty by then (ThreadHeapOps::abandon); the spans that still hold objects are parked (ThreadHeap::

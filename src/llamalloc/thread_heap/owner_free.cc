@@ -68,9 +68,7 @@ void ThreadHeapOps::free_checked(PageHeap& page_heap, ThreadHeap* heap, SmallSpa
       owner_enter(heap);
       // (Read again once entered: a sweep may have pushed it.)
       if (LLAMALLOC_LIKELY(!sweep_requested(heap) && heap->batch_span.load(std::memory_order_relaxed) == s)) {
-        *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(heap->batch_head) ^ s->key;
-        heap->batch_head = p;
-        if (++heap->batch_count >= remote_batch_limit(s)) flush_remote_batch(*heap);
+        batch_append(*heap, s, p);
         return owner_exit(heap);
       }
       owner_exit(heap);

@@ -128,9 +128,7 @@ void ThreadHeapOps::remote_free(PageHeap& page_heap, ThreadHeap* heap, SmallSpan
     heap->batch_head = nullptr;
     heap->batch_tail = p;
   }
-  *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(heap->batch_head) ^ s->key;
-  heap->batch_head = p;
-  if (++heap->batch_count >= remote_batch_limit(s)) flush_remote_batch(*heap);
+  batch_append(*heap, s, p);
   owner_exit(heap);
 }
 

@@ -351,9 +351,10 @@ LLAMALLOC_NOINLINE void owner_free_slow(PageHeap& page_heap, ThreadHeap& heap, S
 // when a free into another span comes, when it holds remote_batch_limit(s) blocks, at the heap's slow paths and
 // sweeps, and when its thread exits), or straight onto the span's list for a thread without a heap of its own.
 // `suspicious`: p's first word looks like a link of s, and p is reported if it is on one of s's lists or in a
-// batch (free_suspicious). A thread without a heap gets one first (hooks.attach_heap). Also flushes this thread's live-byte count once it is far enough below
-// zero: a thread that only frees other threads' objects runs no other slow path that would. A span of the
-// shared thread heap is freed into as its owner, under the shared thread heap's lock (shared_free).
+// batch (free_suspicious). A thread without a heap gets one first (hooks.attach_heap). Also flushes this
+// thread's live-byte count once it is far enough below zero: a thread that only frees other threads' objects
+// runs no other slow path that would. A span of the shared thread heap is freed into as its owner, under the
+// shared thread heap's lock (shared_free).
 LLAMALLOC_NOINLINE void remote_free(PageHeap& page_heap, ThreadHeap* heap, SmallSpan* s, void* p,
                                     bool suspicious = false);
 // Pushes heap's remote-free batch onto its span's list of remote frees (nothing when it is empty). By the

@@ -13,6 +13,14 @@ namespace llamalloc::thread_heap_internal {
 // A span with no object handed out: every block is free or parked (span purge).
 inline bool span_empty(const SmallSpan* s) { return s->used == s->parked; }
 
+// Puts p, a block of s, on top of heap's remote-free batch, which holds blocks of s (or is empty, batch_tail set
+// to p by the caller), and pushes the batch once it holds remote_batch_limit(s). The heap's owner, entered.
+inline void batch_append(ThreadHeap& heap, SmallSpan* s, void* p) {
+  *static_cast<uintptr_t*>(p) = reinterpret_cast<uintptr_t>(heap.batch_head) ^ s->key;
+  heap.batch_head = p;
+  if (++heap.batch_count >= ThreadHeapOps::remote_batch_limit(s)) ThreadHeapOps::flush_remote_batch(heap);
+}
+
 inline void enqueue_front(ThreadHeap& heap, SmallSpan* s) {
   SmallSpan*& head = heap.spans[s->lifetime_class][s->size_class];
   s->prev = nullptr;
