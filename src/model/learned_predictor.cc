@@ -343,6 +343,7 @@ void LearnedPredictor::trim() {
   if (busy) return;
   model_.drop_resident();
   tables_.drop_resident();
+  if (dwarf_) drop_unwind_tables();
 }
 
 void LearnedPredictor::release_after_run() {

@@ -40,6 +40,11 @@ inline constexpr ConfidenceRule kDefaultConfidenceRule{unsigned(kOptionDefaults.
                                                        unsigned(kOptionDefaults.default_class),
                                                        unsigned(kOptionDefaults.min_class)};
 
+// Unmaps the pages of every loaded object's unwind tables (.eh_frame_hdr to the end of its read-only segment)
+// that a model run's DWARF walk mapped; a later read maps them again from the page cache (caller_stack.cc). Not
+// on the allocation path: it takes the loader's lock.
+void drop_unwind_tables();
+
 struct PredictionTotals {
   uint64_t hits = 0, misses = 0, model_runs = 0, prediction_ns = 0, repredictions = 0, repredictions_changed = 0,
            shared_keys = 0, unseen = 0;

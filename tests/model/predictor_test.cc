@@ -2,6 +2,7 @@
 // memory and keys shared by call paths.
 #include <gtest/gtest.h>
 
+#include <link.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -122,6 +123,82 @@ TEST(StackWalk, TheFramePointerWalkGivesTheSameStackWhereEveryFrameKeepsOne) {
   ASSERT_GE(n_dwarf, 3u);
   ASSERT_GE(n_fp, 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(dwarf[i], fp[i]) << "frame " << i;
+}
+
+// Initialises p with a model of several pages of weights (all read by each run), written to a file named for
+// `name`; its path, empty on failure.
+std::string init_with_model_file(LearnedPredictor& p, const char* name) {
+  static Image img;
+  build_model(img, 48);
+  std::string path = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid()) + ".model";
+  FILE* f = fopen(path.c_str(), "wb");
+  if (f == nullptr) return "";
+  bool ok = fwrite(img.bytes, 1, img.size, f) == img.size;
+  fclose(f);
+  char err[256];
+  if (!ok || !p.init(path.c_str(), nullptr, 0, err, sizeof err)) return "";
+  return path;
+}
+
+// The unwind tables of libc: [first whole page of .eh_frame_hdr, end of its read-only segment), as the trim's
+// drop takes them.
+struct UnwindTables {
+  const unsigned char* start = nullptr;
+  size_t bytes = 0;
+};
+UnwindTables libc_unwind_tables() {
+  UnwindTables t;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        if (info->dlpi_name == nullptr || strstr(info->dlpi_name, "/libc.so") == nullptr) return 0;
+        const ElfW(Phdr)* eh = nullptr;
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+          if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) eh = &info->dlpi_phdr[i];
+        for (int i = 0; eh != nullptr && i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || eh->p_vaddr < ph.p_vaddr || eh->p_vaddr >= ph.p_vaddr + ph.p_memsz) continue;
+          uintptr_t start = (info->dlpi_addr + eh->p_vaddr + 4095) & ~uintptr_t{4095};
+          uintptr_t end = (info->dlpi_addr + ph.p_vaddr + ph.p_memsz) & ~uintptr_t{4095};
+          auto* out = static_cast<UnwindTables*>(arg);
+          out->start = reinterpret_cast<const unsigned char*>(start);
+          out->bytes = end > start ? end - start : 0;
+        }
+        return 1;
+      },
+      &t);
+  return t;
+}
+
+uint64_t checksum(const unsigned char* p, size_t n) {
+  uint64_t h = 0;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
+TEST(StackWalk, AQuietTrimUnmapsTheUnwindTablesThatModelRunsReadAndTheyStillServe) {
+  static LearnedPredictor p;
+  std::string path = init_with_model_file(p, "unwind");
+  ASSERT_FALSE(path.empty());
+  UnwindTables t = libc_unwind_tables();
+  ASSERT_GE(t.bytes, size_t{64} << 10) << "libc's unwind tables span many pages";
+  uint64_t sum = checksum(t.start, t.bytes);  // reads, and so maps, every page
+  long before = resident_kib(t.start);
+  static int written = 0;
+  written = 42;
+  p.trim();  // no model run since the last pass: quiet
+  long after = resident_kib(t.start);
+  EXPECT_GE(before - after, long(t.bytes >> 10) - 8) << "resident KiB of libc's segment: " << before << " -> "
+                                                     << after;
+  EXPECT_EQ(written, 42) << "writable data stays";
+  EXPECT_EQ(checksum(t.start, t.bytes), sum) << "the tables read back from the file as they were";
+  // The DWARF walk reads them again.
+  p.trim();
+  uintptr_t pcs[kMaxFrames];
+  size_t n = level1_above_frameless(p, pcs);
+  ASSERT_GE(n, 3u);
+  EXPECT_EQ(pcs[1], llamalloc::stack_walk::pc_of(g_expected[1]));
+  EXPECT_EQ(pcs[2], llamalloc::stack_walk::pc_of(g_expected[2]));
+  unlink(path.c_str());
 }
 
 TEST(StackWalk, NoFrameGivesOnlyTheReturnAddress) {
@@ -504,15 +581,8 @@ TEST(PredictionCaches, ADroppedCacheIsEmptyAndNotResident) {
 // quiet phase do not keep the whole file resident.
 TEST(PredictionCaches, AModelThatRunsRarelyDoesNotStayResident) {
   static LearnedPredictor p;
-  static Image img;
-  build_model(img, 48);  // several pages of weights, all read by each run
-  std::string path = ::testing::TempDir() + "/rare." + std::to_string(getpid()) + ".model";
-  FILE* f = fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(fwrite(img.bytes, 1, img.size, f), img.size);
-  fclose(f);
-  char err[256];
-  ASSERT_TRUE(p.init(path.c_str(), nullptr, 0, err, sizeof err)) << err;
+  std::string path = init_with_model_file(p, "rare");
+  ASSERT_FALSE(path.empty());
   const void* base = p.model().base();
   std::thread t([&] {
     uintptr_t next = 0x500000;
