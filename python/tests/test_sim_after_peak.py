@@ -71,6 +71,7 @@ def test_the_simulators_after_peak_figures_are_pythons_to_the_byte(replayed):
             (a["start_ns"], a["end_ns"], a["samples"])
         assert (s["after_peak_footprint_bytes"], s["after_peak_live_bytes"]) == (a["footprint_bytes"],
                                                                                  a["live_bytes"])
+        assert s["after_peak_heap_resident_bytes"] == a["heap_resident_bytes"]
 
 
 def test_simulate_and_report_give_the_same_verdict_on_the_same_window(replayed, capsys, tmp_path):

@@ -59,12 +59,14 @@ AfterPeak after_peak(const std::vector<TimelineSample>& timeline) {
     live.push_back(s.live_bytes);
   }
   AfterPeak w = after_peak_window(time_ns, live);
-  std::vector<uint64_t> footprint, kept;
+  std::vector<uint64_t> footprint, resident, kept;
   for (size_t i = w.begin; i < w.end; ++i) {
     footprint.push_back(timeline[i].footprint_bytes);
+    resident.push_back(timeline[i].heap_resident_bytes);
     kept.push_back(timeline[i].live_bytes);
   }
   w.footprint_bytes = median(std::move(footprint));
+  w.heap_resident_bytes = median(std::move(resident));
   w.live_bytes = median(std::move(kept));
   return w;
 }

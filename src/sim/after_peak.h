@@ -30,13 +30,14 @@ struct AfterPeak {
   uint64_t start_ns = 0;        // the time of its first sample
   uint64_t end_ns = 0;          // the time of its last sample
   uint64_t footprint_bytes = 0; // medians over the window (an even count: the mean of the middle two, rounded down)
+  uint64_t heap_resident_bytes = 0;
   uint64_t live_bytes = 0;
 };
 
 // The window over a timeline given by its sample times and live bytes (equal lengths, times non-decreasing).
 AfterPeak after_peak_window(const std::vector<uint64_t>& time_ns, const std::vector<uint64_t>& live_bytes);
 
-// The window of a run's timeline, with the median footprint and live bytes over it.
+// The window of a run's timeline, with the median footprint, heap-resident and live bytes over it.
 AfterPeak after_peak(const std::vector<TimelineSample>& timeline);
 
 }  // namespace llamalloc::sim

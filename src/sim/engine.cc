@@ -72,6 +72,7 @@ void Engine::take_sample(uint64_t time_ns) {
   policy_.sample(time_ns, s.extra);
   // Sampled after sample(): a policy may do periodic work there (meshing) that changes its footprint.
   s.footprint_bytes = policy_.footprint_bytes();
+  s.heap_resident_bytes = policy_.heap_resident_bytes();
   timeline_.push_back(std::move(s));
 }
 
@@ -199,6 +200,7 @@ void Engine::finish() {
   take_sample(summary_.last_time_ns);
   summary_.final_live_bytes = live_bytes_;
   summary_.final_footprint_bytes = timeline_.back().footprint_bytes;
+  summary_.final_heap_resident_bytes = timeline_.back().heap_resident_bytes;
   note_footprint(summary_.last_time_ns);
   policy_.at_exit();
   double ratio_sum = 0, footprint_sum = 0, live_sum = 0;
@@ -220,6 +222,7 @@ void Engine::finish() {
   summary_.after_peak_end_ns = after.end_ns;
   summary_.after_peak_samples = after.end - after.begin;
   summary_.after_peak_footprint_bytes = after.footprint_bytes;
+  summary_.after_peak_heap_resident_bytes = after.heap_resident_bytes;
   summary_.after_peak_live_bytes = after.live_bytes;
 }
 

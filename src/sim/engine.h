@@ -51,6 +51,7 @@ struct TimelineSample {
   uint64_t time_ns = 0;
   uint64_t live_bytes = 0;
   uint64_t footprint_bytes = 0;
+  uint64_t heap_resident_bytes = 0;  // Policy::heap_resident_bytes
   std::vector<int64_t> extra;  // Policy::extra_columns() order
 };
 
@@ -71,17 +72,20 @@ struct RunSummary {
   uint64_t final_footprint_bytes = 0;
   uint64_t peak_footprint_bytes = 0;
   uint64_t peak_footprint_time_ns = 0;
+  // The footprint less the bytes given back inside it (Policy::heap_resident_bytes), at the end.
+  uint64_t final_heap_resident_bytes = 0;
   // Mean over timeline samples with live > 0 of footprint/live (the paper's "average fragmentation").
   double average_fragmentation_ratio = 0;
   // Sum of footprint over sum of live over the same samples (weights busy periods by their size).
   double mean_footprint_over_mean_live = 0;
   double final_fragmentation_ratio = 0;
   // After the peak (sim/after_peak.h, docs/bench.md): the window's first and last sample times, its sample count
-  // and the medians of footprint and live bytes over it.
+  // and the medians of footprint, heap-resident and live bytes over it.
   uint64_t after_peak_start_ns = 0;
   uint64_t after_peak_end_ns = 0;
   uint64_t after_peak_samples = 0;
   uint64_t after_peak_footprint_bytes = 0;
+  uint64_t after_peak_heap_resident_bytes = 0;
   uint64_t after_peak_live_bytes = 0;
   double replay_seconds = 0;
   double events_per_second = 0;

@@ -15,6 +15,9 @@ constexpr const char* kPredictorOptionNames[] = {"REPREDICT_EVERY",   "REPREDICT
                                                  "MIN_CONFIDENCE",    "MIN_CLASS",              "LEARN",
                                                  "LEARN_MIN_SAMPLES", "LEARN_OVERRIDE_SAMPLES", "LEARN_WINDOW",
                                                  "LEARN_SAMPLE_EVERY", "LEARN_MARGIN",     "LEARN_FROM_MIB"};
+// The sweeper passes' options the replay reads (llama_policy.h): subrelease's and span purge's share, and the peak
+// footprint from which a single thread gets the sweeper. (SWEEP_MS is not: the passes run at its default period.)
+constexpr const char* kSweeperOptionNames[] = {"SUBRELEASE", "SWEEPER_FROM_MIB"};
 // Options that name files: `llamalloc simulate` has flags for them (it prepares the token tables itself).
 constexpr std::pair<const char*, const char*> kOptionFlags[] = {
     {"MODEL", "--model"}, {"TOKENS", "--tokens"}, {"PREDICT_LOG", "--predict-log"}};
@@ -96,7 +99,8 @@ Options parse_heap_options(const std::vector<std::string>& assignments,
     // Set on a copy: an option the replay does not model stays at its default.
     Options set = options;
     set_or_throw(&set, "--option", name, value);
-    if (is_one_of(name, kPlacementOptionNames) || is_one_of(name, kPredictorOptionNames)) {
+    if (is_one_of(name, kPlacementOptionNames) || is_one_of(name, kPredictorOptionNames) ||
+        is_one_of(name, kSweeperOptionNames)) {
       options = set;
     } else if (warn) {
       warn("--option " + name + ": the replay does not model " + kPrefix + name + "; ignored");

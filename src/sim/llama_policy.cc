@@ -175,8 +175,12 @@ ThreadHeap& LlamaPolicy::heap_for(uint32_t thread) {
     index = static_cast<uint32_t>(threads_.size());
     threads_.push_back(ThreadState{std::make_unique<ThreadHeap>(), 0, false});
     heaps_.put(key, index);
-    if (threads_.size() == 2 && page_heap_->shared_class_min() < kMaxClasses) page_heap_->set_shared_heap(shared_heap_.get());
+    if (threads_.size() == 2) {
+      if (page_heap_->shared_class_min() < kMaxClasses) page_heap_->set_shared_heap(shared_heap_.get());
+      start_sweeper();  // the library starts it with the process's second thread heap
+    }
   }
+  last_thread_ = index;
   ThreadState& t = threads_[index];
   t.last_event_ns = now_ns_;
   t.holds_spans = true;
@@ -185,42 +189,82 @@ ThreadHeap& LlamaPolicy::heap_for(uint32_t thread) {
 
 void LlamaPolicy::release_idle_threads() {
   if (options_.thread_idle_ns == 0) return;
-  // The sweeper's last step, each pass: open pages empty since the pass before are given back.
-  bool pass = false;
-  if (now_ns_ - last_sweep_ns_ >= kSweepPeriodNs) {
-    page_heap_->release_empty_open_pages(false);
+  if (sweeper_running_ && now_ns_ - last_sweep_ns_ >= kSweepPeriodNs) {
+    sweeper_pass();
     last_sweep_ns_ = now_ns_;
-    pass = true;
   }
-  // The shared heap of long-lived classes: swept like a thread heap after an idle period (the sweeper thread).
+  // A thread that goes idle gives its empty spans back, as one that exits does (a trace has no thread exits); the
+  // shared heap of long-lived classes likewise once no thread allocates from it.
   if (shared_holds_spans_ && now_ns_ - shared_last_alloc_ns_ >= options_.thread_idle_ns) {
     ThreadHeapOps::release_all(*page_heap_, *shared_heap_);
     shared_holds_spans_ = false;
   }
   for (ThreadState& t : threads_) {
-    bool idle = t.holds_spans && now_ns_ - t.last_event_ns >= options_.thread_idle_ns;
-    bool swept = false;
-    if (pass) {
-      // The library's sweeper, each pass (sweep_idle_heaps): a heap whose owner ran a slow path since the last
-      // pass, one that another thread's free into a full span notified, and every heap every 8 passes (the
-      // frees other threads made into its spans are taken in, and the spans they emptied go back).
-      uint32_t ops = t.heap->slow_ops.load(std::memory_order_relaxed);
-      bool changed = ops != t.seen_ops;
-      t.seen_ops = ops;
-      t.idle_passes = changed ? 0 : t.idle_passes + 1;
-      swept = changed || t.idle_passes % 8 == 0 || t.heap->notify.load(std::memory_order_relaxed) != nullptr;
-    }
-    if (idle || swept) {
-      // What the library's sweeper does to a heap (and its thread destructor at exit).
-      tl_heap = t.heap.get();
-      ThreadHeapOps::release_all(*page_heap_, *t.heap);
-      tl_heap = &g_empty_heap;
-      if (idle) {
-        ++idle_threads_released_;
-        t.holds_spans = false;  // (a sweep leaves it set: the thread's idle release still comes)
-      }
-    }
+    if (!t.holds_spans || now_ns_ - t.last_event_ns < options_.thread_idle_ns) continue;
+    tl_heap = t.heap.get();
+    ThreadHeapOps::release_all(*page_heap_, *t.heap);
+    tl_heap = &g_empty_heap;
+    ++idle_threads_released_;
+    t.holds_spans = false;
   }
+}
+
+void LlamaPolicy::sweep_heap(ThreadHeap& heap, uint32_t& seen_ops, uint32_t& idle_ticks) {
+  uint32_t ops = heap.slow_ops.load(std::memory_order_relaxed);
+  bool changed = ops != seen_ops;
+  seen_ops = ops;
+  idle_ticks = changed ? 0 : idle_ticks + 1;
+  bool due = idle_ticks % 8 == 0 || (idle_ticks & (idle_ticks - 1)) == 0;  // collect.cc, sweep_due
+  if (!changed && !due && heap.notify.load(std::memory_order_relaxed) == nullptr &&
+      heap.batch_span.load(std::memory_order_relaxed) == nullptr)
+    return;
+  tl_heap = &heap;
+  ThreadHeapOps::release_all(*page_heap_, heap);
+  // Frees went on into its sparse spans since the last look: again at the next pass, whatever its idle count.
+  if (ThreadHeapOps::purge_sparse_spans(*page_heap_, heap, PurgeWhen::kIdle).waiting != 0) idle_ticks = 0;
+  tl_heap = &g_empty_heap;
+}
+
+void LlamaPolicy::sweeper_pass() {
+  // sweeper_main's pass, in its order, through the library's own functions: the idle sweep of the thread heaps
+  // (their empty spans back, their idle sparse spans purged) and of the shared heap, then the open pages that
+  // stayed empty since the last pass, then subrelease. (collapse_dense_pages changes which pages are huge, not
+  // what the heap holds; the predictor's trim is the class source's on_sweep.)
+  for (ThreadState& t : threads_) sweep_heap(*t.heap, t.seen_ops, t.idle_ticks);
+  if (page_heap_->shared_heap() == shared_heap_.get()) sweep_heap(*shared_heap_, shared_seen_ops_, shared_idle_ticks_);
+  page_heap_->release_empty_open_pages(false);
+  page_heap_->subrelease_free_blocks(false);
+}
+
+void LlamaPolicy::after_event(uint32_t t, uint32_t slow_ops_before) {
+  // run_inline_passes (alloc/sweeper.cc): before the sweeper thread runs, every 4th slow path of a thread looks at
+  // the clock, and a period after the last such pass runs one: the caller's empty spans back and its sparse spans
+  // purged (all but the heads of its queues), the open pages that stayed empty, subrelease with this pass's demand
+  // alone. Its first look that finds the heap's peak footprint at SWEEPER_FROM_MIB starts the sweeper instead.
+  if (sweeper_running_ || options_.thread_idle_ns == 0) return;
+  ThreadState& ts = threads_[t];
+  if (ts.heap->slow_ops.load(std::memory_order_relaxed) == slow_ops_before) return;
+  if (ts.pass_countdown-- != 0) return;
+  ts.pass_countdown = 3;
+  uint64_t from = options_.heap_options.sweeper_from_mib;
+  if (from != 0 && page_heap_->peak_footprint() >= from << 20) {
+    start_sweeper();
+    return;
+  }
+  if (inline_pass_done_ && now_ns_ - last_inline_pass_ns_ < kSweepPeriodNs) return;
+  inline_pass_done_ = true;
+  last_inline_pass_ns_ = now_ns_;
+  tl_heap = ts.heap.get();
+  ThreadHeapOps::release_all(*page_heap_, *ts.heap);
+  ThreadHeapOps::purge_sparse_spans(*page_heap_, *ts.heap, PurgeWhen::kIdleOrNotHead);
+  page_heap_->release_empty_open_pages(false);
+  page_heap_->subrelease_free_blocks(false, 1);
+}
+
+void LlamaPolicy::start_sweeper() {
+  if (sweeper_running_ || options_.thread_idle_ns == 0) return;
+  sweeper_running_ = true;
+  last_sweep_ns_ = now_ns_;  // its first pass a period later
 }
 
 void LlamaPolicy::at_exit() {
@@ -277,10 +321,12 @@ void LlamaPolicy::allocate(const ObjectAlloc& object) {
   }
   // The library's slow path (malloc_slow) runs when its fast path misses (misses_fast_path, thread_heap/thread_heap.h), and
   // for a long-lived class that the shared thread heap serves. The sweeper sees it (slow_ops).
+  uint32_t thread = last_thread_, ops = heap.slow_ops.load(std::memory_order_relaxed);
   if (shared || misses_fast_path(heap, lc, sc, alignment)) owner_count_slow(&heap);
   void* p = ThreadHeapOps::allocate(*page_heap_, heap, lc, size, alignment);
   if (p == nullptr) throw std::runtime_error("llama-oracle: the simulated heap ran out of address space");
   placed_.put(object.address, Placed{reinterpret_cast<uint64_t>(p), object.size_bytes, object.stack_id});
+  after_event(thread, ops);
 }
 
 bool LlamaPolicy::realloc_in_place(uint64_t old_size_bytes, uint64_t new_size_bytes) const {
@@ -292,10 +338,18 @@ void LlamaPolicy::free(uint64_t time_ns, uint64_t address, uint64_t, uint32_t th
   if (!placed_.erase(address, &placed)) return;
   if (options_.class_source) options_.class_source->on_free(std::max(time_ns, now_ns_), address);
   tl_heap = &heap_for(thread);  // the freeing thread, as in the process
+  uint32_t t = last_thread_, ops = tl_heap->slow_ops.load(std::memory_order_relaxed);
   ThreadHeapOps::deallocate(*page_heap_, tl_heap, reinterpret_cast<void*>(placed.address));
+  after_event(t, ops);
 }
 
 uint64_t LlamaPolicy::footprint_bytes() const { return page_heap_->gauges().footprint_bytes; }
+
+uint64_t LlamaPolicy::heap_resident_bytes() const {
+  const Gauges& g = page_heap_->gauges();
+  uint64_t given_back = g.subreleased_bytes + g.span_purged_bytes;
+  return g.footprint_bytes > given_back ? g.footprint_bytes - given_back : 0;
+}
 
 uint64_t LlamaPolicy::platform_backed_bytes() const { return platform_->backed_bytes(); }
 
@@ -377,6 +431,9 @@ std::vector<std::pair<std::string, double>> LlamaPolicy::summary_extras() const 
       {"promotions", double(c.promotions.load())},
       {"demotions", double(c.demotions.load())},
       {"huge_pages_released", double(c.huge_pages_released.load())},
+      {"blocks_subreleased", double(c.blocks_subreleased.load())},
+      {"span_pages_purged", double(c.span_pages_purged.load())},
+      {"sweeper_started", sweeper_running_ ? 1.0 : 0.0},
       {"heap_peak_footprint_bytes", double(page_heap_->gauges().peak_footprint_bytes)},
       {"platform_backed_bytes", double(platform_->backed_bytes())},
       {"threads", double(threads_.size())},

@@ -52,16 +52,18 @@ struct LlamaOptions {
   // The library's options (LLAMALLOC_*), at their defaults unless `simulate --option` sets them
   // (sim/heap_options.h): the heap's configuration is built from them as the library builds its own
   // (alloc/heap_config.h), so the replay places as the library would under them. The replay keeps all eight
-  // classes (CLASSES is not read) and has no page cache (no sweeper thread).
+  // classes (CLASSES is not read) and has no page cache (the free huge pages it would keep are not in the
+  // footprint). The sweeper's passes run at the library's SWEEP_MS default, from SWEEPER_FROM_MIB as the library
+  // starts its sweeper for a single thread (LlamaPolicy::run_passes).
   Options heap_options;
   // -1: llama-oracle (each object's true class). 0..7: llama-default, every object in this class, which is
   // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS).
   int fixed_class = -1;
   // Set: llama-model or llama-online, each object in the class this source gives (fixed_class is then ignored).
   std::shared_ptr<ClassSource> class_source;
-  // A thread with no event for this long gives its empty spans back (release_all), as the library's sweeper
-  // does for an idle thread (it also sweeps working threads every LLAMALLOC_SWEEP_MS, which this does not) and as a
-  // thread that exits does (a trace has no thread-exit events). 0 keeps every thread's spans to the end.
+  // A thread with no event for this long gives its empty spans back (release_all), as a thread that exits does (a
+  // trace has no thread-exit events); the sweeper's passes (LlamaPolicy::run_passes) come besides. 0 keeps every
+  // thread's spans to the end and runs no pass (a replay of the heap's placement alone).
   uint64_t thread_idle_ns = 500'000'000;
   // Heap maps (as the LLAMA paper's Figure 6) at these trace times, and at the end.
   std::vector<uint64_t> snapshot_times_ns;
@@ -87,6 +89,9 @@ class LlamaPolicy final : public Policy {
   void at_exit() override;
   void advance_time(uint64_t time_ns) override;
   uint64_t footprint_bytes() const override;
+  // The footprint less the bytes the sweeper's passes gave back inside it (subreleased blocks and purged span
+  // pages): what the library's statistics call footprint_bytes - subreleased_bytes - span_purged_bytes.
+  uint64_t heap_resident_bytes() const override;
   std::vector<std::string> extra_columns() const override;
   void sample(uint64_t time_ns, std::vector<int64_t>& extra_values) override;
   std::vector<std::pair<std::string, double>> summary_extras() const override;
@@ -101,6 +106,17 @@ class LlamaPolicy final : public Policy {
  private:
   ThreadHeap& heap_for(uint32_t thread);
   void release_idle_threads();
+  // The sweeper thread's pass (alloc/sweeper.cc, sweeper_main), every SWEEP_MS of trace time once it runs.
+  void sweeper_pass();
+  // After an event of `t`'s thread: the slow paths' passes of a process without a sweeper thread
+  // (run_inline_passes), and the start of the sweeper.
+  void after_event(uint32_t t, uint32_t slow_ops_before);
+  // The library's idle sweep of one heap (collect.cc, sweep_idle_heaps and sweep_shared_heap): its empty spans
+  // back and its idle sparse spans purged, when its owner ran a slow path since the last pass, a free notified it,
+  // it holds a remote-free batch, or on its 1st, 2nd and 4th idle pass and every 8th after.
+  void sweep_heap(ThreadHeap& heap, uint32_t& seen_ops, uint32_t& idle_ticks);
+  // The sweeper thread starts (once; not while thread_idle_ns is 0): its first pass a period later.
+  void start_sweeper();
 
   LlamaOptions options_;
   std::unique_ptr<SimPlatform> platform_;
@@ -112,15 +128,24 @@ class LlamaPolicy final : public Policy {
     bool holds_spans = false;
     // The sweeper's bookkeeping (sweep_idle_heaps): slow paths at the last pass, passes since one changed them.
     uint32_t seen_ops = 0;
-    uint32_t idle_passes = 0;
+    uint32_t idle_ticks = 0;
+    // Slow paths until the next inline pass may run (the library's tl_pass_countdown: every 4th).
+    uint32_t pass_countdown = 0;
   };
   FlatMap<uint32_t> heaps_;                // trace thread id + 1 -> index in threads_
+  uint32_t last_thread_ = 0;               // the index heap_for returned last
   std::vector<ThreadState> threads_;
   std::unique_ptr<ThreadHeap> shared_heap_;
   uint64_t shared_last_alloc_ns_ = 0;
   bool shared_holds_spans_ = false;
+  uint32_t shared_seen_ops_ = 0, shared_idle_ticks_ = 0;
+  // Whether the sweeper thread runs: from the trace's second thread, or once the heap's peak footprint reaches
+  // SWEEPER_FROM_MIB (sweeper.cc, start_sweeper); until then the passes come with slow paths (after_event).
+  bool sweeper_running_ = false;
+  uint64_t last_inline_pass_ns_ = 0;
+  bool inline_pass_done_ = false;
   uint64_t idle_threads_released_ = 0;
-  // The library's sweeper period (LLAMALLOC_SWEEP_MS's default) and the trace time of the last pass.
+  // The library's sweeper period (LLAMALLOC_SWEEP_MS's default) and the trace time of the sweeper's last pass.
   static constexpr uint64_t kSweepPeriodNs = Options{}.sweep_ms * 1'000'000;
   uint64_t last_sweep_ns_ = 0;
   uint64_t last_source_sweep_ns_ = 0;  // the class source's (ClassSource::on_sweep)

@@ -76,6 +76,7 @@ std::string summary_json(const SimulationOutput& output, const std::string& time
         {"final_footprint_bytes", json_number(s.final_footprint_bytes)},
         {"peak_footprint_bytes", json_number(s.peak_footprint_bytes)},
         {"peak_footprint_time_ns", json_number(s.peak_footprint_time_ns)},
+        {"final_heap_resident_bytes", json_number(s.final_heap_resident_bytes)},
         {"average_fragmentation_ratio", json_number(s.average_fragmentation_ratio)},
         {"mean_footprint_over_mean_live", json_number(s.mean_footprint_over_mean_live)},
         {"final_fragmentation_ratio", json_number(s.final_fragmentation_ratio)},
@@ -83,6 +84,7 @@ std::string summary_json(const SimulationOutput& output, const std::string& time
         {"after_peak_end_ns", json_number(s.after_peak_end_ns)},
         {"after_peak_samples", json_number(s.after_peak_samples)},
         {"after_peak_footprint_bytes", json_number(s.after_peak_footprint_bytes)},
+        {"after_peak_heap_resident_bytes", json_number(s.after_peak_heap_resident_bytes)},
         {"after_peak_live_bytes", json_number(s.after_peak_live_bytes)},
         {"replay_seconds", json_number(s.replay_seconds)},
         {"events_per_second", json_number(s.events_per_second)},
@@ -112,7 +114,7 @@ std::string timeline_csv(const SimulationOutput& output) {
     }
   }
   std::ostringstream csv;
-  csv << "policy,time_ns,live_bytes,footprint_bytes";
+  csv << "policy,time_ns,live_bytes,footprint_bytes,heap_resident_bytes";
   for (const std::string& c : columns) csv << ',' << c;
   csv << '\n';
   for (const RunResult& r : output.runs) {
@@ -123,7 +125,8 @@ std::string timeline_csv(const SimulationOutput& output) {
       }
     }
     for (const TimelineSample& s : r.timeline) {
-      csv << r.summary.policy << ',' << s.time_ns << ',' << s.live_bytes << ',' << s.footprint_bytes;
+      csv << r.summary.policy << ',' << s.time_ns << ',' << s.live_bytes << ',' << s.footprint_bytes << ','
+          << s.heap_resident_bytes;
       for (size_t c = 0; c < columns.size(); ++c) {
         csv << ',';
         if (index[c] >= 0 && s.extra[index[c]] != kMissing) csv << s.extra[index[c]];

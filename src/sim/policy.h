@@ -52,6 +52,10 @@ class Policy {
 
   // The bytes the OS backs now under this policy (its own definition; see docs/simulator.md).
   virtual uint64_t footprint_bytes() const = 0;
+  // The footprint less what the policy gave back to the OS inside it while keeping it (the llama policies'
+  // subreleased blocks and purged span pages): the bytes of it that are resident. The others give back nothing
+  // inside a page they keep: their footprint.
+  virtual uint64_t heap_resident_bytes() const { return footprint_bytes(); }
 
   // Names of the extra timeline columns and their values now (same order). Called at each sample.
   virtual std::vector<std::string> extra_columns() const { return {}; }

@@ -42,10 +42,16 @@ TEST(HeapOptions, BadNamesAndValuesAreOneLineErrorsInTheLibrarysWords) {
 
 TEST(HeapOptions, AnOptionTheReplayDoesNotModelIsNamedAndIgnored) {
   std::vector<std::string> warnings;
-  Options o = parse_heap_options({"SUBRELEASE=0"}, [&](const std::string& line) { warnings.push_back(line); });
-  EXPECT_EQ(o.subrelease, Options{}.subrelease);
+  Options o = parse_heap_options({"SWEEP_MS=100"}, [&](const std::string& line) { warnings.push_back(line); });
+  EXPECT_EQ(o.sweep_ms, Options{}.sweep_ms);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("LLAMALLOC_SUBRELEASE"), std::string::npos);
+  EXPECT_NE(warnings[0].find("LLAMALLOC_SWEEP_MS"), std::string::npos);
+  // The sweeper passes' share and start are the replay's (it runs span purge and subrelease).
+  warnings.clear();
+  o = parse_heap_options({"SUBRELEASE=0", "SWEEPER_FROM_MIB=0"}, [&](const std::string& line) { warnings.push_back(line); });
+  EXPECT_EQ(o.subrelease, 0u);
+  EXPECT_EQ(o.sweeper_from_mib, 0u);
+  EXPECT_TRUE(warnings.empty());
 }
 
 TEST(HeapOptions, OneValueIsReadAndSetByTheLibrarysTable) {

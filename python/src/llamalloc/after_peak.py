@@ -65,17 +65,20 @@ def median(values) -> float:
     return float(np.floor(np.median(values))) if len(values) else 0.0
 
 
-def figures(times, live, footprint) -> dict:
-    """The window over a simulated timeline and the medians over it: footprint_bytes, live_bytes,
-    fragmentation_ratio, samples, and the times of its first and last sample (start_ns, end_ns, in the unit of
-    `times`)."""
+def figures(times, live, footprint, heap_resident=None) -> dict:
+    """The window over a simulated timeline and the medians over it: footprint_bytes, heap_resident_bytes (the
+    footprint less what the heap gave back inside it, subreleased and purged; the footprint where the timeline has
+    no such column), live_bytes, fragmentation_ratio, samples, and the times of its first and last sample
+    (start_ns, end_ns, in the unit of `times`)."""
     t = np.asarray(times, dtype=float)
     live = np.nan_to_num(np.asarray(live, dtype=float))
     foot = np.nan_to_num(np.asarray(footprint, dtype=float))
+    resident = foot if heap_resident is None else np.nan_to_num(np.asarray(heap_resident, dtype=float))
     w = window(t, live)
     if not len(w):
-        return {"footprint_bytes": 0.0, "live_bytes": 0.0, "fragmentation_ratio": 0.0, "samples": 0,
-                "start_ns": 0.0, "end_ns": 0.0}
+        return {"footprint_bytes": 0.0, "heap_resident_bytes": 0.0, "live_bytes": 0.0, "fragmentation_ratio": 0.0,
+                "samples": 0, "start_ns": 0.0, "end_ns": 0.0}
     f, l_ = median(foot[w.slice]), median(live[w.slice])
-    return {"footprint_bytes": f, "live_bytes": l_, "fragmentation_ratio": f / l_ if l_ > 0 else 0.0,
+    return {"footprint_bytes": f, "heap_resident_bytes": median(resident[w.slice]), "live_bytes": l_,
+            "fragmentation_ratio": f / l_ if l_ > 0 else 0.0,
             "samples": len(w), "start_ns": float(t[w.start]), "end_ns": float(t[w.stop - 1])}

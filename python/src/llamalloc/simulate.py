@@ -4,8 +4,9 @@ results. docs/simulator.md describes the policies and both output files:
 - ``NAME.json``: {"format": "llamalloc-sim", "version": 1, "trace", "interval_ns", "seed", "timeline_csv",
   "policies": [{"policy", "summary": {...}, "extras": {...}, optional "snapshots": [...], "heap_options": {...},
   "search": {...} (llama-oracle-best)}]}
-- ``NAME.timeline.csv``: one row per policy and sample: policy, time_ns, live_bytes, footprint_bytes and the
-  policies' extra columns (empty where a policy has none).
+- ``NAME.timeline.csv``: one row per policy and sample: policy, time_ns, live_bytes, footprint_bytes,
+  heap_resident_bytes (the footprint less the bytes subreleased and purged inside it) and the policies' extra
+  columns (empty where a policy has none).
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def after_peak(timeline: dict[str, np.ndarray]) -> dict:
     bytes are the engine's)."""
     empty = np.zeros(0)
     return window_figures(timeline.get("time_ns", empty), timeline.get("live_bytes", empty),
-                          timeline.get("footprint_bytes", empty))
+                          timeline.get("footprint_bytes", empty), timeline.get("heap_resident_bytes"))
 
 
 def window_text(result: PolicyResult) -> str:
@@ -116,6 +117,18 @@ def conclusion(result: SimResult, trace_name: str, profile_every_allocation: boo
     base = p.get("pages-2m") or p.get("tcmalloc")
     if oracle is None or base is None:
         return None
+    text = _verdict(p, oracle, base, trace_name, profile_every_allocation)
+    default = p.get("llama-default")
+    if text is not None and default is not None:
+        a = default.after_peak()
+        text += (f" llamalloc without a model (llama-default) keeps {_mib_text(a['footprint_bytes'])} MiB of huge "
+                 f"pages after the peak, {_mib_text(a['heap_resident_bytes'])} MiB of them heap-resident (less what "
+                 "its sweeper subreleased and purged).")
+    return text
+
+
+def _verdict(p: dict, oracle: PolicyResult, base: PolicyResult, trace_name: str,
+             profile_every_allocation: bool) -> str | None:
     oa, ba = oracle.after_peak(), base.after_peak()
     o, b, live = oa["footprint_bytes"], ba["footprint_bytes"], oa["live_bytes"]
     if not b:
@@ -402,6 +415,7 @@ def load(path: str | os.PathLike) -> SimResult:
         table = np.array(rows[name], dtype=float).reshape(-1, len(header) - 1)
         for i, column in enumerate(header[1:]):
             values = table[:, i]
-            if column in ("time_ns", "live_bytes", "footprint_bytes") or not np.all(np.isnan(values)):
+            if column in ("time_ns", "live_bytes", "footprint_bytes", "heap_resident_bytes") or \
+                    not np.all(np.isnan(values)):
                 result.timeline[column] = values
     return SimResult(path, doc.get("trace", ""), int(doc.get("interval_ns", 0)), policies)

@@ -16,19 +16,20 @@ def summary_table(result: sim.SimResult) -> str:
     """The comparison the user reads first: footprint and fragmentation per policy, at the peak, after it (to the
     end of the quiet phase, `sim.after_peak`) and at exit (after the program's own teardown, often nearly empty:
     exit ratios are large); then the verdict `llamalloc report` opens with (`sim.conclusion`)."""
-    head = (f"{'policy':<18} {'peak MiB':>9} {'after-peak MiB':>14} {'live MiB':>9} {'frag':>7} {'avg frag':>9} "
-            f"{'exit MiB':>9} {'exit live':>9} {'events/s':>9}")
+    head = (f"{'policy':<18} {'peak MiB':>9} {'after-peak MiB':>14} {'heap-resident MiB':>17} {'live MiB':>9} "
+            f"{'frag':>7} {'avg frag':>9} {'exit MiB':>9} {'exit live':>9} {'events/s':>9}")
     lines = [head, "-" * len(head)]
     for name, p in result.policies.items():
         s = p.summary
         a = p.after_peak()
         lines.append(f"{name:<18} {_mib(s['peak_footprint_bytes']):>9} {_mib(a['footprint_bytes']):>14} "
-                     f"{_mib(a['live_bytes']):>9} {a['fragmentation_ratio']:>6.2f}x "
+                     f"{_mib(a['heap_resident_bytes']):>17} {_mib(a['live_bytes']):>9} {a['fragmentation_ratio']:>6.2f}x "
                      f"{s['average_fragmentation_ratio']:>8.2f}x {_mib(s['final_footprint_bytes']):>9} "
                      f"{_mib(s['final_live_bytes']):>9} {s['events_per_second']:>9.3g}")
     lines.append(f"after-peak: medians over {sim.window_text(next(iter(result.policies.values())))} of the trace, from the live peak's end to the "
-                 "end of the quiet phase, without the exit teardown (docs/bench.md, \"After the peak\"); exit: "
-                 "the trace's end")
+                 "end of the quiet phase, without the exit teardown (docs/bench.md, \"After the peak\"); "
+                 "heap-resident: the after-peak footprint less the bytes the heap's sweeper subreleased and purged "
+                 "inside it (the llama policies; the others' footprint); exit: the trace's end")
     verdict = sim.conclusion(result, Path(result.trace).name or "the trace")
     if verdict:
         lines.append(verdict)

@@ -138,11 +138,13 @@ def _sim_table(result: sim.SimResult) -> str:
     rows = []
     for name, p in result.policies.items():
         s, a = p.summary, p.after_peak()
-        rows.append([name, _mib(s["peak_footprint_bytes"]), _mib(a["footprint_bytes"]), _mib(a["live_bytes"]),
+        rows.append([name, _mib(s["peak_footprint_bytes"]), _mib(a["footprint_bytes"]),
+                     _mib(a["heap_resident_bytes"]), _mib(a["live_bytes"]),
                      _mib(s["final_footprint_bytes"]), _mib(s["final_live_bytes"]), _mib(s["peak_live_bytes"]),
                      f"{s['average_fragmentation_ratio']:.2f}x", f"{s['final_fragmentation_ratio']:.2f}x",
                      f"{s['events_per_second']:.3g}"])
-    return _table(["policy", "peak footprint MiB", "after-peak footprint MiB", "after-peak live MiB",
+    return _table(["policy", "peak footprint MiB", "after-peak footprint MiB", "after-peak heap-resident MiB",
+                   "after-peak live MiB",
                    "final footprint MiB", "final live MiB", "peak live MiB", "average footprint/live",
                    "final footprint/live", "replay events/s"], rows)
 
