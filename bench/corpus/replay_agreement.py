@@ -2,12 +2,18 @@
 llama-default replay of the shape's trace gives, beside what llamalloc's own statistics report for the shape run
 for real under it, and the verdicts `simulate`'s table, `report`'s headline and the README's rule give.
 
-    python3 bench/corpus/replay_agreement.py OUT [--scale small] [--repeat 3] [-w SHAPE ...]
+    python3 bench/corpus/replay_agreement.py OUT [--scale small] [--repeat 3] [--quiet-seconds S] [-w SHAPE ...]
 
 Per shape (default: the corpus group, bench/corpus/run.py's), each step skipped when its output exists in OUT:
 
 - trace: the shape under the tracer, as the corpus campaign traces it (`run._run_under_profiler`, mode trace) ->
   OUT/SHAPE.SCALE.trace; replayed under pages-2m, llama-oracle and llama-default -> OUT/SHAPE.SCALE.sim.json;
+Both with the same quiet phase after the load: `--quiet-seconds`, by default the corpus campaign's 5 s at small scale
+(docs/results/2026-11-28-corpus.md) and the workloads' own 10 s at default scale. A quiet phase of 2 s (the small
+scale's default) is short beside the passes that take a sparse heap down (an idle heap's spans are purged at its
+1st, 2nd, 4th and 8th idle pass, 2 s): the median would fall on that descent, in the replay and in each run at a
+different point of it.
+
 - real runs: the shape under libllamalloc.so, `--repeat` times, its statistics written every 0.1 s while it runs
   (LLAMALLOC_STATS_SIGNAL, docs/formats/stats.md) -> OUT/SHAPE.SCALE.real.json.
 
@@ -49,13 +55,15 @@ POLICIES = ("pages-2m", "llama-oracle", "llama-default")
 STATS_SIGNAL = workloads.STATS_SIGNAL
 SAMPLE_SECONDS = 0.1
 TOLERANCE = 0.10
+# The quiet phase per scale when --quiet-seconds is not given (None: the workloads' default for the scale).
+CAMPAIGN_QUIET_SECONDS = {"small": 5.0}
 
 
-def trace_and_replay(name: str, scale: str, out: Path) -> sim.SimResult:
+def trace_and_replay(name: str, scale: str, out: Path, quiet_seconds: float | None) -> sim.SimResult:
     trace, sim_json = out / f"{name}.{scale}.trace", out / f"{name}.{scale}.sim.json"
     if not trace.exists():
         print(f"agreement: tracing {name} ({scale})", file=sys.stderr, flush=True)
-        raws = corpus._run_under_profiler(name, scale, "trace", {})
+        raws = corpus._run_under_profiler(name, scale, "trace", {}, quiet_seconds)
         finish_trace(raws[-1], trace)
     if not sim_json.exists():
         print(f"agreement: replaying {name}", file=sys.stderr, flush=True)
@@ -108,7 +116,7 @@ class StatsSampler:
             self._thread.join()
 
 
-def real_run(name: str, scale: str, llamalloc: Allocator) -> dict:
+def real_run(name: str, scale: str, llamalloc: Allocator, quiet_seconds: float | None) -> dict:
     """One run under llamalloc: the after-peak medians of its statistics' samples."""
     w = workloads.get(name)
     workdir = Path(tempfile.mkdtemp(prefix=f"agreement-{name}-"))
@@ -117,7 +125,7 @@ def real_run(name: str, scale: str, llamalloc: Allocator) -> dict:
     env["LLAMALLOC_STATS_SIGNAL"] = STATS_SIGNAL
     sampler = StatsSampler(stats)
     try:
-        metrics = w.run(scale, env, workdir, on_start=sampler.start)
+        metrics = w.run(scale, env, workdir, on_start=sampler.start, quiet_seconds=quiet_seconds)
     finally:
         sampler.stop()
     s = sorted(sampler.samples)
@@ -131,12 +139,13 @@ def real_run(name: str, scale: str, llamalloc: Allocator) -> dict:
             "steady_rss_bytes": steady.get("rss_bytes"), "series": [list(x) for x in s]}
 
 
-def real_runs(name: str, scale: str, repeat: int, out: Path, llamalloc: Allocator) -> list[dict]:
+def real_runs(name: str, scale: str, repeat: int, out: Path, llamalloc: Allocator,
+              quiet_seconds: float | None) -> list[dict]:
     path = out / f"{name}.{scale}.real.json"
     runs = json.loads(path.read_text()) if path.exists() else []
     while len(runs) < repeat:
         print(f"agreement: {name} under llamalloc, run {len(runs) + 1}/{repeat}", file=sys.stderr, flush=True)
-        runs.append(real_run(name, scale, llamalloc))
+        runs.append(real_run(name, scale, llamalloc, quiet_seconds))
         path.write_text(json.dumps(runs, indent=1))
     return runs[:repeat]
 
@@ -166,9 +175,10 @@ def row(name: str, scale: str, result: sim.SimResult, runs: list[dict]) -> dict:
             "ratio": a["heap_resident_bytes"] / real if real else None, "verdicts": verdicts}
 
 
-def table(rows: list[dict], repeat: int) -> str:
-    out = [f"Replay: llama-default, after-peak medians. Real run: llamalloc's statistics every {SAMPLE_SECONDS} s, "
-           f"after-peak median per run, median of {repeat} runs. MiB.", "",
+def table(rows: list[dict], repeat: int, quiet_seconds: float | None) -> str:
+    quiet = "the scale's default" if quiet_seconds is None else f"{quiet_seconds:g} s"
+    out = [f"Quiet phase {quiet}. Replay: llama-default, after-peak medians. Real run: llamalloc's statistics every "
+           f"{SAMPLE_SECONDS} s, after-peak median per run, median of {repeat} runs. MiB.", "",
            "| shape | scale | replay footprint | replay heap-resident | real footprint | real heap-resident | "
            "replay / real | within 10% | verdict: simulate / report / README |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -189,7 +199,10 @@ def main() -> None:
     ap.add_argument("--scale", choices=workloads.SCALES, default="small")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("-w", "--workload", action="append", default=None, help="a shape (default: the corpus group)")
+    ap.add_argument("--quiet-seconds", type=float, default=None,
+                    help="the quiet phase after the load (default: 5 at small scale, the scale's own at default)")
     a = ap.parse_args()
+    quiet = a.quiet_seconds if a.quiet_seconds is not None else CAMPAIGN_QUIET_SECONDS.get(a.scale)
     if a.repeat < 1:
         sys.exit("agreement: --repeat must be at least 1")
     names = workloads.expand(a.workload or ["corpus"])
@@ -201,11 +214,11 @@ def main() -> None:
     rows = []
     for n in names:
         try:
-            result = trace_and_replay(n, a.scale, a.out)
-            rows.append(row(n, a.scale, result, real_runs(n, a.scale, a.repeat, a.out, llamalloc)))
+            result = trace_and_replay(n, a.scale, a.out, quiet)
+            rows.append(row(n, a.scale, result, real_runs(n, a.scale, a.repeat, a.out, llamalloc, quiet)))
         except (RuntimeError, workloads.WorkloadMissing, workloads.WorkloadFailed) as e:
             print(f"agreement: {n}: {e}", file=sys.stderr, flush=True)
-    text = table(rows, a.repeat)
+    text = table(rows, a.repeat, quiet)
     (a.out / f"agreement-{a.scale}.md").write_text(text)
     print(text)
 

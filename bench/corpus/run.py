@@ -65,15 +65,17 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("LLAMALLOC_")}
 
 
-def _run_under_profiler(name: str, scale: str, mode: str, extra: dict[str, str]) -> list[Path]:
-    """Runs the shape's measured process under libllamalloc_prof.so in `mode`; the raw files it wrote, largest
-    last (the process that allocated most: the shape's own)."""
+def _run_under_profiler(name: str, scale: str, mode: str, extra: dict[str, str],
+                        quiet_seconds: float | None = None) -> list[Path]:
+    """Runs the shape's measured process under libllamalloc_prof.so in `mode` (its quiet phase `quiet_seconds`
+    long; None: the scale's default); the raw files it wrote, largest last (the process that allocated most: the
+    shape's own)."""
     w = workloads.get(name)
     raw_dir = Path(tempfile.mkdtemp(prefix=f"corpus-{name}-{mode}-"))
     env = _clean_env()
     env.update({"LD_PRELOAD": str(paths.native_library("libllamalloc_prof.so")), "LLAMALLOC_PROF_MODE": mode,
                 "LLAMALLOC_PROF_OUTPUT": str(raw_dir / "raw.%p"), **extra})
-    w.run(scale, env, Path(tempfile.mkdtemp(prefix=f"corpus-{name}-run-")))
+    w.run(scale, env, Path(tempfile.mkdtemp(prefix=f"corpus-{name}-run-")), quiet_seconds=quiet_seconds)
     raws = sorted((p for p in raw_dir.glob("raw.*") if not p.name.endswith(".tmp")), key=lambda p: p.stat().st_size)
     if not raws:
         raise RuntimeError(f"{name}: the profiler wrote nothing in {mode} mode")

@@ -35,9 +35,9 @@ def shape(tmp_path_factory):
         pytest.skip(str(e))
     agreement = _agreement()
     out = tmp_path_factory.mktemp("heap-resident")
-    result = agreement.trace_and_replay(SHAPE, "small", out)
+    result = agreement.trace_and_replay(SHAPE, "small", out, None)
     llamalloc = Allocator("llamalloc", paths.native_library("libllamalloc.so"))
-    runs = agreement.real_runs(SHAPE, "small", 3, out, llamalloc)
+    runs = agreement.real_runs(SHAPE, "small", 3, out, llamalloc, None)
     return out, result, runs
 
 

@@ -54,16 +54,17 @@ struct LlamaOptions {
   // (alloc/heap_config.h), so the replay places as the library would under them. The replay keeps all eight
   // classes (CLASSES is not read) and has no page cache (the free huge pages it would keep are not in the
   // footprint). The sweeper's passes run at the library's SWEEP_MS default, from SWEEPER_FROM_MIB as the library
-  // starts its sweeper for a single thread (LlamaPolicy::run_passes).
+  // starts its sweeper for a single thread (LlamaPolicy::sweeper_pass, after_event).
   Options heap_options;
   // -1: llama-oracle (each object's true class). 0..7: llama-default, every object in this class, which is
   // what libllamalloc.so does without a model (LLAMALLOC_DEFAULT_CLASS).
   int fixed_class = -1;
   // Set: llama-model or llama-online, each object in the class this source gives (fixed_class is then ignored).
   std::shared_ptr<ClassSource> class_source;
-  // A thread with no event for this long gives its empty spans back (release_all), as a thread that exits does (a
-  // trace has no thread-exit events); the sweeper's passes (LlamaPolicy::run_passes) come besides. 0 keeps every
-  // thread's spans to the end and runs no pass (a replay of the heap's placement alone).
+  // Once the sweeper runs, a thread with no event for this long gives its empty spans back (release_all), as a
+  // thread that exits does (a trace has no thread-exit events); the sweeper's passes come besides
+  // (LlamaPolicy::sweeper_pass). 0 keeps every thread's spans to the end and runs no pass (a replay of the heap's
+  // placement alone).
   uint64_t thread_idle_ns = 500'000'000;
   // Heap maps (as the LLAMA paper's Figure 6) at these trace times, and at the end.
   std::vector<uint64_t> snapshot_times_ns;

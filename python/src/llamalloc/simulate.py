@@ -120,10 +120,13 @@ def conclusion(result: SimResult, trace_name: str, profile_every_allocation: boo
     text = _verdict(p, oracle, base, trace_name, profile_every_allocation)
     default = p.get("llama-default")
     if text is not None and default is not None:
+        # After the verdict's first sentence: what llamalloc without a model keeps, and of it what is resident.
         a = default.after_peak()
-        text += (f" llamalloc without a model (llama-default) keeps {_mib_text(a['footprint_bytes'])} MiB of huge "
-                 f"pages after the peak, {_mib_text(a['heap_resident_bytes'])} MiB of them heap-resident (less what "
-                 "its sweeper subreleased and purged).")
+        first, rest = text.split(" this program.", 1)
+        text = (f"{first} this program. llamalloc without a model (llama-default) keeps "
+                f"{_mib_text(a['footprint_bytes'])} MiB of huge pages after the peak, "
+                f"{_mib_text(a['heap_resident_bytes'])} MiB of them heap-resident (less what its sweeper subreleased "
+                f"and purged).{rest}")
     return text
 
 
