@@ -6,24 +6,26 @@ for real under it, and the verdicts `simulate`'s table, `report`'s headline and 
 
 Per shape (default: the corpus group, bench/corpus/run.py's), each step skipped when its output exists in OUT:
 
-- trace: the shape under the tracer, as the corpus campaign traces it (`run._run_under_profiler`, mode trace) ->
-  OUT/SHAPE.SCALE.trace; replayed under pages-2m, llama-oracle and llama-default -> OUT/SHAPE.SCALE.sim.json;
+- traces: the shape under the tracer, as the corpus campaign traces it (`run._run_under_profiler`, mode trace),
+  `--repeat` times -> OUT/SHAPE.SCALE.K.trace, each replayed under pages-2m, llama-oracle and llama-default ->
+  OUT/SHAPE.SCALE.K.sim.json (a shape's runs differ: its threads interleave and its clock runs at its own pace, so
+  one trace is one sample, as one run is);
+- real runs: the shape under libllamalloc.so, `--repeat` times, its statistics written every 0.1 s while it runs
+  (LLAMALLOC_STATS_SIGNAL, docs/formats/stats.md) -> OUT/SHAPE.SCALE.real.json.
+
 Both with the same quiet phase after the load: `--quiet-seconds`, by default the corpus campaign's 5 s at small scale
 (docs/results/2026-11-28-corpus.md) and the workloads' own 10 s at default scale. A quiet phase of 2 s (the small
 scale's default) is short beside the passes that take a sparse heap down (an idle heap's spans are purged at its
 1st, 2nd, 4th and 8th idle pass, 2 s): the median would fall on that descent, in the replay and in each run at a
 different point of it.
 
-- real runs: the shape under libllamalloc.so, `--repeat` times, its statistics written every 0.1 s while it runs
-  (LLAMALLOC_STATS_SIGNAL, docs/formats/stats.md) -> OUT/SHAPE.SCALE.real.json.
-
 Heap-resident is the footprint less the bytes subreleased and span-purged inside it (the statistics'
 footprint_bytes - subreleased_bytes - span_purged_bytes; the replay's heap_resident_bytes). Both sides take the
 median over the after-peak window (`llamalloc.after_peak`, docs/bench.md "After the peak") of their own samples,
-the window found on their live bytes; the real figure is the median of the runs'. The verdicts: `simulate`'s table
-line and `report`'s headline (`simulate.conclusion`, read for "can help" or "would not help"), and the README's rule
-applied to the table's after-peak column (the oracle at least 10% below pages-2m). OUT/agreement-SCALE.md gets the
-table, which is also printed.
+the window found on their live bytes; each side's figure is the median of its traces' or runs'. The verdicts, of
+the trace whose replay gives the median: `simulate`'s table line and `report`'s headline (`simulate.conclusion`,
+read for "can help" or "would not help"), and the README's rule applied to the table's after-peak column (the
+oracle at least 10% below pages-2m). OUT/agreement-SCALE.md gets the table, which is also printed.
 """
 from __future__ import annotations
 
@@ -59,14 +61,15 @@ TOLERANCE = 0.10
 CAMPAIGN_QUIET_SECONDS = {"small": 5.0}
 
 
-def trace_and_replay(name: str, scale: str, out: Path, quiet_seconds: float | None) -> sim.SimResult:
-    trace, sim_json = out / f"{name}.{scale}.trace", out / f"{name}.{scale}.sim.json"
+def trace_and_replay(name: str, scale: str, out: Path, quiet_seconds: float | None, k: int) -> sim.SimResult:
+    """The shape's k-th trace (its runs differ: threads interleave, the clock runs at its own pace) and its replay."""
+    trace, sim_json = out / f"{name}.{scale}.{k}.trace", out / f"{name}.{scale}.{k}.sim.json"
     if not trace.exists():
-        print(f"agreement: tracing {name} ({scale})", file=sys.stderr, flush=True)
+        print(f"agreement: tracing {name} ({scale}, trace {k})", file=sys.stderr, flush=True)
         raws = corpus._run_under_profiler(name, scale, "trace", {}, quiet_seconds)
         finish_trace(raws[-1], trace)
     if not sim_json.exists():
-        print(f"agreement: replaying {name}", file=sys.stderr, flush=True)
+        print(f"agreement: replaying {trace.name}", file=sys.stderr, flush=True)
         sim.simulate(trace, POLICIES, sim_json)
     return sim.load(sim_json)
 
@@ -164,32 +167,47 @@ def readme_rule(result: sim.SimResult) -> str:
     return "can help" if b and (b - o) / b >= sim.HELPS_SHARE else "would not help"
 
 
-def row(name: str, scale: str, result: sim.SimResult, runs: list[dict]) -> dict:
-    a = result.policies["llama-default"].after_peak()
-    real = statistics.median(r["heap_resident_bytes"] for r in runs)
-    table_line = [line for line in summary_table(result).splitlines() if line.startswith(f"{name}.{scale}.trace: ")]
-    verdicts = (verdict_of(table_line[0] if table_line else None),
-                verdict_of(sim_conclusion(result, f"{name}.{scale}.trace")), readme_rule(result))
-    return {"shape": name, "scale": scale, "footprint": a["footprint_bytes"], "replay": a["heap_resident_bytes"],
-            "real": real, "real_footprint": statistics.median(r["footprint_bytes"] for r in runs),
-            "ratio": a["heap_resident_bytes"] / real if real else None, "verdicts": verdicts}
+def row(name: str, scale: str, results: list[sim.SimResult], runs: list[dict]) -> dict:
+    """The replays' median heap-resident bytes after the peak against the runs'; the verdicts of the replay whose
+    figure is the median."""
+    resident = [r.policies["llama-default"].after_peak()["heap_resident_bytes"] for r in results]
+    middle = results[sorted(range(len(results)), key=lambda i: resident[i])[(len(results) - 1) // 2]]
+    trace_name = Path(middle.trace).name
+    real = [r["heap_resident_bytes"] for r in runs]
+    table_line = [line for line in summary_table(middle).splitlines() if line.startswith(f"{trace_name}: ")]
+    verdicts = (verdict_of(table_line[0] if table_line else None), verdict_of(sim_conclusion(middle, trace_name)),
+                readme_rule(middle))
+    replay, measured = statistics.median(resident), statistics.median(real)
+    return {"shape": name, "scale": scale,
+            "footprint": statistics.median(r.policies["llama-default"].after_peak()["footprint_bytes"]
+                                           for r in results),
+            "replay": replay, "replay_range": (min(resident), max(resident)), "real": measured,
+            "real_range": (min(real), max(real)),
+            "real_footprint": statistics.median(r["footprint_bytes"] for r in runs),
+            "ratio": replay / measured if measured else None, "verdicts": verdicts}
 
 
 def table(rows: list[dict], repeat: int, quiet_seconds: float | None) -> str:
     quiet = "the scale's default" if quiet_seconds is None else f"{quiet_seconds:g} s"
-    out = [f"Quiet phase {quiet}. Replay: llama-default, after-peak medians. Real run: llamalloc's statistics every "
-           f"{SAMPLE_SECONDS} s, after-peak median per run, median of {repeat} runs. MiB.", "",
+    out = [f"Quiet phase {quiet}. Replay: llama-default, after-peak medians, median of {repeat} traces. Real run: "
+           f"llamalloc's statistics every {SAMPLE_SECONDS} s, after-peak median per run, median of {repeat} runs. "
+           "Heap-resident: footprint less subreleased and span-purged bytes. MiB; the range of the traces or runs "
+           "in brackets.", "",
            "| shape | scale | replay footprint | replay heap-resident | real footprint | real heap-resident | "
            "replay / real | within 10% | verdict: simulate / report / README |",
            "|---|---|---|---|---|---|---|---|---|"]
+
+    def span(lo_hi) -> str:
+        return f"[{lo_hi[0] / MiB:.1f}-{lo_hi[1] / MiB:.1f}]"
+
     for r in rows:
         ok = r["ratio"] is not None and abs(r["ratio"] - 1) <= TOLERANCE
         v = r["verdicts"]
         agree = "same" if len(set(v)) == 1 else "DIFFER"
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        out.append(f"| {r['shape']} | {r['scale']} | {r['footprint'] / MiB:.1f} | {r['replay'] / MiB:.1f} | "
-                   f"{r['real_footprint'] / MiB:.1f} | {r['real'] / MiB:.1f} | {ratio} | {'yes' if ok else 'NO'} | "
-                   f"{v[0]} / {v[1]} / {v[2]} ({agree}) |")
+        out.append(f"| {r['shape']} | {r['scale']} | {r['footprint'] / MiB:.1f} | {r['replay'] / MiB:.1f} "
+                   f"{span(r['replay_range'])} | {r['real_footprint'] / MiB:.1f} | {r['real'] / MiB:.1f} "
+                   f"{span(r['real_range'])} | {ratio} | {'yes' if ok else 'NO'} | {v[0]} / {v[1]} / {v[2]} ({agree}) |")
     return "\n".join(out) + "\n"
 
 
@@ -214,8 +232,8 @@ def main() -> None:
     rows = []
     for n in names:
         try:
-            result = trace_and_replay(n, a.scale, a.out, quiet)
-            rows.append(row(n, a.scale, result, real_runs(n, a.scale, a.repeat, a.out, llamalloc, quiet)))
+            results = [trace_and_replay(n, a.scale, a.out, quiet, k) for k in range(1, a.repeat + 1)]
+            rows.append(row(n, a.scale, results, real_runs(n, a.scale, a.repeat, a.out, llamalloc, quiet)))
         except (RuntimeError, workloads.WorkloadMissing, workloads.WorkloadFailed) as e:
             print(f"agreement: {n}: {e}", file=sys.stderr, flush=True)
     text = table(rows, a.repeat, quiet)

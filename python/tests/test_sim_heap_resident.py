@@ -35,7 +35,7 @@ def shape(tmp_path_factory):
         pytest.skip(str(e))
     agreement = _agreement()
     out = tmp_path_factory.mktemp("heap-resident")
-    result = agreement.trace_and_replay(SHAPE, "small", out, None)
+    result = agreement.trace_and_replay(SHAPE, "small", out, None, 1)
     llamalloc = Allocator("llamalloc", paths.native_library("libllamalloc.so"))
     runs = agreement.real_runs(SHAPE, "small", 3, out, llamalloc, None)
     return out, result, runs
@@ -52,7 +52,7 @@ def test_pages_gone_sparse_after_the_peak_are_heap_resident_below_the_footprint(
     # A policy that gives back nothing inside its pages: heap-resident is its footprint.
     pages = result.policies["pages-2m"].timeline
     assert (pages["heap_resident_bytes"] == pages["footprint_bytes"]).all()
-    header = (out / f"{SHAPE}.small.sim.timeline.csv").read_text().splitlines()[0]
+    header = (out / f"{SHAPE}.small.1.sim.timeline.csv").read_text().splitlines()[0]
     assert header.startswith("policy,time_ns,live_bytes,footprint_bytes,heap_resident_bytes")
 
 
@@ -65,7 +65,7 @@ def test_the_replays_heap_resident_bytes_match_the_real_runs_statistics_within_1
 
 def test_simulates_table_labels_the_heap_resident_column(shape, capsys):
     out, _, _ = shape
-    assert main(["simulate", str(out / f"{SHAPE}.small.trace"), "-p", "llama-default", "-o",
+    assert main(["simulate", str(out / f"{SHAPE}.small.1.trace"), "-p", "llama-default", "-o",
                  str(out / "again.sim.json")]) == 0
     text = capsys.readouterr().out
     assert "heap-resident MiB" in text and "heap-resident: the after-peak footprint less" in text

@@ -212,15 +212,17 @@ void LlamaPolicy::release_idle_threads() {
   }
 }
 
-void LlamaPolicy::sweep_heap(ThreadHeap& heap, uint32_t& seen_ops, uint32_t& idle_ticks) {
+bool LlamaPolicy::sweep_due(ThreadHeap& heap, uint32_t& seen_ops, uint32_t& idle_ticks) {
   uint32_t ops = heap.slow_ops.load(std::memory_order_relaxed);
   bool changed = ops != seen_ops;
   seen_ops = ops;
   idle_ticks = changed ? 0 : idle_ticks + 1;
   bool due = idle_ticks % 8 == 0 || (idle_ticks & (idle_ticks - 1)) == 0;  // collect.cc, sweep_due
-  if (!changed && !due && heap.notify.load(std::memory_order_relaxed) == nullptr &&
-      heap.batch_span.load(std::memory_order_relaxed) == nullptr)
-    return;
+  return changed || due || heap.notify.load(std::memory_order_relaxed) != nullptr ||
+         heap.batch_span.load(std::memory_order_relaxed) != nullptr;
+}
+
+void LlamaPolicy::sweep_heap(ThreadHeap& heap, uint32_t& idle_ticks) {
   tl_heap = &heap;
   ThreadHeapOps::release_all(*page_heap_, heap);
   // Frees went on into its sparse spans since the last look: again at the next pass, whatever its idle count.
@@ -230,11 +232,19 @@ void LlamaPolicy::sweep_heap(ThreadHeap& heap, uint32_t& seen_ops, uint32_t& idl
 
 void LlamaPolicy::sweeper_pass() {
   // sweeper_main's pass, in its order, through the library's own functions: the idle sweep of the thread heaps
-  // (their empty spans back, their idle sparse spans purged) and of the shared heap, then the open pages that
-  // stayed empty since the last pass, then subrelease. (collapse_dense_pages changes which pages are huge, not
-  // what the heap holds; the predictor's trim is the class source's on_sweep.)
-  for (ThreadState& t : threads_) sweep_heap(*t.heap, t.seen_ops, t.idle_ticks);
-  if (page_heap_->shared_heap() == shared_heap_.get()) sweep_heap(*shared_heap_, shared_seen_ops_, shared_idle_ticks_);
+  // (sweep_idle_heaps: the remote-free batches of the heaps it sweeps pushed first, since a batch frees into other
+  // heaps' spans, which the sweep then takes in; then each one's empty spans back and its idle sparse spans purged)
+  // and of the shared heap, then the open pages that stayed empty since the last pass, then subrelease.
+  // (collapse_dense_pages changes which pages are huge, not what the heap holds; the predictor's trim is the class
+  // source's on_sweep.)
+  std::vector<uint32_t> due;
+  for (uint32_t i = 0; i < threads_.size(); ++i)
+    if (sweep_due(*threads_[i].heap, threads_[i].seen_ops, threads_[i].idle_ticks)) due.push_back(i);
+  for (uint32_t i : due) ThreadHeapOps::flush_remote_batch(*threads_[i].heap);
+  for (uint32_t i : due) sweep_heap(*threads_[i].heap, threads_[i].idle_ticks);
+  if (page_heap_->shared_heap() == shared_heap_.get() &&
+      sweep_due(*shared_heap_, shared_seen_ops_, shared_idle_ticks_))
+    sweep_heap(*shared_heap_, shared_idle_ticks_);
   page_heap_->release_empty_open_pages(false);
   page_heap_->subrelease_free_blocks(false);
 }

@@ -112,10 +112,12 @@ class LlamaPolicy final : public Policy {
   // After an event of `t`'s thread: the slow paths' passes of a process without a sweeper thread
   // (run_inline_passes), and the start of the sweeper.
   void after_event(uint32_t t, uint32_t slow_ops_before);
-  // The library's idle sweep of one heap (collect.cc, sweep_idle_heaps and sweep_shared_heap): its empty spans
-  // back and its idle sparse spans purged, when its owner ran a slow path since the last pass, a free notified it,
-  // it holds a remote-free batch, or on its 1st, 2nd and 4th idle pass and every 8th after.
-  void sweep_heap(ThreadHeap& heap, uint32_t& seen_ops, uint32_t& idle_ticks);
+  // The library's idle sweep (collect.cc, sweep_idle_heaps and sweep_shared_heap): a heap is swept when its owner
+  // ran a slow path since the last pass, a free notified it, it holds a remote-free batch, or on its 1st, 2nd and
+  // 4th idle pass and every 8th after (sweep_due, which counts the pass); a sweep gives its empty spans back and
+  // purges its idle sparse spans (sweep_heap).
+  bool sweep_due(ThreadHeap& heap, uint32_t& seen_ops, uint32_t& idle_ticks);
+  void sweep_heap(ThreadHeap& heap, uint32_t& idle_ticks);
   // The sweeper thread starts (once; not while thread_idle_ns is 0): its first pass a period later.
   void start_sweeper();
 
