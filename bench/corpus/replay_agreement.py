@@ -6,12 +6,15 @@ for real under it, and the verdicts `simulate`'s table, `report`'s headline and 
 
 Per shape (default: the corpus group, bench/corpus/run.py's), each step skipped when its output exists in OUT:
 
-- traces: the shape under the tracer, as the corpus campaign traces it (`run._run_under_profiler`, mode trace),
+- traces (after the runs): the shape under the tracer, as the corpus campaign traces it (`run._run_under_profiler`, mode trace),
   `--repeat` times -> OUT/SHAPE.SCALE.K.trace, each replayed under pages-2m, llama-oracle and llama-default ->
   OUT/SHAPE.SCALE.K.sim.json (a shape's runs differ: its threads interleave and its clock runs at its own pace, so
   one trace is one sample, as one run is);
 - real runs: the shape under libllamalloc.so, `--repeat` times, its statistics written every 0.1 s while it runs
-  (LLAMALLOC_STATS_SIGNAL, docs/formats/stats.md) -> OUT/SHAPE.SCALE.real.json.
+  (LLAMALLOC_STATS_SIGNAL, docs/formats/stats.md), and its threads counted -> OUT/SHAPE.SCALE.real.json. A
+  process with more than one thread (besides llamalloc's sweeper) is replayed with `--other-threads`: a thread
+  that never allocates (redis-server's background threads) is in no trace, yet the library starts its sweeper
+  for it.
 
 Both with the same quiet phase after the load: `--quiet-seconds`, by default the corpus campaign's 5 s at small scale
 (docs/results/2026-11-28-corpus.md) and the workloads' own 10 s at default scale. A quiet phase of 2 s (the small
@@ -61,8 +64,10 @@ TOLERANCE = 0.10
 CAMPAIGN_QUIET_SECONDS = {"small": 5.0}
 
 
-def trace_and_replay(name: str, scale: str, out: Path, quiet_seconds: float | None, k: int) -> sim.SimResult:
-    """The shape's k-th trace (its runs differ: threads interleave, the clock runs at its own pace) and its replay."""
+def trace_and_replay(name: str, scale: str, out: Path, quiet_seconds: float | None, k: int,
+                     other_threads: bool) -> sim.SimResult:
+    """The shape's k-th trace (its runs differ: threads interleave, the clock runs at its own pace) and its replay;
+    `other_threads`: the process has threads that the trace may not show (`simulate --other-threads`)."""
     trace, sim_json = out / f"{name}.{scale}.{k}.trace", out / f"{name}.{scale}.{k}.sim.json"
     if not trace.exists():
         print(f"agreement: tracing {name} ({scale}, trace {k})", file=sys.stderr, flush=True)
@@ -70,8 +75,19 @@ def trace_and_replay(name: str, scale: str, out: Path, quiet_seconds: float | No
         finish_trace(raws[-1], trace)
     if not sim_json.exists():
         print(f"agreement: replaying {trace.name}", file=sys.stderr, flush=True)
-        sim.simulate(trace, POLICIES, sim_json)
+        sim.simulate(trace, POLICIES, sim_json, other_threads=other_threads)
     return sim.load(sim_json)
+
+
+def program_threads(pid: int) -> int:
+    """The threads of a running process, without llamalloc's sweeper thread (0 once it is gone)."""
+    n = 0
+    for comm in glob.glob(f"/proc/{pid}/task/*/comm"):
+        try:
+            n += Path(comm).read_text().strip() != "llamalloc-sweep"
+        except OSError:
+            pass
+    return n
 
 
 class StatsSampler:
@@ -83,6 +99,8 @@ class StatsSampler:
         base = str(stats_path)[:-len(".json")]
         self.pattern = glob.escape(base) + ".signal-*.json"
         self.samples: list[tuple[float, int, int, int]] = []
+        # The most threads the process had at once, besides llamalloc's sweeper.
+        self.threads = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -97,6 +115,7 @@ class StatsSampler:
                     return
                 self._stop.wait(SAMPLE_SECONDS)
                 self._collect(time.monotonic() - begun)
+                self.threads = max(self.threads, program_threads(pid))
 
         self._thread = threading.Thread(target=loop, daemon=True)
         self._thread.start()
@@ -137,7 +156,7 @@ def real_run(name: str, scale: str, llamalloc: Allocator, quiet_seconds: float |
     resident = [x[2] - x[3] for x in s][win.slice]
     footprint = [x[2] for x in s][win.slice]
     steady = metrics.get("steady_state") or {}
-    return {"samples": len(s), "window_s": [t[win.start], t[win.stop - 1]] if len(win) else None,
+    return {"samples": len(s), "threads": sampler.threads, "window_s": [t[win.start], t[win.stop - 1]] if len(win) else None,
             "heap_resident_bytes": after_peak.median(resident), "footprint_bytes": after_peak.median(footprint),
             "steady_rss_bytes": steady.get("rss_bytes"), "series": [list(x) for x in s]}
 
@@ -146,6 +165,13 @@ def real_runs(name: str, scale: str, repeat: int, out: Path, llamalloc: Allocato
               quiet_seconds: float | None) -> list[dict]:
     path = out / f"{name}.{scale}.real.json"
     runs = json.loads(path.read_text()) if path.exists() else []
+    if runs and any("threads" not in r for r in runs):
+        # Runs recorded without their thread count: one more run tells it (its figures are not used).
+        print(f"agreement: {name} under llamalloc, its threads", file=sys.stderr, flush=True)
+        threads = real_run(name, scale, llamalloc, quiet_seconds)["threads"]
+        for r in runs:
+            r.setdefault("threads", threads)
+        path.write_text(json.dumps(runs, indent=1))
     while len(runs) < repeat:
         print(f"agreement: {name} under llamalloc, run {len(runs) + 1}/{repeat}", file=sys.stderr, flush=True)
         runs.append(real_run(name, scale, llamalloc, quiet_seconds))
@@ -232,8 +258,10 @@ def main() -> None:
     rows = []
     for n in names:
         try:
-            results = [trace_and_replay(n, a.scale, a.out, quiet, k) for k in range(1, a.repeat + 1)]
-            rows.append(row(n, a.scale, results, real_runs(n, a.scale, a.repeat, a.out, llamalloc, quiet)))
+            runs = real_runs(n, a.scale, a.repeat, a.out, llamalloc, quiet)
+            other_threads = max(r["threads"] for r in runs) > 1
+            results = [trace_and_replay(n, a.scale, a.out, quiet, k, other_threads) for k in range(1, a.repeat + 1)]
+            rows.append(row(n, a.scale, results, runs))
         except (RuntimeError, workloads.WorkloadMissing, workloads.WorkloadFailed) as e:
             print(f"agreement: {n}: {e}", file=sys.stderr, flush=True)
     text = table(rows, a.repeat, quiet)

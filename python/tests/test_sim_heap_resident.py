@@ -35,9 +35,10 @@ def shape(tmp_path_factory):
         pytest.skip(str(e))
     agreement = _agreement()
     out = tmp_path_factory.mktemp("heap-resident")
-    result = agreement.trace_and_replay(SHAPE, "small", out, None, 1)
     llamalloc = Allocator("llamalloc", paths.native_library("libllamalloc.so"))
     runs = agreement.real_runs(SHAPE, "small", 3, out, llamalloc, None)
+    assert min(r["threads"] for r in runs) > 1  # four threads: the replay's sweeper runs from its second
+    result = agreement.trace_and_replay(SHAPE, "small", out, None, 1, False)
     return out, result, runs
 
 

@@ -161,6 +161,7 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
   // trace's second thread on (heap_for).
   shared_heap_ = std::make_unique<ThreadHeap>();
   std::sort(options_.snapshot_times_ns.begin(), options_.snapshot_times_ns.end());
+  if (options_.other_threads) start_sweeper();
 }
 
 LlamaPolicy::~LlamaPolicy() = default;

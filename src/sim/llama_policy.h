@@ -66,6 +66,10 @@ struct LlamaOptions {
   // (LlamaPolicy::sweeper_pass). 0 keeps every thread's spans to the end and runs no pass (a replay of the heap's
   // placement alone).
   uint64_t thread_idle_ns = 500'000'000;
+  // The traced process had threads besides those of the trace from its start (a trace shows only the threads
+  // that allocate): the library starts its sweeper thread for them (sweeper.cc, process_has_other_threads), so
+  // the replay runs the sweeper's passes from the start, whatever its threads and footprint.
+  bool other_threads = false;
   // Heap maps (as the LLAMA paper's Figure 6) at these trace times, and at the end.
   std::vector<uint64_t> snapshot_times_ns;
 };

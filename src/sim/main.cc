@@ -1,7 +1,7 @@
 // llamalloc-sim: replays a trace through placement policies (called by `llamalloc simulate`).
 //   llamalloc-sim TRACE --policy P [--policy P ...] --out FILE.json [--timeline FILE.csv]
 //                 [--interval-ms N] [--mesh-period-ms N] [--seed N] [--option NAME=VALUE ...]
-//                 [--thread-idle-ms N] [--snapshot-ms T ...] [--quiet]
+//                 [--thread-idle-ms N] [--other-threads] [--snapshot-ms T ...] [--quiet]
 //                 [--search NAME=V1,V2,... ...] [--jobs N]   (llama-oracle-best)
 //                 [--model MODEL [--tokens FILE] [--predict-log FILE]]   (llama-model)
 //   --option: any option of the library's table (LLAMALLOC_NAME; sim/heap_options.h), repeatable; --heap-option is
@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
         search.jobs = static_cast<unsigned>(jobs);
       } else if (a == "--thread-idle-ms") {
         settings.thread_idle_ns = static_cast<uint64_t>(parse_ms(a, value()) * 1e6);
+      } else if (a == "--other-threads") {
+        settings.other_threads = true;
       } else if (a == "--seed") {
         settings.seed = parse_number(a, value());
       } else if (a == "--snapshot-ms") {

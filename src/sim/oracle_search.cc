@@ -181,6 +181,7 @@ class Search {
     o.heap_options = options_of(settings_.heap_options, candidates_[index].values);
     o.snapshot_times_ns = settings_.snapshot_times_ns;
     o.thread_idle_ns = settings_.thread_idle_ns;
+    o.other_threads = settings_.other_threads;
     LlamaPolicy policy(o);
     RunResult r = replay(source, policy, options_, classes_);
     std::lock_guard<std::mutex> lock(mutex_);

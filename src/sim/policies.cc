@@ -50,6 +50,7 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySetting
     o.snapshot_times_ns = settings.snapshot_times_ns;
     o.heap_options = settings.heap_options;
     o.thread_idle_ns = settings.thread_idle_ns;
+    o.other_threads = settings.other_threads;
     return std::make_unique<LlamaPolicy>(o);
   }
   if (name == "llama-model") {
@@ -59,6 +60,7 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySetting
     o.snapshot_times_ns = settings.snapshot_times_ns;
     o.heap_options = settings.heap_options;
     o.thread_idle_ns = settings.thread_idle_ns;
+    o.other_threads = settings.other_threads;
     std::string warning;
     auto policy = make_model_policy(o, settings.model, *settings.stacks, &warning);
     if (!warning.empty() && settings.warn) settings.warn(warning);
@@ -70,6 +72,7 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySetting
     o.snapshot_times_ns = settings.snapshot_times_ns;
     o.heap_options = settings.heap_options;
     o.thread_idle_ns = settings.thread_idle_ns;
+    o.other_threads = settings.other_threads;
     // The library under LLAMALLOC_LEARN=1 without a model: DEFAULT_CLASS until a context's evidence decides it.
     o.class_source = std::make_shared<OnlineClassSource>(settings.heap_options, *settings.stacks, nullptr, nullptr);
     return std::make_unique<LlamaPolicy>(o);

@@ -17,6 +17,7 @@ struct PolicySettings {
   uint64_t mesh_period_ns = 100'000'000;
   Options heap_options;                   // llama policies: the library's options (sim/heap_options.h)
   uint64_t thread_idle_ns = 500'000'000;  // llama policies: see LlamaOptions
+  bool other_threads = false;             // llama policies: see LlamaOptions
   std::vector<uint64_t> snapshot_times_ns;  // heap snapshots (llama policies)
   ModelOptions model;                        // llama-model: the model and its token tables
   const TraceStacks* stacks = nullptr;       // llama-model: the trace's stacks and mappings

@@ -277,6 +277,46 @@ TEST(LlamaPolicy, SpansOfAnIdleThreadThatOtherThreadsEmptyGoBackAtTheSweepersPer
   EXPECT_LE(r.summary.final_footprint_bytes, k2M) << "thread 1's emptied spans keep their huge pages";
 }
 
+// One thread fills 8 MiB with 256 B objects and frees all but one in 256 at once, then stays quiet for 4 s: its
+// pages go sparse. Run by the sweeper's passes (the process had other threads, LlamaOptions::other_threads), the
+// replay gives back the free blocks of those pages in the quiet phase (subrelease) and reports heap-resident bytes
+// far below the footprint; without a sweeper thread (a single-threaded process with a small heap) no slow path, hence
+// no pass, follows the drop, and the pages stay resident, as in the process.
+RunResult sparse_after_the_peak(bool other_threads) {
+  std::vector<Event> events;
+  constexpr uint64_t kObjects = 32768;
+  for (uint64_t i = 0; i < kObjects; ++i) events.push_back(testing::alloc_event(i * 20'000, 0x100000 + 256 * i, 256));
+  for (uint64_t i = 0; i < kObjects; ++i)
+    if (i % 256 != 0) events.push_back(testing::free_event(1000 * testing::kMs + i * 10, 0x100000 + 256 * i));
+  events.push_back(testing::alloc_event(5000 * testing::kMs, 0x10000000, 64));  // the trace's end
+  LlamaOptions options;
+  options.fixed_class = 1;
+  options.other_threads = other_threads;
+  LlamaPolicy policy(options);
+  VectorEventSource source(events);
+  return replay(source, policy, EngineOptions{100 * testing::kMs});
+}
+
+double extra(const RunResult& r, const std::string& name) {
+  for (auto& [n, value] : r.extras)
+    if (n == name) return value;
+  return -1;
+}
+
+TEST(LlamaPolicy, PagesGoneSparseAfterThePeakAreHeapResidentBelowTheFootprintOnceTheSweepersPassesRun) {
+  RunResult swept = sparse_after_the_peak(true);
+  EXPECT_EQ(extra(swept, "sweeper_started"), 1);
+  EXPECT_GT(extra(swept, "blocks_subreleased") + extra(swept, "span_pages_purged"), 0);
+  EXPECT_GE(swept.summary.after_peak_footprint_bytes, 4 * k2M);
+  EXPECT_LT(swept.summary.after_peak_heap_resident_bytes, swept.summary.after_peak_footprint_bytes / 4);
+  EXPECT_LE(swept.summary.final_heap_resident_bytes, swept.summary.final_footprint_bytes);
+  for (const TimelineSample& s : swept.timeline) EXPECT_LE(s.heap_resident_bytes, s.footprint_bytes);
+
+  RunResult alone = sparse_after_the_peak(false);
+  EXPECT_EQ(extra(alone, "sweeper_started"), 0);
+  EXPECT_GE(alone.summary.after_peak_heap_resident_bytes, alone.summary.after_peak_footprint_bytes * 9 / 10);
+}
+
 }  // namespace
 }  // namespace llamalloc::sim
 

@@ -278,6 +278,7 @@ class Settings:
     mesh_period_ms: float = 100.0      # how often the mesh policies mesh
     seed: int = 1                      # randomness of the mesh policies
     thread_idle_ms: float = 500.0      # llama policies: an idle traced thread gives its empty spans back; 0: never
+    other_threads: bool = False        # llama policies: the process had threads that never allocate (its sweeper ran)
     snapshot_ms: tuple[float, ...] = ()  # llama policies: heap snapshot times
     heap_options: tuple[str, ...] = ()
     model: str | os.PathLike | None = None  # llama-model: the lifetime model
@@ -290,6 +291,8 @@ class Settings:
         """llamalloc-sim's arguments for these settings (without the model's files)."""
         args = ["--interval-ms", repr(float(self.interval_ms)), "--mesh-period-ms", repr(float(self.mesh_period_ms)),
                 "--seed", str(int(self.seed)), "--thread-idle-ms", repr(float(self.thread_idle_ms))]
+        if self.other_threads:
+            args.append("--other-threads")
         for o in self.heap_options:
             args += ["--option", str(o)]
         for t in self.snapshot_ms:

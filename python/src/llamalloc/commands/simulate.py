@@ -111,9 +111,13 @@ def _deprecated_option_flags(f):
 @click.option("--jobs", "-j", type=click.IntRange(min=1, max=1024), default=None,
               help="llama-oracle-best: replays at once (default: one per hardware thread; each holds a heap)")
 @click.option("--thread-idle-ms", type=click.FloatRange(min=0), default=500.0, show_default=True,
-              help="llama policies: a traced thread with no event for this long gives its empty spans back, as "
-                   "the library's sweeper does for an idle thread (and as a thread that exits does; traces carry "
-                   "no thread exits); 0: never. The library also sweeps working threads; the replay does not")
+              help="llama policies: once the sweeper runs, a traced thread with no event for this long gives its "
+                   "empty spans back, as a thread that exits does (traces carry no thread exits); 0: never, and "
+                   "no sweeper pass either (the heap's placement alone)")
+@click.option("--other-threads", is_flag=True,
+              help="llama policies: the traced process had threads from its start that never allocate (a trace "
+                   "shows only those that do), so the library's sweeper thread ran from the start: the replay runs "
+                   "its passes from the start too")
 @click.option("--snapshot-ms", type=float, multiple=True, help="heap snapshot times (llama policies)")
 @click.option("--model", "model", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="llama-model: the lifetime model (from `llamalloc train`)")
@@ -128,7 +132,7 @@ def _deprecated_option_flags(f):
 def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_ms: float, mesh_period_ms: float,
             seed: int, heap_options: tuple[str, ...], former_heap_options: tuple[str, ...],
             search: tuple[str, ...], jobs: int | None,
-            thread_idle_ms: float, snapshot_ms: tuple[float, ...],
+            thread_idle_ms: float, other_threads: bool, snapshot_ms: tuple[float, ...],
             model: Path | None, tokens: Path | None, predict_log: Path | None, quiet: bool, **deprecated) -> None:
     """Replay TRACE (from `llamalloc trace`) through placement policies and compare their memory footprint."""
     if out is None:
@@ -142,7 +146,8 @@ def command(trace: Path, policies: tuple[str, ...], out: Path | None, interval_m
             spelled.append(f"{name}={value}")
     heap_options = (*spelled, *former_heap_options, *heap_options)
     settings = sim.Settings(interval_ms=interval_ms, mesh_period_ms=mesh_period_ms, seed=seed,
-                            thread_idle_ms=thread_idle_ms, snapshot_ms=tuple(snapshot_ms), heap_options=heap_options,
+                            thread_idle_ms=thread_idle_ms, other_threads=other_threads,
+                            snapshot_ms=tuple(snapshot_ms), heap_options=heap_options,
                             model=model, tokens=tokens, predict_log=predict_log, search=tuple(search),
                             jobs=jobs or 0)
     from ..progress import Bar
