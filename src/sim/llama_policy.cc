@@ -153,6 +153,7 @@ LlamaPolicy::LlamaPolicy(LlamaOptions options)
       platform_(std::make_unique<SimPlatform>()),
       clock_(std::make_unique<TraceClock>()),
       heaps_(64),
+      pool_(std::make_unique<HeapPool>()),
       placed_(1 << 16) {
   HeapConfig config = heap_config_of(options_.heap_options);
   config.num_classes = kMaxClasses;
@@ -174,7 +175,7 @@ ThreadHeap& LlamaPolicy::heap_for(uint32_t thread) {
     index = *i;
   } else {
     index = static_cast<uint32_t>(threads_.size());
-    threads_.push_back(ThreadState{std::make_unique<ThreadHeap>(), 0, false});
+    threads_.push_back(ThreadState{});
     heaps_.put(key, index);
     if (threads_.size() == 2) {
       if (page_heap_->shared_class_min() < kMaxClasses) page_heap_->set_shared_heap(shared_heap_.get());
@@ -184,7 +185,23 @@ ThreadHeap& LlamaPolicy::heap_for(uint32_t thread) {
   last_thread_ = index;
   ThreadState& t = threads_[index];
   t.last_event_ns = now_ns_;
-  t.holds_spans = true;
+  if (t.heap == nullptr) {
+    // A thread's first event, or its first since it was taken as exited: a heap of the pool, as acquire_heap
+    // (alloc/thread_heap_pool.cc) gives a new thread the heap an exited one left (the last one in), its parked
+    // spans back on the queues so that it fills their holes first; else a new heap.
+    if (ThreadHeap* h = pool_->head) {
+      pool_->head = h->next_free;
+      h->next_free = nullptr;
+      ThreadHeapOps::adopt_parked(*h);
+      h->abandoned.store(0, std::memory_order_relaxed);
+      t.heap = h;
+    } else {
+      owned_heaps_.push_back(std::make_unique<ThreadHeap>());
+      t.heap = owned_heaps_.back().get();
+    }
+    t.seen_ops = t.heap->slow_ops.load(std::memory_order_relaxed);
+    t.idle_ticks = 0;
+  }
   return *t.heap;
 }
 
@@ -204,12 +221,17 @@ void LlamaPolicy::release_idle_threads() {
     shared_holds_spans_ = false;
   }
   for (ThreadState& t : threads_) {
-    if (!t.holds_spans || now_ns_ - t.last_event_ns < options_.thread_idle_ns) continue;
-    tl_heap = t.heap.get();
-    ThreadHeapOps::release_all(*page_heap_, *t.heap);
+    if (t.heap == nullptr || now_ns_ - t.last_event_ns < options_.thread_idle_ns) continue;
+    // Its exit (thread_exit): the heap's empty spans back, the others parked in it, and the heap into the pool,
+    // where the sweeper purges its parked spans (purge_pooled) until a new thread adopts it (heap_for).
+    tl_heap = t.heap;
+    ThreadHeapOps::abandon(*page_heap_, *t.heap);
     tl_heap = &g_empty_heap;
+    t.heap->pool_passes = 0;
+    t.heap->next_free = pool_->head;
+    pool_->head = t.heap;
+    t.heap = nullptr;
     ++idle_threads_released_;
-    t.holds_spans = false;
   }
 }
 
@@ -240,12 +262,16 @@ void LlamaPolicy::sweeper_pass() {
   // source's on_sweep.)
   std::vector<uint32_t> due;
   for (uint32_t i = 0; i < threads_.size(); ++i)
-    if (sweep_due(*threads_[i].heap, threads_[i].seen_ops, threads_[i].idle_ticks)) due.push_back(i);
+    if (threads_[i].heap != nullptr && sweep_due(*threads_[i].heap, threads_[i].seen_ops, threads_[i].idle_ticks))
+      due.push_back(i);
   for (uint32_t i : due) ThreadHeapOps::flush_remote_batch(*threads_[i].heap);
   for (uint32_t i : due) sweep_heap(*threads_[i].heap, threads_[i].idle_ticks);
   if (page_heap_->shared_heap() == shared_heap_.get() &&
       sweep_due(*shared_heap_, shared_seen_ops_, shared_idle_ticks_))
     sweep_heap(*shared_heap_, shared_idle_ticks_);
+  // The heaps of exited threads: what other threads' frees emptied goes back, and the sparse spans parked for a
+  // thread that has not come are purged.
+  ThreadHeapOps::purge_pooled(*page_heap_, *pool_, false);
   page_heap_->release_empty_open_pages(false);
   page_heap_->subrelease_free_blocks(false);
 }
@@ -268,7 +294,7 @@ void LlamaPolicy::after_event(uint32_t t, uint32_t slow_ops_before) {
   if (inline_pass_done_ && now_ns_ - last_inline_pass_ns_ < kSweepPeriodNs) return;
   inline_pass_done_ = true;
   last_inline_pass_ns_ = now_ns_;
-  tl_heap = ts.heap.get();
+  tl_heap = ts.heap;
   ThreadHeapOps::release_all(*page_heap_, *ts.heap);
   ThreadHeapOps::purge_sparse_spans(*page_heap_, *ts.heap, PurgeWhen::kIdleOrNotHead);
   page_heap_->release_empty_open_pages(false);
@@ -289,10 +315,9 @@ void LlamaPolicy::at_exit() {
   }
   // The library's destructor and thread-exit hooks: every thread heap gives its empty spans back.
   for (ThreadState& t : threads_) {
-    if (!t.holds_spans) continue;
-    tl_heap = t.heap.get();
+    if (t.heap == nullptr) continue;
+    tl_heap = t.heap;
     ThreadHeapOps::release_all(*page_heap_, *t.heap);
-    t.holds_spans = false;
   }
   ThreadHeapOps::release_all(*page_heap_, *shared_heap_);
   shared_holds_spans_ = false;

@@ -18,6 +18,7 @@
 namespace llamalloc {
 class PageHeap;
 struct ThreadHeap;
+struct HeapPool;
 }  // namespace llamalloc
 
 namespace llamalloc::sim {
@@ -61,10 +62,10 @@ struct LlamaOptions {
   int fixed_class = -1;
   // Set: llama-model or llama-online, each object in the class this source gives (fixed_class is then ignored).
   std::shared_ptr<ClassSource> class_source;
-  // Once the sweeper runs, a thread with no event for this long gives its empty spans back (release_all), as a
-  // thread that exits does (a trace has no thread-exit events); the sweeper's passes come besides
-  // (LlamaPolicy::sweeper_pass). 0 keeps every thread's spans to the end and runs no pass (a replay of the heap's
-  // placement alone).
+  // Once the sweeper runs, a thread with no event for this long is taken as exited (a trace has no thread-exit
+  // events): its heap goes to a pool as at thread exit (abandon), where the sweeper's passes purge its parked spans
+  // and the next new thread adopts it (LlamaPolicy::heap_for). 0 keeps every thread's heap to the end and runs no
+  // pass (a replay of the heap's placement alone).
   uint64_t thread_idle_ns = 500'000'000;
   // The traced process had threads besides those of the trace from its start (a trace shows only the threads
   // that allocate): the library starts its sweeper thread for them (sweeper.cc, process_has_other_threads), so
@@ -130,9 +131,8 @@ class LlamaPolicy final : public Policy {
   std::unique_ptr<TraceClock> clock_;
   std::unique_ptr<PageHeap> page_heap_;
   struct ThreadState {
-    std::unique_ptr<ThreadHeap> heap;
+    ThreadHeap* heap = nullptr;  // null: the thread is taken as exited, its heap in the pool
     uint64_t last_event_ns = 0;
-    bool holds_spans = false;
     // The sweeper's bookkeeping (sweep_idle_heaps): slow paths at the last pass, passes since one changed them.
     uint32_t seen_ops = 0;
     uint32_t idle_ticks = 0;
@@ -142,6 +142,8 @@ class LlamaPolicy final : public Policy {
   FlatMap<uint32_t> heaps_;                // trace thread id + 1 -> index in threads_
   uint32_t last_thread_ = 0;               // the index heap_for returned last
   std::vector<ThreadState> threads_;
+  std::vector<std::unique_ptr<ThreadHeap>> owned_heaps_;  // every thread heap made, in a thread or in the pool
+  std::unique_ptr<HeapPool> pool_;                        // the heaps of threads taken as exited
   std::unique_ptr<ThreadHeap> shared_heap_;
   uint64_t shared_last_alloc_ns_ = 0;
   bool shared_holds_spans_ = false;
