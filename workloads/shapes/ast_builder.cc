@@ -333,7 +333,7 @@ Report run(const Options& options) {
   const std::size_t statements = 900;
   Compiler compiler(live);
   std::uint64_t checksum = 0;
-  const auto start = Clock::now();
+  const PhaseStart start;
   // The whole-program link: every module's tree alive at once.
   std::vector<std::unique_ptr<Module>> program;
   for (std::uint64_t m = 0; m < linked; ++m) program.push_back(compiler.front_end(m, statements));
@@ -348,7 +348,7 @@ Report run(const Options& options) {
     checksum += compiler.check(*module);
     compiler.release(std::move(module));
   }
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = (linked + separate) * statements;
   report.live_bytes = live.now();
   report.checksum = checksum;

@@ -239,7 +239,7 @@ Report run(const Options& options) {
     ledger.keep(std::move(summary));
     return work;
   };
-  const auto start = Clock::now();
+  const PhaseStart start;
   // The backfill wave: every batch's arena stays until the wave commits.
   std::mutex staged_mutex;
   std::vector<std::unique_ptr<BatchWork>> staged;
@@ -257,7 +257,7 @@ Report run(const Options& options) {
   run_threads(options.threads, [&](int) {
     for (std::uint64_t batch; (batch = wave + next_later.fetch_add(1)) < wave + later;) process(batch, later_records);
   });
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = wave * wave_records + later * later_records;
   report.live_bytes = live.now();
   report.checksum = ledger.checksum();

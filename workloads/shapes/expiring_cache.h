@@ -140,7 +140,7 @@ Report run(const Options& options, const Plan& plan) {
   Cache cache(live);
   std::atomic<std::uint64_t> clock{0};
   std::atomic<std::uint64_t> corrupt{0};
-  const auto start = Clock::now();
+  const PhaseStart start;
   Ticker expiry([&cache, &clock] { return cache.expire(clock.load()); });
   const std::uint64_t writers = static_cast<std::uint64_t>(options.threads);
   run_threads(options.threads, [&](int t) {
@@ -155,7 +155,7 @@ Report run(const Options& options, const Plan& plan) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const Survey survey = cache.survey();
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = total * (static_cast<std::uint64_t>(plan.reads_per_insert) + 1);
   report.live_bytes = live.now();
   report.checksum = survey.checksum;

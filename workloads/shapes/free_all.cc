@@ -202,7 +202,7 @@ Report run_variant(const Options& options, bool pool) {
   const std::uint64_t job_ids = 250;
   Catalog catalog(live);
   std::unique_ptr<ImportPool> workers;
-  const auto start = Clock::now();
+  const PhaseStart start;
   if (pool) {
     workers = std::make_unique<ImportPool>(catalog, options.threads);
     for (std::uint64_t first = 0; first < records; first += job_ids) {
@@ -228,7 +228,7 @@ Report run_variant(const Options& options, bool pool) {
   }
   const std::string summary = summary_line(records, attachments, checksum);
   live.add(static_cast<std::int64_t>(summary.capacity()));
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = records;
   report.live_bytes = live.now();
   report.checksum = checksum;

@@ -232,7 +232,7 @@ Report run(const Options& options) {
   ServerStats stats;
   std::vector<std::vector<std::uint8_t>> ever_set(static_cast<std::size_t>(options.threads),
                                                   std::vector<std::uint8_t>(ids, 0));
-  const auto start = Clock::now();
+  const PhaseStart start;
   run_threads(options.threads, [&](int t) {
     connection_worker(cache, stats, ever_set[static_cast<std::size_t>(t)], options.seed * 1009 + t,
                       requests / options.threads, ids);
@@ -241,7 +241,7 @@ Report run(const Options& options) {
   report.peak_live_bytes = live.peak();
   std::atomic<std::uint64_t> dropped{0};
   run_threads(options.threads, [&](int t) { dropped.fetch_add(cache.trim_by_hash(t, options.threads)); });
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = requests;
   report.live_bytes = live.now();
 

@@ -175,7 +175,7 @@ Report run(const Options& options) {
   const std::uint64_t requests = options.scaled(1200000);
   Cache cache(live, capacity);
   Counters counters;
-  const auto start = Clock::now();
+  const PhaseStart start;
   run_threads(options.threads, [&](int t) {
     request_worker(cache, counters, options.seed * 131 + t, requests / options.threads, ids);
   });
@@ -186,7 +186,7 @@ Report run(const Options& options) {
   run_threads(options.threads, [&](int t) {
     request_worker(cache, counters, options.seed * 257 + t, requests / 10 / options.threads, ids);
   });
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = requests + requests / 10;
   report.live_bytes = live.now();
   if (!cache.consistent()) report.fail("a shard's list, index and byte count disagree, or exceed the capacity");

@@ -11,7 +11,8 @@
 //
 // usage: shapes --shape NAME [--scale small|default] [--quiet-seconds S] [--threads N] [--seed N]
 // Prints one JSON line: "workload" (the shape), "ok" (its own checks passed), "seconds" (the load, without the
-// quiet phase), "operations" and "operations_per_second", "checksum" where the result does not depend on the
+// quiet phase), under the profiler "program_seconds" (the same on its program clock, common/program_clock.h),
+// "operations" and "operations_per_second", "checksum" where the result does not depend on the
 // thread schedule, "peak_live_bytes" and "live_bytes" (its own count of the payload bytes of its data, at the
 // peak and after the drop), "peak_rss_bytes" (read at the peak) and "steady_state".
 #include <cerrno>
@@ -122,10 +123,14 @@ int run_shape(const Options& options) {
     for (char c : report.failure) failure += (c == '"' || c == '\\') ? '\'' : c;
     failure += "\"";
   }
-  std::printf("{\"workload\": \"%s\", \"ok\": %s%s, \"seconds\": %.3f, \"threads\": %d, \"operations\": %" PRIu64
+  char program_seconds[48] = "";
+  if (report.program_seconds >= 0) {
+    std::snprintf(program_seconds, sizeof program_seconds, ", \"program_seconds\": %.3f", report.program_seconds);
+  }
+  std::printf("{\"workload\": \"%s\", \"ok\": %s%s, \"seconds\": %.3f%s, \"threads\": %d, \"operations\": %" PRIu64
               ", \"operations_per_second\": %.0f%s, \"peak_live_bytes\": %" PRId64 ", \"live_bytes\": %" PRId64
               ", \"peak_rss_bytes\": %" PRIu64 "%s, \"steady_state\": %s}\n",
-              shape->name, report.ok ? "true" : "false", failure.c_str(), report.seconds, threads, report.operations,
+              shape->name, report.ok ? "true" : "false", failure.c_str(), report.seconds, program_seconds, threads, report.operations,
               report.seconds > 0 ? static_cast<double>(report.operations) / report.seconds : 0.0, checksum,
               report.peak_live_bytes, report.live_bytes, report.peak_rss_bytes, report.extra.c_str(),
               report.steady_state.c_str());

@@ -154,7 +154,7 @@ Report run(const Options& options) {
       }
     });
   };
-  const auto start = Clock::now();
+  const PhaseStart start;
   publish_range(0, burst);
   report.peak_rss_bytes = rss_now();
   report.peak_live_bytes = live.peak();
@@ -167,7 +167,7 @@ Report run(const Options& options) {
     if (delivered == expected_deliveries) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = burst + after;
   report.live_bytes = live.now();
   report.checksum = checksum;

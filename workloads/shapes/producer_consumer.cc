@@ -128,7 +128,7 @@ Report run(const Options& options) {
       while (auto job = queue.pop()) consume(std::move(*job), results, live, totals);
     });
   }
-  const auto start = Clock::now();
+  const PhaseStart start;
   run_threads(producers, [&](int p) {
     for (std::uint64_t id = static_cast<std::uint64_t>(p); id < backlog; id += static_cast<std::uint64_t>(producers)) {
       makers[static_cast<std::size_t>(p)]->produce(id);
@@ -146,7 +146,7 @@ Report run(const Options& options) {
     }
   });
   while (totals.consumed.load() < backlog + steady) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = backlog + steady;
   report.live_bytes = live.now();
   std::uint64_t produced_sum = 0;

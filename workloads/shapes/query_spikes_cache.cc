@@ -296,7 +296,7 @@ Report run(const Options& options) {
   ResultCache cache(live);
   QueryCounters counters;
   std::uint64_t checksum = 0, bad = 0, spike_peak = 0;
-  const auto start = Clock::now();
+  const PhaseStart start;
   {
     QueryPool pool(options.threads, scale, cache, live, counters);
     for (int round = 0; round < kRounds; ++round) {
@@ -318,7 +318,7 @@ Report run(const Options& options) {
   }
   std::uint64_t entries = 0, cache_bytes = 0, corrupt = 0, cache_checksum = 0;
   cache.survey(entries, cache_bytes, corrupt, cache_checksum);
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   const std::uint64_t queries = kRounds * scale.queries_per_spike;
   const std::uint64_t items = kRounds * scale.items_per_round;
   report.operations = items + queries;

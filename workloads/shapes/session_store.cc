@@ -144,7 +144,7 @@ Report run(const Options& options) {
   const std::uint64_t threads = static_cast<std::uint64_t>(options.threads);
   Store store(live);
   std::atomic<std::uint64_t> missing{0};
-  const auto start = Clock::now();
+  const PhaseStart start;
   run_threads(options.threads, [&](int t) {
     for (std::uint64_t sid = static_cast<std::uint64_t>(t); sid < users; sid += threads) store.login(sid);
   });
@@ -163,7 +163,7 @@ Report run(const Options& options) {
       if (sid % kLongEvery != 0) store.logout(sid);
     }
   });
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = users * 2 + requests;
   report.live_bytes = live.now();
   std::uint64_t checksum = 0, wrong = 0;

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/program_clock.h"
 #include "common/random.h"
 #include "common/steady_state.h"
 
@@ -43,6 +44,7 @@ struct Report {
   bool ok = true;
   std::string failure;
   double seconds = 0;
+  double program_seconds = -1;  // the load on the profiler's program clock; -1 without the profiler
   std::uint64_t operations = 0;
   std::optional<std::uint64_t> checksum;
   std::int64_t peak_live_bytes = 0;
@@ -144,6 +146,18 @@ using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The start of a shape's load, on the wall clock and on the profiler's program clock (common/program_clock.h).
+struct PhaseStart {
+  Clock::time_point wall = Clock::now();
+  std::int64_t program_ns = workloads::program_clock_ns();
+};
+
+// The end of the load: its seconds, and under the profiler its program seconds, into the report.
+inline void end_phase(Report& report, const PhaseStart& start) {
+  report.seconds = seconds_since(start.wall);
+  report.program_seconds = workloads::program_seconds_since(start.program_ns);
 }
 
 inline std::uint64_t rss_now() { return steady_state::read_resident().rss_bytes; }

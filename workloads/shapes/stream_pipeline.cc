@@ -160,7 +160,7 @@ Report run(const Options& options) {
   const std::uint64_t burst = options.scaled(16000);
   const std::uint64_t trickle = options.scaled(80000);
   Pipeline pipeline(live, burst + 1024);
-  const auto start = Clock::now();
+  const PhaseStart start;
   pipeline.hold_delivery(true);  // the outage
   std::uint64_t id = 0;
   for (; id < burst; ++id) pipeline.ingest(id);
@@ -176,7 +176,7 @@ Report run(const Options& options) {
     if (id % 16 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   while (pipeline.delivered() < burst + trickle) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  report.seconds = seconds_since(start);
+  end_phase(report, start);
   report.operations = burst + trickle;
   report.live_bytes = live.now();
   report.checksum = pipeline.checksum();
