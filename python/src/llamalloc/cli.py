@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import sys
 
-import click
+try:
+    import click
 
-from . import __version__
-from .commands import load_commands
-from .errors import UserError
+    from . import __version__
+    from .commands import load_commands
+    from .errors import UserError
+except KeyboardInterrupt:
+    # Ctrl-C while the command starts (imports take a second or more on a loaded machine): one line and 130, as
+    # at any later moment, not a traceback of the import.
+    sys.stderr.write("llamalloc: interrupted\n")
+    raise SystemExit(130) from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,12 +36,16 @@ def cli() -> None:
     """
 
 
-for _c in load_commands():
-    cli.add_command(_c)
+def _add_commands() -> None:
+    """Adds the subcommands once, inside main's handling of Ctrl-C: importing them takes the most of a start."""
+    if not cli.commands:
+        for c in load_commands():
+            cli.add_command(c)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        _add_commands()
         # Without standalone mode, click returns the code of a ctx.exit(N) instead of raising it.
         rv = cli.main(args=argv, prog_name="llamalloc", standalone_mode=False)
         return rv if isinstance(rv, int) else 0

@@ -94,7 +94,11 @@ def command(profiles, output, engine, master, workers, memory_limit):
         entry = {"engine": engine, "profiles": tally.ok, "skipped": tally.skipped, "seconds": round(seconds, 3),
                  "builds": {p: sorted(b) for p, b in builds.items()}}
         bar.close()
-        new = corpus_mod.commit(staging, manifest, entry)
+        with _interrupt_deferred() as interrupt:
+            new = corpus_mod.commit(staging, manifest, entry)
+        if interrupt.pending:
+            raise UserError(f"interrupted: the aggregation had ended: {output} holds the {tally.ok:,} profiles "
+                            f"read", exit_code=130)
     except KeyboardInterrupt:
         bar.close()
         raise UserError(f"interrupted: {output} is as it was before this aggregation", exit_code=130) from None
@@ -117,6 +121,24 @@ def command(profiles, output, engine, master, workers, memory_limit):
         f"{sum(len(b) for b in new.builds.values())} build(s); {new.contexts_rows - manifest.contexts_rows:,} "
         f"context rows added, {new.contexts_rows:,} in all")
     say(f"next: llamalloc train {output} -o MODEL" + (" --program NAME" if len(new.builds) > 1 else ""))
+
+
+class _interrupt_deferred:
+    """Ctrl-C waits while the staged parts move into the corpus and its manifest is replaced: interrupted there,
+    the corpus would hold parts its manifest does not list. `pending` says whether one came meanwhile."""
+
+    def __enter__(self):
+        import signal
+        self.pending = False
+        self._signal = signal
+        self._previous = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self.pending = True
+
+    def __exit__(self, *exc) -> None:
+        self._signal.signal(self._signal.SIGINT, self._previous)
 
 
 #: Skipped files named in the one line of an aggregation that read none.

@@ -9,7 +9,7 @@ profiles.
 from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from multiprocessing import get_context
+from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Callable, Iterator, Sequence
 
 from . import corpus as corpus_mod
@@ -24,9 +24,39 @@ SOURCE_ROWS_PER_GROUP = 8192
 
 def _ignore_interrupts() -> None:
     """A parser process leaves Ctrl-C to the driver, which stops the pool (the terminal sends SIGINT to the whole
-    process group)."""
+    process group). It starts with SIGINT blocked (_ParserProcess), so that a Ctrl-C during its start stays
+    pending; ignoring the signal discards it."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _ParserProcess(SpawnProcess):
+    """A parser process, started with SIGINT blocked in the starting thread, so that the spawned process inherits
+    the mask: its start (an interpreter, pyarrow's import) would otherwise take a Ctrl-C as a KeyboardInterrupt
+    traceback before its initializer ignores SIGINT. The pool starts its processes as tasks come, from any thread
+    (DuckDB's that reads the stream among them). A Ctrl-C meanwhile reaches this process's other threads, or
+    this thread when the mask is restored."""
+
+    def start(self) -> None:
+        import signal
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            super().start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class _ParserContext(SpawnContext):
+    """Spawned, not forked (the driver holds DuckDB's threads and locks), as _ParserProcess."""
+    Process = _ParserProcess
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Stops the pool after an error or a Ctrl-C: the tasks not started are dropped, and it waits for the few
+    running (a chunk each) and for the pool's manager thread. Left running, that thread closes its wake-up pipe
+    while the interpreter exits, and the interpreter's exit hook for pools writes to the closed pipe: an
+    "Exception ignored" traceback after the command's last line."""
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _parse_chunk(paths: Sequence[str]):
@@ -115,8 +145,7 @@ def run(paths: Sequence[str], staging: corpus_mod.Staging, workers: int,
     con.execute(f"SET temp_directory = '{staging.path / 'spill'}'")
     if memory_limit:
         con.execute(f"SET memory_limit = '{memory_limit}'")
-    # Spawned, not forked: this process holds DuckDB's threads and locks.
-    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=get_context("spawn"),
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=_ParserContext(),
                              initializer=_ignore_interrupts) as pool:
         try:
             reader = pa.RecordBatchReader.from_batches(corpus_mod.sample_schema(), batches(pool))
@@ -124,13 +153,13 @@ def run(paths: Sequence[str], staging: corpus_mod.Staging, workers: int,
             con.execute(f"""COPY ({grouping_sql('sample_stream')}) TO '{staging.contexts}'
                             (FORMAT PARQUET, PARTITION_BY (prog, build), COMPRESSION ZSTD)""")
         except duckdb.Error as e:
-            pool.shutdown(wait=False, cancel_futures=True)
+            _stop(pool)
             # Ctrl-C while DuckDB itself runs: it stops the query with its own exception.
             if interrupted or isinstance(e, duckdb.InterruptException):
                 raise KeyboardInterrupt from None
             raise
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
+            _stop(pool)
             raise
     flush_sources()
     source_writer.close()
