@@ -118,6 +118,18 @@ def test_spark_output_names_the_bad_files_and_keeps_spark_quiet(corpora):
     assert not noise, run.stderr
 
 
+def test_the_jvm_notice_is_left_out_also_when_two_jvms_interleave_it():
+    from llamalloc.fleet.spark_engine import _is_jvm_notice
+    notice = b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+    # Spark's launcher and the driver both print it; on a loaded machine their pieces interleave.
+    for line in (notice, b"WARNING: WARNING: Using incubator modules: jdk.incubator.vector\n",
+                 b"Using incubator modules: jdk.incubator.vector\n", b"\n"):
+        assert _is_jvm_notice(line), line
+    for line in (b"WARNING: An illegal reflective access operation has occurred\n",
+                 b"Error: Could not find or load main class org.apache.spark.launcher.Main\n"):
+        assert not _is_jvm_notice(line), line
+
+
 def test_spark_parts_have_the_duckdb_layout_and_types(corpora):
     duck, spark, _ = corpora
     schemas = {}

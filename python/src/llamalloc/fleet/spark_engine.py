@@ -185,13 +185,22 @@ def _quiet_logging(staging: corpus_mod.Staging) -> dict[str, str] | None:
 
 
 #: What the JVM itself prints on its stderr at start, outside log4j's reach, that tells the user of `aggregate`
-#: nothing: the notice of the incubator module (jdk.incubator.vector) that Spark 4 adds to the JVM's options.
-_JVM_NOTICES = re.compile(rb"^WARNING: Using incubator modules: ")
+#: nothing: the notice of the incubator module (jdk.incubator.vector) that Spark 4 adds to the JVM's options, in
+#: the pieces the JVM writes it in ("WARNING: ", "Using incubator modules: ...", the newline). Two JVMs start
+#: (Spark's launcher, then the driver) and both print it; on a loaded machine their pieces interleave in the pipe,
+#: as "WARNING: WARNING: Using incubator modules: jdk.incubator.vector" and a line of the rest, which a match of
+#: the whole line at its start let through.
+_JVM_NOTICE_PIECES = re.compile(rb"WARNING: |Using incubator modules: [\w.,]*")
+
+
+def _is_jvm_notice(line: bytes) -> bool:
+    """Whether a line of the JVM's stderr holds nothing but pieces of its notices (or nothing at all)."""
+    return not _JVM_NOTICE_PIECES.sub(b"", line).strip()
 
 
 def _jvm_stderr_filter() -> Callable[[], None]:
     """Gives the JVM about to start (it inherits fd 2) a pipe for its stderr, whose lines a thread copies to this
-    process's stderr less _JVM_NOTICES. Returns the function that puts fd 2 back for this process, to call once the
+    process's stderr less the JVM's notices (_is_jvm_notice). Returns the function that puts fd 2 back for this process, to call once the
     JVM runs; the thread ends when the JVM, the pipe's last writer, exits."""
     sys.stderr.flush()
     read_fd, write_fd = os.pipe()
@@ -202,7 +211,7 @@ def _jvm_stderr_filter() -> Callable[[], None]:
     def copy() -> None:
         with os.fdopen(read_fd, "rb") as pipe, os.fdopen(os.dup(saved), "wb", buffering=0) as out:
             for line in pipe:
-                if not _JVM_NOTICES.match(line):
+                if not _is_jvm_notice(line):
                     out.write(line)
 
     threading.Thread(target=copy, name="jvm-stderr", daemon=True).start()
