@@ -44,6 +44,17 @@ def _add_commands() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    status = _main(argv)
+    if argv is None:
+        # The process's own command (the `llamalloc` script, python -m llamalloc) has ended: a Ctrl-C from here on
+        # interrupts nothing, and would kill the exiting interpreter (its handlers are gone) with no line and
+        # status -2. A caller that passes argv (a test) keeps its handler.
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return status
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         _add_commands()
         # Without standalone mode, click returns the code of a ctx.exit(N) instead of raising it.
