@@ -276,14 +276,14 @@ void LlamaPolicy::sweeper_pass() {
   page_heap_->subrelease_free_blocks(false);
 }
 
-void LlamaPolicy::after_event(uint32_t t, uint32_t slow_ops_before) {
+void LlamaPolicy::after_event(uint32_t t, uint32_t slow_ops_before, bool slow) {
   // run_inline_passes (alloc/sweeper.cc): before the sweeper thread runs, every 4th slow path of a thread looks at
   // the clock, and a period after the last such pass runs one: the caller's empty spans back and its sparse spans
   // purged (all but the heads of its queues), the open pages that stayed empty, subrelease with this pass's demand
   // alone. Its first look that finds the heap's peak footprint at SWEEPER_FROM_MIB starts the sweeper instead.
   if (sweeper_running_ || options_.thread_idle_ns == 0) return;
   ThreadState& ts = threads_[t];
-  if (ts.heap->slow_ops.load(std::memory_order_relaxed) == slow_ops_before) return;
+  if (!slow && ts.heap->slow_ops.load(std::memory_order_relaxed) == slow_ops_before) return;
   if (ts.pass_countdown-- != 0) return;
   ts.pass_countdown = 3;
   uint64_t from = options_.heap_options.sweeper_from_mib;
@@ -378,8 +378,11 @@ void LlamaPolicy::free(uint64_t time_ns, uint64_t address, uint64_t, uint32_t th
   if (options_.class_source) options_.class_source->on_free(std::max(time_ns, now_ns_), address);
   tl_heap = &heap_for(thread);  // the freeing thread, as in the process
   uint32_t t = last_thread_, ops = tl_heap->slow_ops.load(std::memory_order_relaxed);
+  // Not a small object: the library's free_slow, which ends as every slow path does (maybe_pass_inline), though
+  // it counts no slow_ops.
+  bool large = ThreadHeapOps::span_of(*page_heap_, reinterpret_cast<void*>(placed.address)) == nullptr;
   ThreadHeapOps::deallocate(*page_heap_, tl_heap, reinterpret_cast<void*>(placed.address));
-  after_event(t, ops);
+  after_event(t, ops, large);
 }
 
 uint64_t LlamaPolicy::footprint_bytes() const { return page_heap_->gauges().footprint_bytes; }

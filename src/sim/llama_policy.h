@@ -114,9 +114,9 @@ class LlamaPolicy final : public Policy {
   void release_idle_threads();
   // The sweeper thread's pass (alloc/sweeper.cc, sweeper_main), every SWEEP_MS of trace time once it runs.
   void sweeper_pass();
-  // After an event of `t`'s thread: the slow paths' passes of a process without a sweeper thread
-  // (run_inline_passes), and the start of the sweeper.
-  void after_event(uint32_t t, uint32_t slow_ops_before);
+  // After an event of `t`'s thread, a slow path if it changed the heap's slow_ops or `slow` says so: the slow
+  // paths' passes of a process without a sweeper thread (run_inline_passes), and the start of the sweeper.
+  void after_event(uint32_t t, uint32_t slow_ops_before, bool slow = false);
   // The library's idle sweep (collect.cc, sweep_idle_heaps and sweep_shared_heap): a heap is swept when its owner
   // ran a slow path since the last pass, a free notified it, it holds a remote-free batch, or on its 1st, 2nd and
   // 4th idle pass and every 8th after (sweep_due, which counts the pass); a sweep gives its empty spans back and
