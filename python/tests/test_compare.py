@@ -97,9 +97,12 @@ def test_ctrl_c_prints_the_finished_rows_exits_130_and_leaves_nothing(prog, tmp_
     import signal
     import sys
     out = tmp_path / "cmp"
+    # With the default SIGINT handler: a test run in the background or under nohup ignores SIGINT, and a child
+    # inherits that.
     p = subprocess.Popen([sys.executable, "-m", "llamalloc", "compare", "--allocators", "glibc,llamalloc",
                           "--repeat", "3", "-o", str(out), "--", "sleep", "0.5"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     err = ""
     for line in p.stderr:
         err += line

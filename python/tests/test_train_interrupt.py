@@ -38,7 +38,10 @@ def interrupted_train(out: Path, epochs: int, at) -> tuple[int, str, bool]:
     holds: its exit status, its whole stderr, and whether it was sent."""
     proc = subprocess.Popen([sys.executable, "-m", "llamalloc", "train", str(DATA / "prof_sites.prof"), "-o",
                              str(out), "--epochs", str(epochs), "--hidden", "16"], stderr=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True,
+                            # the default handler: a test run in the background or under nohup ignores SIGINT,
+                            # and a child inherits that
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines, sent = [], False
     try:
         for line in proc.stderr:
