@@ -2,12 +2,13 @@
 llama-default replay of the shape's trace gives, beside what llamalloc's own statistics report for the shape run
 for real under it, and the verdicts `simulate`'s table, `report`'s headline and the README's rule give.
 
-    python3 bench/corpus/replay_agreement.py OUT [--scale small] [--repeat 3] [--quiet-seconds S] [-w SHAPE ...]
+    python3 bench/corpus/replay_agreement.py OUT [--scale small] [--repeat 3] [--traces N] [--quiet-seconds S]
+                                             [-w SHAPE ...]
 
 Per shape (default: the corpus group, bench/corpus/run.py's), each step skipped when its output exists in OUT:
 
 - traces (after the runs): the shape under the tracer, as the corpus campaign traces it (`run._run_under_profiler`, mode trace),
-  `--repeat` times -> OUT/SHAPE.SCALE.K.trace, each replayed under pages-2m, llama-oracle and llama-default ->
+  `--traces` times (default: `--repeat`) -> OUT/SHAPE.SCALE.K.trace, each replayed under pages-2m, llama-oracle and llama-default ->
   OUT/SHAPE.SCALE.K.sim.json (a shape's runs differ: its threads interleave and its clock runs at its own pace, so
   one trace is one sample, as one run is);
 - real runs: the shape under libllamalloc.so, `--repeat` times, its statistics written every 0.1 s while it runs
@@ -213,9 +214,9 @@ def row(name: str, scale: str, results: list[sim.SimResult], runs: list[dict]) -
             "ratio": replay / measured if measured else None, "verdicts": verdicts}
 
 
-def table(rows: list[dict], repeat: int, quiet_seconds: float | None) -> str:
+def table(rows: list[dict], repeat: int, traces: int, quiet_seconds: float | None) -> str:
     quiet = "the scale's default" if quiet_seconds is None else f"{quiet_seconds:g} s"
-    out = [f"Quiet phase {quiet}. Replay: llama-default, after-peak medians, median of {repeat} traces. Real run: "
+    out = [f"Quiet phase {quiet}. Replay: llama-default, after-peak medians, median of {traces} trace(s). Real run: "
            f"llamalloc's statistics every {SAMPLE_SECONDS} s, after-peak median per run, median of {repeat} runs. "
            "Heap-resident: footprint less subreleased and span-purged bytes. MiB; the range of the traces or runs "
            "in brackets.", "",
@@ -241,14 +242,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--scale", choices=workloads.SCALES, default="small")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="real runs per shape")
+    ap.add_argument("--traces", type=int, default=None, help="traces per shape (default: --repeat)")
     ap.add_argument("-w", "--workload", action="append", default=None, help="a shape (default: the corpus group)")
     ap.add_argument("--quiet-seconds", type=float, default=None,
                     help="the quiet phase after the load (default: 5 at small scale, the scale's own at default)")
     a = ap.parse_args()
     quiet = a.quiet_seconds if a.quiet_seconds is not None else CAMPAIGN_QUIET_SECONDS.get(a.scale)
-    if a.repeat < 1:
-        sys.exit("agreement: --repeat must be at least 1")
+    traces = a.repeat if a.traces is None else a.traces
+    if a.repeat < 1 or traces < 1:
+        sys.exit("agreement: --repeat and --traces must be at least 1")
     names = workloads.expand(a.workload or ["corpus"])
     name, library, problem = parse_allocators("llamalloc")[0]
     if problem:
@@ -260,11 +263,11 @@ def main() -> None:
         try:
             runs = real_runs(n, a.scale, a.repeat, a.out, llamalloc, quiet)
             other_threads = max(r["threads"] for r in runs) > 1
-            results = [trace_and_replay(n, a.scale, a.out, quiet, k, other_threads) for k in range(1, a.repeat + 1)]
+            results = [trace_and_replay(n, a.scale, a.out, quiet, k, other_threads) for k in range(1, traces + 1)]
             rows.append(row(n, a.scale, results, runs))
         except (RuntimeError, workloads.WorkloadMissing, workloads.WorkloadFailed) as e:
             print(f"agreement: {n}: {e}", file=sys.stderr, flush=True)
-    text = table(rows, a.repeat, quiet)
+    text = table(rows, a.repeat, traces, quiet)
     (a.out / f"agreement-{a.scale}.md").write_text(text)
     print(text)
 
