@@ -211,10 +211,10 @@ void LlamaPolicy::release_idle_threads() {
     sweeper_pass();
     last_sweep_ns_ = now_ns_;
   }
-  // Once the sweeper runs, a thread that goes idle gives its empty spans back, as one that exits does (a trace has
-  // no thread exits); the shared heap of long-lived classes likewise once no thread allocates from it. Without the
-  // sweeper (one traced thread, a smaller heap) the thread is the program's main thread, which exits at the trace's
-  // end: quiet, it keeps its spans, as the process's does until its next slow path.
+  // Once the sweeper runs, a thread with no event for thread_idle_ns is taken as exited (a trace has no thread
+  // exits); the shared heap of long-lived classes gives its empty spans back once no thread allocates from it.
+  // Without the sweeper (one traced thread, a smaller heap) the thread is the program's main thread, which exits at
+  // the trace's end: quiet, it keeps its spans, as the process's does until its next slow path.
   if (!sweeper_running_) return;
   if (shared_holds_spans_ && now_ns_ - shared_last_alloc_ns_ >= options_.thread_idle_ns) {
     ThreadHeapOps::release_all(*page_heap_, *shared_heap_);
