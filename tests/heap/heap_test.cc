@@ -296,7 +296,9 @@ TEST(HeapTest, APairThatEmptiesItsSpanStaysOnTheFastPath) {
           EXPECT_LT(slow, 10u) << size << " B pairs that took a slow path, of 20000, with a sweeper";
         } else {
           EXPECT_GE(slow, 20000u / kEmptyFreesPerSlowPath - 1) << size << " B pairs without a sweeper";
-          EXPECT_LE(slow, 20000u / kEmptyFreesPerSlowPath + 1) << size << " B pairs without a sweeper";
+          // (+ a few: a span the passes gave back takes its class back to the smallest span, which fills at once
+          // while it regrows: grown_span_bytes.)
+          EXPECT_LE(slow, 20000u / kEmptyFreesPerSlowPath + 8) << size << " B pairs without a sweeper";
         }
       }
     }

@@ -84,8 +84,9 @@ struct alignas(64) ThreadHeap {
   // so a program that frees at random would send most of its allocations to the slow path.
   SmallSpan* tails[kMaxClasses][kNumSizeClasses] = {};
   uint8_t cache_count[kMaxClasses][kSpanKinds] = {};
-  // Spans taken from the page heap for each (lifetime class, size class), up to kSpanGrowthSteps: a thread's first
-  // spans of a class are smaller (grown_span_bytes).
+  // Spans held for each (lifetime class, size class), queued, full or cached (up to 255): counted when taken from
+  // the page heap, and down when given back to it (give_back). Spans are smaller while a thread holds few of a
+  // class (grown_span_bytes).
   uint8_t spans_taken[kMaxClasses][kNumSizeClasses] = {};
   // Without a sweeper thread: frees that emptied the span the fast path allocates from (free_block), of which
   // one in kEmptyFreesPerSlowPath takes the owner's slow path. (Not next to fast_class, which malloc loads: a
