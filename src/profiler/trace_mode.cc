@@ -40,7 +40,7 @@ __thread TraceBuffer* t_buffer __attribute__((tls_model("initial-exec")));
 void flush_buffer_locked(TraceBuffer* b) {
   if (b->count == 0) return;
   HookTimer hook;  // a write of 160 KiB: the profiler's time, also when a free fills the buffer
-  lock_in_hook([] { pthread_mutex_lock(&g_file_mutex); });
+  pthread_mutex_lock(&g_file_mutex);
   g_trace_writer.record(RecordType::kEvents, static_cast<uint32_t>(sizeof(TraceEvent) * b->count));
   g_trace_writer.append(b->events, sizeof(TraceEvent) * b->count);
   g_trace_writer.flush();
@@ -106,7 +106,7 @@ uint32_t trace_stack() {
   bool is_new = false;
   uint32_t id = g_stacks.intern(pcs, depth, &is_new);
   if (is_new) {
-    lock_in_hook([] { pthread_mutex_lock(&g_file_mutex); });
+    pthread_mutex_lock(&g_file_mutex);
     write_stack(g_trace_writer, id, pcs, static_cast<uint32_t>(depth));
     g_trace_writer.flush();
     pthread_mutex_unlock(&g_file_mutex);
