@@ -41,8 +41,9 @@ inline constexpr ConfidenceRule kDefaultConfidenceRule{unsigned(kOptionDefaults.
                                                        unsigned(kOptionDefaults.min_class)};
 
 // Unmaps the pages of every loaded object's unwind tables (.eh_frame_hdr to the end of its read-only segment)
-// that a model run's DWARF walk mapped; a later read maps them again from the page cache (caller_stack.cc). Not
-// on the allocation path: it takes the loader's lock.
+// that a model run's DWARF walk mapped; a later read maps them again from the page cache (caller_stack.cc). It
+// takes the loader's lock (dl_iterate_phdr), as the DWARF walk itself may: called only by Predictor::trim, at
+// the sweeper's passes (or the inline passes of a process without a sweeper), holding no lock of the heap.
 void drop_unwind_tables();
 
 struct PredictionTotals {

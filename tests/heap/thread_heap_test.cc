@@ -257,6 +257,33 @@ TEST(SpanGrowth, ASizeClassWhoseSpansWentBackStartsSmallAgain) {
   page_heap.check_invariants();
 }
 
+// A cached empty span taken for another size class of its lifetime class carries its count with it: the class
+// it served holds one span fewer, the class it serves one more.
+TEST(SpanGrowth, ACachedSpanReusedForAnotherSizeClassMovesItsCount) {
+  LinuxPlatform platform;
+  FakeClock clock;
+  PageHeap page_heap{platform, clock, HeapConfig{8, 2}};
+  ThreadHeap heap;
+  const unsigned a = size_class_of(1000), b = size_class_of(2000);
+  std::vector<void*> first;
+  for (int i = 0; i < 16; ++i) first.push_back(ThreadHeapOps::allocate(page_heap, heap, 1, 1000, 16));  // 16 KiB
+  void* second = ThreadHeapOps::allocate(page_heap, heap, 1, 1000, 16);  // a 32 KiB span, now the queue's head
+  ASSERT_EQ(ThreadHeapOps::span_of(page_heap, first[0])->span_bytes, 16u * 1024);
+  ASSERT_NE(ThreadHeapOps::span_of(page_heap, second), ThreadHeapOps::span_of(page_heap, first[0]));
+  EXPECT_EQ(heap.spans_taken[1][a], 2u);
+  SmallSpan* cached = ThreadHeapOps::span_of(page_heap, first[0]);
+  for (void* p : first) ThreadHeapOps::deallocate(page_heap, &heap, p);  // emptied, not the head: cached
+  void* other = ThreadHeapOps::allocate(page_heap, heap, 1, 2000, 16);  // a first 16 KiB span: from the cache
+  EXPECT_EQ(ThreadHeapOps::span_of(page_heap, other), cached);
+  EXPECT_EQ(heap.spans_taken[1][a], 1u);
+  EXPECT_EQ(heap.spans_taken[1][b], 1u);
+  for (void* p : {second, other}) ThreadHeapOps::deallocate(page_heap, &heap, p);
+  ThreadHeapOps::release_all(page_heap, heap);
+  EXPECT_EQ(heap.spans_taken[1][a], 0u);
+  EXPECT_EQ(heap.spans_taken[1][b], 0u);
+  page_heap.check_invariants();
+}
+
 // A heap whose classes 3 and up are long-lived (HeapConfig::shared_class_min), on real memory and a fake clock.
 class LongLivedClassTest : public ::testing::Test {
  protected:

@@ -1,13 +1,14 @@
 // Spans: the size-class spans a thread heap takes from the page heap and gives back to it, the span cache, and
 // the thread heap's entry points below the fast path (allocate, deallocate, release_all). A span is taken as a
 // large object of its lifetime class (the shared thread heap's on the longest class's pages). Rules: a thread's
-// spans of a class are smaller while it holds few of them (grown_span_bytes); a span's blocks go on its free list kExtendBytes at a
-// time, as the program uses them, linked with a key of its own (span_key) that is never 0; a span's size_spans
-// entries are set before its first block is handed out and cleared before it goes back to the page heap; a span
-// that its count says is empty has its blocks checked (check_released_list) before it is cached or given back; an
-// empty span waits in the span cache (kSpanCacheSlots per class and span size, the oldest given back first) with
-// extended = 0, so that any free into it is reported; the allocation slow path walks at most 16 spans of a queue
-// before it takes new memory, and drains the pool's notify lists first when a free asked for it.
+// spans of a class are smaller while it holds few of them (grown_span_bytes); a span's blocks go on its free
+// list kExtendBytes at a time, as the program uses them, linked with a key of its own (span_key) that is never
+// 0; a span's size_spans entries are set before its first block is handed out and cleared before it goes back
+// to the page heap; a span that its count says is empty has its blocks checked (check_released_list) before it
+// is cached or given back; an empty span waits in the span cache (kSpanCacheSlots per class and span size, the
+// oldest given back first) with extended = 0, so that any free into it is reported; the allocation slow path
+// walks at most 16 spans of a queue before it takes new memory, and drains the pool's notify lists first when a
+// free asked for it.
 #include <errno.h>
 
 #include <cstring>
@@ -76,9 +77,13 @@ SmallSpan* new_span(PageHeap& page_heap, ThreadHeap& heap, unsigned lc, unsigned
   unsigned kind = span_kind(bytes);
   uint8_t& n = heap.cache_count[lc][kind];
   if (n > 0) {
-    // Held all along (counted in spans_taken of the class that took it).
+    // Held all along: its count moves from the size class it served to this one (give_back takes it off this
+    // one's).
     SmallSpan* s = heap.cache[lc][kind][--n];
     heap.cache[lc][kind][n] = nullptr;
+    uint8_t& was = heap.spans_taken[lc][s->size_class];
+    if (was > 0) --was;
+    if (taken < UINT8_MAX) ++taken;
     init_span(heap, s, s->start, bytes, lc, sc);
     return s;
   }
