@@ -47,6 +47,8 @@ def test_the_model_file_carries_the_table_and_the_unseen_rule(profiles, tmp_path
     assert len(np.unique(keys)) == len(contexts)
     table = dict(zip(m.train_token_contexts.tolist(), m.train_token_class.tolist()))
     assert [table[int(k)] for k in keys] == contexts.labels.tolist()
+    # The code paths: the same ids without their size token.
+    assert (m.train_token_stacks == np.unique(modelfile.token_context_keys(ids[:, 1:], lengths - 1))).all()
     # The reference reads it as the allocator does.
     token_ids = [list(r[:n]) for r, n in zip(ids, lengths)]
     assert reference.table_classes(m, token_ids) == contexts.labels.tolist()
@@ -70,6 +72,8 @@ def test_a_damaged_table_is_refused(profiles, tmp_path, capsys):
         modelfile.from_bytes(modelfile.to_bytes(replace(m, train_token_class=out_of_range)))
     with pytest.raises(FormatError, match="train.token_class"):
         modelfile.from_bytes(modelfile.to_bytes(replace(m, train_token_class=m.train_token_class[:-1])))
+    with pytest.raises(FormatError, match="train.token_stacks"):
+        modelfile.from_bytes(modelfile.to_bytes(replace(m, train_token_stacks=m.train_token_stacks[::-1])))
 
 
 @pytest.mark.parametrize("holdout", ["split", "profile"])

@@ -217,6 +217,16 @@ def test_a_context_the_model_was_not_trained_on_starts_never_freed_then_gets_the
     assert r.returncode == 0, r.stderr
     e = policy(out, "llama-model")["extras"]
     assert e["unseen_contexts"] == 0 and e["allocs_class_7"] == N_KEEP
+    # With the code paths training saw (train.token_stacks: the ids without the size token), the rule asks for
+    # the path, whatever the size: the gone library's path listed there is known although its context is not in
+    # train.token_contexts, and nothing starts "never freed".
+    m.train_token_stacks = np.unique(modelfile.token_context_keys(
+        np.array([c[1:] + [0] * (9 - len(c)) for c in contexts]), np.array([len(c) - 1 for c in contexts])))
+    modelfile.write(d / "paths.model", m)
+    r = llamalloc("simulate", trace, "--model", d / "paths.model", "--option", f"UNSEEN_TRIAL={trial}", *common)
+    assert r.returncode == 0, r.stderr
+    e = policy(out, "llama-model")["extras"]
+    assert e["unseen_contexts"] == 0 and e["allocs_class_7"] == N_KEEP
 
 
 def test_a_model_of_another_program_still_replays_and_its_accuracy_is_counted(made_up):

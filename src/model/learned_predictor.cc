@@ -107,7 +107,7 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   float logits[kNumClasses];
   unsigned lc = classify(model_, tokens, n, logits, confidence_);
   if (log_fd_ >= 0) log_run(lc, tokens, n);
-  if (unseen_trial_ != 0 && repredict_every_ > unseen_trial_ && !model_.knows_context(tokens, n)) lc |= kUnseenContext;
+  if (unseen_trial_ != 0 && repredict_every_ > unseen_trial_ && !model_.knows_code_path(tokens, n)) lc |= kUnseenContext;
   CacheCounters::bump(state->counters.model_runs);
   CacheCounters::bump(state->counters.prediction_ns, monotonic_ns() - t0);
   release_after_run();

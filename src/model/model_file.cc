@@ -229,6 +229,8 @@ bool ModelFile::validate(char* error, size_t cap) {
   uint64_t strings_bytes = 0;
   bool seen_decision = false;
   token_contexts_ = nullptr;
+  token_stacks_ = nullptr;
+  token_stack_count_ = 0;
   token_context_count_ = 0;
   token_class_ = nullptr;
   uint64_t token_class_count = 0;
@@ -278,6 +280,18 @@ bool ModelFile::validate(char* error, size_t cap) {
           return format_message(error, cap, "corrupt: section train.token_contexts is not sorted"), false;
       token_contexts_ = keys;
       token_context_count_ = shape[0];
+      continue;
+    }
+    if (strcmp(name, "train.token_stacks") == 0) {
+      if (token_stacks_ != nullptr) return format_message(error, cap, "corrupt: section %s twice", name), false;
+      if (dtype != kU64 || ndim != 1 || uint64_t(shape[0]) * 8 != size)
+        return format_message(error, cap, "section train.token_stacks has the wrong type or shape"), false;
+      const auto* keys = reinterpret_cast<const uint64_t*>(h + offset);
+      for (uint64_t i = 1; i < shape[0]; ++i)
+        if (keys[i] <= keys[i - 1])
+          return format_message(error, cap, "corrupt: section train.token_stacks is not sorted"), false;
+      token_stacks_ = keys;
+      token_stack_count_ = shape[0];
       continue;
     }
     if (strcmp(name, "train.token_class") == 0) {
@@ -339,20 +353,33 @@ bool ModelFile::validate(char* error, size_t cap) {
   return true;
 }
 
-int64_t ModelFile::find_context(const uint32_t* tokens, size_t count) const {
-  if (token_contexts_ == nullptr) return -1;
-  uint64_t key = token_context_key(tokens, count);
-  size_t lo = 0, hi = token_context_count_;
+namespace {
+
+// The index of key in keys[0..count) (sorted), or -1.
+int64_t find_key(const uint64_t* keys, uint64_t count, uint64_t key) {
+  uint64_t lo = 0, hi = count;
   while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (token_contexts_[mid] < key) lo = mid + 1;
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < key) lo = mid + 1;
     else hi = mid;
   }
-  return lo < token_context_count_ && token_contexts_[lo] == key ? int64_t(lo) : -1;
+  return lo < count && keys[lo] == key ? int64_t(lo) : -1;
+}
+
+}  // namespace
+
+int64_t ModelFile::find_context(const uint32_t* tokens, size_t count) const {
+  if (token_contexts_ == nullptr) return -1;
+  return find_key(token_contexts_, token_context_count_, token_context_key(tokens, count));
 }
 
 bool ModelFile::knows_context(const uint32_t* tokens, size_t count) const {
   return token_contexts_ == nullptr || find_context(tokens, count) >= 0;
+}
+
+bool ModelFile::knows_code_path(const uint32_t* tokens, size_t count) const {
+  if (token_stacks_ == nullptr || count == 0) return knows_context(tokens, count);
+  return find_key(token_stacks_, token_stack_count_, token_context_key(tokens + 1, count - 1)) >= 0;
 }
 
 int ModelFile::table_class(const uint32_t* tokens, size_t count) const {

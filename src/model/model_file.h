@@ -94,6 +94,11 @@ class ModelFile {
   bool has_token_contexts() const { return token_contexts_ != nullptr; }
   uint64_t token_context_count() const { return token_context_count_; }
   bool knows_context(const uint32_t* tokens, size_t count) const;
+  // Whether training saw these token ids' code path, whatever their size token (tokens[0]): section
+  // `train.token_stacks`, the keys of the training contexts' ids without their size token. A size the sampled
+  // profile missed on a path it saw is not new code. Without the section, knows_context.
+  bool knows_code_path(const uint32_t* tokens, size_t count) const;
+  bool has_token_stacks() const { return token_stacks_ != nullptr; }
   // The deployed predictor's table (section `train.token_class`): the class training labelled these token ids
   // with, or -1 where the file has no table or the context is not in it.
   int table_class(const uint32_t* tokens, size_t count) const;
@@ -118,6 +123,8 @@ class ModelFile {
   const uint64_t* token_contexts_ = nullptr;  // sorted
   uint64_t token_context_count_ = 0;
   const unsigned char* token_class_ = nullptr;  // parallel to token_contexts_
+  const uint64_t* token_stacks_ = nullptr;  // sorted
+  uint64_t token_stack_count_ = 0;
   bool unseen_default_ = false;
 };
 

@@ -32,7 +32,8 @@ struct CacheCounters {
   }
 };
 
-// Or-ed into run_model()'s class: the context is not one the model was trained on (ModelFile::knows_context).
+// Or-ed into run_model()'s class: the context's code path is not one the model was trained on
+// (ModelFile::knows_code_path: the stack, whatever the size).
 // Such a context gets kUnseenClass, the longest, until its entry has had about `unseen_trial` hits; the model's
 // class then replaces it, as it is (not the longer of the two). A rare context the profile never saw (made a
 // few times at start-up or once per phase, never freed) then sits among long-lived objects instead of pinning

@@ -187,7 +187,7 @@ unsigned TracePredictor::classify(const uint64_t* frames, uint32_t depth, uint64
   size_t n = tokens(frames, depth, size_bytes, ids, kMaxTokens);
   float logits[kNumClasses];
   unsigned lc = model::classify(predictor_->model(), ids, n, logits, confidence_);
-  if (known != nullptr) *known = predictor_->model().knows_context(ids, n);
+  if (known != nullptr) *known = predictor_->model().knows_code_path(ids, n);
   if (log_fd_ >= 0) {
     std::string line = std::to_string(lc) + ":";
     for (size_t i = 0; i < n; ++i) line += " " + std::to_string(ids[i]);

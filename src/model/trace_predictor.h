@@ -71,7 +71,7 @@ class TracePredictor {
   // The token ids of one trace stack and size, as training encodes them (tests).
   size_t tokens(const uint64_t* frames, uint32_t depth, uint64_t size_bytes, uint32_t* out, size_t max);
   // The model's class for a stack and size, without the cache (tests); with `known`, also whether the model file
-  // lists the context among those it was trained on (ModelFile::knows_context).
+  // lists the context's code path among those it was trained on (ModelFile::knows_code_path).
   unsigned classify(const uint64_t* frames, uint32_t depth, uint64_t size_bytes, bool* known = nullptr);
 
   // Appends "class: token ids" for each context the model classifies (each distinct stack and model size bucket once),

@@ -98,6 +98,37 @@ TEST(ModelFile, KnowsTheContextsItWasTrainedOn) {
   EXPECT_TRUE(m.knows_context(c, 2));
 }
 
+// Section train.token_stacks: the keys of the training contexts' token ids without their size token. The rule for
+// contexts the model never saw asks whether their code path is known: a size the profile did not sample on a known
+// path is not new code; without the section, the whole context is asked.
+TEST(ModelFile, KnowsTheCodePathsItWasTrainedOnWhateverTheSize) {
+  const uint32_t a[] = {4 + 6, 60, 2, 53}, a_other_size[] = {4 + 11, 60, 2, 53}, c[] = {4 + 6, 62};
+  uint64_t contexts[] = {token_context_key(a, 4)};
+  uint64_t stacks[] = {token_context_key(a + 1, 3)};
+  static Image img;
+  ModelFile m;
+  char err[256];
+  build_model(img, 4, contexts, 1, nullptr, -1, stacks, 1);
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  EXPECT_TRUE(m.has_token_stacks());
+  EXPECT_FALSE(m.knows_context(a_other_size, 4)) << "another size is another context";
+  EXPECT_TRUE(m.knows_code_path(a_other_size, 4)) << "but not another code path";
+  EXPECT_TRUE(m.knows_code_path(a, 4));
+  EXPECT_FALSE(m.knows_code_path(c, 2));
+  EXPECT_FALSE(m.knows_code_path(a, 3)) << "a prefix is another path";
+  // Without the section: the contexts' list decides.
+  build_model(img, 4, contexts, 1);
+  ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
+  EXPECT_FALSE(m.has_token_stacks());
+  EXPECT_FALSE(m.knows_code_path(a_other_size, 4));
+  EXPECT_TRUE(m.knows_code_path(a, 4));
+  // Unsorted keys: refused with a reason.
+  uint64_t unsorted[] = {stacks[0], stacks[0]};
+  build_model(img, 4, contexts, 1, nullptr, -1, unsorted, 2);
+  EXPECT_FALSE(m.open_image(img.bytes, img.size, err, sizeof err));
+  EXPECT_NE(std::string(err).find("train.token_stacks is not sorted"), std::string::npos) << err;
+}
+
 // The deployed predictor: a context in the table (train.token_class) gets the class training gave it, without
 // running the LSTM; another gets the LSTM's class, or the default class where deploy.unseen says so.
 TEST(ModelFile, TheTablePredictsTheContextsTrainingSaw) {

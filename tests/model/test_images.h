@@ -28,9 +28,11 @@ inline void put_file_start(unsigned char* h, const char (&magic)[9], uint32_t he
 }
 
 // With token_contexts: also a section train.token_contexts of those keys, in the order given; with token_class
-// (one class per key) a section train.token_class; with unseen 0 or 1 a section deploy.unseen of that value.
+// (one class per key) a section train.token_class; with unseen 0 or 1 a section deploy.unseen of that value; with
+// token_stacks a section train.token_stacks of those keys.
 inline void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_contexts = nullptr, uint32_t contexts = 0,
-                        const uint8_t* token_class = nullptr, int unseen = -1) {
+                        const uint8_t* token_class = nullptr, int unseen = -1, const uint64_t* token_stacks = nullptr,
+                        uint32_t stacks = 0) {
   memset(img.bytes, 0, sizeof img.bytes);
   const uint32_t V = 54, E = 4, H = hidden;
   struct Sec {
@@ -44,10 +46,12 @@ inline void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_c
                 {"dense.w", 1, 2, H, 8, 4ull * H * 8},              {"dense.b", 1, 1, 8, 0, 32},
                 {"train.token_contexts", 4, 1, contexts, 0, 8ull * contexts},
                 {"train.token_class", 2, 1, contexts, 0, contexts},
-                {"deploy.unseen", 3, 1, 1, 0, 4}};
+                {"deploy.unseen", 3, 1, 1, 0, 4},
+                {"train.token_stacks", 4, 1, stacks, 0, 8ull * stacks}};
   Sec* last = secs + (token_contexts != nullptr ? 7 : 6);
   if (token_class != nullptr) *last++ = secs[7];
   if (unseen >= 0) *last++ = secs[8];
+  if (token_stacks != nullptr) *last++ = secs[9];
   const uint32_t n = uint32_t(last - secs);
   uint64_t off = 128 + 64 * n;
   off = (off + 63) / 64 * 64;
@@ -86,6 +90,7 @@ inline void build_model(Image& img, uint32_t hidden = 4, const uint64_t* token_c
     if (strcmp(secs[s].name, "train.token_contexts") == 0) memcpy(data, token_contexts, 8ull * contexts);
     if (strcmp(secs[s].name, "train.token_class") == 0) memcpy(data, token_class, contexts);
     if (strcmp(secs[s].name, "deploy.unseen") == 0) put32(data, uint32_t(unseen));
+    if (strcmp(secs[s].name, "train.token_stacks") == 0) memcpy(data, token_stacks, 8ull * stacks);
     if (s >= 2 && s < 6) {
       float* f = reinterpret_cast<float*>(data);
       for (uint64_t i = 0; i < secs[s].bytes / 4; ++i) f[i] = float((i * 37 % 101) - 50) / 50.0f;

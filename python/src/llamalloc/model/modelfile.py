@@ -115,6 +115,12 @@ class ModelFile:
     #: the label of the merged counts of the training contexts with that key. The allocator predicts a context
     #: it finds here with this class (a lookup table for what training saw) and runs the LSTM only for others.
     train_token_class: np.ndarray | None = None
+    #: Sorted token_context_key() of every training context's token ids without the size token that begins
+    #: them (optional section `train.token_stacks`): the code paths training saw. The allocator's rule for
+    #: contexts never seen (long-lived pages until they prove frequent) applies only to a context whose code path
+    #: is not here; a size the profile did not sample on a known path is not new code. None: the rule falls back
+    #: to `train_token_contexts`.
+    train_token_stacks: np.ndarray | None = None
     #: How a context missing from `train_token_class` is predicted (section `deploy.unseen`): False, the LSTM;
     #: True, the default class (what exact-match lookup falls back to), chosen by `train` when the LSTM predicts
     #: the held-out contexts worse than that fallback.
@@ -166,6 +172,8 @@ def _sections(m: ModelFile) -> list[tuple[str, np.ndarray]]:
          if m.train_token_contexts is not None else []) \
       + ([("train.token_class", np.ascontiguousarray(m.train_token_class, np.uint8))]
          if m.train_token_class is not None else []) \
+      + ([("train.token_stacks", np.ascontiguousarray(m.train_token_stacks, "<u8"))]
+         if m.train_token_stacks is not None else []) \
       + ([("deploy.unseen", np.array([1 if m.unseen_default else 0], "<u4"))] if m.unseen_default else [])
 
 
@@ -304,6 +312,10 @@ def from_bytes(data: bytes, path="<model>") -> ModelFile:
                                     token_class.shape != token_contexts.shape or
                                     np.any(token_class >= NUM_CLASSES)):
         raise bad("corrupt section 'train.token_class': not one class per 'train.token_contexts' key")
+    token_stacks = arrays.get("train.token_stacks")
+    if token_stacks is not None and (token_stacks.dtype != DTYPES[4] or token_stacks.ndim != 1 or
+                                     np.any(token_stacks[1:] <= token_stacks[:-1])):
+        raise bad("corrupt section 'train.token_stacks': not a sorted list of distinct u64 keys")
     unseen = arrays.get("deploy.unseen")
     if unseen is not None and (unseen.dtype != DTYPES[3] or unseen.shape != (1,) or int(unseen[0]) > 1):
         raise bad("corrupt section 'deploy.unseen': not one u32 of 0 or 1")
@@ -319,5 +331,5 @@ def from_bytes(data: bytes, path="<model>") -> ModelFile:
         program=program, train_stacks=arrays["train.stacks"], train_contexts=arrays["train.contexts"],
         train_context_class=arrays["train.context_class"], train_sites=arrays["train.sites"],
         train_site_class=arrays["train.site_class"], train_token_contexts=token_contexts, metadata=metadata,
-        decision=decision, train_token_class=token_class,
+        decision=decision, train_token_class=token_class, train_token_stacks=token_stacks,
         unseen_default=unseen is not None and int(unseen[0]) == 1)

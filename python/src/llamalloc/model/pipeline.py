@@ -110,8 +110,17 @@ def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int =
         dense_b=params["dense_b"], max_tokens=max_tokens, default_class=exact.default_class,
         program="\n".join(train.programs), train_stacks=baselines.stack_keys(train), train_contexts=exact.keys,
         train_context_class=exact.classes, train_sites=site.keys, train_site_class=site.classes, metadata=meta,
-        decision=config.decision, train_token_contexts=token_keys, train_token_class=token_class)
+        decision=config.decision, train_token_contexts=token_keys, train_token_class=token_class,
+        train_token_stacks=token_stack_keys(ids, lengths))
     return Trained(model, vocab, result, exact, site)
+
+
+def token_stack_keys(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Sorted distinct keys of the training contexts' token ids without their first, the size token: the code
+    paths training saw, keyed as the allocator keys them (ModelFile::knows_stack)."""
+    ids = np.asarray(ids)
+    lengths = np.asarray(lengths, np.int64)
+    return np.unique(modelfile.token_context_keys(ids[:, 1:], np.maximum(lengths - 1, 0)))
 
 
 def token_class_table(contexts: Contexts, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
