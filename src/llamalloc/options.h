@@ -130,10 +130,10 @@ namespace llamalloc {
     "A re-prediction that keeps an entry's class doubles that entry's period, up to REPREDICT_EVERY x "          \
     "2^REPREDICT_BACKOFF hits; one that changes it starts over (0: always every REPREDICT_EVERY hits).")        \
   X(UNSEEN_TRIAL, unseen_trial, Uint, 64, 0, 1000000,                                                        \
-    "A context the model was not trained on (a model file that lists its training contexts) gets the longest "  \
-    "class, never freed, until its prediction cache entry has had about this many hits; then the model's class " \
-    "(docs/prediction.md). Rare contexts the profile missed then sit among long-lived objects. 0: the model's "  \
-    "class at once. Needs REPREDICT_EVERY above it.")                                                          \
+    "A context whose code path the model was not trained on (a model file that lists its training contexts' "   \
+    "paths, or the contexts themselves) gets the longest class, never freed, until its prediction cache entry "  \
+    "has had about this many hits; then the model's class (docs/prediction.md). Rare code the profile missed "  \
+    "then sits among long-lived objects. 0: the model's class at once. Needs REPREDICT_EVERY above it.")       \
   X(MIN_CONFIDENCE, min_confidence, Uint, 60, 0, 100,                                                           \
     "A model prediction is used only if its probability (softmax) exceeds this percentage (for a distribution "  \
     "model, train's default: the probability of its two likeliest classes together); otherwise the object "      \
