@@ -270,28 +270,19 @@ bool ModelFile::validate(char* error, size_t cap) {
       decision_tie_ = tie;
       continue;
     }
-    if (strcmp(name, "train.token_contexts") == 0) {
-      if (token_contexts_ != nullptr) return format_message(error, cap, "corrupt: section %s twice", name), false;
+    // The key lists (train.token_contexts, train.token_stacks): u64 [n], sorted and distinct.
+    const uint64_t** keys_out = strcmp(name, "train.token_contexts") == 0 ? &token_contexts_
+                                : strcmp(name, "train.token_stacks") == 0 ? &token_stacks_
+                                                                          : nullptr;
+    if (keys_out != nullptr) {
+      if (*keys_out != nullptr) return format_message(error, cap, "corrupt: section %s twice", name), false;
       if (dtype != kU64 || ndim != 1 || uint64_t(shape[0]) * 8 != size)
-        return format_message(error, cap, "section train.token_contexts has the wrong type or shape"), false;
+        return format_message(error, cap, "section %s has the wrong type or shape", name), false;
       const auto* keys = reinterpret_cast<const uint64_t*>(h + offset);
       for (uint64_t i = 1; i < shape[0]; ++i)
-        if (keys[i] <= keys[i - 1])
-          return format_message(error, cap, "corrupt: section train.token_contexts is not sorted"), false;
-      token_contexts_ = keys;
-      token_context_count_ = shape[0];
-      continue;
-    }
-    if (strcmp(name, "train.token_stacks") == 0) {
-      if (token_stacks_ != nullptr) return format_message(error, cap, "corrupt: section %s twice", name), false;
-      if (dtype != kU64 || ndim != 1 || uint64_t(shape[0]) * 8 != size)
-        return format_message(error, cap, "section train.token_stacks has the wrong type or shape"), false;
-      const auto* keys = reinterpret_cast<const uint64_t*>(h + offset);
-      for (uint64_t i = 1; i < shape[0]; ++i)
-        if (keys[i] <= keys[i - 1])
-          return format_message(error, cap, "corrupt: section train.token_stacks is not sorted"), false;
-      token_stacks_ = keys;
-      token_stack_count_ = shape[0];
+        if (keys[i] <= keys[i - 1]) return format_message(error, cap, "corrupt: section %s is not sorted", name), false;
+      *keys_out = keys;
+      (keys_out == &token_contexts_ ? token_context_count_ : token_stack_count_) = shape[0];
       continue;
     }
     if (strcmp(name, "train.token_class") == 0) {

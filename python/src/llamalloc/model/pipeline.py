@@ -117,7 +117,7 @@ def train_contexts(train: Contexts, config: lstm.TrainConfig, vocab_words: int =
 
 def token_stack_keys(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Sorted distinct keys of the training contexts' token ids without their first, the size token: the code
-    paths training saw, keyed as the allocator keys them (ModelFile::knows_stack)."""
+    paths training saw, keyed as the allocator keys them (ModelFile::knows_code_path)."""
     ids = np.asarray(ids)
     lengths = np.asarray(lengths, np.int64)
     return np.unique(modelfile.token_context_keys(ids[:, 1:], np.maximum(lengths - 1, 0)))
