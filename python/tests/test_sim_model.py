@@ -182,7 +182,8 @@ def test_model_places_objects_in_predicted_classes_and_counts_the_cache(made_up)
     assert r.returncode == 0, r.stderr
     e = policy(out, "llama-model")["extras"]
     assert e["repredictions"] == 3 * 3 + 1 and e["model_runs"] == 4 + 10 and e["prediction_cache_misses"] == 4
-    # And with the library's LLAMALLOC_MIN_CLASS (1): the model's class-0 objects are placed in class 1.
+    # And with the library's LLAMALLOC_MIN_CLASS (3): the model's class-0 objects are placed as without a model,
+    # in the default class, 1.
     assert e["allocs_class_0"] == 0 and e["allocs_class_1"] == N_TEMP + N_GONE + N_OTHER_THREAD
     assert e["allocs_class_7"] == N_KEEP
 
@@ -339,7 +340,7 @@ def test_real_trace_tokens_come_from_its_binaries_and_are_cached(real):
     m = modelfile.read(d / "switch.model")
     for (stack, _), tokens in zip(own, reference.tokens(m, [s for s, _ in own], [z for _, z in own])):
         assert tuple(tokens) in runs, f"{stack}: {tokens} not among the replay's contexts {sorted(runs)}"
-        # temp_buffer's class 0 is raised to LLAMALLOC_MIN_CLASS's default, 1, as in the process.
+        # temp_buffer's class 0 is below LLAMALLOC_MIN_CLASS's default: the default class, 1, as in the process.
         assert runs[tuple(tokens)] == (7 if stack[0] == "keep_record" else 1)
     # Second time: the tables come from the cache.
     r = llamalloc("simulate", trace, "-p", "llama-model", "--model", d / "switch.model", "-o", out, env=env)
@@ -394,11 +395,11 @@ def test_a_binary_missing_on_disk_is_one_warning_and_the_replay_goes_on(real):
 def test_a_trace_without_mappings_replays_with_a_warning(tmp_path):
     from test_sim_support import write_trace
     trace = write_trace(tmp_path / "bare.trace", [alloc(0, 0x1000, 64), free(1, 0x1000)])
-    m = switch_model({"keep_record": 7}, 2, ["keep_record"])
+    m = switch_model({"keep_record": 7}, 3, ["keep_record"])
     modelfile.write(tmp_path / "m.model", m)
     out = tmp_path / "bare.sim.json"
     r = llamalloc("simulate", trace, "-p", "llama-model", "--model", tmp_path / "m.model", "-o", out, "-q")
     assert r.returncode == 0, r.stderr
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "no executable mapping" in warnings[0], r.stderr
-    assert policy(out, "llama-model")["extras"]["allocs_class_2"] == 1
+    assert policy(out, "llama-model")["extras"]["allocs_class_3"] == 1

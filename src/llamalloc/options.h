@@ -139,11 +139,13 @@ namespace llamalloc {
     "model, train's default: the probability of its two likeliest classes together); otherwise the object "      \
     "gets DEFAULT_CLASS, the placement without a model: contexts the model is unsure of are placed as if no "    \
     "model were loaded. 0: always the model's class; 100: never.")                                             \
-  X(MIN_CLASS, min_class, Uint, 1, 0, 7,                                                                       \
-    "The shortest lifetime class a model's prediction is given: a shorter one is raised to it. 1: contexts the " \
-    "model predicts < 10 ms share the pages of < 100 ms ones (class-0 pages pass their 40 ms deadline while a "  \
-    "request still uses them; docs/prediction.md). 0: the model's class as it is. At most CLASSES-2, so that "  \
-    "two classes stay in use.")                                                                               \
+  X(MIN_CLASS, min_class, Uint, 3, 0, 7,                                                                       \
+    "The shortest lifetime class a model's prediction (or a learned class) places objects in: a context "       \
+    "predicted shorter is placed as without a model, in DEFAULT_CLASS. 3: the model keeps apart what it expects " \
+    "to outlive a second; shorter and medium lifetimes share the default class's pages, whose pages move to a "  \
+    "longer class when their objects outlive the deadline, as without a model: each class in use keeps pages "  \
+    "and spans of its own, and a class of short lifetimes beside the default one cost peak memory for little "  \
+    "gain (docs/prediction.md). 0: the model's class as it is. At most CLASSES-2.")                            \
   X(PREDICT_DWARF, predict_dwarf, Uint, 1, 0, 1,                                                               \
     "1: a model run walks the caller's stack with the DWARF unwinder (libgcc's, from .eh_frame), as the "       \
     "profiler does, so that callers of code built without frame pointers are in the context as in the "        \

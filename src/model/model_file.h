@@ -147,8 +147,12 @@ float top_two_probability(const float* logits);
 // without a model), so a context the model cannot tell apart keeps the no-model placement. 0: always kept;
 // 100: never (every allocation is placed as without a model).
 //
-// `shortest` (LLAMALLOC_MIN_CLASS) then raises a class shorter than it: the model's class-0 contexts share the
-// pages of class 1 rather than keep pages whose 40 ms deadline passes while a request still uses them.
+// `shortest` (LLAMALLOC_MIN_CLASS) then places a class shorter than it as without a model (`fallback`): the model
+// keeps apart only what it expects to outlive a second. Each class in use keeps open pages and spans of its own,
+// and a class of short or medium lifetimes gains little there: the heap without a model already moves a page
+// whose objects outlive its deadline to a longer class (promotion), and two classes that churn side by side each
+// keep room of their own at the peak (a corpus whose model split its cache between classes 2 and 3 peaked 2-4
+// huge pages higher). Class-0 pages also pass their 40 ms deadline while a request still uses them.
 struct ConfidenceRule {
   unsigned min_confidence_percent = 0;
   unsigned fallback = 0;
@@ -157,7 +161,7 @@ struct ConfidenceRule {
     if (min_confidence_percent == 0 || best == fallback) return best;
     return top_probability(logits, best) * 100.0f > float(min_confidence_percent) ? best : fallback;
   }
-  unsigned raise(unsigned lc) const { return lc < shortest ? shortest : lc; }
+  unsigned fold(unsigned lc) const { return lc < shortest ? fallback : lc; }
   // A distribution model's probabilities are the predicted shares of a context's objects, so a context split
   // 56% / 44% between two classes is not unsure. Its prediction is kept only if the two likeliest classes hold
   // more than min_confidence_percent of the distribution: a context the model cannot place spreads it wider.
@@ -181,11 +185,11 @@ inline unsigned classify(const ModelFile& model, const uint32_t* tokens, size_t 
     if (c >= 0) {
       for (unsigned k = 0; k < kNumClasses; ++k) logits[k] = 0.0f;
       // A table class is certain: the unsure rule replaces it only at 100, where no prediction is kept.
-      return confidence.raise(confidence.min_confidence_percent >= 100 ? confidence.fallback : unsigned(c));
+      return confidence.fold(confidence.min_confidence_percent >= 100 ? confidence.fallback : unsigned(c));
     }
   }
   unsigned c = infer(model, tokens, count, logits);
-  return confidence.raise(model.is_distribution() ? confidence.apply_distribution(c, logits)
+  return confidence.fold(model.is_distribution() ? confidence.apply_distribution(c, logits)
                                                   : confidence.apply(c, logits));
 }
 

@@ -25,6 +25,7 @@ LearnRule learn_rule_of(const Options& o, const ModelFile* model, unsigned short
   rule.long_class = unsigned(o.long_class);
   rule.label = model != nullptr && model->is_distribution() ? model->label_rule() : kTrainLabelRule;
   rule.shortest = shortest;
+  rule.fallback = unsigned(o.default_class) < unsigned(o.classes) ? unsigned(o.default_class) : unsigned(o.classes) - 1;
   return rule;
 }
 
@@ -282,10 +283,12 @@ uint8_t OnlineLearner::decide(const LearnRule& rule, const uint32_t* freed, cons
   // A live object's age is only a lower bound on its lifetime: counted as the class it has reached, a context
   // whose objects are never freed would be decided class 1, then 2, then 3 as they age, and its objects spread
   // over those classes' pages (and a model's longer class overridden downwards). So a live object is evidence
-  // only once it has outlived what the frees say (the class they decide, at least the shortest class): it
-  // survives, and counts as the longest lifetime class, whose pages keep what outlives every deadline.
+  // only once it has outlived what the frees say (the class they decide, at least the class a short one is
+  // placed in): it survives, and counts as the longest lifetime class, whose pages keep what outlives every
+  // deadline.
   unsigned said = frees > 0 ? rule.label.apply(score) : 0;
-  if (said < rule.shortest) said = rule.shortest;
+  unsigned floor_said = rule.shortest < rule.fallback ? rule.shortest : rule.fallback;
+  if (said < floor_said) said = floor_said;
   unsigned outlived = said > floor ? said : floor;
   uint32_t survivors = 0;
   for (unsigned k = outlived + 1; k < kMaxClasses; ++k) survivors += live[k];
@@ -295,7 +298,7 @@ uint8_t OnlineLearner::decide(const LearnRule& rule, const uint32_t* freed, cons
   if (freed_total != nullptr) *freed_total = frees;
   if (n == 0 || n < rule.min_samples) return kNoClass;
   unsigned lc = survivors == 0 ? said : rule.label.apply(score);
-  if (lc < rule.shortest) lc = rule.shortest;
+  if (lc < rule.shortest) lc = rule.fallback;
   return uint8_t(lc);
 }
 

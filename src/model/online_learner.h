@@ -42,7 +42,8 @@ struct LearnRule {
   uint32_t margin = 2;             // classes a learned class must differ by to replace the base one
   unsigned long_class = 4;         // LLAMALLOC_LONG_CLASS: from here on every class is on the longest pages
   LabelRule label = kTrainLabelRule;
-  unsigned shortest = 0;  // a decided class shorter than this is raised to it (LLAMALLOC_MIN_CLASS)
+  unsigned shortest = 0;  // a decided class shorter than this is `fallback` (LLAMALLOC_MIN_CLASS)
+  unsigned fallback = 1;  // the class without a model (LLAMALLOC_DEFAULT_CLASS)
 };
 
 // The rule from the heap's options (LEARN_MIN_SAMPLES, LEARN_OVERRIDE_SAMPLES, LEARN_WINDOW, LEARN_SAMPLE_EVERY,
@@ -167,9 +168,9 @@ class OnlineLearner {
   void unlock_after_fork(bool child);
 
   // The context's class from its counts, kNoClass below min_samples of evidence: the label rule on the frees'
-  // lifetimes, with the live objects that have outlived the class the frees decide (at least rule.shortest, and
-  // at least `floor`) counted as the longest lifetime class. *evidence: frees and such survivors; *freed_total:
-  // frees. Public for tests.
+  // lifetimes, with the live objects that have outlived the class the frees decide (at least the lower of
+  // rule.shortest and rule.fallback, and at least `floor`) counted as the longest lifetime class; a class below
+  // rule.shortest is rule.fallback. *evidence: frees and such survivors; *freed_total: frees. Public for tests.
   static uint8_t decide(const LearnRule& rule, const uint32_t* freed, const uint32_t* live, uint32_t* evidence,
                         uint32_t* freed_total = nullptr, unsigned floor = 0);
 

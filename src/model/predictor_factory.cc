@@ -104,8 +104,7 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
   }
   if (predictor->has_model()) llamalloc::set_stats_model(model_path, tokens_path);
   predictor->set_dwarf_unwind(o.predict_dwarf != 0);
-  // MIN_CLASS leaves at least two classes in use: with CLASSES=2 every prediction raised to class 1 would put
-  // the whole program in the last class.
+  // MIN_CLASS at most CLASSES-2, so that a model still places objects of the last two classes by itself.
   unsigned shortest = unsigned(o.min_class);
   if (shortest + 2 > unsigned(o.classes)) shortest = unsigned(o.classes) - 2;
   predictor->set_confidence_rule(ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class), shortest});

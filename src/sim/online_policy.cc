@@ -17,7 +17,7 @@ uint64_t check_seed(uint32_t thread) { return ((uint64_t{thread} + 1) * 0x9E3779
 }  // namespace
 
 model::LearnRule replay_learn_rule(const Options& heap_options, const model::ModelFile* model) {
-  // As the process raises its classes: MIN_CLASS, leaving two classes in use (the replay has all eight).
+  // As the process applies it: MIN_CLASS at most class 6 (the replay has all eight classes).
   unsigned shortest = unsigned(heap_options.min_class);
   return model::learn_rule_of(heap_options, model, shortest + 2 > kMaxClasses ? kMaxClasses - 2 : shortest);
 }

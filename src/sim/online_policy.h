@@ -46,7 +46,7 @@
 namespace llamalloc::sim {
 
 // The learner's rule as the process sets it from the heap's options (model::learn_rule_of), with MIN_CLASS as the
-// shortest class as the replay raises a model's predictions (`model`: null without one).
+// replay applies it to a model's predictions (`model`: null without one).
 model::LearnRule replay_learn_rule(const Options& heap_options, const model::ModelFile* model);
 
 class OnlineClassSource final : public ClassSource {

@@ -159,10 +159,10 @@ TEST(ModelFile, TheTablePredictsTheContextsTrainingSaw) {
   EXPECT_EQ(classify(m, b, 2, logits, keep), class_b);
   EXPECT_EQ(classify(m, c, 2, logits, keep), lstm_c) << "an unseen context runs the LSTM";
   // A table class is certain: kept below a 100% threshold, replaced by the fallback at 100 (no prediction kept);
-  // the shortest-class rule raises it.
+  // the shortest-class rule places it as without a model when it is shorter.
   EXPECT_EQ(classify(m, b, 2, logits, ConfidenceRule{99, 3, 0}), class_b);
   EXPECT_EQ(classify(m, b, 2, logits, ConfidenceRule{100, 3, 0}), 3u);
-  EXPECT_EQ(classify(m, b, 2, logits, ConfidenceRule{0, 0, 4}), std::max(class_b, 4u));
+  EXPECT_EQ(classify(m, b, 2, logits, ConfidenceRule{0, 1, 4}), class_b < 4 ? 1u : class_b);
   build_model(img, 4, keys, 2, classes, 1);
   ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
   EXPECT_TRUE(m.unseen_default());
@@ -249,9 +249,9 @@ TEST(ConfidenceRule, ADistributionModelIsUnsureOnlyWhereTheTwoLikeliestClassesHo
   EXPECT_EQ((ConfidenceRule{0, 0}.apply_distribution(7, flat)), 7u);
 }
 
-// LLAMALLOC_MIN_CLASS: the class the allocator uses is never shorter than `shortest`, whichever rule decided it;
-// a longer class is kept as it is.
-TEST(ConfidenceRule, AClassShorterThanTheShortestIsRaisedToIt) {
+// LLAMALLOC_MIN_CLASS: a class shorter than `shortest`, whichever rule decided it, is placed as without a model
+// (the fallback); a class at least `shortest` is kept as it is.
+TEST(ConfidenceRule, AClassShorterThanTheShortestIsPlacedAsWithoutAModel) {
   static Image img;
   build_model(img);
   ModelFile m;
@@ -262,13 +262,15 @@ TEST(ConfidenceRule, AClassShorterThanTheShortestIsRaisedToIt) {
   unsigned own = infer(m, tokens, 4, logits);
   EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{0, 0, 0}), own) << "0: the model's class as it is";
   EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{0, 0, own}), own);
-  if (own < 7) EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{0, 0, own + 1}), own + 1);
-  EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{100, 0, 1}), 1u) << "the unsure rule's class 0, raised";
-  EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{100, 3, 1}), 3u) << "a longer fallback stays";
-  ConfidenceRule rule{0, 0, 1};
-  EXPECT_EQ(rule.raise(0), 1u);
-  EXPECT_EQ(rule.raise(1), 1u);
-  EXPECT_EQ(rule.raise(7), 7u);
+  unsigned other = own == 5 ? 6 : 5;
+  if (own < 7) EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{0, other, own + 1}), other);
+  EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{100, 1, 3}), 1u) << "the unsure rule's class, kept";
+  EXPECT_EQ(classify(m, tokens, 4, logits, ConfidenceRule{100, 4, 3}), 4u) << "a longer fallback stays";
+  ConfidenceRule rule{0, 1, 3};
+  EXPECT_EQ(rule.fold(0), 1u);
+  EXPECT_EQ(rule.fold(2), 1u);
+  EXPECT_EQ(rule.fold(3), 3u);
+  EXPECT_EQ(rule.fold(7), 7u);
 }
 
 TEST(ModelFile, DamagedImagesAreRefusedWithAReason) {

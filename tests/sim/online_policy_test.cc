@@ -146,11 +146,12 @@ TEST(OnlinePolicy, ContextsOfDifferentLifetimesAreLearnedApartAndTheFootprintShr
   VectorEventSource again(events);
   RunResult fixed = replay(again, *fixed_policy, EngineOptions{});
 
-  // The kept context has lived past 100 ms (class 2 at least); the brief one's class 0 is raised to MIN_CLASS.
+  // The kept context has lived past 100 ms (class 2 at least); the brief one's class 0 is below MIN_CLASS, so
+  // it is DEFAULT_CLASS.
   uint8_t kept = learned_class(source.learner(), 0x401234), brief = learned_class(source.learner(), 0x401457);
   EXPECT_GE(kept, 2u);
   EXPECT_NE(kept, model::kNoClass);
-  EXPECT_EQ(brief, Options{}.min_class);
+  EXPECT_EQ(brief, Options{}.default_class);
   EXPECT_GT(source.learner().totals().samples, 16u);
   // Checks come every 1 to 64 allocations of a context (2 contexts, one thread).
   uint64_t allocs = learned.summary.allocs;
@@ -208,10 +209,10 @@ TEST(OnlinePolicy, AModelsWrongClassIsOverriddenOnceTheEvidenceIsConfident) {
     EXPECT_EQ(policy.name(), "llama-model");
     VectorEventSource trace(events);
     RunResult r = replay(trace, policy, EngineOptions{});
-    uint64_t brief_in_learned = source.confusion()[0][Options{}.min_class];
+    uint64_t brief_in_learned = source.confusion()[0][Options{}.default_class];
     uint64_t brief_in_model = source.confusion()[0][kNeverFreedClass];
     uint8_t brief = learned_class(source.learner(), 0x401457);
-    EXPECT_EQ(brief, Options{}.min_class) << "decided either way";
+    EXPECT_EQ(brief, Options{}.default_class) << "decided either way";
     double overrides = -1, model_figure = -1;
     for (const auto& [name, value] : r.extras) {
       if (name == "learn_overrides") overrides = value;
