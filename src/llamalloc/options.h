@@ -144,7 +144,7 @@ namespace llamalloc {
     "predicted shorter is placed as without a model, in DEFAULT_CLASS. 3: the model keeps apart what it expects " \
     "to outlive a second; shorter and medium lifetimes share the default class's pages, whose pages move to a "  \
     "longer class when their objects outlive the deadline, as without a model: each class in use keeps pages "  \
-    "and spans of its own, and a class of short lifetimes beside the default one cost peak memory for little "  \
+    "and spans of its own, and a class of short lifetimes beside the default one costs peak memory for little " \
     "gain (docs/prediction.md). 0: the model's class as it is. At most CLASSES-2.")                            \
   X(PREDICT_DWARF, predict_dwarf, Uint, 1, 0, 1,                                                               \
     "1: a model run walks the caller's stack with the DWARF unwinder (libgcc's, from .eh_frame), as the "       \
