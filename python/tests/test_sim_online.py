@@ -13,28 +13,33 @@ KEPT, BRIEF = 1, 2  # stacks: objects never freed, objects freed at once
 SIZE = 2048
 
 
+HISTORY_MS = 3000
+
+
 def two_lifetimes_trace(path):
-    """For 1.5 s, each millisecond one object that is kept and one freed at once; then a burst of 4,096
-    short-lived objects with a kept one after every 32, the short ones freed 1 ms later; then a quiet second."""
+    """For 3 s, each millisecond one object that is kept and one freed at once (the kept context's samples, taken
+    over its first 2 s or so, are then past 1 s: class 3, the shortest a learned class is placed in, MIN_CLASS);
+    then a burst of 4,096 short-lived objects with a kept one after every 32, the short ones freed 1 ms later;
+    then a quiet second."""
     events = []
     address = BASE
-    for ms in range(1500):
+    for ms in range(HISTORY_MS):
         events.append(alloc(ms, address, SIZE, stack=KEPT))
         events.append(alloc(ms + 0.0001, address + 0x1000, SIZE, stack=BRIEF))
         events.append(free(ms + 0.0002, address + 0x1000))
         address += 0x2000
     brief = []
     for i in range(4096):
-        events.append(alloc(1500, address, SIZE, stack=BRIEF))
+        events.append(alloc(HISTORY_MS, address, SIZE, stack=BRIEF))
         brief.append(address)
         address += 0x1000
         if i % 32 == 31:
-            events.append(alloc(1500, address, SIZE, stack=KEPT))
+            events.append(alloc(HISTORY_MS, address, SIZE, stack=KEPT))
             address += 0x1000
-    events += [free(1501, a) for a in brief]
+    events += [free(HISTORY_MS + 1, a) for a in brief]
     for ms in range(10, 1001, 10):
-        events.append(alloc(1500 + ms, address, SIZE, stack=BRIEF))
-        events.append(free(1500 + ms + 0.001, address))
+        events.append(alloc(HISTORY_MS + ms, address, SIZE, stack=BRIEF))
+        events.append(free(HISTORY_MS + ms + 0.001, address))
         address += 0x1000
     stacks = [stack_record(KEPT, [0x401233, 0x402000]), stack_record(BRIEF, [0x401456, 0x402000])]
     path.write_bytes(trace_with(stacks, events))

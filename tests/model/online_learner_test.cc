@@ -56,12 +56,13 @@ TEST(OnlineLearner, AContextWhoseObjectsAreNeverFreedIsLearnedFromAgingAlone) {
   l->age(50 * kMs);
   EXPECT_EQ(l->decided(slot), kNoClass) << "within the shortest class (< 100 ms): no evidence yet";
   l->age(200 * kMs);
-  // Outlived the shortest class with no free to say otherwise: survivors, placed with the longest lifetimes at
-  // once (not class 2, then 3, then 4 as they age, spreading the context over three classes' pages).
-  EXPECT_EQ(l->decided(slot), kLongestLifetimeClass);
+  // Outlived the shortest class with no free to say otherwise: evidence, as the class their age has reached.
+  EXPECT_EQ(l->decided(slot), 2u);
   EXPECT_EQ(l->learned(slot, 1, true), kNoClass) << "a model's class 1 stands: only one class outlived";
+  l->age(2'000 * kMs);
+  EXPECT_EQ(l->decided(slot), 3u) << "past 1 s: class 3";
   l->age(20'000 * kMs);
-  EXPECT_EQ(l->decided(slot), kLongestLifetimeClass) << "and it stays there";
+  EXPECT_EQ(l->decided(slot), kLongestLifetimeClass) << "past 10 s (long_class 4): the longest class's pages";
   EXPECT_EQ(l->learned(slot, 1, true), kLongestLifetimeClass) << "40 objects 100x past a model's class 1 lengthen it";
   EXPECT_EQ(l->learned(slot, 3, true), kNoClass) << "a model's class 3 (< 10 s) stands at 20 s";
   EXPECT_EQ(l->totals().live_samples, 40u);
@@ -73,7 +74,21 @@ TEST(OnlineLearner, LiveObjectsNeverShortenAModelsClass) {
   sample(*l, slot, 0x38000, 40, 0);
   l->age(300 * kMs);
   EXPECT_EQ(l->learned(slot, 5, true), kNoClass) << "live objects never shorten a model's class";
-  EXPECT_EQ(l->decided(slot), kLongestLifetimeClass) << "(without a model they are survivors)";
+  EXPECT_EQ(l->decided(slot), 2u) << "(without a model they count as the class their age has reached)";
+}
+
+TEST(OnlineLearner, ObjectsNotFreedYetWhileAHeapGrowsAreNotSentToTheLongestPages) {
+  // A heap's first rise: 40 objects sampled, none freed yet, aged 1-10 s. With MIN_CLASS 3 they are class 3, on
+  // pages of their own, not the longest class's, where they would pin the true survivors' pages once they die;
+  // the frees that follow (1-10 s) keep the context there.
+  auto [l, slot] = learner_with_context({.shortest = 3}, 0x402c00, 6);
+  sample(*l, slot, 0x3c000, 40, 0);
+  l->age(500 * kMs);
+  EXPECT_EQ(l->decided(slot), 1u) << "aged 100 ms-1 s: below MIN_CLASS, placed as without learning";
+  l->age(3'000 * kMs);
+  EXPECT_EQ(l->decided(slot), 3u);
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(l->on_free(0x3c000 + uintptr_t(i) * 64, 4'000 * kMs));
+  EXPECT_EQ(l->decided(slot), 3u) << "freed at 4 s";
 }
 
 TEST(OnlineLearner, FreesThatSayLongerThanAModelLeaveItsClass) {
@@ -101,6 +116,8 @@ TEST(OnlineLearner, ObjectsThatOutliveWhatTheFreesSayAreSurvivors) {
   l->age(150 * kMs);
   EXPECT_EQ(l->decided(slot), 1u) << "aged 50 ms: within what the frees say, no evidence";
   l->age(1500 * kMs);
+  EXPECT_EQ(l->decided(slot), 3u) << "as many past 1 s as frees: the longer class wins the tie";
+  l->age(15'000 * kMs);
   EXPECT_EQ(l->decided(slot), kLongestLifetimeClass);
 }
 
