@@ -56,10 +56,11 @@ def contexts_by_function(stats: dict) -> dict[str, list[dict]]:
 def test_a_context_is_learned_from_frees_and_one_from_aging_alone(tmp_path, env):
     """`learn`: each round's buffers (temp_buffer) die 30 ms after they are made, its records (keep_record) never.
     The buffers' context is decided from the lifetimes of its sampled objects' frees, < 100 ms; the records',
-    whose objects are never freed, from the ages its sampled objects reach while live: past 1 s, class 3 (a
-    younger one, of a class below LLAMALLOC_MIN_CLASS, is placed as without learning). Twice the rounds of the
-    other tests, so that the first rounds' records, the ones sampled, are well past 1 s at the end."""
-    stats = run(tmp_path, env, "learn", "learn", 2 * ROUNDS, PAUSE_MS)
+    whose objects are never freed, from the ages its sampled objects reach while live. Learning alone keeps apart
+    what goes on the longest class's pages, from LLAMALLOC_LONG_CLASS (here 3: past 1 s; a younger object is
+    placed as without learning). Twice the rounds of the other tests, so that the first rounds' records, the
+    ones sampled, are well past 1 s at the end."""
+    stats = run(tmp_path, dict(env, LLAMALLOC_LONG_CLASS="3"), "learn", "learn", 2 * ROUNDS, PAUSE_MS)
     by_fn = contexts_by_function(stats)
     buffers, records = by_fn["temp_buffer"][0], by_fn["keep_record"][0]
     assert buffers["class"] == 1 and buffers["confident"], buffers

@@ -18,7 +18,7 @@ HISTORY_MS = 3000
 
 def two_lifetimes_trace(path):
     """For 3 s, each millisecond one object that is kept and one freed at once (the kept context's samples, taken
-    over its first 2 s or so, are then past 1 s: class 3, the shortest a learned class is placed in, MIN_CLASS);
+    over its first 2 s or so, are then past 1 s: class 3, which LONG_CLASS=3 puts on the longest class's pages);
     then a burst of 4,096 short-lived objects with a kept one after every 32, the short ones freed 1 ms later;
     then a quiet second."""
     events = []
@@ -55,8 +55,9 @@ def test_llama_online_learns_both_contexts_and_keeps_the_kept_objects_apart(tmp_
     assert rc == 0, err
     assert "llama-online: online learning did not start" in stdout
     assert sim.load(out).policies["llama-online"].extras["learn_samples"] == 0
+    # LONG_CLASS 3: learning alone keeps apart what goes on the longest class's pages, here from 1 s of age.
     rc = main(["simulate", str(trace), "-p", "llama-default", "-p", "llama-online", "-o", str(out), "-q",
-               "--option", "LEARN_FROM_MIB=0"])
+               "--option", "LEARN_FROM_MIB=0", "--option", "LONG_CLASS=3"])
     stdout, err = capsys.readouterr()
     assert rc == 0, err
     assert "llama-online: online learning decided 2 of 2 contexts" in stdout

@@ -25,6 +25,15 @@ LearnRule learn_rule_of(const Options& o, const ModelFile* model, unsigned short
   rule.long_class = unsigned(o.long_class);
   rule.label = model != nullptr && model->is_distribution() ? model->label_rule() : kTrainLabelRule;
   rule.shortest = shortest;
+  // Learning alone keeps apart only what goes on the longest class's pages (LONG_CLASS, 10 s, and up; at most
+  // the last class): shorter lifetimes are what the heap's promotion of pages whose objects outlive their deadline
+  // already separates, page by page, and a context moved to a class of its own while the program runs leaves
+  // the free room of the pages it filled before to the other contexts alone. frag-micro at default scale, its
+  // 64 B objects learned as class 3 (1-10 s) on their first rise: peak RSS 1.12x and time 1.08x those without
+  // learning; kept in the default class, 1.00x and 0.95x. With a model, MIN_CLASS alone applies (the model
+  // places from the first allocation, before any page filled).
+  unsigned longest_pages = unsigned(o.long_class) < unsigned(o.classes) ? unsigned(o.long_class) : unsigned(o.classes) - 1;
+  if (model == nullptr && rule.shortest < longest_pages) rule.shortest = longest_pages;
   rule.fallback = unsigned(o.default_class) < unsigned(o.classes) ? unsigned(o.default_class) : unsigned(o.classes) - 1;
   return rule;
 }

@@ -47,7 +47,8 @@ struct LearnRule {
 };
 
 // The rule from the heap's options (LEARN_MIN_SAMPLES, LEARN_OVERRIDE_SAMPLES, LEARN_WINDOW, LEARN_SAMPLE_EVERY,
-// LEARN_MARGIN, LONG_CLASS), the shortest class the caller gives a prediction (MIN_CLASS as it applies it), and
+// LEARN_MARGIN, LONG_CLASS), the shortest class the caller gives a prediction (MIN_CLASS as it applies it; without
+// a model, at least LONG_CLASS: learning alone keeps apart only what goes on the longest class's pages), and
 // the label rule of `model` (null: none): a distribution model's own, so that a context's learned class means
 // what its predicted one does, else training's. The process and the replay both take their rule from here.
 LearnRule learn_rule_of(const Options& options, const ModelFile* model, unsigned shortest);

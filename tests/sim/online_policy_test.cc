@@ -137,8 +137,12 @@ TEST(OnlinePolicy, ContextsOfDifferentLifetimesAreLearnedApartAndTheFootprintShr
   EXPECT_EQ(named->name(), "llama-online");
   EXPECT_TRUE(named->needs_lifetime_classes()) << "its summary compares its classes with the true ones";
 
+  // LONG_CLASS 3: learning alone keeps apart what goes on the longest class's pages, here from 1 s of age.
+  Options heap_options = learning_from_start();
+  heap_options.long_class = 3;
   LlamaOptions options;
-  options.class_source = learner_over(stacks, nullptr);
+  options.heap_options = heap_options;
+  options.class_source = learner_over(stacks, nullptr, heap_options);
   auto& source = static_cast<OnlineClassSource&>(*options.class_source);
   LlamaPolicy online(options);
   VectorEventSource trace(events);
@@ -147,8 +151,8 @@ TEST(OnlinePolicy, ContextsOfDifferentLifetimesAreLearnedApartAndTheFootprintShr
   VectorEventSource again(events);
   RunResult fixed = replay(again, *fixed_policy, EngineOptions{});
 
-  // The kept context's objects have lived past 1 s (class 3 at least: younger, a class below MIN_CLASS, they
-  // would be placed in DEFAULT_CLASS); the brief one's class 0 is below MIN_CLASS, so it is DEFAULT_CLASS.
+  // The kept context's objects have lived past 1 s (class 3 at least: younger, a class below LONG_CLASS, they
+  // would be placed in DEFAULT_CLASS); the brief one's class 0 is below it, so it is DEFAULT_CLASS.
   uint8_t kept = learned_class(source.learner(), 0x401234), brief = learned_class(source.learner(), 0x401457);
   EXPECT_GE(kept, 3u);
   EXPECT_NE(kept, model::kNoClass);
@@ -247,7 +251,7 @@ TEST(OnlinePolicy, LlamaModelLearnsOnlineUnderTheHeapOptionLearn) {
   EXPECT_EQ(rule.override_samples, 16u);
   EXPECT_EQ(rule.window, 32u);
   EXPECT_EQ(rule.sample_every, 8u);
-  EXPECT_EQ(rule.shortest, Options{}.min_class);
+  EXPECT_EQ(rule.shortest, Options{}.long_class) << "learning alone: what goes on the longest class's pages";
   EXPECT_EQ(rule.label.kind, model::kTrainLabelRule.kind);
   EXPECT_EQ(policy_named("llama-online", stacks, heap_options)->name(), "llama-online");
 }
