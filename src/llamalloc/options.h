@@ -140,13 +140,14 @@ namespace llamalloc {
     "model, train's default: the probability of its two likeliest classes together); otherwise the object "      \
     "gets DEFAULT_CLASS, the placement without a model: contexts the model is unsure of are placed as if no "    \
     "model were loaded. 0: always the model's class; 100: never.")                                             \
-  X(MIN_CLASS, min_class, Uint, 3, 0, 7,                                                                       \
-    "The shortest lifetime class a model's prediction (or a learned class) places objects in: a context "       \
-    "predicted shorter is placed as without a model, in DEFAULT_CLASS. 3: the model keeps apart what it expects " \
-    "to outlive a second; shorter and medium lifetimes share the default class's pages, whose pages move to a "  \
-    "longer class when their objects outlive the deadline, as without a model: each class in use keeps pages "  \
-    "and spans of its own, and a class of short lifetimes beside the default one costs peak memory for little " \
-    "gain (docs/prediction.md). 0: the model's class as it is. At most CLASSES-2.")                            \
+  X(MIN_CLASS, min_class, Uint, 3, 0, 7,                                                                         \
+    "The shortest lifetime class a model's prediction (or a class learned beside a model) places objects "       \
+    "in: a context predicted shorter is placed as without a model, in DEFAULT_CLASS. 3: the model keeps "        \
+    "apart what it expects to outlive a second; shorter and medium lifetimes share the default class's "         \
+    "pages, whose pages move to a longer class when their objects outlive the deadline, as without a "           \
+    "model: each class in use keeps pages and spans of its own, and a class of short lifetimes beside the "      \
+    "default one costs peak memory for little gain (docs/prediction.md). 0: the model's class as it is. "        \
+    "At most CLASSES-2.")                                                                                        \
   X(PREDICT_DWARF, predict_dwarf, Uint, 1, 0, 1,                                                               \
     "1: a model run walks the caller's stack with the DWARF unwinder (libgcc's, from .eh_frame), as the "       \
     "profiler does, so that callers of code built without frame pointers are in the context as in the "        \
@@ -156,7 +157,9 @@ namespace llamalloc {
   X(LEARN, learn, Uint, 0, 0, 1,                                                                                 \
     "1: learn each calling context's lifetime class in the process from sampled objects (docs/prediction.md, "  \
     "'Online learning'): with MODEL, the model's class until the context's own evidence disagrees; without, "    \
-    "DEFAULT_CLASS until then. Every allocation then probes a per-thread prediction cache.")                   \
+    "DEFAULT_CLASS until then, and only a class from LONG_CLASS up is kept (what goes on the longest class's "   \
+    "pages: shorter lifetimes are what page promotion already separates). Every allocation then probes a "      \
+    "per-thread prediction cache.")                                                                              \
   X(LEARN_FROM_MIB, learn_from_mib, Uint, 64, 0, 1048576,                                                      \
     "LEARN without MODEL starts once the heap's footprint first reaches this many MiB; until then the process " \
     "runs as without learning (no prediction cache, no samples). A heap of a few dozen huge pages has little "  \
