@@ -32,7 +32,8 @@ LearnRule learn_rule_of(const Options& o, const ModelFile* model, unsigned short
   // 64 B objects learned as class 3 (1-10 s) on their first rise: peak RSS 1.12x and time 1.08x those without
   // learning; kept in the default class, 1.00x and 0.95x. With a model, MIN_CLASS alone applies (the model
   // places from the first allocation, before any page filled).
-  unsigned longest_pages = unsigned(o.long_class) < unsigned(o.classes) ? unsigned(o.long_class) : unsigned(o.classes) - 1;
+  unsigned classes = unsigned(o.classes);
+  unsigned longest_pages = unsigned(o.long_class) < classes ? unsigned(o.long_class) : classes - 1;
   if (model == nullptr && rule.shortest < longest_pages) rule.shortest = longest_pages;
   rule.fallback = unsigned(o.default_class) < unsigned(o.classes) ? unsigned(o.default_class) : unsigned(o.classes) - 1;
   return rule;
@@ -295,10 +296,10 @@ uint8_t OnlineLearner::decide(const LearnRule& rule, const uint32_t* freed, cons
   // class, whose pages those classes share. Not as the longest at once: objects that merely have not been
   // freed yet while a heap grows to its first peak are 100 ms to a few seconds old, and sent to the longest
   // pages they pin them among the true survivors once they die (frag-micro at default scale learned its 64 B
-  // objects, which die within 1-10 s, as the longest class during its first rise: 133 huge pages held after the
-  // peak for 6 MiB live, against 5 without learning). Counted by age, a context whose objects are never freed
-  // moves from the class its objects are placed in without a model (a class below `shortest` is the fallback)
-  // to 3 (1-10 s) and then to the longest; the heap promotes pages whose objects outlive their deadline.
+  // objects, which die within 1-10 s, as the longest class during its first rise: 133 of that class's huge pages
+  // held after the peak for 6 MiB live, against 3 without learning). Counted by age, a context whose objects are
+  // never freed keeps the class it has without learning (a class below `shortest` is the fallback) until its
+  // objects reach `shortest`'s age; without a model, long_class's (learn_rule_of), so the longest pages.
   unsigned said = frees > 0 ? rule.label.apply(score) : 0;
   unsigned floor_said = rule.shortest < rule.fallback ? rule.shortest : rule.fallback;
   if (said < floor_said) said = floor_said;

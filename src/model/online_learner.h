@@ -171,7 +171,8 @@ class OnlineLearner {
   // The context's class from its counts, kNoClass below min_samples of evidence: the label rule on the frees'
   // lifetimes, with the live objects that have outlived the class the frees decide (at least the lower of
   // rule.shortest and rule.fallback, and at least `floor`) counted as the class their age has reached (from
-  // rule.long_class up, the longest); a class below rule.shortest is rule.fallback. *evidence: frees and such survivors; *freed_total: frees. Public for tests.
+  // rule.long_class up, the longest); a class below rule.shortest is rule.fallback. *evidence: frees and such
+  // survivors; *freed_total: frees. Public for tests.
   static uint8_t decide(const LearnRule& rule, const uint32_t* freed, const uint32_t* live, uint32_t* evidence,
                         uint32_t* freed_total = nullptr, unsigned floor = 0);
 

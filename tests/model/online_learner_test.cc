@@ -121,6 +121,27 @@ TEST(OnlineLearner, ObjectsThatOutliveWhatTheFreesSayAreSurvivors) {
   EXPECT_EQ(l->decided(slot), kLongestLifetimeClass);
 }
 
+// The process's and the replay's rule: learning alone keeps apart only what goes on the longest class's pages
+// (LONG_CLASS and up); beside a model, MIN_CLASS as the caller applies it.
+TEST(OnlineLearner, LearningAloneKeepsApartOnlyWhatGoesOnTheLongestPages) {
+  Options o;
+  ModelFile model;  // (not opened: an argmax model, as far as the rule is concerned)
+  EXPECT_EQ(learn_rule_of(o, nullptr, 3).shortest, unsigned(o.long_class));
+  EXPECT_EQ(learn_rule_of(o, &model, 3).shortest, 3u);
+  EXPECT_EQ(learn_rule_of(o, nullptr, 3).fallback, unsigned(o.default_class));
+  o.long_class = 8;  // every class on its own pages: the last class is the longest's
+  EXPECT_EQ(learn_rule_of(o, nullptr, 3).shortest, unsigned(o.classes) - 1);
+  o.long_class = 2;
+  EXPECT_EQ(learn_rule_of(o, nullptr, 3).shortest, 3u) << "never below the caller's shortest class";
+  // Without a model a context whose objects are never freed is then decided once they reach long_class's age.
+  uint32_t freed[kMaxClasses] = {}, live[kMaxClasses] = {0, 0, 0, 20, 0, 0, 0, 0};
+  Options d;
+  LearnRule alone = learn_rule_of(d, nullptr, 3);
+  EXPECT_EQ(OnlineLearner::decide(alone, freed, live, nullptr), unsigned(d.default_class)) << "1-10 s old";
+  live[3] = 0, live[4] = 20;
+  EXPECT_EQ(OnlineLearner::decide(alone, freed, live, nullptr), kLongestLifetimeClass) << "10-100 s old";
+}
+
 TEST(OnlineLearner, APhaseChangeIsDecidedAgain) {
   auto [l, slot] = learner_with_context({.window = 16}, 0x403000, 7);
   uint64_t now = 0;
