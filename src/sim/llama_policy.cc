@@ -238,6 +238,7 @@ void LlamaPolicy::release_idle_threads() {
 bool LlamaPolicy::sweep_due(ThreadHeap& heap, uint32_t& seen_ops, uint32_t& idle_ticks) {
   uint32_t ops = heap.slow_ops.load(std::memory_order_relaxed);
   bool changed = ops != seen_ops;
+  pass_slow_paths_ += uint32_t(ops - seen_ops);
   seen_ops = ops;
   idle_ticks = changed ? 0 : idle_ticks + 1;
   bool due = idle_ticks % 8 == 0 || (idle_ticks & (idle_ticks - 1)) == 0;  // collect.cc, sweep_due
@@ -261,6 +262,7 @@ void LlamaPolicy::sweeper_pass() {
   // (collapse_dense_pages changes which pages are huge, not what the heap holds; the predictor's trim is the class
   // source's on_sweep.)
   std::vector<uint32_t> due;
+  pass_slow_paths_ = 0;
   for (uint32_t i = 0; i < threads_.size(); ++i)
     if (threads_[i].heap != nullptr && sweep_due(*threads_[i].heap, threads_[i].seen_ops, threads_[i].idle_ticks))
       due.push_back(i);
@@ -273,7 +275,7 @@ void LlamaPolicy::sweeper_pass() {
   // thread that has not come are purged.
   ThreadHeapOps::purge_pooled(*page_heap_, *pool_, false);
   page_heap_->release_empty_open_pages(false);
-  page_heap_->subrelease_free_blocks(false);
+  page_heap_->subrelease_free_blocks(false, PageHeap::kDemandPasses, pass_slow_paths_ <= Subrelease::kQuietSlowPaths);
 }
 
 void LlamaPolicy::after_event(uint32_t t, uint32_t slow_ops_before, bool slow) {

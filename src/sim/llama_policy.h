@@ -148,6 +148,7 @@ class LlamaPolicy final : public Policy {
   uint64_t shared_last_alloc_ns_ = 0;
   bool shared_holds_spans_ = false;
   uint32_t shared_seen_ops_ = 0, shared_idle_ticks_ = 0;
+  uint64_t pass_slow_paths_ = 0;  // slow paths the heaps ran since the last pass (sweeper_pass: a quiet pass)
   // Whether the sweeper thread runs: from the trace's second thread, or once the heap's peak footprint reaches
   // SWEEPER_FROM_MIB (sweeper.cc, start_sweeper); until then the passes come with slow paths (after_event).
   bool sweeper_running_ = false;

@@ -40,14 +40,14 @@ class SubreleaseTest : public ::testing::Test {
     subrelease.unrelease(p, first, count);
   }
   static void free(HugePageMeta* p, size_t first, size_t count) { p->live.clear_range(first, count); }
-  // One pass over every page made here.
-  size_t pass(bool now = false, unsigned demand_passes = Subrelease::kDemandPasses) {
+  // One pass over every page made here (threads_quiet: the thread heaps ran few slow paths since the last one).
+  size_t pass(bool now = false, unsigned demand_passes = Subrelease::kDemandPasses, bool threads_quiet = true) {
     auto each_page = [&](auto&& f) {
       for (auto& p : pages) f(p.get());
     };
     Subrelease::Demand demand;
     each_page([&](HugePageMeta* p) { demand.add(p); });
-    return subrelease.pass(each_page, demand, now, demand_passes);
+    return subrelease.pass(each_page, demand, now, demand_passes, threads_quiet);
   }
   // Every range given back lies on p and on none of its live blocks.
   void expect_no_live_block_given_back(const HugePageMeta* p) {
@@ -124,6 +124,44 @@ TEST_F(SubreleaseTest, APageWithMoreThanThePercentOfItsBlocksInUseKeepsItsFreeBl
   EXPECT_EQ(pass(true), 0u) << "65 of 256 in use: above 25%";
   free(q, 64, 1);
   EXPECT_EQ(pass(true), 192u) << "a quarter in use";
+}
+
+// A quiet pass (at most kQuietTakenBlocks taken since the previous one, no more in use than then) raises the
+// bound to the quiet percentage, for pages and for span purge, until a pass that is not quiet.
+TEST_F(SubreleaseTest, AQuietPassGivesBackTheFreeBlocksOfDenserPagesUntilTheLoadComesBack) {
+  subrelease.configure(50, 90);
+  HugePageMeta* dense = page();
+  dense->live.set_range(0, 240);  // 94% in use (taken in an earlier period)
+  HugePageMeta* p = page();
+  take(p, 0, 200);  // 78% in use: above 50%, below 90%
+  EXPECT_EQ(pass(), 0u) << "200 blocks taken since the last pass: not quiet, and no page at 50% or less";
+  EXPECT_FALSE(subrelease.quiet());
+  EXPECT_EQ(subrelease.span_purge_percent(), 50u);
+  EXPECT_EQ(pass(false, Subrelease::kDemandPasses, false), 0u) << "threads busy inside their spans: not quiet";
+  EXPECT_FALSE(subrelease.quiet());
+  EXPECT_EQ(pass(), 56u) << "nothing taken, no more in use, threads quiet: quiet, the 90% bound";
+  EXPECT_TRUE(subrelease.quiet());
+  EXPECT_EQ(subrelease.span_purge_percent(), 90u);
+  expect_no_live_block_given_back(p);
+  EXPECT_TRUE(dense->released.none()) << "94% in use: above the quiet bound";
+  // The load comes back: more than kQuietTakenBlocks blocks taken (and freed) in a period ends the quiet.
+  HugePageMeta* q = page();
+  take(q, 0, Subrelease::kQuietTakenBlocks + 1);
+  free(q, 0, Subrelease::kQuietTakenBlocks + 1);
+  EXPECT_EQ(pass(), 0u);
+  EXPECT_FALSE(subrelease.quiet());
+  EXPECT_EQ(subrelease.span_purge_percent(), 50u);
+  // Few blocks taken, but more in use than at the last pass: not quiet either.
+  take(q, 0, 8);
+  pass();
+  EXPECT_FALSE(subrelease.quiet());
+  // Without a quiet percentage above the subrelease one nothing changes; off stays off.
+  subrelease.configure(50);
+  EXPECT_EQ(pass(), 0u);
+  EXPECT_TRUE(subrelease.quiet());
+  EXPECT_EQ(subrelease.span_purge_percent(), 50u);
+  subrelease.configure(0, 90);
+  EXPECT_EQ(subrelease.span_purge_percent(), 0u);
 }
 
 TEST_F(SubreleaseTest, AnIdlePageKeepsTheBlocksTakenInThePeriodAndABusyOneKeepsAll) {

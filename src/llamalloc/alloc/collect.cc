@@ -41,7 +41,7 @@ uint32_t prediction_cache_idle_passes() {
   return uint32_t(1 + (kCacheIdleMs - 1) / period_ms);
 }
 
-unsigned sweep_idle_heaps(bool every_heap) {
+unsigned sweep_idle_heaps(bool every_heap, uint64_t* slow_paths) {
   ThreadHeap* self = tl_heap;
   // The caller's own remote-free batch (the sweeper thread frees too), which no sweep of it pushes.
   if (self != &g_empty_heap && self->batch_span.load(std::memory_order_relaxed) != nullptr) {
@@ -57,6 +57,7 @@ unsigned sweep_idle_heaps(bool every_heap) {
     if (h == self) continue;  // (the caller's own: llamalloc_collect takes it as its owner)
     uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
     bool changed = ops != h->seen_ops;
+    if (slow_paths != nullptr) *slow_paths += uint32_t(ops - h->seen_ops);
     h->seen_ops = ops;
     h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
     bool drop_cache = false;
@@ -112,11 +113,12 @@ unsigned sweep_idle_heaps(bool every_heap) {
 }
 
 namespace {
-void sweep_locked_heap(ThreadHeap* h, bool always) {
+void sweep_locked_heap(ThreadHeap* h, bool always, uint64_t* slow_paths) {
   if (h == nullptr) return;
   LockGuard g(g_page_heap.shared_lock());
   uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
   bool changed = ops != h->seen_ops;
+  if (slow_paths != nullptr) *slow_paths += uint32_t(ops - h->seen_ops);
   h->seen_ops = ops;
   h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
   if (!always && !changed && !sweep_due(h->idle_ticks) && h->notify.load(std::memory_order_relaxed) == nullptr)
@@ -128,9 +130,9 @@ void sweep_locked_heap(ThreadHeap* h, bool always) {
 }
 }  // namespace
 
-void sweep_shared_heap(bool always) {
-  sweep_locked_heap(g_page_heap.shared_heap(), always);
-  sweep_locked_heap(g_page_heap.sampled_heap(), always);
+void sweep_shared_heap(bool always, uint64_t* slow_paths) {
+  sweep_locked_heap(g_page_heap.shared_heap(), always, slow_paths);
+  sweep_locked_heap(g_page_heap.sampled_heap(), always, slow_paths);
 }
 
 void heap_collect() {

@@ -29,6 +29,7 @@ inline HeapConfig heap_config_of(const Options& o) {
   // Never the class every allocation gets without a model: that would put the whole program under one lock.
   config.shared_class_min = unsigned(o.shared_class) > default_class ? unsigned(o.shared_class) : default_class + 1;
   config.subrelease_percent = unsigned(o.subrelease);
+  config.subrelease_quiet_percent = unsigned(o.subrelease_quiet);
   // Likewise above that class: without a model every allocation keeps pages of its own class.
   config.long_class_min = unsigned(o.long_class) > default_class ? unsigned(o.long_class) : default_class + 1;
   config.span_recycling = o.span_recycling != 0;

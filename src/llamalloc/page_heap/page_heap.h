@@ -46,6 +46,10 @@ struct HeapConfig {
   // beyond what the page heap used at its highest over the last kDemandPasses passes. The page stays in use (its
   // objects stay where they are) on 4 KiB pages. 0: never (every byte stays on a 2 MiB page).
   unsigned subrelease_percent = 50;
+  // The same on a quiet pass (Subrelease::kQuietTakenBlocks): a program gone quiet after a peak gives back the
+  // free blocks of denser pages, and span purge those of denser spans, until its next pass that is not quiet. At
+  // most subrelease_percent: as subrelease_percent.
+  unsigned subrelease_quiet_percent = 0;
   // Page cache: the pages of a freed huge object (over 2 MiB) stay backed for reuse by the next huge object or
   // page the page heap opens, instead of going back to the OS at once, at most this many, and each subrelease
   // pass trims them to recent demand (PageCache::trim), as the HugeCache of the TCMalloc paper does. A program
@@ -117,7 +121,7 @@ class PageHeap {
                                 : lc < config.num_classes ? lc : config.num_classes - 1);
     deadlines_.configure(config.num_classes, config.deadline_k);
     page_cache_.configure(config.page_cache_pages, config.page_cache_bounded_by_use);
-    subrelease_.configure(config.subrelease_percent);
+    subrelease_.configure(config.subrelease_percent, config.subrelease_quiet_percent);
   }
   PageHeap(const PageHeap&) = delete;
   PageHeap& operator=(const PageHeap&) = delete;
@@ -198,7 +202,9 @@ class PageHeap {
   // process without a sweeper thread use 1: no pass may follow the last one before a quiet phase). `now`
   // (llamalloc_collect): every sparse page at once, regardless of idleness and demand. Returns the blocks given
   // back.
-  size_t subrelease_free_blocks(bool now, unsigned demand_passes = kDemandPasses);
+  // threads_quiet: the thread heaps ran at most Subrelease::kQuietSlowPaths slow paths since the last pass (the
+  // sweeper's passes; false for the slow paths' own passes, which come with activity).
+  size_t subrelease_free_blocks(bool now, unsigned demand_passes = kDemandPasses, bool threads_quiet = false);
   static constexpr unsigned kDemandPasses = Subrelease::kDemandPasses;
   // Huge pages only where they are dense (HeapConfig::collapse_dense; dense_pages.cc): one pass collapses into huge
   // pages at most `budget` pages whose blocks are nearly all in use and whose 4 KiB pages nearly all resident.
@@ -258,6 +264,9 @@ class PageHeap {
   ThreadHeap* sampled_heap() const { return sampled_heap_.load(std::memory_order_relaxed); }
   bool span_recycling() const { return config_.span_recycling; }
   unsigned subrelease_percent() const { return config_.subrelease_percent; }
+  // The share of a span's blocks in use up to which span purge gives back its free pages now: the quiet
+  // percentage after a quiet pass (Subrelease::span_purge_percent), else the subrelease percentage.
+  unsigned span_purge_percent() const { return subrelease_.span_purge_percent(); }
   // The class whose huge pages an object of class lc takes its blocks from: the longest for lc >=
   // HeapConfig::long_class_min, the default class for a class that fell back (review_model_classes), else lc.
   // Read without the lock (written under it, one byte at a time).

@@ -9,6 +9,11 @@
 //   kIdleTakenBlocks blocks were taken since the previous pass (idle), and of those only the free blocks not taken
 //   in that period. A live block is never given back. Every pass then starts a new period (clears `taken`).
 //   `now` (llamalloc_collect): every free block of every sparse page, idle or not, whatever the recent demand.
+// - A quiet pass (the thread heaps ran at most kQuietSlowPaths slow paths and the pages took at most
+//   kQuietTakenBlocks blocks since the previous pass, and hold no more in use than then) gives back the free blocks of pages up to `quiet_percent` of their blocks in use instead of
+//   `percent`, and span purge takes the same bound until the next pass that is not quiet: a program that has gone
+//   quiet after a peak keeps its survivors' pages on 4 KiB pages, which cost nothing in TLB reach while nothing
+//   runs, and a load that comes back takes blocks again, ending the quiet.
 // - A page with blocks or span pages given back is kept from being collapsed into a huge page again (at most
 //   kMaxNoHugePages pages, for the kernel's map count) until all of them are backed again.
 // - What goes back is counted: gauges.subreleased_bytes and span_purged_bytes (while given back),
@@ -16,6 +21,7 @@
 // Not thread-safe: the page heap calls it under its lock.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -40,6 +46,12 @@ class Subrelease {
   // process has at most vm.max_map_count (65530 by default) of them: beyond this many, a subreleased page is left
   // as it is (khugepaged may fill it again).
   static constexpr uint32_t kMaxNoHugePages = 8192;
+  // A pass whose pages took at most this many blocks since the previous one (512 KiB in a sweep period: a
+  // monitoring probe, a timer's buffers) is quiet, if their blocks in use did not grow.
+  static constexpr size_t kQuietTakenBlocks = 64;
+  // ... and whose thread heaps ran at most this many slow paths (a program busy inside its spans takes no block
+  // from the page heap, but refills and flushes them: larson's threads run thousands a period).
+  static constexpr uint64_t kQuietSlowPaths = 64;
 
   // Gives memory back through `platform`; counts into `gauges` and `counters` (above).
   constexpr Subrelease(Platform& platform, Gauges& gauges, Counters& counters)
@@ -48,16 +60,26 @@ class Subrelease {
   Subrelease& operator=(const Subrelease&) = delete;
 
   // The largest share of a page's blocks in use, in percent, at which its free blocks may go back; 0: never.
-  constexpr void configure(unsigned percent) { percent_ = percent; }
+  // quiet_percent: the same on a quiet pass (at least `percent`; 0 or below `percent`: `percent`).
+  constexpr void configure(unsigned percent, unsigned quiet_percent = 0) {
+    percent_ = percent;
+    quiet_percent_ = quiet_percent > percent ? quiet_percent : percent;
+  }
+  // Whether the last pass was quiet, and the share of a span's blocks in use up to which span purge may give its
+  // free pages back until the next pass (0: never). Read by thread heaps without the page heap's lock.
+  bool quiet() const { return quiet_.load(std::memory_order_relaxed); }
+  unsigned span_purge_percent() const { return percent_ == 0 ? 0 : quiet() ? quiet_percent_ : percent_; }
 
   // A pass's demand, summed over the pages of blocks in use: their blocks in use, and those not given back.
   struct Demand {
     size_t in_use = 0;
     size_t backed = 0;
+    size_t taken = 0;  // blocks taken since the previous pass
     // Adds page p; returns its blocks in use.
     size_t add(const HugePageMeta* p) {
       size_t live = p->live.count();
       in_use += live;
+      taken += p->taken.count();
       backed += kBlocksPerHugePage - p->released.count();
       return live;
     }
@@ -66,8 +88,10 @@ class Subrelease {
   // `demand` is theirs now. Demand over the last `demand_passes` passes (at most kDemandPasses; the slow paths'
   // passes of a process without a sweeper thread use 1: no pass may follow the last one before a quiet phase).
   // Returns the blocks given back.
+  // threads_quiet: the thread heaps ran at most kQuietSlowPaths slow paths since the last pass (the caller counts
+  // them; false where it cannot tell). A pass is quiet only then.
   template <typename EachPage>
-  size_t pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes);
+  size_t pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes, bool threads_quiet = false);
 
   // Gives back the free blocks of p not given back yet, at most `budget`, and not those taken since the last pass
   // (unless `now`); returns how many.
@@ -94,6 +118,8 @@ class Subrelease {
   Gauges& gauges_;
   Counters& counters_;
   unsigned percent_ = 50;
+  unsigned quiet_percent_ = 50;
+  std::atomic<bool> quiet_{false};
   // Blocks in use at each of the last kDemandPasses passes (a ring), and the pass count.
   uint32_t demand_[kDemandPasses] = {};
   uint32_t passes_ = 0;
@@ -101,7 +127,11 @@ class Subrelease {
 };
 
 template <typename EachPage>
-size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes) {
+size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes,
+                        bool threads_quiet) {
+  bool quiet = threads_quiet && passes_ != 0 && demand.taken <= kQuietTakenBlocks &&
+               demand.in_use <= demand_[(passes_ - 1) % kDemandPasses];
+  quiet_.store(quiet, std::memory_order_relaxed);
   demand_[passes_++ % kDemandPasses] = uint32_t(demand.in_use);
   size_t peak = demand.in_use;
   for (unsigned i = 1; i <= demand_passes && i <= kDemandPasses; ++i) {
@@ -111,7 +141,7 @@ size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, un
   size_t budget = now ? ~size_t{0} : (demand.backed > peak ? demand.backed - peak : 0);
   size_t done = 0;
   if (percent_ != 0 && budget != 0) {
-    size_t limit = kBlocksPerHugePage * percent_ / 100;
+    size_t limit = kBlocksPerHugePage * (quiet ? quiet_percent_ : percent_) / 100;
     // Sparsest first: pages with at most 1/16 of their blocks in use, then 1/8, 1/4, 1/2, then up to the limit.
     for (size_t bound = kBlocksPerHugePage / 16;; bound *= 2) {
       size_t b = bound < limit ? bound : limit;

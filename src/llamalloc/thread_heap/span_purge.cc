@@ -121,14 +121,17 @@ bool ThreadHeapOps::purge_span(PageHeap& page_heap, SmallSpan* s) {
 }
 
 bool ThreadHeapOps::purge_if_sparse(PageHeap& page_heap, SmallSpan* s) {
+  unsigned percent = page_heap.span_purge_percent();
   uint64_t live = s->used - s->parked;
-  return live * 100 <= uint64_t(s->capacity) * page_heap.subrelease_percent() && page_heap.subrelease_percent() != 0 &&
-         purge_span(page_heap, s);
+  return percent != 0 && live * 100 <= uint64_t(s->capacity) * percent && purge_span(page_heap, s);
 }
 
 PurgeResult ThreadHeapOps::purge_sparse_spans(PageHeap& page_heap, ThreadHeap& heap, PurgeWhen when) {
   PurgeResult result;
-  if (page_heap.subrelease_percent() == 0) return result;
+  // The bound of this pass: higher once the heap is quiet (Subrelease::span_purge_percent).
+  unsigned percent = page_heap.span_purge_percent();
+  if (percent == 0) return result;
+  auto sparse = [&](const SmallSpan* s) { return uint64_t(s->used - s->parked) * 100 <= uint64_t(s->capacity) * percent; };
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)
       for (SmallSpan* s = heap.spans[lc][sc]; s != &g_empty_span && s != nullptr; s = s->next) {
@@ -140,15 +143,20 @@ PurgeResult ThreadHeapOps::purge_sparse_spans(PageHeap& page_heap, ThreadHeap& h
         if (when == PurgeWhen::kIdle && !idle) {
           // A sparse span that is not idle yet is worth another look soon.
           s->swept_used = seen;
-          if (uint64_t(s->used - s->parked) * 100 <= uint64_t(s->capacity) * page_heap.subrelease_percent())
-            ++result.waiting;
+          if (sparse(s)) ++result.waiting;
           continue;
         }
         if (when == PurgeWhen::kIdleOrNotHead && !idle && s->prev == nullptr) {
           s->swept_used = seen;  // the head of its queue, which the owner allocates from
           continue;
         }
-        if (purge_if_sparse(page_heap, s)) ++result.purged;
+        // A span above the bound is not marked examined: the bound rises when the heap goes quiet, and the span
+        // is looked at again then (a comparison per pass until it is).
+        if (!sparse(s)) {
+          s->swept_used = seen;
+          continue;
+        }
+        if (purge_span(page_heap, s)) ++result.purged;
         s->swept_used = (s->used + 1) | kSweptExamined;
       }
   return result;

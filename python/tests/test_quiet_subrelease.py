@@ -1,0 +1,90 @@
+"""Subrelease once the program is quiet (docs/heap-memory.md, "Subrelease"; LLAMALLOC_SUBRELEASE_QUIET): after a
+peak, pages that stay 50-90% in use keep their free blocks while the program works, and give them back once a
+sweeper pass finds it quiet (few slow paths, few blocks taken, no more in use); the survivors keep their data,
+and a load that comes back takes those blocks again."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from linked_support import build_linked, run_json
+
+# A second thread (so that the sweeper runs) waits; the main thread allocates 1,600 objects of 64 KiB (100 MiB,
+# whole blocks of the page heap), frees three in ten, so that every page stays about 70% in use, and sleeps 2 s.
+# RSS at the peak, right after the frees and at the end of the quiet; then it refills and checks every value.
+PROG = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <llamalloc.h>
+#include "smaps.h"
+
+enum { N = 1600, SIZE = 64 * 1024 };
+static unsigned char* values[N];
+static pthread_barrier_t done;
+
+static void* waiter(void* arg) {
+  (void)arg;
+  pthread_barrier_wait(&done);
+  return NULL;
+}
+
+static void fill(int only_missing) {
+  for (int i = 0; i < N; i++) {
+    if (only_missing && values[i] != NULL) continue;
+    values[i] = malloc(SIZE);
+    memset(values[i], i & 0xff, SIZE);
+  }
+}
+
+int main(void) {
+  pthread_t thread;
+  pthread_barrier_init(&done, NULL, 2);
+  pthread_create(&thread, NULL, waiter, NULL);
+  fill(0);
+  long peak = rss_kib();
+  for (int i = 0; i < N; i++)
+    if (i % 10 < 3) { free(values[i]); values[i] = NULL; }
+  long after_drop = rss_kib();
+  struct timespec quiet = {2, 0};
+  nanosleep(&quiet, NULL);
+  long quiet_rss = rss_kib();
+  static char stats[8192];
+  size_t n = llamalloc_stats_json(stats, sizeof stats - 1);
+  stats[n] = 0;
+  fill(1);
+  for (int i = 0; i < N; i++)
+    for (size_t b = 0; b < SIZE; b += 97)
+      if (values[i][b] != (unsigned char)(i & 0xff)) return 4;  /* a value damaged */
+  pthread_barrier_wait(&done);
+  pthread_join(thread, NULL);
+  printf("{\"peak_rss_kib\": %ld, \"after_drop_rss_kib\": %ld, \"quiet_rss_kib\": %ld, \"stats\": %s}\n",
+         peak, after_drop, quiet_rss, stats);
+  return 0;
+}
+"""
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> Path:
+    return build_linked(tmp_path_factory.mktemp("quiet-subrelease"), PROG)
+
+
+def test_pages_left_dense_after_a_peak_give_back_their_free_blocks_once_the_program_is_quiet(program):
+    (quiet,) = run_json(program)  # (exit 4: a value was damaged)
+    (busy_rule,) = run_json(program, LLAMALLOC_SUBRELEASE_QUIET="50")  # the 50% bound, quiet or not
+    kib = 1024
+    for run in (quiet, busy_rule):
+        assert run["peak_rss_kib"] * kib >= 100 * MIB, run
+        assert run["after_drop_rss_kib"] >= 0.9 * run["peak_rss_kib"], run
+    # Under the 50% bound, pages 70% in use keep all of their free blocks.
+    assert busy_rule["quiet_rss_kib"] >= 0.9 * busy_rule["peak_rss_kib"], busy_rule
+    assert busy_rule["stats"]["subreleased_bytes"] < 4 * MIB, busy_rule["stats"]
+    # Quiet, the 90% bound: the freed 30% goes back within the 2 s (about 0.72 of the peak).
+    assert quiet["stats"]["subreleased_bytes"] >= 24 * MIB, quiet["stats"]
+    assert quiet["quiet_rss_kib"] <= 0.8 * quiet["peak_rss_kib"], quiet
