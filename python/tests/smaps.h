@@ -19,3 +19,10 @@ static inline long smaps_kib(const char* key) {
 }
 
 static inline long rss_kib(void) { return smaps_kib("Rss:"); }
+
+// The report of the tests that free most of a peak and wait (span purge, quiet subrelease), one JSON line: RSS at
+// the peak, right after the frees and after the wait, and the allocator's statistics JSON taken then.
+static inline void print_drop_report(long peak, long after_drop, long quiet_rss, const char* stats) {
+  printf("{\"peak_rss_kib\": %ld, \"after_drop_rss_kib\": %ld, \"quiet_rss_kib\": %ld, \"stats\": %s}\n", peak,
+         after_drop, quiet_rss, stats);
+}

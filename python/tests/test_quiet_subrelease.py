@@ -61,8 +61,7 @@ int main(void) {
       if (values[i][b] != (unsigned char)(i & 0xff)) return 4;  /* a value damaged */
   pthread_barrier_wait(&done);
   pthread_join(thread, NULL);
-  printf("{\"peak_rss_kib\": %ld, \"after_drop_rss_kib\": %ld, \"quiet_rss_kib\": %ld, \"stats\": %s}\n",
-         peak, after_drop, quiet_rss, stats);
+  print_drop_report(peak, after_drop, quiet_rss, stats);
   return 0;
 }
 """

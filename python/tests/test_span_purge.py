@@ -83,8 +83,7 @@ int main(int argc, char** argv) {
     for (long i = 0; i < PER_THREAD; i++)
       for (size_t b = 0; b < sizes[t][i]; b += 97)
         if (values[t][i][b] != (unsigned char)((t * 31 + i) & 0xff)) return 4;  /* a value damaged */
-  printf("{\"peak_rss_kib\": %ld, \"after_drop_rss_kib\": %ld, \"quiet_rss_kib\": %ld, \"stats\": %s}\n",
-         peak, after_drop, quiet_rss, stats);
+  print_drop_report(peak, after_drop, quiet_rss, stats);
   return 0;
 }
 """

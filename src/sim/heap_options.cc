@@ -17,7 +17,7 @@ constexpr const char* kPredictorOptionNames[] = {"REPREDICT_EVERY",   "REPREDICT
                                                  "LEARN_SAMPLE_EVERY", "LEARN_MARGIN",     "LEARN_FROM_MIB"};
 // The sweeper passes' options the replay reads (llama_policy.h): subrelease's and span purge's share, and the peak
 // footprint from which a single thread gets the sweeper. (SWEEP_MS is not: the passes run at its default period.)
-constexpr const char* kSweeperOptionNames[] = {"SUBRELEASE", "SWEEPER_FROM_MIB"};
+constexpr const char* kSweeperOptionNames[] = {"SUBRELEASE", "SUBRELEASE_QUIET", "SWEEPER_FROM_MIB"};
 // Options that name files: `llamalloc simulate` has flags for them (it prepares the token tables itself).
 constexpr std::pair<const char*, const char*> kOptionFlags[] = {
     {"MODEL", "--model"}, {"TOKENS", "--tokens"}, {"PREDICT_LOG", "--predict-log"}};

@@ -48,8 +48,10 @@ TEST(HeapOptions, AnOptionTheReplayDoesNotModelIsNamedAndIgnored) {
   EXPECT_NE(warnings[0].find("LLAMALLOC_SWEEP_MS"), std::string::npos);
   // The sweeper passes' share and start are the replay's (it runs span purge and subrelease).
   warnings.clear();
-  o = parse_heap_options({"SUBRELEASE=0", "SWEEPER_FROM_MIB=0"}, [&](const std::string& line) { warnings.push_back(line); });
+  o = parse_heap_options({"SUBRELEASE=0", "SUBRELEASE_QUIET=70", "SWEEPER_FROM_MIB=0"},
+                         [&](const std::string& line) { warnings.push_back(line); });
   EXPECT_EQ(o.subrelease, 0u);
+  EXPECT_EQ(o.subrelease_quiet, 70u);
   EXPECT_EQ(o.sweeper_from_mib, 0u);
   EXPECT_TRUE(warnings.empty());
 }
