@@ -39,11 +39,12 @@ namespace llamalloc {
     "span with at most this percentage of its objects in use that are all free go back once the span is idle. "    \
     "llamalloc_collect() does both at once. 0: never (every byte on 2 MiB pages).")                               \
   X(SUBRELEASE_QUIET, subrelease_quiet, Uint, 90, 0, 100,                                                        \
-    "Subrelease and span purge once the program is quiet: on a sweeper pass after which the heap took at most "  \
-    "64 blocks (512 KiB) since the previous one and holds no more in use, the free blocks of huge pages and "      \
-    "the free 4 KiB pages of spans with up to this percentage in use go back, instead of SUBRELEASE's, until "   \
-    "the next pass that is not quiet. A server idle after its peak keeps its survivors on 4 KiB pages, and a "   \
-    "load that comes back takes blocks again. At most SUBRELEASE: as SUBRELEASE; SUBRELEASE=0 turns both off.") \
+    "Subrelease and span purge once the program is quiet: on a sweeper pass after which the thread heaps ran at " \
+    "most 64 slow paths and the huge pages took at most 64 blocks (512 KiB) since the previous pass, with no "   \
+    "more blocks in use than then, the free blocks of huge pages and the free 4 KiB pages of spans with up to "  \
+    "this percentage in use go back, instead of SUBRELEASE's, until the next pass that is not quiet. A server "  \
+    "idle after its peak keeps its survivors on 4 KiB pages, and a load that comes back takes blocks again. At " \
+    "or below SUBRELEASE: as SUBRELEASE; SUBRELEASE=0 turns both off.")                                         \
   X(PAGE_CACHE_PAGES, page_cache_pages, Uint, 1024, 0, 1000000,                                                  \
     "Page cache: the huge pages of a freed object over 2 MiB stay backed, up to this many, and the next huge "   \
     "object or page the heap opens reuses them instead of fresh memory that the kernel must zero. Each pass "    \

@@ -46,9 +46,9 @@ struct HeapConfig {
   // beyond what the page heap used at its highest over the last kDemandPasses passes. The page stays in use (its
   // objects stay where they are) on 4 KiB pages. 0: never (every byte stays on a 2 MiB page).
   unsigned subrelease_percent = 50;
-  // The same on a quiet pass (Subrelease::kQuietTakenBlocks): a program gone quiet after a peak gives back the
-  // free blocks of denser pages, and span purge those of denser spans, until its next pass that is not quiet. At
-  // most subrelease_percent: as subrelease_percent.
+  // The same on a quiet pass (Subrelease::pass: few slow paths, few blocks taken, no more in use): a program gone
+  // quiet after a peak gives back the free blocks of denser pages, and span purge those of denser spans, until its
+  // next pass that is not quiet. At or below subrelease_percent: as subrelease_percent.
   unsigned subrelease_quiet_percent = 0;
   // Page cache: the pages of a freed huge object (over 2 MiB) stay backed for reuse by the next huge object or
   // page the page heap opens, instead of going back to the OS at once, at most this many, and each subrelease

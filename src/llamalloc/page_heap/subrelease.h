@@ -10,8 +10,9 @@
 //   in that period. A live block is never given back. Every pass then starts a new period (clears `taken`).
 //   `now` (llamalloc_collect): every free block of every sparse page, idle or not, whatever the recent demand.
 // - A quiet pass (the thread heaps ran at most kQuietSlowPaths slow paths and the pages took at most
-//   kQuietTakenBlocks blocks since the previous pass, and hold no more in use than then) gives back the free blocks of pages up to `quiet_percent` of their blocks in use instead of
-//   `percent`, and span purge takes the same bound until the next pass that is not quiet: a program that has gone
+//   kQuietTakenBlocks blocks since the previous pass, and hold no more in use than then) gives back the free
+//   blocks of pages up to `quiet_percent` of their blocks in use instead of `percent`, and span purge takes the
+//   same bound until the next pass that is not quiet: a program that has gone
 //   quiet after a peak keeps its survivors' pages on 4 KiB pages, which cost nothing in TLB reach while nothing
 //   runs, and a load that comes back takes blocks again, ending the quiet.
 // - A page with blocks or span pages given back is kept from being collapsed into a huge page again (at most

@@ -131,7 +131,9 @@ PurgeResult ThreadHeapOps::purge_sparse_spans(PageHeap& page_heap, ThreadHeap& h
   // The bound of this pass: higher once the heap is quiet (Subrelease::span_purge_percent).
   unsigned percent = page_heap.span_purge_percent();
   if (percent == 0) return result;
-  auto sparse = [&](const SmallSpan* s) { return uint64_t(s->used - s->parked) * 100 <= uint64_t(s->capacity) * percent; };
+  auto sparse = [&](const SmallSpan* s) {
+    return uint64_t(s->used - s->parked) * 100 <= uint64_t(s->capacity) * percent;
+  };
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)
       for (SmallSpan* s = heap.spans[lc][sc]; s != &g_empty_span && s != nullptr; s = s->next) {
