@@ -58,6 +58,13 @@ void* malloc_slow_entered(ThreadHeap* h, size_t size, size_t alignment, unsigned
   } else {
     lc = clamp_class(lc);
   }
+  // The sweeper's sign of activity (quiet passes, idle heaps) is a slow path that the heap itself needed: a span
+  // to refill, a large or aligned object, a class the shared heap serves. A prediction cache miss, a
+  // re-prediction or a sample is not counted: with a model or learning, a program would otherwise never look as
+  // quiet as the same program without them (a server's idle ticks, a few dozen allocations a pass, each a cache
+  // miss after its entry was dropped), and would keep what a quiet pass gives back without them. The replay
+  // counts the same (sim/llama_policy.cc).
+  if (misses_fast_path(*h, lc, classify(size, alignment), alignment)) owner_count_slow(h);
   if (LLAMALLOC_UNLIKELY(sample)) {
     // Online learning samples this allocation: from the sampled heap, whose frees all reach the predictor.
     void* p = ThreadHeapOps::allocate_sampled(g_page_heap, *h, lc, size, alignment);
@@ -80,7 +87,6 @@ void* malloc_slow(size_t size, size_t alignment, unsigned lc, uintptr_t return_a
   }
   owner_enter(h);
   if (LLAMALLOC_UNLIKELY(sweep_requested(h))) ThreadHeapOps::wait_for_sweep(*h);
-  owner_count_slow(h);
   void* p = malloc_slow_entered(h, size, alignment, lc, return_address, stack_address);
   owner_exit(h);
   if (LLAMALLOC_LIKELY(p != nullptr)) maybe_pass_inline();  // (not after a failure, which must keep its errno)
