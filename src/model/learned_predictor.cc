@@ -114,6 +114,29 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   return lc;
 }
 
+unsigned LearnedPredictor::model_answer(const AllocationContext& context, ThreadState* state, uint64_t key,
+                                         uint64_t callers) {
+  if (callers == 0) return run_model(context, state);
+  uint64_t memo = OnlineLearner::context_key(context.return_address, model_size_bucket(context.size_bytes), callers);
+  unsigned slot = unsigned(memo >> (64 - ThreadState::kLogMemo));
+  // A re-prediction (the cache holds the key) runs the model: it is there to catch another answer. But the end
+  // of an entry's trial (its class the unseen paths' one) takes the memo's answer once another depth of the
+  // context has ended its own trial (an answer without kUnseenContext): each depth's trial would run the model.
+  const PredictionCacheEntry* entry = state->cache.find(key);
+  bool miss = entry == nullptr;
+  if (state->memo_keys[slot] == memo &&
+      (miss || (entry->lifetime_class == kUnseenClass && !(state->memo_answers[slot] & kUnseenContext)))) {
+    CacheCounters::bump(state->counters.memo_answers);
+    return state->memo_answers[slot];
+  }
+  unsigned answer = run_model(context, state);
+  state->memo_keys[slot] = memo;
+  // A re-prediction that finds the context's path unseen ends its trial (PredictionCache::lookup): the context
+  // proved frequent, and its next depths take the model's class at once instead of a trial each.
+  state->memo_answers[slot] = uint16_t(miss ? answer : answer & ~kUnseenContext);
+  return answer;
+}
+
 // In the file of predict(), which calls it on every check of the fast path and every miss.
 uint64_t LearnedPredictor::deep_key(uint64_t key, const AllocationContext& context, uintptr_t stack_low,
                                     uintptr_t stack_top, uint64_t* callers) {
@@ -194,8 +217,9 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
   unsigned lc;
   if (e.key == key && e.hits == kDeepEntryHits) {
     if (deep != 0 && deep != key) {
-      lc = state->cache.lookup(deep, repredict_every_, state->counters, [&] { return run_model(context, state); },
-                               repredict_backoff_, unseen_trial_);
+      lc = state->cache.lookup(deep, repredict_every_, state->counters,
+                               [&] { return model_answer(context, state, deep, callers); }, repredict_backoff_,
+                               unseen_trial_);
       PredictionCacheEntry& d = state->cache.slot(deep);
       if (d.key == deep) entry = &d;
     } else {
@@ -204,8 +228,9 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
     }
   } else {
     uint64_t misses_before = state->counters.misses.load(std::memory_order_relaxed);
-    lc = state->cache.lookup(key, repredict_every_, state->counters, [&] { return run_model(context, state); },
-                             repredict_backoff_, unseen_trial_);
+    lc = state->cache.lookup(key, repredict_every_, state->counters,
+                             [&] { return model_answer(context, state, key, callers); }, repredict_backoff_,
+                             unseen_trial_);
     if (e.key == key) {
       entry = &e;
       if (e.context == 0) e.context = tag;
@@ -328,6 +353,7 @@ PredictionTotals LearnedPredictor::totals() const {
     t.repredictions_changed += c.repredictions_changed.load(std::memory_order_relaxed);
     t.shared_keys += c.shared_keys.load(std::memory_order_relaxed);
     t.unseen += c.unseen.load(std::memory_order_relaxed);
+    t.memo_answers += c.memo_answers.load(std::memory_order_relaxed);
   }
   return t;
 }
@@ -455,6 +481,7 @@ void LearnedPredictor::report(Counters& counters) {
   counters.repredictions_changed.store(t.repredictions_changed, std::memory_order_relaxed);
   counters.prediction_keys_shared.store(t.shared_keys, std::memory_order_relaxed);
   counters.prediction_unseen_contexts.store(t.unseen, std::memory_order_relaxed);
+  counters.prediction_memo_answers.store(t.memo_answers, std::memory_order_relaxed);
 }
 
 }  // namespace llamalloc::model

@@ -48,7 +48,7 @@ void drop_unwind_tables();
 
 struct PredictionTotals {
   uint64_t hits = 0, misses = 0, model_runs = 0, prediction_ns = 0, repredictions = 0, repredictions_changed = 0,
-           shared_keys = 0, unseen = 0;
+           shared_keys = 0, unseen = 0, memo_answers = 0;
 };
 
 class LearnedPredictor final : public Predictor {
@@ -114,6 +114,10 @@ class LearnedPredictor final : public Predictor {
   size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max,
                    bool thread_root = false);
   unsigned run_model(const AllocationContext& context, ThreadState* state);
+  // run_model's answer for a miss of the cache key `key`: the thread's memo of the context's answer (callers:
+  // the return addresses above frame 0, mixed; 0 when unknown, then the model runs), else a run, remembered; a
+  // re-prediction always runs the model (ThreadState::memo_keys says why).
+  unsigned model_answer(const AllocationContext& context, ThreadState* state, uint64_t key, uint64_t callers);
   // After a model run: gives the model file's and token tables' pages back while the model runs rarely.
   void release_after_run();
   // Sets the low bits of entry e's hit count so that the fast path comes back for its next check after a random

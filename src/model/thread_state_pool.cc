@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <cstddef>
+#include <cstring>
 
 #include "module_map.h"
 
@@ -39,6 +40,10 @@ pthread_key_t g_state_key;
 bool g_key_ok = false;  // written once, before chunk 0 is published
 static_assert(offsetof(ThreadState, cache) == 0 && sizeof(ThreadState::cache) % 4096 == 0,
               "the prediction cache must be whole pages");
+// The memo follows it, and the counters start a page: [cache, counters) is what drop_cache_pages gives back.
+static_assert(offsetof(ThreadState, memo_keys) == sizeof(ThreadState::cache) &&
+                  offsetof(ThreadState, counters) % 4096 == 0,
+              "the memo must be whole pages after the cache");
 
 // State i, whose chunk is mapped (it is claimed, warm or below the high-water mark of a mapped chunk).
 ThreadState& state(unsigned i) {
@@ -79,10 +84,13 @@ int index_of(const void* s) {
   return -1;
 }
 
-// The cache's pages leave the resident set and read back as zeros: empty entries (key 0). Where madvise fails,
-// the entries are cleared instead.
+// The cache's and the memo's pages leave the resident set and read back as zeros: empty entries (key 0). Where
+// madvise fails, the entries are cleared instead.
 void drop_cache_pages(ThreadState* s) {
-  if (madvise(&s->cache, sizeof s->cache, MADV_DONTNEED) != 0) s->cache.clear();
+  if (madvise(&s->cache, offsetof(ThreadState, counters), MADV_DONTNEED) != 0) {
+    s->cache.clear();
+    memset(s->memo_keys, 0, sizeof s->memo_keys);
+  }
 }
 
 void release_state(void* arg) {

@@ -319,6 +319,17 @@ NOINLINE static unsigned long deep_recurse(int depth, int count) {
   return sum;
 }
 
+/* A recursion that allocates at every depth (a recursive descent parser's nodes): one call path, at DEPTH stack
+   heights. */
+NOINLINE static unsigned long nested(int depth) {
+  unsigned char* p = request_scratch(48);
+  unsigned long sum = p[0];
+  if (depth > 1) sum += nested(depth - 1);
+  __asm__ volatile("" ::: "memory");  /* not a tail call: the frame stays */
+  free(p);
+  return sum;
+}
+
 /* Resident KiB of anonymous mappings that are not the heap's huge-page regions (those carry MADV_HUGEPAGE or,
    once subreleased, MADV_NOHUGEPAGE: "hg" or "nh" in VmFlags): stacks, the allocator's metadata, the prediction
    caches, static data; and of the anonymous mapping right after libllamalloc's file mappings (its .bss). */
@@ -380,6 +391,12 @@ int main(int argc, char** argv) {
     printf("ok %lu\n", deep_recurse(atoi(argv[2]), atoi(argv[3])));
     return 0;
   }
+  if (argc >= 4 && strcmp(argv[1], "recursion") == 0) {
+    unsigned long sum = 0;
+    for (int i = 0; i < atoi(argv[3]); ++i) sum += nested(atoi(argv[2]));
+    printf("ok %lu\n", sum);
+    return 0;
+  }
   if (argc >= 3 && strcmp(argv[1], "footprint") == 0) return footprint(atoi(argv[2]), 0);
   if (argc >= 3 && strcmp(argv[1], "wrapped") == 0) return footprint(atoi(argv[2]), 1);
   if (argc >= 3 && strcmp(argv[1], "frameless") == 0) return footprint(atoi(argv[2]), 2);
@@ -393,6 +410,7 @@ int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "learn") == 0) return learn_rounds(atoi(argv[2]), atoi(argv[3]), 0);
   if (argc >= 4 && strcmp(argv[1], "learn-freed") == 0) return learn_rounds(atoi(argv[2]), atoi(argv[3]), 1);
   fprintf(stderr, "usage: predict-contexts footprint ROUNDS | wrapped ROUNDS | frameless ROUNDS | threads N"
-                  " | serial N | dlopen LIB N | fork | idle N MS | learn ROUNDS MS | learn-freed ROUNDS MS\n");
+                  " | serial N | dlopen LIB N | fork | idle N MS | learn ROUNDS MS | learn-freed ROUNDS MS"
+                  " | deep DEPTH N | recursion DEPTH N\n");
   return 2;
 }

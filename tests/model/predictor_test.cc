@@ -363,7 +363,8 @@ LLAMALLOC_FRAMED void steps(LearnedPredictor& p, std::initializer_list<int> path
 // class): the first path's class answered for both. The predictor (every miss, re-prediction, and every
 // kPredictionCheckEvery-th hit on the fast path) compares the callers' tag of the entry with the allocation's:
 // another path marks the key shared, and from then on each path is keyed with its callers too, so each gets its
-// own model run and entry. One path alone never marks its key shared.
+// own entry (the model's answer for its context: a run, or the thread's memo of it). One path alone never marks
+// its key shared.
 TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
   static LearnedPredictor p;
   cache_test_predictor();  // writes the model file
@@ -373,6 +374,7 @@ TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
   std::thread t([&] {
     auto runs = [&] { return p.totals().model_runs; };
     auto shared = [&] { return p.totals().shared_keys; };
+    auto memo = [&] { return p.totals().memo_answers; };
     // One path: one model run, then hits; never shared.
     uint64_t r0 = runs(), s0 = shared();
     steps(p, {0, 0, 0, 0, 0, 0}, 256);
@@ -384,10 +386,13 @@ TEST(PredictionCaches, AKeySharedByTwoCallPathsIsKeyedByTheirCallers) {
     steps(p, {0, 1}, 64);
     EXPECT_EQ(runs() - r0, 2u) << "b is not served a's entry";
     EXPECT_EQ(shared() - s0, 1u) << "the key was found shared";
+    uint64_t m0 = memo();
     steps(p, {0, 1}, 64);
-    EXPECT_EQ(runs() - r0, 3u) << "a gets its own entry too";
+    EXPECT_EQ(memo() - m0, 1u) << "a gets its own entry too, with its context's answer from the thread's memo";
+    EXPECT_EQ(runs() - r0, 2u) << "the model ran once for a's context";
     steps(p, {0, 1, 0, 1}, 64);
-    EXPECT_EQ(runs() - r0, 3u) << "each path hits its own entry";
+    EXPECT_EQ(runs() - r0, 2u) << "each path hits its own entry";
+    EXPECT_EQ(memo() - m0, 1u);
     EXPECT_EQ(shared() - s0, 1u);
   });
   t.join();
