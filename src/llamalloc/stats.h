@@ -37,7 +37,7 @@ namespace llamalloc {
   X(repredictions_changed, "periodic re-predictions that changed a cached class")                \
   X(prediction_keys_shared, "prediction cache keys found shared by call paths (keyed by callers since)") \
   X(prediction_unseen_contexts, "prediction cache misses whose code path the model was not trained on (placed long-lived at first)") \
-  X(prediction_memo_answers, "cache misses and re-predictions answered from the thread's memo of the model's answers by context") \
+  X(prediction_memo_answers, "cache misses and ends of unseen-path trials answered from the thread's memo of the model's answers by context") \
   X(prediction_caches_dropped, "prediction caches of idle threads given back by the sweeper")                 \
   X(online_contexts, "calling contexts online learning has seen (LEARN)")                                     \
   X(online_decided, "contexts whose class online learning has decided")                                       \

@@ -114,9 +114,10 @@ class LearnedPredictor final : public Predictor {
   size_t tokens_of(const uintptr_t* pcs, size_t depth, size_t size_bytes, uint32_t* tokens, size_t max,
                    bool thread_root = false);
   unsigned run_model(const AllocationContext& context, ThreadState* state);
-  // run_model's answer for a miss of the cache key `key`: the thread's memo of the context's answer (callers:
-  // the return addresses above frame 0, mixed; 0 when unknown, then the model runs), else a run, remembered; a
-  // re-prediction always runs the model (ThreadState::memo_keys says why).
+  // run_model's answer for the cache key `key`: on a miss, the thread's memo of the context's answer (callers:
+  // the return addresses above frame 0, mixed; 0 when unknown, then the model runs), else a run, remembered. A
+  // re-prediction runs the model, but for the end of a trial whose context has ended one at another depth
+  // (ThreadState::memo_keys says why).
   unsigned model_answer(const AllocationContext& context, ThreadState* state, uint64_t key, uint64_t callers);
   // After a model run: gives the model file's and token tables' pages back while the model runs rarely.
   void release_after_run();

@@ -15,10 +15,10 @@
 
 namespace llamalloc::model {
 
-// Per-thread state, from the pool's chunks (never malloc): the cache, the memo and its counters. Page-aligned, so
-// that the cache and the memo are whole pages that can be given back (MADV_DONTNEED, reading back as an empty cache) when the thread
-// stays idle (drop_thread_cache) and about a second after it exits (trim); the counters and the rest are on the
-// page after it. An exited thread's cache stays warm for that second and goes to the next thread that runs on
+// Per-thread state, from the pool's chunks (never malloc): the cache, the memo and their counters. Page-aligned,
+// so that the cache and the memo are whole pages that can be given back (MADV_DONTNEED, reading back as empty)
+// when the thread stays idle (drop_thread_cache) and about a second after it exits (trim); the counters and the
+// rest are on the page after them. An exited thread's cache stays warm for that second and goes to the next thread that runs on
 // the same stack (docs/prediction.md).
 // A thread state's first this many prediction cache hits from an empty cache are young: its entries are checked
 // every 1 to kYoungCheckEvery hits instead of every 1 to kPredictionCheckEvery (LearnedPredictor::schedule_check).
@@ -32,8 +32,8 @@ struct alignas(4096) ThreadState {
   // the cache's key, which holds the stack height: a recursion (an AST builder, a parser, an interpreter)
   // allocates from one call path at hundreds of depths, each a miss of the cache whose entry also went through
   // the trial of an unseen path, and each of those ran the model on its deep stack (ast-builder with its model:
-  // 287,000 runs, 22 s against 0.6 s without). A miss whose context is here takes its answer
-  // (LearnedPredictor::model_answer). Direct-mapped, 4,096 contexts a thread (40 KiB, touched as used); whole
+  // 287,000 runs, 22 s against 0.6 s without). A miss whose context is here takes its answer, and so does the
+  // end of a trial once another depth of the context has ended its own (LearnedPredictor::model_answer). Direct-mapped, 4,096 contexts a thread (40 KiB, touched as used); whole
   // pages right after the cache, dropped with it (both read back as empty).
   static constexpr unsigned kLogMemo = 12;
   uint64_t memo_keys[1u << kLogMemo];
