@@ -107,7 +107,10 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   float logits[kNumClasses];
   unsigned lc = classify(model_, tokens, n, logits, confidence_);
   if (log_fd_ >= 0) log_run(lc, tokens, n);
-  if (unseen_trial_ != 0 && repredict_every_ > unseen_trial_ && !model_.knows_code_path(tokens, n)) lc |= kUnseenContext;
+  if (unseen_trial_ != 0 && repredict_every_ > unseen_trial_ && !model_.knows_code_path(tokens, n))
+    lc |= kUnseenContext;
+  else if (lc > longest_answered_.load(std::memory_order_relaxed))
+    longest_answered_.store(uint8_t(lc), std::memory_order_relaxed);  // a racing smaller store: fixed next run
   CacheCounters::bump(state->counters.model_runs);
   CacheCounters::bump(state->counters.prediction_ns, monotonic_ns() - t0);
   release_after_run();
@@ -125,7 +128,7 @@ unsigned LearnedPredictor::model_answer(const AllocationContext& context, Thread
   const PredictionCacheEntry* entry = state->cache.find(key);
   bool miss = entry == nullptr;
   if (state->memo_keys[slot] == memo &&
-      (miss || (entry->lifetime_class == kUnseenClass && !(state->memo_answers[slot] & kUnseenContext)))) {
+      (miss || ((entry->context & kTrialTag) && !(state->memo_answers[slot] & kUnseenContext)))) {
     CacheCounters::bump(state->counters.memo_answers);
     return state->memo_answers[slot];
   }
@@ -207,8 +210,10 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
                            state->stack_top.load(std::memory_order_relaxed), &callers);
   uint64_t runs_before = state->counters.model_runs.load(std::memory_order_relaxed);
   PredictionCacheEntry* entry = nullptr;
-  uint16_t tag = deep == 0 ? 0 : uint16_t((deep >> 48) | 1);
-  if (e.key == key && e.hits != kDeepEntryHits && tag != 0 && e.context != 0 && e.context != tag) {
+  // Even: the entry's low bit says whether it is on its trial (kTrialTag).
+  uint16_t tag = deep == 0 ? 0 : uint16_t(((deep >> 48) & ~uint64_t(kTrialTag)) | 2);
+  uint16_t entry_tag = uint16_t(e.context & ~kTrialTag);
+  if (e.key == key && e.hits != kDeepEntryHits && tag != 0 && entry_tag != 0 && entry_tag != tag) {
     // Another call path with the same key: from now on each allocation with it is keyed by its callers too.
     e.hits = kDeepEntryHits;
     e.backoff = 0;
@@ -219,7 +224,7 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
     if (deep != 0 && deep != key) {
       lc = state->cache.lookup(deep, repredict_every_, state->counters,
                                [&] { return model_answer(context, state, deep, callers); }, repredict_backoff_,
-                               unseen_trial_);
+                               unseen_trial_, trial_class());
       PredictionCacheEntry& d = state->cache.slot(deep);
       if (d.key == deep) entry = &d;
     } else {
@@ -230,10 +235,10 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
     uint64_t misses_before = state->counters.misses.load(std::memory_order_relaxed);
     lc = state->cache.lookup(key, repredict_every_, state->counters,
                              [&] { return model_answer(context, state, key, callers); }, repredict_backoff_,
-                             unseen_trial_);
+                             unseen_trial_, trial_class());
     if (e.key == key) {
       entry = &e;
-      if (e.context == 0) e.context = tag;
+      if ((e.context & ~kTrialTag) == 0) e.context |= tag;
       if (e.hits != kDeepEntryHits) schedule_check(state, e, runs_before, misses_before);
     }
   }

@@ -139,6 +139,12 @@ class LearnedPredictor final : public Predictor {
   // LLAMALLOC_UNSEEN_TRIAL (prediction_cache.h, kUnseenContext); 0: off. Off as well without re-predictions or
   // without the model file's list of training contexts.
   void set_unseen_trial(uint32_t hits) { unseen_trial_ = hits; }
+  // The class of an unseen-path trial: the longest the model has given a context it was trained on, at least the
+  // placement without a model (LLAMALLOC_DEFAULT_CLASS; prediction_cache.h, kUnseenContext).
+  unsigned trial_class() const {
+    unsigned longest = longest_answered_.load(std::memory_order_relaxed);
+    return longest > confidence_.fallback ? longest : confidence_.fallback;
+  }
   const ModelFile& model() const { return model_; }
   const TokenTables& tables() const { return tables_; }
   ModuleMap& modules() { return modules_; }
@@ -171,6 +177,7 @@ class LearnedPredictor final : public Predictor {
   static constexpr uint64_t kBusyRunsPerTrim = 64;
   std::atomic<uint64_t> runs_since_trim_{0};
   std::atomic<bool> busy_{false};  // the previous pass had kBusyRunsPerTrim runs or more
+  std::atomic<uint8_t> longest_answered_{0};  // the longest class of a model run on a trained-on path
 };
 
 }  // namespace llamalloc::model

@@ -35,13 +35,17 @@ struct CacheCounters {
 
 // Or-ed into run_model()'s class: the context's code path is not one the model was trained on
 // (ModelFile::knows_code_path: the stack, whatever the size).
-// Such a context gets kUnseenClass, the longest, until its entry has had about `unseen_trial` hits; the model's
-// class then replaces it, as it is (not the longer of the two). A rare context the profile never saw (made a
-// few times at start-up or once per phase, never freed) then sits among long-lived objects instead of pinning
-// a page of short-lived ones, and a frequent one gets the model's class after a few dozen allocations
-// (docs/prediction.md, "Contexts the model never saw").
+// Such a context gets the trial class (lookup's unseen_class) until its entry has had about `unseen_trial` hits;
+// the model's class then replaces it, as it is (not the longer of the two). The predictors pass the longest class
+// the model has given a context it was trained on (at least the default class): a rare context the profile never
+// saw (made a few times at start-up or once per phase, never freed) then sits among the longest-lived objects
+// there are instead of pinning a page of short-lived ones, and a frequent one gets the model's class after a few
+// dozen allocations. The trial never opens a class of its own: a class's first huge page is 2 MiB resident,
+// where a trial's objects may be a few KiB (docs/prediction.md, "Contexts the model never saw").
 inline constexpr unsigned kUnseenContext = 0x100;
 inline constexpr unsigned kUnseenClass = kNeverFreedClass;
+// The low bit of an entry's `context` tag: the entry is on its trial (the tags of call paths are even).
+inline constexpr uint16_t kTrialTag = 1;
 
 // The cache key (the heap's fast path computes the same one: predictor/predictor.h).
 inline uint64_t cache_key(uintptr_t return_address, uintptr_t stack_address, unsigned size_bucket) {
@@ -70,9 +74,10 @@ class PredictionCache {
   // The class for `key`; `run_model()` gives the model's class (called on a miss and on re-prediction).
   // max_backoff: a re-prediction that keeps the class doubles the entry's period, up to repredict_every <<
   // max_backoff (0: every repredict_every hits, the paper's rule); one that changes it starts over.
+  // unseen_class: the class of a trial (kUnseenContext).
   template <typename RunModel>
   unsigned lookup(uint64_t key, uint32_t repredict_every, CacheCounters& counters, RunModel&& run_model,
-                  unsigned max_backoff = 0, uint32_t unseen_trial = 0) {
+                  unsigned max_backoff = 0, uint32_t unseen_trial = 0, unsigned unseen_class = kUnseenClass) {
     Entry* set = &entries_[set_of(key)];
     Entry* found = set[0].key == key ? &set[0] : set[1].key == key ? &set[1] : nullptr;
     if (__builtin_expect(found != nullptr, 1)) {
@@ -87,6 +92,7 @@ class PredictionCache {
         // An unseen context proved frequent: the model's class from now on, re-predicted with the same back-off
         // as any other entry (a class that stays doubles the period).
         fresh &= ~kUnseenContext;
+        e.context &= uint16_t(~kTrialTag);
         if (fresh != e.lifetime_class) {
           e.lifetime_class = uint8_t(fresh);
           e.backoff = 0;
@@ -106,8 +112,10 @@ class PredictionCache {
     CacheCounters::bump(counters.misses);
     unsigned fresh = run_model();
     uint32_t hits = 0;
+    uint16_t trial = 0;
     if (fresh & kUnseenContext) {
-      fresh = kUnseenClass;
+      fresh = unseen_class;
+      trial = kTrialTag;
       // Re-predicted after unseen_trial more hits instead of repredict_every.
       if (repredict_every > unseen_trial) hits = repredict_every - unseen_trial;
       CacheCounters::bump(counters.unseen);
@@ -120,7 +128,7 @@ class PredictionCache {
     e.hits = hits;
     e.lifetime_class = uint8_t(fresh);
     e.backoff = 0;
-    e.context = 0;
+    e.context = trial;
     return fresh;
   }
 

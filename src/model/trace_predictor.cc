@@ -222,9 +222,10 @@ unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32
     bool rule = unseen_trial_ != 0 && repredict_every_ > unseen_trial_;
     unsigned lc = classify(frames, depth, size_bytes, rule ? &known : nullptr);
     if (!known) lc |= kUnseenContext;
+    else if (lc > longest_answered_) longest_answered_ = lc;
     memo_.emplace(memo_key, uint16_t(lc));
     return lc;
-  }, repredict_backoff_, unseen_trial_);
+  }, repredict_backoff_, unseen_trial_, std::max(longest_answered_, confidence_.fallback));
 }
 
 TracePredictionTotals TracePredictor::totals() const {

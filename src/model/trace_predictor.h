@@ -105,6 +105,7 @@ class TracePredictor {
   uint32_t unseen_trial_ = kDefaultUnseenTrial;
   CacheCounters counters_;
   uint64_t inferences_ = 0, threads_ = 0;
+  unsigned longest_answered_ = 0;  // as LearnedPredictor::trial_class()
   int log_fd_ = -1;
   // Traced thread id -> its cache, kept to the end: Linux hands out thread ids in sequence, so an id that comes
   // back is the same thread (a new thread, with a new id, starts with an empty cache as in the process).

@@ -202,6 +202,25 @@ TEST_F(PredictionCacheOfOneKey, AnUnseenContextIsLongLivedUntilItProvesFrequentT
   EXPECT_EQ(counters.unseen.load(), 1u);
 }
 
+TEST_F(PredictionCacheOfOneKey, ATrialTakesTheClassItIsGivenAndIsMarkedUntilItEnds) {
+  // The predictors pass the longest class the model has given a trained-on context: a trial never opens a class
+  // of its own (here 3, where kUnseenClass is 7).
+  model.answer = 1 | kUnseenContext;
+  const uint32_t every = 1000, trial = 16;
+  auto lookup = [&] { return cache.lookup(key, every, counters, [&] { return model(); }, 10, trial, 3); };
+  EXPECT_EQ(lookup(), 3u);
+  ASSERT_NE(cache.find(key), nullptr);
+  EXPECT_EQ(cache.find(key)->context & kTrialTag, kTrialTag);  // on its trial
+  for (uint32_t i = 1; i < trial; ++i) EXPECT_EQ(lookup(), 3u);
+  EXPECT_EQ(lookup(), 1u);  // the trial's end: the model's class
+  EXPECT_EQ(cache.find(key)->context & kTrialTag, 0u);
+  // A context the model was trained on is never marked.
+  uint64_t seen = cache_key(0x402000, 0x7ffc0000, 5);
+  FakeModel trained{5};
+  EXPECT_EQ(cache.lookup(seen, every, counters, [&] { return trained(); }, 10, trial, 3), 5u);
+  EXPECT_EQ(cache.find(seen)->context, 0u);
+}
+
 TEST(PredictionCache, ZeroMeansNeverPredictAgain) {
   PredictionCache<4> cache;
   CacheCounters counters;

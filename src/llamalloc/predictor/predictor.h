@@ -40,7 +40,8 @@ struct PredictionCacheEntry {
   uint32_t hits;  // since the last model run for this entry; kDeepEntryHits: a key of several call paths
   uint8_t lifetime_class;
   uint8_t backoff;  // the entry is re-predicted every repredict_every << backoff hits
-  uint16_t context;  // a tag of the callers above frame 0 (0: not known yet), to find keys shared by call paths
+  uint16_t context;  // an even tag of the callers above frame 0 (0: not known yet), to find keys shared by call
+                    // paths; the low bit: on an unseen-path trial (model/prediction_cache.h)
 };
 
 // `hits` of an entry whose key two call paths were found to share (a wrapper such as redis's zmalloc: the same
