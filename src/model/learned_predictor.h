@@ -139,10 +139,13 @@ class LearnedPredictor final : public Predictor {
   // LLAMALLOC_UNSEEN_TRIAL (prediction_cache.h, kUnseenContext); 0: off. Off as well without re-predictions or
   // without the model file's list of training contexts.
   void set_unseen_trial(uint32_t hits) { unseen_trial_ = hits; }
-  // The class of an unseen-path trial: the longest the model has given a context it was trained on, at least the
+  // The class of an unseen-path trial: the longest the model gives a context it was trained on (its table's
+  // longest, as the allocator folds it, or the longest a model run gave such a context so far), at least the
   // placement without a model (LLAMALLOC_DEFAULT_CLASS; prediction_cache.h, kUnseenContext).
   unsigned trial_class() const {
     unsigned longest = longest_answered_.load(std::memory_order_relaxed);
+    unsigned table = model_.has_table() ? confidence_.fold(model_.longest_table_class()) : 0;
+    longest = table > longest ? table : longest;
     return longest > confidence_.fallback ? longest : confidence_.fallback;
   }
   const ModelFile& model() const { return model_; }

@@ -326,6 +326,9 @@ bool ModelFile::validate(char* error, size_t cap) {
     if (!w.found) return format_message(error, cap, "corrupt: section %s missing", w.name), false;
   if (token_class_ != nullptr && (token_contexts_ == nullptr || token_class_count != token_context_count_))
     return format_message(error, cap, "corrupt: section train.token_class does not match train.token_contexts"), false;
+  longest_table_class_ = 0;
+  for (uint64_t i = 0; token_class_ != nullptr && i < token_class_count; ++i)
+    if (token_class_[i] > longest_table_class_) longest_table_class_ = token_class_[i];
   const auto* off = static_cast<const uint32_t*>(offsets);
   for (uint64_t i = 0; i < v; ++i)
     if (off[i] > off[i + 1]) return format_message(error, cap, "corrupt: vocabulary offsets not increasing"), false;

@@ -103,6 +103,8 @@ class ModelFile {
   // with, or -1 where the file has no table or the context is not in it.
   int table_class(const uint32_t* tokens, size_t count) const;
   bool has_table() const { return token_class_ != nullptr; }
+  // The longest class of the table (0 without one): the longest class the model gives a context it was trained on.
+  unsigned longest_table_class() const { return longest_table_class_; }
   // Whether a context outside the table gets the default class instead of the LSTM's (section `deploy.unseen`:
   // `train` chose it because the LSTM predicted contexts it never saw worse than that).
   bool unseen_default() const { return unseen_default_; }
@@ -125,6 +127,7 @@ class ModelFile {
   const unsigned char* token_class_ = nullptr;  // parallel to token_contexts_
   const uint64_t* token_stacks_ = nullptr;  // sorted
   uint64_t token_stack_count_ = 0;
+  unsigned longest_table_class_ = 0;
   bool unseen_default_ = false;
 };
 

@@ -37,7 +37,7 @@ struct CacheCounters {
 // (ModelFile::knows_code_path: the stack, whatever the size).
 // Such a context gets the trial class (lookup's unseen_class) until its entry has had about `unseen_trial` hits;
 // the model's class then replaces it, as it is (not the longer of the two). The predictors pass the longest class
-// the model has given a context it was trained on (at least the default class): a rare context the profile never
+// the model gives a context it was trained on (LearnedPredictor::trial_class): a rare context the profile never
 // saw (made a few times at start-up or once per phase, never freed) then sits among the longest-lived objects
 // there are instead of pinning a page of short-lived ones, and a frequent one gets the model's class after a few
 // dozen allocations. The trial never opens a class of its own: a class's first huge page is 2 MiB resident,

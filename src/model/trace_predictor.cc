@@ -225,7 +225,7 @@ unsigned TracePredictor::predict(uint32_t thread, const uint64_t* frames, uint32
     else if (lc > longest_answered_) longest_answered_ = lc;
     memo_.emplace(memo_key, uint16_t(lc));
     return lc;
-  }, repredict_backoff_, unseen_trial_, std::max(longest_answered_, confidence_.fallback));
+  }, repredict_backoff_, unseen_trial_, trial_class());
 }
 
 TracePredictionTotals TracePredictor::totals() const {

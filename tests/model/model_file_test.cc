@@ -147,11 +147,13 @@ TEST(ModelFile, TheTablePredictsTheContextsTrainingSaw) {
   ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
   const unsigned lstm_c = infer(m, c, 2, logits);
   EXPECT_FALSE(m.has_table());
+  EXPECT_EQ(m.longest_table_class(), 0u);
   EXPECT_EQ(m.table_class(a, 4), -1);
   EXPECT_EQ(classify(m, c, 2, logits, keep), lstm_c);
   build_model(img, 4, keys, 2, classes);
   ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
   ASSERT_TRUE(m.has_table());
+  EXPECT_EQ(m.longest_table_class(), 5u) << "the class of an unseen-path trial starts from it";
   EXPECT_EQ(m.table_class(a, 4), int(class_a));
   EXPECT_EQ(m.table_class(b, 2), int(class_b));
   EXPECT_EQ(m.table_class(c, 2), -1);
