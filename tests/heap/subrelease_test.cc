@@ -112,6 +112,34 @@ TEST_F(SubreleaseTest, OnlyWhatThePagesHoldBeyondTheMostInUseOverTheLastPassesGo
 }
 
 // (With `now`, so that neither idleness nor the recent demand holds anything back: only the share in use does.)
+TEST_F(SubreleaseTest, APassSeesADropWhenTheBlocksInUseFellByAQuarterAndTwoHugePages) {
+  // The sweeper brings the next pass forward after such a pass: the first whose demand window is all after it.
+  std::vector<HugePageMeta*> ps;
+  for (int i = 0; i < 8; ++i) {
+    ps.push_back(page());
+    take(ps.back(), 0, kBlocksPerHugePage);
+  }
+  pass();
+  EXPECT_FALSE(subrelease.dropped()) << "the first pass has nothing to compare with";
+  free(ps[0], 0, kBlocksPerHugePage);  // one huge page's worth: less than kDropBlocks
+  pass();
+  EXPECT_FALSE(subrelease.dropped());
+  free(ps[1], 0, kBlocksPerHugePage);
+  free(ps[2], 0, kBlocksPerHugePage / 2);  // 7 to 5.5 pages in use: under a quarter, under two pages
+  pass();
+  EXPECT_FALSE(subrelease.dropped());
+  free(ps[2], kBlocksPerHugePage / 2, kBlocksPerHugePage / 2);
+  free(ps[3], 0, kBlocksPerHugePage);  // 5.5 to 4 pages in use: a quarter, but 1.5 pages
+  pass();
+  EXPECT_FALSE(subrelease.dropped());
+  free(ps[4], 0, kBlocksPerHugePage);
+  free(ps[5], 0, kBlocksPerHugePage);  // 4 to 2: half, and two pages
+  pass();
+  EXPECT_TRUE(subrelease.dropped());
+  pass();
+  EXPECT_FALSE(subrelease.dropped()) << "no fall since";
+}
+
 TEST_F(SubreleaseTest, APageWithMoreThanThePercentOfItsBlocksInUseKeepsItsFreeBlocks) {
   HugePageMeta* p = page();
   take(p, 0, 129);

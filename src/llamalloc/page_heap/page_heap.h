@@ -206,6 +206,12 @@ class PageHeap {
   // sweeper's passes; false for the slow paths' own passes, which come with activity).
   size_t subrelease_free_blocks(bool now, unsigned demand_passes = kDemandPasses, bool threads_quiet = false);
   static constexpr unsigned kDemandPasses = Subrelease::kDemandPasses;
+  // Whether the last subrelease pass saw the blocks in use drop (Subrelease::kDropBlocks); read by the sweeper
+  // after its pass.
+  bool demand_dropped() {
+    LockGuard g(lock_);
+    return subrelease_.dropped();
+  }
   // Huge pages only where they are dense (HeapConfig::collapse_dense; dense_pages.cc): one pass collapses into huge
   // pages at most `budget` pages whose blocks are nearly all in use and whose 4 KiB pages nearly all resident.
   // Called by the sweeper after subrelease, and by the slow paths' passes of a process without one. Returns the

@@ -53,6 +53,11 @@ class Subrelease {
   // ... and whose thread heaps ran at most this many slow paths (a program busy inside its spans takes no block
   // from the page heap, but refills and flushes them: larson's threads run thousands a period).
   static constexpr uint64_t kQuietSlowPaths = 64;
+  // A pass whose blocks in use fell by at least a quarter, and by at least this many blocks (two huge pages),
+  // since the previous one saw a drop: the sweeper runs the next pass after a fifth of its period, so that a
+  // program that went quiet after its peak gets the peak's memory back in tens of milliseconds instead of two
+  // periods (the demand of the pass before the drop bounds what the pass that saw it may give back).
+  static constexpr size_t kDropBlocks = 2 * kBlocksPerHugePage;
 
   // Gives memory back through `platform`; counts into `gauges` and `counters` (above).
   constexpr Subrelease(Platform& platform, Gauges& gauges, Counters& counters)
@@ -69,6 +74,8 @@ class Subrelease {
   // Whether the last pass was quiet, and the share of a span's blocks in use up to which span purge may give its
   // free pages back until the next pass (0: never). Read by thread heaps without the page heap's lock.
   bool quiet() const { return quiet_.load(std::memory_order_relaxed); }
+  // Whether the last pass saw a drop (kDropBlocks).
+  bool dropped() const { return dropped_; }
   unsigned span_purge_percent() const { return percent_ == 0 ? 0 : quiet() ? quiet_percent_ : percent_; }
 
   // A pass's demand, summed over the pages of blocks in use: their blocks in use, and those not given back.
@@ -121,6 +128,7 @@ class Subrelease {
   unsigned percent_ = 50;
   unsigned quiet_percent_ = 50;
   std::atomic<bool> quiet_{false};
+  bool dropped_ = false;
   // Blocks in use at each of the last kDemandPasses passes (a ring), and the pass count.
   uint32_t demand_[kDemandPasses] = {};
   uint32_t passes_ = 0;
@@ -133,6 +141,8 @@ size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, un
   bool quiet = threads_quiet && passes_ != 0 && demand.taken <= kQuietTakenBlocks &&
                demand.in_use <= demand_[(passes_ - 1) % kDemandPasses];
   quiet_.store(quiet, std::memory_order_relaxed);
+  size_t before = passes_ != 0 ? demand_[(passes_ - 1) % kDemandPasses] : 0;
+  dropped_ = before >= demand.in_use + kDropBlocks && demand.in_use * 4 <= before * 3;
   demand_[passes_++ % kDemandPasses] = uint32_t(demand.in_use);
   size_t peak = demand.in_use;
   for (unsigned i = 1; i <= demand_passes && i <= kDemandPasses; ++i) {
