@@ -214,17 +214,17 @@ def test_a_context_the_model_was_not_trained_on_starts_never_freed_then_gets_the
     # The first allocation (the miss) and the next trial - 1 hits in "never freed"; the trial-th hit re-predicts.
     assert e["allocs_class_7"] == N_KEEP + trial
     assert e["allocs_class_0"] == N_TEMP + (N_GONE - trial) + N_OTHER_THREAD
-    # The trial's class is the longest the model gave a context it was trained on: with the records at class 3,
-    # the trial joins them and nothing opens class 7 (a class's first huge page is 2 MiB resident).
-    m3, _ = written_model(d, binary, "m3", {"keep_record": 3}, 0, ["keep_record", "temp_buffer", "main"])
-    m3.train_token_contexts = m.train_token_contexts
-    modelfile.write(d / "listed3.model", m3)
-    r = llamalloc("simulate", trace, "--model", d / "listed3.model", "--option", f"UNSEEN_TRIAL={trial}",
-                  "-p", "llama-model", "--tokens", d / "m3.tokens", *common[4:])
+    # A model that keeps no trained-on context apart from the default class (1) gives its trials that class: they
+    # would be the only objects of class 7, and a class's first huge page is 2 MiB resident.
+    m1, _ = written_model(d, binary, "m1", {"keep_record": 1}, 0, ["keep_record", "temp_buffer", "main"])
+    m1.train_token_contexts = m.train_token_contexts
+    modelfile.write(d / "listed1.model", m1)
+    r = llamalloc("simulate", trace, "--model", d / "listed1.model", "--option", f"UNSEEN_TRIAL={trial}",
+                  "-p", "llama-model", "--tokens", d / "m1.tokens", *common[4:])
     assert r.returncode == 0, r.stderr
     e = policy(out, "llama-model")["extras"]
     assert e["unseen_contexts"] == 1
-    assert e["allocs_class_7"] == 0 and e["allocs_class_3"] == N_KEEP + trial
+    assert e["allocs_class_7"] == 0 and e["allocs_class_1"] == N_KEEP + trial
     r = llamalloc("simulate", trace, "--model", d / "listed.model", "--option", "UNSEEN_TRIAL=0", *common)
     assert r.returncode == 0, r.stderr
     e = policy(out, "llama-model")["extras"]

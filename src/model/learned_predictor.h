@@ -139,14 +139,14 @@ class LearnedPredictor final : public Predictor {
   // LLAMALLOC_UNSEEN_TRIAL (prediction_cache.h, kUnseenContext); 0: off. Off as well without re-predictions or
   // without the model file's list of training contexts.
   void set_unseen_trial(uint32_t hits) { unseen_trial_ = hits; }
-  // The class of an unseen-path trial: the longest the model gives a context it was trained on (its table's
-  // longest, as the allocator folds it, or the longest a model run gave such a context so far), at least the
-  // placement without a model (LLAMALLOC_DEFAULT_CLASS; prediction_cache.h, kUnseenContext).
+  // The class of an unseen-path trial (prediction_cache.h, kUnseenContext): kUnseenClass, the longest, where the
+  // model keeps some context it was trained on apart from the placement without a model (its table's longest
+  // class, as MIN_CLASS folds it, or the longest a model run gave such a context so far, above
+  // LLAMALLOC_DEFAULT_CLASS); otherwise that placement, so that trials never open a class of their own.
   unsigned trial_class() const {
     unsigned longest = longest_answered_.load(std::memory_order_relaxed);
     unsigned table = model_.has_table() ? confidence_.fold(model_.longest_table_class()) : 0;
-    longest = table > longest ? table : longest;
-    return longest > confidence_.fallback ? longest : confidence_.fallback;
+    return longest > confidence_.fallback || table > confidence_.fallback ? kUnseenClass : confidence_.fallback;
   }
   const ModelFile& model() const { return model_; }
   const TokenTables& tables() const { return tables_; }

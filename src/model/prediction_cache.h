@@ -36,12 +36,13 @@ struct CacheCounters {
 // Or-ed into run_model()'s class: the context's code path is not one the model was trained on
 // (ModelFile::knows_code_path: the stack, whatever the size).
 // Such a context gets the trial class (lookup's unseen_class) until its entry has had about `unseen_trial` hits;
-// the model's class then replaces it, as it is (not the longer of the two). The predictors pass the longest class
-// the model gives a context it was trained on (LearnedPredictor::trial_class): a rare context the profile never
-// saw (made a few times at start-up or once per phase, never freed) then sits among the longest-lived objects
-// there are instead of pinning a page of short-lived ones, and a frequent one gets the model's class after a few
-// dozen allocations. The trial never opens a class of its own: a class's first huge page is 2 MiB resident,
-// where a trial's objects may be a few KiB (docs/prediction.md, "Contexts the model never saw").
+// the model's class then replaces it, as it is (not the longer of the two). The predictors pass kUnseenClass, the
+// longest, where the model keeps some trained-on context apart from the default class
+// (LearnedPredictor::trial_class): a rare context the profile never saw (made a few times at start-up or once per
+// phase, never freed) then sits among long-lived objects instead of pinning a page of short-lived ones, and a
+// frequent one gets the model's class after a few dozen allocations. A model that keeps nothing apart gets the
+// default class for its trials: its trials would be the only objects of a class of their own, whose first huge
+// page is 2 MiB resident for what may be a few hundred KiB (docs/prediction.md, "Contexts the model never saw").
 inline constexpr unsigned kUnseenContext = 0x100;
 inline constexpr unsigned kUnseenClass = kNeverFreedClass;
 // The low bit of an entry's `context` tag: the entry is on its trial (the tags of call paths are even).

@@ -110,7 +110,8 @@ class TracePredictor {
   unsigned trial_class() const {
     const ModelFile& m = predictor_->model();
     unsigned table = m.has_table() ? confidence_.fold(m.longest_table_class()) : 0;
-    return std::max({longest_answered_, table, confidence_.fallback});
+    return longest_answered_ > confidence_.fallback || table > confidence_.fallback ? kUnseenClass
+                                                                                      : confidence_.fallback;
   }
   int log_fd_ = -1;
   // Traced thread id -> its cache, kept to the end: Linux hands out thread ids in sequence, so an id that comes

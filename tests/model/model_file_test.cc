@@ -153,7 +153,7 @@ TEST(ModelFile, TheTablePredictsTheContextsTrainingSaw) {
   build_model(img, 4, keys, 2, classes);
   ASSERT_TRUE(m.open_image(img.bytes, img.size, err, sizeof err)) << err;
   ASSERT_TRUE(m.has_table());
-  EXPECT_EQ(m.longest_table_class(), 5u) << "the class of an unseen-path trial starts from it";
+  EXPECT_EQ(m.longest_table_class(), 5u) << "whether unseen-path trials go to the longest class";
   EXPECT_EQ(m.table_class(a, 4), int(class_a));
   EXPECT_EQ(m.table_class(b, 2), int(class_b));
   EXPECT_EQ(m.table_class(c, 2), -1);

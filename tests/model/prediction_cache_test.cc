@@ -203,8 +203,8 @@ TEST_F(PredictionCacheOfOneKey, AnUnseenContextIsLongLivedUntilItProvesFrequentT
 }
 
 TEST_F(PredictionCacheOfOneKey, ATrialTakesTheClassItIsGivenAndIsMarkedUntilItEnds) {
-  // The predictors pass the longest class the model has given a trained-on context: a trial never opens a class
-  // of its own (here 3, where kUnseenClass is 7).
+  // The predictors pass the default class where the model keeps nothing apart from it (here 3, where
+  // kUnseenClass is 7).
   model.answer = 1 | kUnseenContext;
   const uint32_t every = 1000, trial = 16;
   auto lookup = [&] { return cache.lookup(key, every, counters, [&] { return model(); }, 10, trial, 3); };
