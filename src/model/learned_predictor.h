@@ -51,6 +51,16 @@ struct PredictionTotals {
            shared_keys = 0, unseen = 0, memo_answers = 0;
 };
 
+// The class of an unseen-path trial (prediction_cache.h, kUnseenContext): kUnseenClass, the longest, where the
+// model keeps some context it was trained on apart from the placement without a model (its table's longest class,
+// as MIN_CLASS folds it, or `longest_answered`, the longest a model run gave such a context so far, above
+// LLAMALLOC_DEFAULT_CLASS); otherwise that placement, so that trials never open a class of their own. The
+// process's predictor and the replay's both decide it here.
+inline unsigned unseen_trial_class(const ModelFile& model, const ConfidenceRule& rule, unsigned longest_answered) {
+  unsigned table = model.has_table() ? rule.fold(model.longest_table_class()) : 0;
+  return longest_answered > rule.fallback || table > rule.fallback ? kUnseenClass : rule.fallback;
+}
+
 class LearnedPredictor final : public Predictor {
  public:
   LearnedPredictor() = default;
@@ -139,14 +149,9 @@ class LearnedPredictor final : public Predictor {
   // LLAMALLOC_UNSEEN_TRIAL (prediction_cache.h, kUnseenContext); 0: off. Off as well without re-predictions or
   // without the model file's list of training contexts.
   void set_unseen_trial(uint32_t hits) { unseen_trial_ = hits; }
-  // The class of an unseen-path trial (prediction_cache.h, kUnseenContext): kUnseenClass, the longest, where the
-  // model keeps some context it was trained on apart from the placement without a model (its table's longest
-  // class, as MIN_CLASS folds it, or the longest a model run gave such a context so far, above
-  // LLAMALLOC_DEFAULT_CLASS); otherwise that placement, so that trials never open a class of their own.
+  // The class of an unseen-path trial (unseen_trial_class).
   unsigned trial_class() const {
-    unsigned longest = longest_answered_.load(std::memory_order_relaxed);
-    unsigned table = model_.has_table() ? confidence_.fold(model_.longest_table_class()) : 0;
-    return longest > confidence_.fallback || table > confidence_.fallback ? kUnseenClass : confidence_.fallback;
+    return unseen_trial_class(model_, confidence_, longest_answered_.load(std::memory_order_relaxed));
   }
   const ModelFile& model() const { return model_; }
   const TokenTables& tables() const { return tables_; }

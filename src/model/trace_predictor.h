@@ -6,7 +6,6 @@
 // Not on an allocation path: it may allocate (std containers), unlike the in-process predictor.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -106,13 +105,8 @@ class TracePredictor {
   uint32_t unseen_trial_ = kDefaultUnseenTrial;
   CacheCounters counters_;
   uint64_t inferences_ = 0, threads_ = 0;
-  unsigned longest_answered_ = 0;  // as LearnedPredictor::trial_class()
-  unsigned trial_class() const {
-    const ModelFile& m = predictor_->model();
-    unsigned table = m.has_table() ? confidence_.fold(m.longest_table_class()) : 0;
-    return longest_answered_ > confidence_.fallback || table > confidence_.fallback ? kUnseenClass
-                                                                                      : confidence_.fallback;
-  }
+  unsigned longest_answered_ = 0;  // the longest class of a classify() on a trained-on path
+  unsigned trial_class() const { return unseen_trial_class(predictor_->model(), confidence_, longest_answered_); }
   int log_fd_ = -1;
   // Traced thread id -> its cache, kept to the end: Linux hands out thread ids in sequence, so an id that comes
   // back is the same thread (a new thread, with a new id, starts with an empty cache as in the process).
