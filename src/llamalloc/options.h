@@ -141,7 +141,8 @@ namespace llamalloc {
     "A context whose code path the model was not trained on (a model file that lists its training contexts' "   \
     "paths, or the contexts themselves) gets the longest class, never freed, until its prediction cache entry "  \
     "has had about this many hits; then the model's class (docs/prediction.md). Rare code the profile missed "  \
-    "then sits among long-lived objects. 0: the model's class at once. Needs REPREDICT_EVERY above it.")       \
+    "then sits among long-lived objects. A model that keeps no trained-on context apart from DEFAULT_CLASS "    \
+    "gives such contexts DEFAULT_CLASS instead. 0: the model's class at once. Needs REPREDICT_EVERY above it.") \
   X(MIN_CONFIDENCE, min_confidence, Uint, 60, 0, 100,                                                           \
     "A model prediction is used only if its probability (softmax) exceeds this percentage (for a distribution "  \
     "model, train's default: the probability of its two likeliest classes together); otherwise the object "      \
