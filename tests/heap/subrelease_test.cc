@@ -111,7 +111,6 @@ TEST_F(SubreleaseTest, OnlyWhatThePagesHoldBeyondTheMostInUseOverTheLastPassesGo
   EXPECT_EQ(alone.pass([&](auto&& f) { f(q); }, quiet, false, 1), 248u);
 }
 
-// (With `now`, so that neither idleness nor the recent demand holds anything back: only the share in use does.)
 TEST_F(SubreleaseTest, APassSeesADropWhenTheBlocksInUseFellByAQuarterAndTwoHugePages) {
   // The sweeper brings the next pass forward after such a pass: the first whose demand window is all after it.
   std::vector<HugePageMeta*> ps;
@@ -140,6 +139,7 @@ TEST_F(SubreleaseTest, APassSeesADropWhenTheBlocksInUseFellByAQuarterAndTwoHugeP
   EXPECT_FALSE(subrelease.dropped()) << "no fall since";
 }
 
+// (With `now`, so that neither idleness nor the recent demand holds anything back: only the share in use does.)
 TEST_F(SubreleaseTest, APageWithMoreThanThePercentOfItsBlocksInUseKeepsItsFreeBlocks) {
   HugePageMeta* p = page();
   take(p, 0, 129);
