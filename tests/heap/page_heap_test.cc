@@ -851,6 +851,51 @@ TEST_F(PageHeapTest, AnOpenPageThatStaysEmptyIsGivenBackAtTheSweepAfterTheOneTha
   heap->check_invariants();
 }
 
+// An object of 1 to 2 MiB on a fresh page (docs/heap-memory.md, "Objects of 1 to 2 MiB"): the rest of its page is
+// left unbacked and the page kept off huge pages before the object is written, so that it costs the 4 KiB pages
+// the program writes, not a whole huge page; the rest is backed again as other objects take it, and the page may
+// be huge again once all of it is. A nearly whole page, a page from the page cache and HUGE_PAGES=2 keep theirs.
+TEST_F(PageHeapTest, AnObjectOfMoreThanHalfAFreshPageLeavesTheRestUnbackedAndThePageSmall) {
+  heap->configure(HeapConfig{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0});
+  uintptr_t big = blocks(1, 129);  // 1 MiB + 8 KiB
+  uintptr_t page = page_of(big);
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 127 * kBlockBytes);
+  EXPECT_EQ(platform.no_huge_page, std::set<uintptr_t>{page});
+  EXPECT_EQ(platform.subreleased_bytes, 0u) << "nothing resident to give back on a fresh page";
+  EXPECT_EQ(heap->subrelease_free_blocks(true), 0u) << "counted once";
+  // Objects of its class take the rest: backed again, and the page may be huge once none of it is left unbacked.
+  uintptr_t a = blocks(1, 100);
+  EXPECT_EQ(page_of(a), page);
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 27 * kBlockBytes);
+  EXPECT_EQ(platform.no_huge_page.count(page), 1u);
+  uintptr_t b = blocks(1, 27);
+  EXPECT_EQ(page_of(b), page);
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 0u);
+  EXPECT_TRUE(platform.no_huge_page.empty());
+  free(a);
+  free(b);
+  free(big);
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 0u);
+  // A nearly whole page (fewer than kMinSlackBlocks free) stays huge.
+  uintptr_t whole = blocks(2, kBlocksPerHugePage - kMinSlackBlocks + 1);
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 0u);
+  EXPECT_EQ(platform.no_huge_page.count(page_of(whole)), 0u);
+  free(whole);
+  // Half a page or less: another object of its size fills the rest.
+  uintptr_t half = blocks(3, 128);
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 0u);
+  free(half);
+  // HUGE_PAGES=2: every page is small until it is dense, and this one is dense enough to be collapsed.
+  HeapConfig dense{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0};
+  dense.collapse_dense = true;
+  heap->configure(dense);
+  uintptr_t c = blocks(1, 129);
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 0u);
+  free(c);
+  EXPECT_FALSE(platform.bad_huge_page_advice);
+  heap->check_invariants();
+}
+
 // Subrelease (docs/heap.md): the free blocks of a sparse page from which nothing was taken for a whole pass go
 // back to the OS, but only as far as the heap's blocks exceed the most it used over the last kDemandPasses
 // passes; the page and its objects stay, and blocks taken again are backed again.

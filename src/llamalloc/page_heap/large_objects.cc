@@ -80,6 +80,7 @@ void* PageHeap::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
   HugePageMeta* page = nullptr;
   size_t first = 0;
   bool residual = false;
+  bool fresh = false;
   // Section 6.3: large objects prefer the next longer class (lr + 1), then the longer ones after it.
   for (unsigned c = lc + 1; c < num_classes() && page == nullptr; ++c)
     page = recycle_blocks(c, count, align_blocks, &first);
@@ -99,7 +100,7 @@ void* PageHeap::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
       if (page != nullptr) residual = false;
     }
     if (page == nullptr) {
-      page = open_new_page(lc);
+      page = open_new_page(lc, &fresh);
       if (page != nullptr && !take_blocks(page, count, align_blocks, &first)) page = nullptr;
     }
     if (page == nullptr) {
@@ -113,6 +114,16 @@ void* PageHeap::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
   page->large_requested_bytes[first] = uint32_t(bytes);
   uintptr_t address = page_address(page) + first * kBlockBytes;
   mark_allocated(page, first, count, residual);
+  // An object of more than half a page (1 to 2 MiB) on a fresh page: no other object of its size fits beside it,
+  // and a page advised huge is resident whole from its first written byte, so 200 objects of 1 MiB + 33 B would
+  // take 400 MiB. Where at least kMinSlackBlocks stay free, the rest of the page stays unbacked and the page small
+  // until other objects take that rest (Subrelease::leave_unbacked): the object costs the 4 KiB pages the program
+  // writes, as under glibc's mmap. A nearly whole page (less than kMinSlackBlocks free: at most 1/16 of it) stays
+  // huge, as does a page from the page cache (resident already) and any page under HUGE_PAGES=2 (small until
+  // dense: collapse_dense_pages decides).
+  if (fresh && !config_.collapse_dense && count > kBlocksPerHugePage / 2 &&
+      kBlocksPerHugePage - page->live.count() >= kMinSlackBlocks)
+    subrelease_.leave_unbacked(page);
   debug_check();
   return reinterpret_cast<void*>(address);
 }

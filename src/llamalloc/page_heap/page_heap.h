@@ -308,7 +308,9 @@ class PageHeap {
   bool commit_metadata(Region* r, size_t end);
 
   // --- page lifecycle and lists (pages.cc; the list operations inline in page_lists.h) -------------------
-  HugePageMeta* open_new_page(unsigned lc);
+  // fresh (optional): set to whether the page came from the address space (nothing of it resident), not the
+  // page cache.
+  HugePageMeta* open_new_page(unsigned lc, bool* fresh = nullptr);
   void activate(HugePageMeta* page);
   void release_page(HugePageMeta* page);
   void after_blocks_freed(HugePageMeta* page);

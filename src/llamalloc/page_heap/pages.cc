@@ -24,13 +24,13 @@ void PageHeap::account_page(HugePageMeta* p, int64_t pages) {
 }
 
 // A cached page, else the lowest free page of the address space (take_pages).
-HugePageMeta* PageHeap::open_new_page(unsigned lc) {
+HugePageMeta* PageHeap::open_new_page(unsigned lc, bool* fresh) {
   Region* r = nullptr;
   size_t index = 0;
   // The parked huge object's pages before fresh ones: it must not raise the peak.
-  if (!take_cached(1, 1, &r, &index) && !(unpark_locked() && take_cached(1, 1, &r, &index)) &&
-      !take_pages(1, 1, &r, &index))
-    return nullptr;
+  bool cached = take_cached(1, 1, &r, &index) || (unpark_locked() && take_cached(1, 1, &r, &index));
+  if (!cached && !take_pages(1, 1, &r, &index)) return nullptr;
+  if (fresh != nullptr) *fresh = !cached;
   HugePageMeta* p = r->page(index);
   p->region = r;
   p->index = uint32_t(index);

@@ -20,6 +20,19 @@ void Subrelease::unrelease(HugePageMeta* p, size_t first, size_t count) {
   allow_huge_page_again(p);
 }
 
+void Subrelease::leave_unbacked(HugePageMeta* p) {
+  // (Nothing to give back: a fresh page has no resident memory. Counted in the gauge, not as blocks given back.)
+  size_t n = 0;
+  for (size_t b = 0; b < kBlocksPerHugePage; ++b)
+    if (!p->live.test(b) && !p->released.test(b)) {
+      p->released.set(b);
+      ++n;
+    }
+  if (n == 0) return;
+  gauges_.subreleased_bytes += n * kBlockBytes;
+  keep_from_khugepaged(p);
+}
+
 void Subrelease::allow_huge_page_again(HugePageMeta* p) {
   // Every block and every span's page backed again: the page may become one huge page again.
   if (p->released.none() && p->span_purged_pages == 0 && p->no_huge_page) {

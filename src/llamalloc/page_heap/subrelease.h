@@ -106,6 +106,10 @@ class Subrelease {
   size_t release_free_blocks(HugePageMeta* p, size_t budget, bool now);
   // Blocks [first, first + count) of p are backed again (taken), or dropped with the page: off the gauge.
   void unrelease(HugePageMeta* p, size_t first, size_t count);
+  // The free blocks of p, a page fresh from the address space that nothing has touched, count as given back, and
+  // p is kept off huge pages, before its first object is written: the kernel then backs only the 4 KiB pages
+  // the program touches. Taken again, they are backed again as any subreleased block (unrelease).
+  void leave_unbacked(HugePageMeta* p);
 
   // Span purge: the 4 KiB pages [start, start + bytes) inside p, in a span whose objects on them are all free, go
   // back; forgotten: `pages` of them are backed again, or their span goes back whole.
