@@ -885,13 +885,24 @@ TEST_F(PageHeapTest, AnObjectOfMoreThanHalfAFreshPageLeavesTheRestUnbackedAndThe
   uintptr_t half = blocks(3, 128);
   EXPECT_EQ(heap->gauges().subreleased_bytes, 0u);
   free(half);
-  // HUGE_PAGES=2: every page is small until it is dense, and this one is dense enough to be collapsed.
+  // HUGE_PAGES=2: a page is small until it is dense, and the rest of this one is left as it is (a collapse
+  // needs all of the page)...
   HeapConfig dense{.num_classes = 4, .deadline_k = kK, .small_heap_pages = 0};
   dense.collapse_dense = true;
   heap->configure(dense);
   uintptr_t c = blocks(1, 129);
   EXPECT_EQ(heap->gauges().subreleased_bytes, 0u);
   free(c);
+  // ... unless its class fills pages densely, whose pages are advised huge when they open: that advice is taken
+  // back and the rest left unbacked.
+  uintptr_t full = blocks(2, kBlocksPerHugePage);  // filled, every 4 KiB page resident: class 2 is dense
+  uintptr_t d = blocks(2, 129);
+  ASSERT_EQ(platform.advised.size(), 1u);
+  EXPECT_EQ(platform.advised[0], page_of(d));
+  EXPECT_EQ(heap->gauges().subreleased_bytes, 127 * kBlockBytes);
+  EXPECT_EQ(platform.no_huge_page.count(page_of(d)), 1u);
+  free(d);
+  free(full);
   EXPECT_FALSE(platform.bad_huge_page_advice);
   heap->check_invariants();
 }

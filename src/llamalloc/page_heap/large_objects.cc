@@ -119,11 +119,15 @@ void* PageHeap::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
   // take 400 MiB. Where at least kMinSlackBlocks stay free, the rest of the page stays unbacked and the page small
   // until other objects take that rest (Subrelease::leave_unbacked): the object costs the 4 KiB pages the program
   // writes, as under glibc's mmap. A nearly whole page (less than kMinSlackBlocks free: at most 1/16 of it) stays
-  // huge, as does a page from the page cache (resident already) and any page under HUGE_PAGES=2 (small until
-  // dense: collapse_dense_pages decides).
-  if (fresh && !config_.collapse_dense && count > kBlocksPerHugePage / 2 &&
-      kBlocksPerHugePage - page->live.count() >= kMinSlackBlocks)
+  // huge, and a page from the page cache keeps what it has (resident already). Under HUGE_PAGES=2 a page is small
+  // until it is dense unless its class fills pages densely (advise_if_dense advised it huge at its opening): that
+  // advice is taken back.
+  if (fresh && count > kBlocksPerHugePage / 2 && kBlocksPerHugePage - page->live.count() >= kMinSlackBlocks &&
+      (!config_.collapse_dense || page->huge_advised)) {
+    forget_advice(page);
+    page->huge_advised = 0;
     subrelease_.leave_unbacked(page);
+  }
   debug_check();
   return reinterpret_cast<void*>(address);
 }
