@@ -124,9 +124,11 @@ void* PageHeap::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
   // advice is taken back.
   if (fresh && count > kBlocksPerHugePage / 2 && kBlocksPerHugePage - page->live.count() >= kMinSlackBlocks &&
       (!config_.collapse_dense || page->huge_advised)) {
-    forget_advice(page);
-    page->huge_advised = 0;
     subrelease_.leave_unbacked(page);
+    if (page->no_huge_page) {  // (kept off huge pages: the advice to be huge is taken back)
+      forget_advice(page);
+      page->huge_advised = 0;
+    }
   }
   debug_check();
   return reinterpret_cast<void*>(address);

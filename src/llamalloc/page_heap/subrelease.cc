@@ -22,13 +22,12 @@ void Subrelease::unrelease(HugePageMeta* p, size_t first, size_t count) {
 
 void Subrelease::leave_unbacked(HugePageMeta* p) {
   // (Nothing to give back: a fresh page has no resident memory. Counted in the gauge, not as blocks given back.)
-  size_t n = 0;
-  for (size_t b = 0; b < kBlocksPerHugePage; ++b)
-    if (!p->live.test(b) && !p->released.test(b)) {
-      p->released.set(b);
-      ++n;
-    }
-  if (n == 0) return;
+  // A page that cannot be kept off huge pages (kMaxNoHugePages reached) is left as it is: huge from its first
+  // touch, its blocks must not count as given back.
+  Bitmap256 rest = ~(p->live | p->released);
+  size_t n = rest.count();
+  if (n == 0 || (!p->no_huge_page && no_huge_pages_ >= kMaxNoHugePages)) return;
+  p->released = p->released | rest;
   gauges_.subreleased_bytes += n * kBlockBytes;
   keep_from_khugepaged(p);
 }
