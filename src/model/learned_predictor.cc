@@ -121,7 +121,7 @@ unsigned LearnedPredictor::model_answer(const AllocationContext& context, Thread
                                          uint64_t callers) {
   if (callers == 0) return run_model(context, state);
   uint64_t memo = OnlineLearner::context_key(context.return_address, model_size_bucket(context.size_bytes), callers);
-  unsigned slot = unsigned(memo >> (64 - ThreadState::kLogMemo));
+  unsigned slot = unsigned(memo >> (64 - state->memo_log()));
   // A re-prediction (the cache holds the key) runs the model: it is there to catch another answer. But the end
   // of an entry's trial (its class the unseen paths' one) takes the memo's answer once another depth of the
   // context has ended its own trial (an answer without kUnseenContext): each depth's trial would run the model.
@@ -133,6 +133,7 @@ unsigned LearnedPredictor::model_answer(const AllocationContext& context, Thread
     return state->memo_answers[slot];
   }
   unsigned answer = run_model(context, state);
+  if (state->memo_keys[slot] != 0 && state->memo_keys[slot] != memo) ++state->memo_evictions;
   state->memo_keys[slot] = memo;
   // A re-prediction that finds the context's path unseen ends its trial (PredictionCache::lookup): the context
   // proved frequent, and its next depths take the model's class at once instead of a trial each.
@@ -244,8 +245,39 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
   }
   if (learn_) lc = learn(context, state, callers, entry, lc,
                          state->counters.model_runs.load(std::memory_order_relaxed) != runs_before);
+  // Last: a doubling moves the entries (`e` and `entry` above), and the fast path takes the new size from here on.
+  uint64_t hits = state->counters.hits.load(std::memory_order_relaxed);
+  if (state->cache.grow_if_crowded(hits) && state->view != nullptr) state->view->shift = state->cache.shift();
+  grow_memo_if_crowded(state, hits);
   state->busy = false;
   return lc;
+}
+
+// The memo's rule is the cache's (PredictionCache::grow_if_crowded): doubled when answers overwrote another
+// context's answer for 1 in 8 of its slots within the last 65,536 hits of the thread. Slot i goes to 2i or 2i+1:
+// from the last slot down, every target is past the slots not yet moved and was emptied when its own slot moved.
+void LearnedPredictor::grow_memo_if_crowded(ThreadState* state, uint64_t hits) {
+  using Cache = decltype(ThreadState::cache);
+  if (hits - state->memo_window_hits > Cache::kGrowWindowHits) {
+    state->memo_window_hits = hits;
+    state->memo_evictions = 0;
+    return;
+  }
+  unsigned log = state->memo_log();
+  if (log >= ThreadState::kLogMemo || state->memo_evictions < (1u << log) >> Cache::kGrowEvictionsShift) return;
+  for (unsigned slot = 1u << log; slot-- > 0;) {
+    uint64_t key = state->memo_keys[slot];
+    uint16_t answer = state->memo_answers[slot];
+    state->memo_keys[slot] = 0;
+    state->memo_answers[slot] = 0;
+    if (key == 0) continue;
+    unsigned to = unsigned(key >> (64 - (log + 1)));
+    state->memo_keys[to] = key;
+    state->memo_answers[to] = answer;
+  }
+  state->memo_grown++;
+  state->memo_evictions = 0;
+  state->memo_window_hits = hits;
 }
 
 unsigned LearnedPredictor::learn(const AllocationContext& context, ThreadState* state, uint64_t callers,
@@ -307,7 +339,8 @@ void LearnedPredictor::after_fork(bool child) {
 bool LearnedPredictor::thread_cache(PredictionCacheView* view) {
   ThreadState* state = this_thread_state();
   if (state == nullptr) return false;
-  view->shift = ThreadState::kLogCacheEntries == 0 ? 64 : 64 - ThreadState::kLogCacheEntries;
+  view->shift = state->cache.shift();
+  state->view = view;
   view->repredict_every = repredict_every_ == 0 ? UINT32_MAX : repredict_every_;
   view->hits = &state->counters.hits;
   // Last, with release: the sweeper reads another thread's view (whether it has a cache, and its hit count)

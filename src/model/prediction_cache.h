@@ -58,19 +58,32 @@ inline uint64_t cache_key(uintptr_t return_address, uintptr_t stack_address, uns
 // displaces moves to the second, so two contexts that alternate (a request's parse and its reply, redis) both
 // stay. Direct-mapped, two hot keys of one slot would evict each other on every allocation, and the model would
 // run on each (docs/prediction.md).
-template <unsigned kLogEntries>
+//
+// Sized by use: 2^kMinLogEntries entries at first, doubled (grow_if_crowded) while misses evict live entries, up
+// to 2^kLogEntries. A thread's cache is whole pages that stay resident as long as the thread allocates, and a
+// key's entry lands anywhere in the table: a thread of a few dozen contexts would touch every page of a full-size
+// table, 32 KiB for what fits in one page. The index is the key's top bits, so a doubling sends each set to one
+// of two sets at twice its index and the entries move in place. kMinLogEntries == kLogEntries: a fixed size.
+template <unsigned kLogEntries, unsigned kMinLogEntries = kLogEntries>
 class PredictionCache {
  public:
-  static_assert(kLogEntries >= 1, "two ways");
-  static constexpr unsigned kEntries = 1u << kLogEntries;
+  static_assert(kMinLogEntries >= 1 && kMinLogEntries <= kLogEntries, "two ways, and a minimum below the maximum");
+  static constexpr unsigned kEntries = 1u << kLogEntries;  // at most
+  static constexpr size_t kEntriesBytes = sizeof(PredictionCacheEntry) << kLogEntries;
+  // A doubling needs this many evictions of live entries, per entry of the current size, within
+  // kGrowWindowHits hits of the thread: an occasional collision of two sets' worth of keys does not grow it, a
+  // set where three keys take turns (a model run or memo answer at each allocation) does.
+  static constexpr unsigned kGrowEvictionsShift = 3;  // 1 in 8
+  static constexpr uint64_t kGrowWindowHits = uint64_t{1} << 16;
 
   using Entry = PredictionCacheEntry;
-  static constexpr unsigned kShift = 64 - kLogEntries;
   Entry* entries() { return entries_; }
 
-  static unsigned index_of(uint64_t key) { return unsigned(key >> (64 - kLogEntries)); }
-  // The first entry of key's set (the fast path computes the same: alloc.h).
-  static unsigned set_of(uint64_t key) { return index_of(key) & ~1u; }
+  unsigned log_entries() const { return kMinLogEntries + grown_; }
+  unsigned shift() const { return 64 - log_entries(); }
+  unsigned index_of(uint64_t key) const { return unsigned(key >> shift()); }
+  // The first entry of key's set (the fast path computes the same with the thread's view of shift(): alloc.h).
+  unsigned set_of(uint64_t key) const { return index_of(key) & ~1u; }
 
   // The class for `key`; `run_model()` gives the model's class (called on a miss and on re-prediction).
   // max_backoff: a re-prediction that keeps the class doubles the entry's period, up to repredict_every <<
@@ -123,6 +136,7 @@ class PredictionCache {
     }
     // The newcomer takes the first entry (the recent context is the likely next one); the one it displaces
     // takes the second, evicting whatever was there.
+    if (kMinLogEntries < kLogEntries && set[1].key != 0) ++evictions_;
     set[1] = set[0];
     Entry& e = set[0];
     e.key = key;
@@ -145,12 +159,54 @@ class PredictionCache {
   }
 
   const Entry& entry(unsigned index) const { return entries_[index]; }
+  // Empties the entries (the size stays).
   void clear() {
     for (Entry& e : entries_) e = Entry{};
+  }
+  // Back to the smallest size; the entries must be empty (cleared, or their pages dropped).
+  void reset_size() {
+    grown_ = 0;
+    evictions_ = 0;
+  }
+
+  // Doubles the table when misses evicted at least 1 in 2^kGrowEvictionsShift of its entries within the last
+  // kGrowWindowHits of `hits` (the thread's hit counter); true when it grew (shift() changed: a fast path that
+  // probes with its own copy of it must take the new one). Entries move in place, each keeping its way; an
+  // Entry& taken before a call that returns true may no longer hold its key.
+  bool grow_if_crowded(uint64_t hits) {
+    if (kMinLogEntries == kLogEntries) return false;
+    if (hits - window_hits_ > kGrowWindowHits) {
+      window_hits_ = hits;
+      evictions_ = 0;
+      return false;
+    }
+    if (log_entries() >= kLogEntries || evictions_ < (1u << log_entries()) >> kGrowEvictionsShift) return false;
+    unsigned sets = 1u << (log_entries() - 1);
+    unsigned new_shift = shift() - 1;
+    // Old set S goes to set 2S or 2S+1 (entries 4S to 4S+3): from the last set down, every target is past the
+    // sets not yet moved, and was emptied when its own set moved (set 0's targets are sets 0 and 1).
+    for (unsigned set = sets; set-- > 0;) {
+      Entry first = entries_[2 * set], second = entries_[2 * set + 1];
+      entries_[2 * set] = entries_[2 * set + 1] = Entry{};
+      for (const Entry& e : {first, second}) {
+        if (e.key == 0) continue;
+        Entry* to = &entries_[unsigned(e.key >> new_shift) & ~1u];
+        to[to[0].key == 0 ? 0 : 1] = e;
+      }
+    }
+    ++grown_;
+    evictions_ = 0;
+    window_hits_ = hits;
+    return true;
   }
 
  private:
   alignas(32) Entry entries_[kEntries] = {};
+  // After the entries, so that dropping their pages (zeros: empty entries) leaves the size, which the owner's
+  // fast path has a copy of. All zero in fresh memory: the smallest size.
+  uint8_t grown_ = 0;
+  uint32_t evictions_ = 0;     // of live entries by misses, since window_hits_
+  uint64_t window_hits_ = 0;
 };
 
 }  // namespace llamalloc::model

@@ -38,12 +38,14 @@ std::atomic<uint64_t> g_warm[kMaxThreads / 64];
 std::atomic<uint32_t> g_states_used{0};  // high-water mark, for thread_states_used()
 pthread_key_t g_state_key;
 bool g_key_ok = false;  // written once, before chunk 0 is published
-static_assert(offsetof(ThreadState, cache) == 0 && sizeof(ThreadState::cache) % 4096 == 0,
-              "the prediction cache must be whole pages");
-// The memo follows it, and the counters start a page: [cache, counters) is what drop_cache_pages gives back.
-static_assert(offsetof(ThreadState, memo_keys) == sizeof(ThreadState::cache) &&
-                  offsetof(ThreadState, counters) % 4096 == 0,
-              "the memo must be whole pages after the cache");
+// The memo starts the state and the cache's entries follow it: [state, end of the entries) is what
+// drop_cache_pages gives back, and the sizes after the entries stay.
+static_assert(offsetof(ThreadState, memo_keys) == 0 &&
+                  offsetof(ThreadState, cache) == sizeof(ThreadState::memo_keys) + sizeof(ThreadState::memo_answers) &&
+                  offsetof(ThreadState, cache) % 4096 == 0,
+              "the memo must be whole pages at the start of the state, and the cache must start a page");
+constexpr size_t kDroppedBytes = offsetof(ThreadState, cache) + decltype(ThreadState::cache)::kEntriesBytes;
+static_assert(kDroppedBytes % 4096 == 0, "the cache's entries must be whole pages");
 
 // State i, whose chunk is mapped (it is claimed, warm or below the high-water mark of a mapped chunk).
 ThreadState& state(unsigned i) {
@@ -85,11 +87,18 @@ int index_of(const void* s) {
 }
 
 // The cache's and the memo's pages leave the resident set and read back as zeros: empty entries (key 0). Where
-// madvise fails, the entries are cleared instead.
-void drop_cache_pages(ThreadState* s) {
-  if (madvise(&s->cache, offsetof(ThreadState, counters), MADV_DONTNEED) != 0) {
+// madvise fails, the entries are cleared instead. shrink: both go back to their smallest size, for a state that
+// no thread uses now (an idle thread's drop leaves the sizes: its owner may be predicting meanwhile, with its
+// fast path's copy of the cache's size).
+void drop_cache_pages(ThreadState* s, bool shrink) {
+  if (madvise(s, kDroppedBytes, MADV_DONTNEED) != 0) {
     s->cache.clear();
     memset(s->memo_keys, 0, sizeof s->memo_keys);
+  }
+  if (shrink) {
+    s->cache.reset_size();
+    s->memo_grown = 0;
+    s->memo_evictions = 0;
   }
 }
 
@@ -99,6 +108,7 @@ void release_state(void* arg) {
   if (found < 0) return;  // (cannot happen: the key holds states of the pool only)
   size_t i = size_t(found);
   if (t_thread_state == s) t_thread_state = nullptr;
+  s->view = nullptr;  // (the exiting thread's heap goes back to the heap pool)
   // The cache stays as it is for the next thread on the same stack (its keys hold this stack's frame addresses,
   // so they mean the same call paths there): a program that starts a thread per task would otherwise run the
   // model on every context of every new thread. drop_cold_warm_states() drops it if no such thread comes within
@@ -107,7 +117,7 @@ void release_state(void* arg) {
     s->warm_passes = 0;
     g_warm[i / 64].fetch_or(uint64_t{1} << (i % 64), std::memory_order_relaxed);
   } else {
-    drop_cache_pages(s);
+    drop_cache_pages(s, true);
   }
   g_claimed[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_release);
 }
@@ -135,6 +145,7 @@ bool try_claim(unsigned i) {
 ThreadState* start_state(unsigned i, uintptr_t here) {
   ThreadState& s = state(i);
   s.busy = false;
+  s.view = nullptr;  // (set by the new thread's LearnedPredictor::thread_cache)
   bool warm = (g_warm[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed) >> (i % 64) & 1) != 0;
   if (warm) {
     uintptr_t low = 0;
@@ -143,7 +154,7 @@ ThreadState* start_state(unsigned i, uintptr_t here) {
     if (top != 0 && top == s.stack_top.load(std::memory_order_relaxed) &&
         low == s.stack_low.load(std::memory_order_relaxed) && main_thread == s.main_thread)
       return &s;
-    drop_cache_pages(&s);
+    drop_cache_pages(&s, true);
   }
   s.stack_low.store(0, std::memory_order_relaxed);
   s.stack_top.store(0, std::memory_order_relaxed);
@@ -207,7 +218,7 @@ void drop_cold_warm_states() {
       ThreadState& s = state(i);
       if ((g_warm[w].load(std::memory_order_relaxed) >> (i % 64) & 1) != 0 && ++s.warm_passes >= kWarmPasses) {
         g_warm[w].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_relaxed);
-        drop_cache_pages(&s);
+        drop_cache_pages(&s, true);
         s.stack_low.store(0, std::memory_order_relaxed);
         s.stack_top.store(0, std::memory_order_relaxed);
       }
@@ -244,9 +255,9 @@ uint32_t thread_state_chunks_mapped() { return g_chunks_mapped.load(std::memory_
 
 bool drop_thread_state_cache(const void* entries) {
   if (entries == nullptr) return false;
-  int i = index_of(entries);
+  int i = index_of(reinterpret_cast<const char*>(entries) - offsetof(ThreadState, cache));
   if (i < 0) return false;  // not one of ours
-  drop_cache_pages(&state(unsigned(i)));
+  drop_cache_pages(&state(unsigned(i)), false);
   return true;
 }
 

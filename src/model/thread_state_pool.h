@@ -3,8 +3,8 @@
 // Rules: never malloc (the pool serves the allocator itself); no lock (a state is claimed with a compare-and-swap
 // on a bitmap and handed back by a pthread key destructor, a chunk is published with a compare-and-swap), so
 // fork is safe; address space grows with the threads in use, not with kMaxThreads (a process under `ulimit -v`
-// pays for the threads it has); a state's cache is whole pages, so it can be given back with MADV_DONTNEED and
-// read back as empty. An exited thread's warm cache is kept for the next thread that runs on the same stack,
+// pays for the threads it has); a state's cache and memo are whole pages, so they can be given back with
+// MADV_DONTNEED and read back as empty. An exited thread's warm cache is kept for the next thread that runs on the same stack,
 // since its keys hold that stack's frame addresses.
 #pragma once
 
@@ -15,30 +15,41 @@
 
 namespace llamalloc::model {
 
-// Per-thread state, from the pool's chunks (never malloc): the cache, the memo and their counters. Page-aligned,
-// so that the cache and the memo are whole pages that can be given back (MADV_DONTNEED, reading back as empty)
-// when the thread stays idle (drop_thread_cache) and about a second after it exits (trim); the counters and the
-// rest are on the page after them. An exited thread's cache stays warm for that second and goes to the next thread that runs on
-// the same stack (docs/prediction.md).
+// Per-thread state, from the pool's chunks (never malloc): the memo, the cache and their counters. Page-aligned,
+// so that the memo and the cache's entries are whole pages that can be given back (MADV_DONTNEED, reading back
+// as empty) when the thread stays idle (drop_thread_cache) and about a second after it exits (trim); their sizes,
+// the counters and the rest are on the page after them. An exited thread's cache stays warm for that second and
+// goes to the next thread that runs on the same stack (docs/prediction.md).
+// Both tables start at one page and double while they overflow (PredictionCache::grow_if_crowded,
+// LearnedPredictor::grow_memo_if_crowded): a thread of a few dozen contexts keeps a few pages resident, not 72 KiB.
 // A thread state's first this many prediction cache hits from an empty cache are young: its entries are checked
 // every 1 to kYoungCheckEvery hits instead of every 1 to kPredictionCheckEvery (LearnedPredictor::schedule_check).
 inline constexpr uint64_t kYoungCheckHits = uint64_t{1} << 16;
 inline constexpr uint32_t kYoungCheckEvery = 8;
 
 struct alignas(4096) ThreadState {
-  static constexpr unsigned kLogCacheEntries = 11;  // 2048 entries x 16 B = 32 KiB per thread
-  PredictionCache<kLogCacheEntries> cache;
   // The model's answers by context (return address, size bucket, callers: OnlineLearner::context_key), not by
   // the cache's key, which holds the stack height: a recursion (an AST builder, a parser, an interpreter)
   // allocates from one call path at hundreds of depths, each a miss of the cache whose entry also went through
   // the trial of an unseen path, and each of those ran the model on its deep stack (ast-builder with its model:
   // 287,000 runs, 22 s against 0.6 s without). A miss whose context is here takes its answer, and so does the
-  // end of a trial once another depth of the context has ended its own (LearnedPredictor::model_answer). Direct-mapped, 4,096 contexts a thread (40 KiB, touched as used); whole
-  // pages right after the cache, dropped with it (both read back as empty).
-  static constexpr unsigned kLogMemo = 12;
+  // end of a trial once another depth of the context has ended its own (LearnedPredictor::model_answer).
+  // Direct-mapped by the key's top memo_log() bits: 512 contexts (one page of keys) at first, doubled while
+  // answers overwrite others, up to 4,096 (40 KiB); touched as used, dropped with the cache.
+  static constexpr unsigned kLogMemo = 12, kMinLogMemo = 9;
   uint64_t memo_keys[1u << kLogMemo];
   uint16_t memo_answers[1u << kLogMemo];
+  // 256 entries (one page) at first, up to 2,048 (32 KiB).
+  static constexpr unsigned kLogCacheEntries = 11, kMinLogCacheEntries = 8;
+  PredictionCache<kLogCacheEntries, kMinLogCacheEntries> cache;
   CacheCounters counters;
+  uint8_t memo_grown = 0;        // memo_log() - kMinLogMemo
+  uint32_t memo_evictions = 0;   // answers that overwrote another context's, since memo_window_hits
+  uint64_t memo_window_hits = 0;
+  unsigned memo_log() const { return kMinLogMemo + memo_grown; }
+  // The fast path's copy of the cache's size (the owning heap's PredictionCacheView), set by
+  // LearnedPredictor::thread_cache and kept up to date when the cache grows; null until then.
+  PredictionCacheView* view = nullptr;
   // The mapping holding this thread's stack, [stack_low, stack_top); 0 until its first model run. Atomic (relaxed)
   // because a thread being created reads them in states it has not claimed yet, to find its stack's warm cache.
   std::atomic<uintptr_t> stack_low{0}, stack_top{0};

@@ -65,7 +65,7 @@ TEST(PredictionCache, DistinctContextsGetTheirOwnClasses) {
   CacheCounters counters;
   FakeModel a{1}, b{6};
   uint64_t ka = cache_key(0x401000, 0x7ffc0000, 5), kb = cache_key(0x402000, 0x7ffc0000, 5);
-  ASSERT_NE(PredictionCache<8>::index_of(ka), PredictionCache<8>::index_of(kb));
+  ASSERT_NE(cache.index_of(ka), cache.index_of(kb));
   EXPECT_EQ(cache.lookup(ka, 1000, counters, [&] { return a(); }), 1u);
   EXPECT_EQ(cache.lookup(kb, 1000, counters, [&] { return b(); }), 6u);
   EXPECT_EQ(cache.lookup(ka, 1000, counters, [&] { return b(); }), 1u);
@@ -74,10 +74,11 @@ TEST(PredictionCache, DistinctContextsGetTheirOwnClasses) {
 
 // Keys of one set (the cache is two-way set associative), other than `key` and each other.
 std::vector<uint64_t> keys_of_the_set_of(uint64_t key, size_t count) {
+  const PredictionCache<2> cache;
   std::vector<uint64_t> out;
   for (uintptr_t ra = 0x401001; out.size() < count; ++ra) {
     uint64_t k = cache_key(ra, 0x7ffc0000, 3);
-    if (PredictionCache<2>::set_of(k) == PredictionCache<2>::set_of(key) && k != key) out.push_back(k);
+    if (cache.set_of(k) == cache.set_of(key) && k != key) out.push_back(k);
   }
   return out;
 }
@@ -120,7 +121,7 @@ TEST(PredictionCache, AThirdKeyOfTheSetEvictsTheOneUsedLongestAgo) {
   EXPECT_EQ(counters.misses.load(), 4u);
   EXPECT_EQ(counters.hits.load(), 1u);
   // A newcomer's slot is the first entry of its set: what the fast path probes first.
-  EXPECT_EQ(cache.find(k1), &cache.entry(PredictionCache<2>::set_of(k1)));
+  EXPECT_EQ(cache.find(k1), &cache.entry(cache.set_of(k1)));
 }
 
 TEST_F(PredictionCacheOfOneKey, EveryNHitsPredictsAgainAndKeepsTheLongerClass) {
@@ -228,6 +229,103 @@ TEST(PredictionCache, ZeroMeansNeverPredictAgain) {
   uint64_t key = cache_key(1, 2, 3);
   for (int i = 0; i < 5000; ++i) cache.lookup(key, 0, counters, [&] { return model(); });
   EXPECT_EQ(model.runs, 1);
+}
+
+// ---------------------------------------------------------------- sized by use
+
+// A cache of at most 2^6 entries that starts at 2^3: small enough to fill by hand.
+using GrowingCache = PredictionCache<6, 3>;
+
+TEST(PredictionCacheSize, AFewContextsStayInTheSmallestTableAndKeepTheirClasses) {
+  GrowingCache cache;
+  CacheCounters counters;
+  // Four keys of distinct sets: no miss evicts a live entry, however often they come.
+  std::vector<uint64_t> keys;
+  std::vector<unsigned> sets;
+  for (uintptr_t ra = 0x401001; keys.size() < 4; ++ra) {
+    uint64_t k = cache_key(ra, 0x7ffc0000, 3);
+    unsigned set = cache.set_of(k);
+    bool taken = false;
+    for (unsigned s : sets) taken |= s == set;
+    if (!taken) keys.push_back(k), sets.push_back(set);
+  }
+  for (int round = 0; round < 1000; ++round)
+    for (size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_EQ(cache.lookup(keys[i], 0, counters, [&] { return unsigned(i); }), i);
+      EXPECT_FALSE(cache.grow_if_crowded(counters.hits.load()));
+    }
+  EXPECT_EQ(cache.log_entries(), 3u);
+  EXPECT_EQ(counters.misses.load(), 4u);
+}
+
+TEST(PredictionCacheSize, MissesThatEvictLiveEntriesDoubleItAndEveryEntryStaysFindable) {
+  GrowingCache cache;
+  CacheCounters counters;
+  // 40 contexts over 8 entries: every miss after the first few evicts one.
+  std::vector<uint64_t> keys;
+  for (uintptr_t ra = 0x401001; keys.size() < 40; ++ra) keys.push_back(cache_key(ra, 0x7ffc0000, 3));
+  unsigned grew = 0;
+  for (int round = 0; round < 50; ++round)
+    for (size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_EQ(cache.lookup(keys[i], 0, counters, [&] { return unsigned(i % 7); }), i % 7);
+      if (cache.grow_if_crowded(counters.hits.load())) {
+        ++grew;
+        // Every key still present sits in its set under the new size, with its class.
+        for (size_t j = 0; j < keys.size(); ++j)
+          if (const auto* e = cache.find(keys[j])) EXPECT_EQ(e->lifetime_class, j % 7);
+        unsigned live = 0;
+        for (unsigned x = 0; x < (1u << cache.log_entries()); ++x) {
+          const auto& e = cache.entry(x);
+          if (e.key == 0) continue;
+          ++live;
+          EXPECT_EQ(cache.set_of(e.key), x & ~1u) << "entry " << x << " after growing to " << cache.log_entries();
+        }
+        EXPECT_GT(live, 0u);
+      }
+    }
+  EXPECT_EQ(cache.log_entries(), 6u) << "grew to the largest size";
+  EXPECT_EQ(grew, 3u);
+  EXPECT_FALSE(cache.grow_if_crowded(counters.hits.load()));
+  // At 64 entries most of the 40 stay: the last round hit far more than it missed.
+  uint64_t misses = counters.misses.load();
+  for (size_t i = 0; i < keys.size(); ++i) cache.lookup(keys[i], 0, counters, [&] { return unsigned(i % 7); });
+  EXPECT_LT(counters.misses.load() - misses, 25u);
+  cache.clear();
+  cache.reset_size();
+  EXPECT_EQ(cache.log_entries(), 3u);
+}
+
+TEST(PredictionCacheSize, EvictionsSpreadOverManyHitsDoNotGrowIt) {
+  using Cache = PredictionCache<10, 8>;  // a doubling needs 32 evictions within a window
+  Cache cache;
+  CacheCounters counters;
+  uint64_t k1 = cache_key(0x401000, 0x7ffc0000, 3);
+  // Three keys of one set: each of the third key's visits evicts one, but only once per window of hits.
+  std::vector<uint64_t> keys = {k1};
+  for (uintptr_t ra = 0x401001; keys.size() < 3; ++ra) {
+    uint64_t k = cache_key(ra, 0x7ffc0000, 3);
+    if (cache.set_of(k) == cache.set_of(k1) && k != k1) keys.push_back(k);
+  }
+  for (int window = 0; window < 20; ++window) {
+    for (uint64_t h = 0; h < Cache::kGrowWindowHits / 2; ++h) cache.lookup(keys[0], 0, counters, [] { return 1u; });
+    cache.lookup(keys[1], 0, counters, [] { return 1u; });
+    cache.lookup(keys[2], 0, counters, [] { return 1u; });
+    EXPECT_FALSE(cache.grow_if_crowded(counters.hits.load()));
+  }
+  EXPECT_EQ(cache.log_entries(), 8u);
+  // The same evictions without the hits between them do grow it.
+  for (int i = 0; i < 40; ++i) cache.lookup(keys[i % 3], 0, counters, [] { return 1u; });
+  EXPECT_TRUE(cache.grow_if_crowded(counters.hits.load()));
+  EXPECT_EQ(cache.log_entries(), 9u);
+}
+
+TEST(PredictionCacheSize, AFixedSizeCacheNeverGrows) {
+  PredictionCache<2> cache;
+  CacheCounters counters;
+  for (uintptr_t ra = 0x401001; ra < 0x401001 + 1000; ++ra)
+    cache.lookup(cache_key(ra, 0x7ffc0000, 3), 0, counters, [] { return 1u; });
+  EXPECT_FALSE(cache.grow_if_crowded(counters.hits.load()));
+  EXPECT_EQ(cache.log_entries(), 2u);
 }
 
 }  // namespace

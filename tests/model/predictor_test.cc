@@ -267,10 +267,13 @@ TEST(PredictionCaches, AnExitedThreadsCacheGoesToTheNextThreadOnItsStackThenLeav
     uint64_t before = p.totals().model_runs;
     predict_on_a();
     runs_first = p.totals().model_runs - before;
-    // Again on the same thread: what misses now are the contexts that evict each other in the direct-mapped cache.
-    before = p.totals().model_runs;
-    predict_on_a();
-    runs_again = p.totals().model_runs - before;
+    // Again on the same thread: the cache doubled while the first passes' misses evicted live entries; what
+    // misses by the fourth pass are the contexts that still evict each other in their sets.
+    for (int pass = 0; pass < 3; ++pass) {
+      before = p.totals().model_runs;
+      predict_on_a();
+      runs_again = p.totals().model_runs - before;
+    }
     llamalloc::PredictionCacheView view;
     ASSERT_TRUE(p.thread_cache(&view));
     first = view.entries;
@@ -278,7 +281,8 @@ TEST(PredictionCaches, AnExitedThreadsCacheGoesToTheNextThreadOnItsStackThenLeav
   ASSERT_EQ(runs_first, 256u);
   ASSERT_LT(runs_again, 64u);
   long warm = resident_kib(first);
-  EXPECT_GE(warm, 32) << "the exited thread's cache stays resident for now";
+  // (256 contexts: a table of at least 1,024 entries, 16 KiB.)
+  EXPECT_GE(warm, 16) << "the exited thread's cache stays resident for now";
 
   run_on_stack(stack_b, kStack - 4096, [&] {
     uint64_t before = p.totals().model_runs;
@@ -291,18 +295,19 @@ TEST(PredictionCaches, AnExitedThreadsCacheGoesToTheNextThreadOnItsStackThenLeav
   run_on_stack(stack_a, kStack, [&] {
     uint64_t before = p.totals().model_runs;
     predict_on_a();
-    EXPECT_EQ(p.totals().model_runs - before, runs_again)
+    EXPECT_LE(p.totals().model_runs - before, runs_again)
         << "the next thread on stack A finds its contexts cached, as its previous thread would have";
     llamalloc::PredictionCacheView view;
     ASSERT_TRUE(p.thread_cache(&view));
     EXPECT_EQ(view.entries, first);
   });
+  warm = resident_kib(first);
   for (int pass = 0; pass < 3; ++pass) p.trim();
-  EXPECT_GE(resident_kib(first), 32) << "three trims: still warm";
+  EXPECT_EQ(resident_kib(first), warm) << "three trims: still warm";
   p.trim();
   long after = resident_kib(first);
   // (What stays is the counters' page of each state used, A's and B's.)
-  EXPECT_LT(after, 32) << "resident KiB of the caches' pool: " << warm << " -> " << after;
+  EXPECT_LE(after, warm - 16) << "resident KiB of the caches' pool: " << warm << " -> " << after;
   run_on_stack(stack_a, kStack, [&] {
     uint64_t before = p.totals().model_runs;
     predict_on_a();
