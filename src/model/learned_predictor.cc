@@ -127,17 +127,19 @@ unsigned LearnedPredictor::model_answer(const AllocationContext& context, Thread
   // context has ended its own trial (an answer without kUnseenContext): each depth's trial would run the model.
   const PredictionCacheEntry* entry = state->cache.find(key);
   bool miss = entry == nullptr;
-  if (state->memo_keys[slot] == memo &&
-      (miss || ((entry->context & kTrialTag) && !(state->memo_answers[slot] & kUnseenContext)))) {
+  constexpr uint64_t kAnswer = ThreadState::kMemoAnswerMask;
+  uint64_t held = state->memo[slot];
+  if (held != 0 && (held & ~kAnswer) == (memo & ~kAnswer) &&
+      (miss || ((entry->context & kTrialTag) && !(held & kUnseenContext)))) {
     CacheCounters::bump(state->counters.memo_answers);
-    return state->memo_answers[slot];
+    return unsigned(held & kAnswer);
   }
   unsigned answer = run_model(context, state);
-  if (state->memo_keys[slot] != 0 && state->memo_keys[slot] != memo) ++state->memo_evictions;
-  state->memo_keys[slot] = memo;
+  if (held != 0 && (held & ~kAnswer) != (memo & ~kAnswer)) ++state->memo_evictions;
   // A re-prediction that finds the context's path unseen ends its trial (PredictionCache::lookup): the context
   // proved frequent, and its next depths take the model's class at once instead of a trial each.
-  state->memo_answers[slot] = uint16_t(miss ? answer : answer & ~kUnseenContext);
+  static_assert(kUnseenContext <= kAnswer && kMaxClasses <= kAnswer, "an answer fits the slot's low bits");
+  state->memo[slot] = (memo & ~kAnswer) | ((miss ? answer : answer & ~kUnseenContext) & kAnswer);
   return answer;
 }
 
@@ -266,14 +268,9 @@ void LearnedPredictor::grow_memo_if_crowded(ThreadState* state, uint64_t hits) {
   unsigned log = state->memo_log();
   if (log >= ThreadState::kLogMemo || state->memo_evictions < (1u << log) >> Cache::kGrowEvictionsShift) return;
   for (unsigned slot = 1u << log; slot-- > 0;) {
-    uint64_t key = state->memo_keys[slot];
-    uint16_t answer = state->memo_answers[slot];
-    state->memo_keys[slot] = 0;
-    state->memo_answers[slot] = 0;
-    if (key == 0) continue;
-    unsigned to = unsigned(key >> (64 - (log + 1)));
-    state->memo_keys[to] = key;
-    state->memo_answers[to] = answer;
+    uint64_t held = state->memo[slot];
+    state->memo[slot] = 0;
+    if (held != 0) state->memo[unsigned(held >> (64 - (log + 1)))] = held;
   }
   state->memo_grown++;
   state->memo_evictions = 0;

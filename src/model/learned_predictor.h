@@ -127,7 +127,7 @@ class LearnedPredictor final : public Predictor {
   // run_model's answer for the cache key `key`: on a miss, the thread's memo of the context's answer (callers:
   // the return addresses above frame 0, mixed; 0 when unknown, then the model runs), else a run, remembered. A
   // re-prediction runs the model, but for the end of a trial whose context has ended one at another depth
-  // (ThreadState::memo_keys says why).
+  // (ThreadState::memo says why).
   unsigned model_answer(const AllocationContext& context, ThreadState* state, uint64_t key, uint64_t callers);
   // Doubles the thread's memo when its answers keep overwriting each other (ThreadState::memo_log).
   static void grow_memo_if_crowded(ThreadState* state, uint64_t hits);

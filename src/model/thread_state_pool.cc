@@ -40,8 +40,7 @@ pthread_key_t g_state_key;
 bool g_key_ok = false;  // written once, before chunk 0 is published
 // The memo starts the state and the cache's entries follow it: [state, end of the entries) is what
 // drop_cache_pages gives back, and the sizes after the entries stay.
-static_assert(offsetof(ThreadState, memo_keys) == 0 &&
-                  offsetof(ThreadState, cache) == sizeof(ThreadState::memo_keys) + sizeof(ThreadState::memo_answers) &&
+static_assert(offsetof(ThreadState, memo) == 0 && offsetof(ThreadState, cache) == sizeof(ThreadState::memo) &&
                   offsetof(ThreadState, cache) % 4096 == 0,
               "the memo must be whole pages at the start of the state, and the cache must start a page");
 constexpr size_t kDroppedBytes = offsetof(ThreadState, cache) + decltype(ThreadState::cache)::kEntriesBytes;
@@ -93,7 +92,7 @@ int index_of(const void* s) {
 void drop_cache_pages(ThreadState* s, bool shrink) {
   if (madvise(s, kDroppedBytes, MADV_DONTNEED) != 0) {
     s->cache.clear();
-    memset(s->memo_keys, 0, sizeof s->memo_keys);
+    memset(s->memo, 0, sizeof s->memo);
   }
   if (shrink) {
     s->cache.reset_size();

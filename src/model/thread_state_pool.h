@@ -21,7 +21,7 @@ namespace llamalloc::model {
 // the counters and the rest are on the page after them. An exited thread's cache stays warm for that second and
 // goes to the next thread that runs on the same stack (docs/prediction.md).
 // Both tables start at one page and double while they overflow (PredictionCache::grow_if_crowded,
-// LearnedPredictor::grow_memo_if_crowded): a thread of a few dozen contexts keeps a few pages resident, not 72 KiB.
+// LearnedPredictor::grow_memo_if_crowded): a thread of a few dozen contexts keeps a few pages resident, not 64 KiB.
 // A thread state's first this many prediction cache hits from an empty cache are young: its entries are checked
 // every 1 to kYoungCheckEvery hits instead of every 1 to kPredictionCheckEvery (LearnedPredictor::schedule_check).
 inline constexpr uint64_t kYoungCheckHits = uint64_t{1} << 16;
@@ -34,11 +34,12 @@ struct alignas(4096) ThreadState {
   // the trial of an unseen path, and each of those ran the model on its deep stack (ast-builder with its model:
   // 287,000 runs, 22 s against 0.6 s without). A miss whose context is here takes its answer, and so does the
   // end of a trial once another depth of the context has ended its own (LearnedPredictor::model_answer).
-  // Direct-mapped by the key's top memo_log() bits: 512 contexts (one page of keys) at first, doubled while
-  // answers overwrite others, up to 4,096 (40 KiB); touched as used, dropped with the cache.
+  // Direct-mapped by the key's top memo_log() bits: 512 contexts (one page) at first, doubled while answers
+  // overwrite others, up to 4,096 (32 KiB); touched as used, dropped with the cache. A slot is the context key's
+  // top 48 bits and the answer in its low 16 (kMemoAnswerMask), one page for both; 0: empty.
   static constexpr unsigned kLogMemo = 12, kMinLogMemo = 9;
-  uint64_t memo_keys[1u << kLogMemo];
-  uint16_t memo_answers[1u << kLogMemo];
+  static constexpr uint64_t kMemoAnswerMask = 0xFFFF;
+  uint64_t memo[1u << kLogMemo];
   // 256 entries (one page) at first, up to 2,048 (32 KiB).
   static constexpr unsigned kLogCacheEntries = 11, kMinLogCacheEntries = 8;
   PredictionCache<kLogCacheEntries, kMinLogCacheEntries> cache;
@@ -63,7 +64,7 @@ struct alignas(4096) ThreadState {
 
 // Most threads that hold a state at once.
 inline constexpr unsigned kMaxThreads = 4096;
-// States mapped together when the first of them is claimed: 32 x 76 KiB = 2.4 MiB of address space, so a
+// States mapped together when the first of them is claimed: 32 x 68 KiB = 2.1 MiB of address space, so a
 // process of a few threads maps one chunk, and one of 4,096 maps 128 (one mmap per 32 threads).
 inline constexpr unsigned kThreadStatesPerChunk = 32;
 inline constexpr unsigned kThreadStateChunks = kMaxThreads / kThreadStatesPerChunk;
