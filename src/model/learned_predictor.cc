@@ -250,18 +250,20 @@ unsigned LearnedPredictor::predict(const AllocationContext& context) {
   // Last: a doubling moves the entries (`e` and `entry` above), and the fast path takes the new size from here on.
   uint64_t hits = state->counters.hits.load(std::memory_order_relaxed);
   if (state->cache.grow_if_crowded(hits) && state->view != nullptr) state->view->shift = state->cache.shift();
-  grow_memo_if_crowded(state, hits);
+  grow_memo_if_crowded(state, state->counters.misses.load(std::memory_order_relaxed));
   state->busy = false;
   return lc;
 }
 
-// The memo's rule is the cache's (PredictionCache::grow_if_crowded): doubled when answers overwrote another
-// context's answer for 1 in 8 of its slots within the last 65,536 hits of the thread. Slot i goes to 2i or 2i+1:
-// from the last slot down, every target is past the slots not yet moved and was emptied when its own slot moved.
-void LearnedPredictor::grow_memo_if_crowded(ThreadState* state, uint64_t hits) {
+// The memo doubles when answers overwrote another context's answer for 1 in 8 of its slots within the thread's
+// last 65,536 cache misses: it is read on misses only, so its clock is theirs (against the cache's hits, a
+// recursion's hundreds of contexts thrashed a 512-slot memo slowly enough never to grow it: ast-builder ran the
+// model 21% more often). Slot i goes to 2i or 2i+1: from the last slot down, every target is past the slots not
+// yet moved and was emptied when its own slot moved.
+void LearnedPredictor::grow_memo_if_crowded(ThreadState* state, uint64_t misses) {
   using Cache = decltype(ThreadState::cache);
-  if (hits - state->memo_window_hits > Cache::kGrowWindowHits) {
-    state->memo_window_hits = hits;
+  if (misses - state->memo_window_misses > ThreadState::kMemoGrowWindowMisses) {
+    state->memo_window_misses = misses;
     state->memo_evictions = 0;
     return;
   }
@@ -274,7 +276,7 @@ void LearnedPredictor::grow_memo_if_crowded(ThreadState* state, uint64_t hits) {
   }
   state->memo_grown++;
   state->memo_evictions = 0;
-  state->memo_window_hits = hits;
+  state->memo_window_misses = misses;
 }
 
 unsigned LearnedPredictor::learn(const AllocationContext& context, ThreadState* state, uint64_t callers,

@@ -130,7 +130,7 @@ class LearnedPredictor final : public Predictor {
   // (ThreadState::memo says why).
   unsigned model_answer(const AllocationContext& context, ThreadState* state, uint64_t key, uint64_t callers);
   // Doubles the thread's memo when its answers keep overwriting each other (ThreadState::memo_log).
-  static void grow_memo_if_crowded(ThreadState* state, uint64_t hits);
+  static void grow_memo_if_crowded(ThreadState* state, uint64_t misses);
   // After a model run: gives the model file's and token tables' pages back while the model runs rarely.
   void release_after_run();
   // Sets the low bits of entry e's hit count so that the fast path comes back for its next check after a random

@@ -45,8 +45,9 @@ struct alignas(4096) ThreadState {
   PredictionCache<kLogCacheEntries, kMinLogCacheEntries> cache;
   CacheCounters counters;
   uint8_t memo_grown = 0;        // memo_log() - kMinLogMemo
-  uint32_t memo_evictions = 0;   // answers that overwrote another context's, since memo_window_hits
-  uint64_t memo_window_hits = 0;
+  uint32_t memo_evictions = 0;   // answers that overwrote another context's, since memo_window_misses
+  uint64_t memo_window_misses = 0;
+  static constexpr uint64_t kMemoGrowWindowMisses = uint64_t{1} << 16;
   unsigned memo_log() const { return kMinLogMemo + memo_grown; }
   // The fast path's copy of the cache's size (the owning heap's PredictionCacheView), set by
   // LearnedPredictor::thread_cache and kept up to date when the cache grows; null until then.
