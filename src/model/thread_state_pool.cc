@@ -254,7 +254,7 @@ uint32_t thread_state_chunks_mapped() { return g_chunks_mapped.load(std::memory_
 
 bool drop_thread_state_cache(const void* entries) {
   if (entries == nullptr) return false;
-  int i = index_of(reinterpret_cast<const char*>(entries) - offsetof(ThreadState, cache));
+  int i = index_of(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(entries) - offsetof(ThreadState, cache)));
   if (i < 0) return false;  // not one of ours
   drop_cache_pages(&state(unsigned(i)), false);
   return true;
