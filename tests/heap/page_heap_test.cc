@@ -895,16 +895,14 @@ TEST_F(PageHeapTest, AnObjectOfMoreThanHalfAFreshPageLeavesTheRestUnbackedAndThe
   free(c);
   // ... unless its class fills pages densely, whose pages are advised huge when they open: that advice is taken
   // back and the rest left unbacked.
-  // Filled, every 4 KiB page resident: class 2 is dense, and holds the pages a class needs to be advised.
-  std::vector<uintptr_t> full;
-  for (unsigned i = 0; i < PageHeap::kAdviseAfterPages; ++i) full.push_back(blocks(2, kBlocksPerHugePage));
+  uintptr_t full = blocks(2, kBlocksPerHugePage);  // filled, every 4 KiB page resident: class 2 is dense
   uintptr_t d = blocks(2, 129);
   ASSERT_EQ(platform.advised.size(), 1u);
   EXPECT_EQ(platform.advised[0], page_of(d));
   EXPECT_EQ(heap->gauges().subreleased_bytes, 127 * kBlockBytes);
   EXPECT_EQ(platform.no_huge_page.count(page_of(d)), 1u);
   free(d);
-  for (uintptr_t f : full) free(f);
+  free(full);
   EXPECT_FALSE(platform.bad_huge_page_advice);
   heap->check_invariants();
 }
@@ -1153,8 +1151,7 @@ TEST(DensePages, OnlyDenseResidentPagesBecomeHugeWithinTheBudget) {
 
 // A class whose page filled densely opens its next pages huge from their first touch, but for one in
 // kProbeEvery, which stays on 4 KiB pages as a sample: a sparse sample stops the advice until a page on 4 KiB pages
-// fills densely again; the first kAdviseAfterPages pages of a class are never advised (a class that holds little
-// does not pay 2 MiB for its open page).
+// fills densely again; the first page of a class is never advised.
 TEST(DensePages, AClassThatFillsPagesDenselyGetsItsNextPagesHugeFromTheStart) {
   FakePlatform platform;
   FakeClock clock;
@@ -1167,8 +1164,8 @@ TEST(DensePages, AClassThatFillsPagesDenselyGetsItsNextPagesHugeFromTheStart) {
     objects.push_back(heap.alloc_large(1, 200 * kBlockBytes, kBlockBytes));
     return page(objects.back());
   };
-  for (unsigned i = 0; i < PageHeap::kAdviseAfterPages; ++i) fill_one();
-  EXPECT_TRUE(platform.advised.empty()) << "a class's first pages, though the first filled densely";
+  fill_one();
+  EXPECT_TRUE(platform.advised.empty()) << "a class's first page";
   std::vector<uintptr_t> pages;
   for (unsigned i = 0; i < PageHeap::kProbeEvery; ++i) pages.push_back(fill_one());
   // (The fake says every 4 KiB page resident: the first page filled densely.)

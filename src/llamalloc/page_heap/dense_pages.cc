@@ -104,12 +104,11 @@ void PageHeap::note_page_filled(HugePageMeta* p) {
 
 void PageHeap::advise_if_dense(HugePageMeta* p, unsigned lc) {
   // A class that filled its last page densely will likely fill this one too: huge from its first touch, with no
-  // 4 KiB faults and no collapse to wait for. The first kAdviseAfterPages pages of each class, every page of a
-  // class that fills pages sparsely (large buffers touched in a few places), and one page in kProbeEvery of a
-  // dense class stay on 4 KiB pages: the last are the class's samples of how densely it touches memory now, so
-  // that a class whose use turns sparse stops being advised.
+  // 4 KiB faults and no collapse to wait for. The first page of each class, every page of a class that fills
+  // pages sparsely (large buffers touched in a few places), and one page in kProbeEvery of a dense class stay on
+  // 4 KiB pages: the last are the class's samples of how densely it touches memory now, so that a class whose use
+  // turns sparse stops being advised.
   if (!config_.collapse_dense || !class_dense_[lc] || advised_pages_ >= kMaxAdvisedPages) return;
-  if (gauges_.huge_pages_by_class[lc] <= kAdviseAfterPages) return;
   if (++class_pages_opened_[lc] % kProbeEvery == 0) return;
   platform_.advise_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes);
   p->huge_advised = 1;

@@ -227,12 +227,6 @@ class PageHeap {
   }
   static constexpr unsigned kCollapsePerPass = 16;
   static constexpr uint32_t kProbeEvery = 8;  // of a dense class's pages, one in this many stays on 4 KiB pages
-  // A dense class's pages are advised huge at their opening only once the class holds more than this many pages
-  // (the new one counted): its open page is 2 MiB resident from its first touch, and at the peak a class that
-  // holds little (a model's class of a few survivors, a trial class) paid that for a page it barely used
-  // (mixed-lifetime-cache with its model: peak 1.057x the run without it; without huge pages, 1.032x). Its first
-  // pages fill on 4 KiB pages and are collapsed once dense (collapse_dense_pages).
-  static constexpr uint64_t kAdviseAfterPages = 4;
   // Span purge (docs/heap-memory.md, "Span purge"): a thread heap gives back the 4 KiB pages [start, start +
   // bytes) of one of its size-class spans, every object on them free, while the span stays in use; the huge page
   // is kept from khugepaged until they are all backed again (span_purge_forgotten). Under the page heap lock.
