@@ -54,14 +54,15 @@ namespace llamalloc {
     "pass leaves, and may keep the largest huge object taken lately (up to 16 MiB). One freed huge object "       \
     "of up to 16 MiB waits in front of it for the next allocation of its size. 0: off, a freed huge object's "   \
     "pages go back to the OS at once (the LLAMA paper, section 8).")                   \
-  X(HUGE_PAGES, huge_pages, Uint, 2, 0, 2,                                                                      \
-    "How the heap uses transparent huge pages. 2: huge pages where dense: a page is backed by 4 KiB pages as it " \
-    "is touched and becomes one huge page (MADV_COLLAPSE, by the sweeper, at most 16 pages a pass) once nearly "  \
-    "all its blocks are in use and its 4 KiB pages resident, and the pages of a class that fills pages densely "  \
-    "are huge from their first touch: resident memory follows what a program touches. 1: every page huge from "  \
-    "its first touch (MADV_HUGEPAGE): the fewest page faults and no wait for a collapse, and a page touched "      \
-    "anywhere is 2 MiB resident. 0: never (MADV_NOHUGEPAGE). Where the system's THP mode is \"always\", the "      \
-    "kernel backs pages huge at first touch and 2 behaves as 1 (docs/heap-memory.md, \"Huge pages where dense\").") \
+  X(HUGE_PAGES, huge_pages, Uint, 2, 0, 2,                                                                       \
+    "How the heap uses transparent huge pages. 2: huge pages where dense: a page is backed by 4 KiB pages as it "\
+    "is touched and becomes one huge page (MADV_COLLAPSE, by the sweeper, at most 16 pages a pass) once nearly " \
+    "all its blocks are in use and its 4 KiB pages resident, and where the default class fills pages densely "   \
+    "its pages are huge from their first touch: resident memory follows what a program touches. 1: every page "  \
+    "huge from its first touch (MADV_HUGEPAGE): the fewest page faults and no wait for a collapse, and a page "  \
+    "touched anywhere is 2 MiB resident. 0: never (MADV_NOHUGEPAGE). Where the system's THP mode is \"always\", "\
+    "the kernel backs pages huge at first touch and 2 behaves as 1 (docs/heap-memory.md, \"Huge pages where "    \
+    "dense\").")                                                                                                 \
   X(SWEEP_MS, sweep_ms, Uint, 250, 0, 60000,                                                                       \
     "Period of the sweeper thread, in milliseconds. Each period it takes back, from every thread heap that has "  \
     "been used since (and is not inside the allocator at that moment), its empty spans and the frees other "     \

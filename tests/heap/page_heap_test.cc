@@ -895,8 +895,9 @@ TEST_F(PageHeapTest, AnObjectOfMoreThanHalfAFreshPageLeavesTheRestUnbackedAndThe
   free(c);
   // ... unless its class fills pages densely, whose pages are advised huge when they open: that advice is taken
   // back and the rest left unbacked.
-  uintptr_t full = blocks(2, kBlocksPerHugePage);  // filled, every 4 KiB page resident: class 2 is dense
-  uintptr_t d = blocks(2, 129);
+  // Filled, every 4 KiB page resident: the default class is dense (only its pages are advised).
+  uintptr_t full = blocks(1, kBlocksPerHugePage);
+  uintptr_t d = blocks(1, 129);
   ASSERT_EQ(platform.advised.size(), 1u);
   EXPECT_EQ(platform.advised[0], page_of(d));
   EXPECT_EQ(heap->gauges().subreleased_bytes, 127 * kBlockBytes);
@@ -1185,6 +1186,36 @@ TEST(DensePages, AClassThatFillsPagesDenselyGetsItsNextPagesHugeFromTheStart) {
   void* other = heap.alloc_large(2, 10 * kBlockBytes, kBlockBytes);  // another class: its own first page
   EXPECT_EQ(platform.advised.size(), advised + 1);
   heap.free_large(other);
+  for (void* p : objects) heap.free_large(p);
+  heap.check_invariants();
+  EXPECT_FALSE(platform.bad_huge_page_advice);
+}
+
+// Only the default class has its pages advised huge at their opening: a class split from it (a model's or the
+// learner's) fills its pages on 4 KiB pages however densely, since while it holds little an open page advised huge
+// would be 2 MiB resident for a few objects; its dense pages are collapsed instead.
+TEST(DensePages, OnlyTheDefaultClassHasItsPagesAdvisedHugeAtTheirOpening) {
+  FakePlatform platform;
+  FakeClock clock;
+  HeapConfig on{4, kK};
+  on.collapse_dense = true;
+  PageHeap heap(platform, clock, on);
+  ASSERT_EQ(on.default_class, 1u);
+  auto page = [](void* p) { return reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1); };
+  std::vector<void*> objects;
+  auto fill_one = [&](unsigned lc) {  // 200 of 256 blocks: the next one does not fit, and opens a page
+    objects.push_back(heap.alloc_large(lc, 200 * kBlockBytes, kBlockBytes));
+    return page(objects.back());
+  };
+  for (unsigned i = 0; i < 2 * PageHeap::kProbeEvery; ++i) fill_one(2);
+  EXPECT_TRUE(platform.advised.empty()) << "a split class's pages, though they filled densely";
+  fill_one(1);
+  uintptr_t second = fill_one(1);
+  ASSERT_EQ(platform.advised.size(), 1u) << "the default class: from its second page";
+  EXPECT_EQ(platform.advised.back(), second);
+  fill_one(0);
+  fill_one(0);
+  EXPECT_EQ(platform.advised.size(), 1u) << "a class below the default one";
   for (void* p : objects) heap.free_large(p);
   heap.check_invariants();
   EXPECT_FALSE(platform.bad_huge_page_advice);
