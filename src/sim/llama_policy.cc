@@ -207,7 +207,10 @@ ThreadHeap& LlamaPolicy::heap_for(uint32_t thread) {
 
 void LlamaPolicy::release_idle_threads() {
   if (options_.thread_idle_ns == 0) return;
-  if (sweeper_running_ && now_ns_ - last_sweep_ns_ >= kSweepPeriodNs) {
+  // The sweeper sleeps a period between passes, a fifth of one after a pass that saw the blocks in use drop
+  // (sweeper_main, Subrelease::kDropBlocks): the next pass is the first whose demand window is all after the drop.
+  uint64_t period = demand_dropped_ ? kSweepPeriodNs / 5 : kSweepPeriodNs;
+  if (sweeper_running_ && now_ns_ - last_sweep_ns_ >= period) {
     sweeper_pass();
     last_sweep_ns_ = now_ns_;
   }
@@ -276,6 +279,7 @@ void LlamaPolicy::sweeper_pass() {
   ThreadHeapOps::purge_pooled(*page_heap_, *pool_, false);
   page_heap_->release_empty_open_pages(false);
   page_heap_->subrelease_free_blocks(false, PageHeap::kDemandPasses, pass_slow_paths_ <= Subrelease::kQuietSlowPaths);
+  demand_dropped_ = page_heap_->demand_dropped();
 }
 
 void LlamaPolicy::after_event(uint32_t t, uint32_t slow_ops_before, bool slow) {

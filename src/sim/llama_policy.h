@@ -158,6 +158,9 @@ class LlamaPolicy final : public Policy {
   // The library's sweeper period (LLAMALLOC_SWEEP_MS's default) and the trace time of the sweeper's last pass.
   static constexpr uint64_t kSweepPeriodNs = Options{}.sweep_ms * 1'000'000;
   uint64_t last_sweep_ns_ = 0;
+  // The sweeper's last pass saw the blocks in use drop (PageHeap::demand_dropped): the next comes a fifth of a
+  // period later.
+  bool demand_dropped_ = false;
   uint64_t last_source_sweep_ns_ = 0;  // the class source's (ClassSource::on_sweep)
   // Where a live object of the trace is in the simulated heap, and what it is (heap snapshots list the
   // contexts that keep each page).

@@ -338,3 +338,37 @@ TEST(RefillRule, FastPathMissesOnLargeAlignedOrEmpty) {
 
 }  // namespace
 }  // namespace llamalloc::sim
+
+namespace llamalloc::sim {
+namespace {
+
+// One thread fills 8 MiB with 256 B objects by 0.66 s and frees all but one in 256 at 1 s, under the sweeper (the
+// process had other threads). The sweeper's pass at 1.25 s sees the blocks in use fall; what it may give back is
+// bounded by the demand of the pass before the fall, so it gives back little. The library's sweeper then runs its
+// next pass a fifth of a period later (sweeper_main, Subrelease::kDropBlocks), which gives the free blocks back by
+// about 1.3 s, not at 1.5 s as a full period would.
+TEST(LlamaPolicy, APassThatSeesTheBlocksInUseDropBringsTheNextPassForwardToAFifthOfThePeriod) {
+  std::vector<Event> events;
+  constexpr uint64_t kObjects = 32768;
+  for (uint64_t i = 0; i < kObjects; ++i) events.push_back(testing::alloc_event(i * 20'000, 0x100000 + 256 * i, 256));
+  for (uint64_t i = 0; i < kObjects; ++i)
+    if (i % 256 != 0) events.push_back(testing::free_event(1000 * testing::kMs + i * 10, 0x100000 + 256 * i));
+  events.push_back(testing::alloc_event(3000 * testing::kMs, 0x10000000, 64));  // the trace's end
+  LlamaOptions options;
+  options.fixed_class = 1;
+  options.other_threads = true;
+  LlamaPolicy policy(options);
+  VectorEventSource source(events);
+  RunResult r = replay(source, policy, EngineOptions{10 * testing::kMs});
+  uint64_t given_back_at = 0;  // the first sample with most of the footprint given back
+  for (const TimelineSample& s : r.timeline)
+    if (s.footprint_bytes >= 4 * k2M && s.heap_resident_bytes < s.footprint_bytes / 4) {
+      given_back_at = s.time_ns;
+      break;
+    }
+  EXPECT_GT(given_back_at, 1250 * testing::kMs) << "the pass that saw the fall gave back what the demand before it bounds";
+  EXPECT_LE(given_back_at, 1350 * testing::kMs) << "the next pass came a full period after the fall's, not a fifth";
+}
+
+}  // namespace
+}  // namespace llamalloc::sim
