@@ -226,6 +226,25 @@ void Engine::finish() {
   summary_.after_peak_live_bytes = after.live_bytes;
 }
 
+std::vector<std::pair<uint32_t, uint64_t>> compute_thread_ends(EventSource& source) {
+  FlatMap<uint64_t> last(64);  // thread id + 1 -> its last event's time
+  std::vector<uint32_t> threads;
+  Event e;
+  while (source.next(&e)) {
+    uint64_t key = uint64_t{e.thread} + 1;
+    if (uint64_t* t = last.find(key)) {
+      *t = std::max(*t, e.time_ns);
+    } else {
+      last.put(key, e.time_ns);
+      threads.push_back(e.thread);
+    }
+  }
+  std::sort(threads.begin(), threads.end());
+  std::vector<std::pair<uint32_t, uint64_t>> ends;
+  for (uint32_t t : threads) ends.emplace_back(t, *last.find(uint64_t{t} + 1));
+  return ends;
+}
+
 namespace {
 
 RunResult replay_with(EventSource& source, Policy& policy, EngineOptions options,
@@ -236,6 +255,10 @@ RunResult replay_with(EventSource& source, Policy& policy, EngineOptions options
   if (policy.needs_lifetime_classes()) {
     if (given_classes == nullptr) computed = compute_lifetime_classes(source, &policy);
     classes = given_classes != nullptr ? given_classes : &computed;
+  }
+  if (policy.needs_thread_ends()) {
+    source.rewind();
+    policy.set_thread_ends(compute_thread_ends(source));
   }
   source.rewind();
   Engine engine(policy, options, source.event_count_hint() / 4);

@@ -47,6 +47,9 @@ class VectorEventSource final : public EventSource {
 // its in-place reallocs (Policy::realloc_in_place) continue an object, as the engine replays them.
 std::vector<uint8_t> compute_lifetime_classes(EventSource& source, const Policy* policy = nullptr);
 
+// Each traced thread's id and the time of its last event (allocation, free or realloc), by thread id.
+std::vector<std::pair<uint32_t, uint64_t>> compute_thread_ends(EventSource& source);
+
 struct TimelineSample {
   uint64_t time_ns = 0;
   uint64_t live_bytes = 0;

@@ -62,6 +62,8 @@ struct LlamaOptions {
   int fixed_class = -1;
   // Set: llama-model or llama-online, each object in the class this source gives (fixed_class is then ignored).
   std::shared_ptr<ClassSource> class_source;
+  // A thread whose last event of the trace has passed is taken as exited when another thread starts (heap_for):
+  // a thread started after an exit adopts the exited thread's heap, which a trace cannot show otherwise.
   // Once the sweeper runs, a thread with no event for this long is taken as exited (a trace has no thread-exit
   // events): its heap goes to a pool as at thread exit (abandon), where the sweeper's passes purge its parked spans
   // and the next new thread adopts it (LlamaPolicy::heap_for). 0 keeps every thread's heap to the end and runs no
@@ -87,6 +89,10 @@ class LlamaPolicy final : public Policy {
   }
   // llama-model and llama-online need them too: their summaries compare each prediction with the true class.
   bool needs_lifetime_classes() const override { return options_.fixed_class < 0 || options_.class_source; }
+  // A thread whose last event has passed has exited or stays idle to the end: its heap goes to the pool then
+  // (LlamaPolicy::exit_finished_threads).
+  bool needs_thread_ends() const override { return options_.thread_idle_ns != 0; }
+  void set_thread_ends(const std::vector<std::pair<uint32_t, uint64_t>>& ends) override;
   void allocate(const ObjectAlloc& object) override;
   // The library's rule (alloc/realloc_rule.h): a realloc that stays in the object's size class or shrinks it by at
   // most half keeps it where it is.
@@ -112,6 +118,9 @@ class LlamaPolicy final : public Policy {
  private:
   ThreadHeap& heap_for(uint32_t thread);
   void release_idle_threads();
+  // The threads whose last event of the trace has passed leave their heaps to the pool, as at thread exit.
+  void exit_finished_threads();
+  void exit_thread(uint32_t index);
   // The sweeper thread's pass (alloc/sweeper.cc, sweeper_main), every SWEEP_MS of trace time once it runs.
   void sweeper_pass();
   // After an event of `t`'s thread, a slow path if it changed the heap's slow_ops or `slow` says so: the slow
@@ -138,7 +147,10 @@ class LlamaPolicy final : public Policy {
     uint32_t idle_ticks = 0;
     // Slow paths until the next inline pass may run (the library's tl_pass_countdown: every 4th).
     uint32_t pass_countdown = 0;
+    // The time of the thread's last event in the trace (set_thread_ends; none known: never).
+    uint64_t end_ns = UINT64_MAX;
   };
+  FlatMap<uint64_t> thread_ends_{64};  // trace thread id + 1 -> its last event's time
   FlatMap<uint32_t> heaps_;                // trace thread id + 1 -> index in threads_
   uint32_t last_thread_ = 0;               // the index heap_for returned last
   std::vector<ThreadState> threads_;

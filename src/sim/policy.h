@@ -36,6 +36,11 @@ class Policy {
   virtual std::string name() const = 0;
   // Whether ObjectAlloc::lifetime_class must be filled (needs a pre-pass over the trace).
   virtual bool needs_lifetime_classes() const { return false; }
+  // Whether the policy wants each traced thread's last event time before the replay (set_thread_ends: a pre-pass
+  // over the trace).
+  virtual bool needs_thread_ends() const { return false; }
+  // Each traced thread's id and the time of its last event in the trace.
+  virtual void set_thread_ends(const std::vector<std::pair<uint32_t, uint64_t>>& /*ends*/) {}
 
   virtual void allocate(const ObjectAlloc& object) = 0;
   // Whether this allocator's realloc keeps an object of old_size_bytes (as allocated, default alignment) where

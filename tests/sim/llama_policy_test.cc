@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "alloc/heap_config.h"
 #include "thread_heap/thread_heap.h"
 #include "sim/engine.h"
@@ -368,6 +370,46 @@ TEST(LlamaPolicy, APassThatSeesTheBlocksInUseDropBringsTheNextPassForwardToAFift
     }
   EXPECT_GT(given_back_at, 1250 * testing::kMs) << "the pass that saw the fall gave back what the demand before it bounds";
   EXPECT_LE(given_back_at, 1350 * testing::kMs) << "the next pass came a full period after the fall's, not a fifth";
+}
+
+}  // namespace
+}  // namespace llamalloc::sim
+
+namespace llamalloc::sim {
+namespace {
+
+// Thread 1 fills 4 MiB with 256 B objects, frees all but one in 16 and makes no allocation or free after 0.1 s: it
+// has exited (a trace has no thread exits). Thread 2 starts at 0.2 s, well within the idle time that takes a quiet
+// thread as exited, and allocates 3 MiB of the same size. In the process it adopts the heap thread 1 left in the pool
+// (acquire_heap) and fills the holes of its parked spans first; a fresh heap would take 3 MiB of new spans.
+RunResult thread_after_an_exit(uint32_t first_thread_events_until_ms) {
+  std::vector<Event> events;
+  constexpr uint64_t kFirst = 16384, kSecond = 12288;
+  for (uint64_t i = 0; i < kFirst; ++i) events.push_back(testing::alloc_event(i * 2'000, 0x100000 + 256 * i, 256));
+  for (uint64_t i = 0; i < kFirst; ++i)
+    if (i % 16 != 0) events.push_back(testing::free_event(50 * testing::kMs + i * 2'000, 0x100000 + 256 * i));
+  if (first_thread_events_until_ms != 0)  // thread 1 comes back: it was alive and idle, not gone
+    events.push_back(testing::alloc_event(first_thread_events_until_ms * testing::kMs, 0x8000000, 256));
+  for (uint64_t i = 0; i < kSecond; ++i) {
+    Event e = testing::alloc_event(200 * testing::kMs + i * 2'000, 0x10000000 + 256 * i, 256);
+    e.thread = 2;
+    events.push_back(e);
+  }
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; });
+  LlamaOptions options;
+  options.fixed_class = 1;
+  LlamaPolicy policy(options);
+  VectorEventSource source(events);
+  return replay(source, policy, EngineOptions{10 * testing::kMs});
+}
+
+TEST(LlamaPolicy, AThreadThatStartsAfterAnotherMadeItsLastEventAdoptsItsHeapAndFillsItsHoles) {
+  RunResult adopted = thread_after_an_exit(0);
+  EXPECT_EQ(extra(adopted, "idle_threads_released"), 1);
+  EXPECT_LE(adopted.summary.peak_footprint_bytes, 3 * k2M) << "thread 2 took new spans beside thread 1's holes";
+  // Thread 1 comes back at 0.4 s: it was alive, and thread 2 gets a heap of its own.
+  RunResult alive = thread_after_an_exit(400);
+  EXPECT_GE(alive.summary.peak_footprint_bytes, 4 * k2M);
 }
 
 }  // namespace
