@@ -1150,25 +1150,40 @@ TEST(DensePages, OnlyDenseResidentPagesBecomeHugeWithinTheBudget) {
   EXPECT_FALSE(platform.bad_huge_page_advice);
 }
 
+// A heap under LLAMALLOC_HUGE_PAGES=2 (collapse_dense) whose pages are filled one at a time by large objects of
+// 200 of their 256 blocks: the next object does not fit, and opens a page. The fake platform says every 4 KiB page
+// of a page resident (it filled densely) unless the test says otherwise.
+class DenseAdvice : public ::testing::Test {
+ protected:
+  static HeapConfig dense_config() {
+    HeapConfig on{4, kK};
+    on.collapse_dense = true;
+    return on;
+  }
+  static uintptr_t page(void* p) { return reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1); }
+  uintptr_t fill_one(unsigned lc) {
+    objects.push_back(heap.alloc_large(lc, 200 * kBlockBytes, kBlockBytes));
+    return page(objects.back());
+  }
+  void TearDown() override {
+    for (void* p : objects) heap.free_large(p);
+    heap.check_invariants();
+    EXPECT_FALSE(platform.bad_huge_page_advice);
+  }
+  FakePlatform platform;
+  FakeClock clock;
+  PageHeap heap{platform, clock, dense_config()};
+  std::vector<void*> objects;
+};
+
 // A class whose page filled densely opens its next pages huge from their first touch, but for one in
 // kProbeEvery, which stays on 4 KiB pages as a sample: a sparse sample stops the advice until a page on 4 KiB pages
 // fills densely again; the first page of a class is never advised.
-TEST(DensePages, AClassThatFillsPagesDenselyGetsItsNextPagesHugeFromTheStart) {
-  FakePlatform platform;
-  FakeClock clock;
-  HeapConfig on{4, kK};
-  on.collapse_dense = true;
-  PageHeap heap(platform, clock, on);
-  auto page = [](void* p) { return reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1); };
-  std::vector<void*> objects;
-  auto fill_one = [&] {  // 200 of 256 blocks: the next one does not fit, and opens a page
-    objects.push_back(heap.alloc_large(1, 200 * kBlockBytes, kBlockBytes));
-    return page(objects.back());
-  };
-  fill_one();
+TEST_F(DenseAdvice, AClassThatFillsPagesDenselyGetsItsNextPagesHugeFromTheStart) {
+  fill_one(1);
   EXPECT_TRUE(platform.advised.empty()) << "a class's first page";
   std::vector<uintptr_t> pages;
-  for (unsigned i = 0; i < PageHeap::kProbeEvery; ++i) pages.push_back(fill_one());
+  for (unsigned i = 0; i < PageHeap::kProbeEvery; ++i) pages.push_back(fill_one(1));
   // (The fake says every 4 KiB page resident: the first page filled densely.)
   ASSERT_EQ(platform.advised.size(), PageHeap::kProbeEvery - 1) << "all but the probe";
   uintptr_t probe = 0;
@@ -1178,35 +1193,21 @@ TEST(DensePages, AClassThatFillsPagesDenselyGetsItsNextPagesHugeFromTheStart) {
   EXPECT_EQ(probe, pages.back());
   platform.resident[probe] = 64;  // the probe page touched in a few places only
   size_t advised = platform.advised.size();
-  uintptr_t after = fill_one();  // the probe fills (sparse): the class is no longer dense
+  uintptr_t after = fill_one(1);  // the probe fills (sparse): the class is no longer dense
   EXPECT_EQ(platform.advised.size(), advised) << "after a sparse probe, the next page is not advised";
-  fill_one();  // that page, on 4 KiB pages, fills densely (the fake's default): dense again
+  fill_one(1);  // that page, on 4 KiB pages, fills densely (the fake's default): dense again
   EXPECT_EQ(platform.advised.size(), advised + 1);
   EXPECT_NE(platform.advised.back(), after);
   void* other = heap.alloc_large(2, 10 * kBlockBytes, kBlockBytes);  // another class: its own first page
   EXPECT_EQ(platform.advised.size(), advised + 1);
   heap.free_large(other);
-  for (void* p : objects) heap.free_large(p);
-  heap.check_invariants();
-  EXPECT_FALSE(platform.bad_huge_page_advice);
 }
 
 // Only the default class has its pages advised huge at their opening: a class split from it (a model's or the
 // learner's) fills its pages on 4 KiB pages however densely, since while it holds little an open page advised huge
 // would be 2 MiB resident for a few objects; its dense pages are collapsed instead.
-TEST(DensePages, OnlyTheDefaultClassHasItsPagesAdvisedHugeAtTheirOpening) {
-  FakePlatform platform;
-  FakeClock clock;
-  HeapConfig on{4, kK};
-  on.collapse_dense = true;
-  PageHeap heap(platform, clock, on);
-  ASSERT_EQ(on.default_class, 1u);
-  auto page = [](void* p) { return reinterpret_cast<uintptr_t>(p) & ~(kHugePageBytes - 1); };
-  std::vector<void*> objects;
-  auto fill_one = [&](unsigned lc) {  // 200 of 256 blocks: the next one does not fit, and opens a page
-    objects.push_back(heap.alloc_large(lc, 200 * kBlockBytes, kBlockBytes));
-    return page(objects.back());
-  };
+TEST_F(DenseAdvice, OnlyTheDefaultClassHasItsPagesAdvisedHugeAtTheirOpening) {
+  ASSERT_EQ(dense_config().default_class, 1u);
   for (unsigned i = 0; i < 2 * PageHeap::kProbeEvery; ++i) fill_one(2);
   EXPECT_TRUE(platform.advised.empty()) << "a split class's pages, though they filled densely";
   fill_one(1);
@@ -1216,9 +1217,6 @@ TEST(DensePages, OnlyTheDefaultClassHasItsPagesAdvisedHugeAtTheirOpening) {
   fill_one(0);
   fill_one(0);
   EXPECT_EQ(platform.advised.size(), 1u) << "a class below the default one";
-  for (void* p : objects) heap.free_large(p);
-  heap.check_invariants();
-  EXPECT_FALSE(platform.bad_huge_page_advice);
 }
 
 }  // namespace
