@@ -284,20 +284,29 @@ TEST(LlamaPolicy, SpansOfAnIdleThreadThatOtherThreadsEmptyGoBackAtTheSweepersPer
 // replay gives back the free blocks of those pages in the quiet phase (subrelease) and reports heap-resident bytes
 // far below the footprint; without a sweeper thread (a single-threaded process with a small heap) no slow path, hence
 // no pass, follows the drop, and the pages stay resident, as in the process.
-RunResult sparse_after_the_peak(bool other_threads) {
+// 8 MiB of 256 B objects allocated by 0.66 s, all but one in 256 freed at 1 s, and the trace's end at `end_ms`.
+std::vector<Event> fill_then_free_most(uint64_t end_ms) {
   std::vector<Event> events;
   constexpr uint64_t kObjects = 32768;
   for (uint64_t i = 0; i < kObjects; ++i) events.push_back(testing::alloc_event(i * 20'000, 0x100000 + 256 * i, 256));
   for (uint64_t i = 0; i < kObjects; ++i)
     if (i % 256 != 0) events.push_back(testing::free_event(1000 * testing::kMs + i * 10, 0x100000 + 256 * i));
-  events.push_back(testing::alloc_event(5000 * testing::kMs, 0x10000000, 64));  // the trace's end
+  events.push_back(testing::alloc_event(end_ms * testing::kMs, 0x10000000, 64));  // the trace's end
+  return events;
+}
+
+// That trace replayed in class 1, with or without other threads (hence a sweeper), sampled every `sample_ms`.
+RunResult replay_fill_then_free_most(uint64_t end_ms, bool other_threads, uint64_t sample_ms) {
+  std::vector<Event> events = fill_then_free_most(end_ms);
   LlamaOptions options;
   options.fixed_class = 1;
   options.other_threads = other_threads;
   LlamaPolicy policy(options);
   VectorEventSource source(events);
-  return replay(source, policy, EngineOptions{100 * testing::kMs});
+  return replay(source, policy, EngineOptions{sample_ms * testing::kMs});
 }
+
+RunResult sparse_after_the_peak(bool other_threads) { return replay_fill_then_free_most(5000, other_threads, 100); }
 
 double extra(const RunResult& r, const std::string& name) {
   for (auto& [n, value] : r.extras)
@@ -350,18 +359,7 @@ namespace {
 // next pass a fifth of a period later (sweeper_main, Subrelease::kDropBlocks), which gives the free blocks back by
 // about 1.3 s, not at 1.5 s as a full period would.
 TEST(LlamaPolicy, APassThatSeesTheBlocksInUseDropBringsTheNextPassForwardToAFifthOfThePeriod) {
-  std::vector<Event> events;
-  constexpr uint64_t kObjects = 32768;
-  for (uint64_t i = 0; i < kObjects; ++i) events.push_back(testing::alloc_event(i * 20'000, 0x100000 + 256 * i, 256));
-  for (uint64_t i = 0; i < kObjects; ++i)
-    if (i % 256 != 0) events.push_back(testing::free_event(1000 * testing::kMs + i * 10, 0x100000 + 256 * i));
-  events.push_back(testing::alloc_event(3000 * testing::kMs, 0x10000000, 64));  // the trace's end
-  LlamaOptions options;
-  options.fixed_class = 1;
-  options.other_threads = true;
-  LlamaPolicy policy(options);
-  VectorEventSource source(events);
-  RunResult r = replay(source, policy, EngineOptions{10 * testing::kMs});
+  RunResult r = replay_fill_then_free_most(3000, true, 10);
   uint64_t given_back_at = 0;  // the first sample with most of the footprint given back
   for (const TimelineSample& s : r.timeline)
     if (s.footprint_bytes >= 4 * k2M && s.heap_resident_bytes < s.footprint_bytes / 4) {
