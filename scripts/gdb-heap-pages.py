@@ -24,7 +24,7 @@ def main():
     total_pages = total_used = total_spans = 0
     for r in range(int(heap["region_count_"])):
         region = heap["regions_"][r]
-        for i in range(int(region["next_fresh"])):
+        for i in range(int(region["committed"])):
             page = (region["metadata"] + i * stride).cast(meta_type.pointer()).dereference()
             state = int(page["state"])
             if state == 0:
@@ -35,7 +35,7 @@ def main():
                 if int(span) != 0 and int(span) not in spans:
                     d = span.dereference()
                     spans[int(span)] = dict(used=int(d["used"]), queued=int(d["queued"]), bytes=int(d["span_bytes"]),
-                                            xfree=int(d["xfree"]["_M_i"]) != 0, owner=int(d["owner"]),
+                                            xfree=int(d["remote_pending"]["_M_i"]) != 0, owner=int(d["owner"]),
                                             block=int(d["block_size"]), lc=int(d["lifetime_class"]))
             sp = list(spans.values())
             used = sum(v["used"] * v["block"] for v in sp)
