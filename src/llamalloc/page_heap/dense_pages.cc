@@ -92,28 +92,31 @@ size_t PageHeap::collapse_dense_pages(unsigned budget) {
 }
 
 void PageHeap::note_page_filled(HugePageMeta* p) {
-  // A page advised huge is resident whole from its first touch: it says nothing of how densely its class touches
-  // memory. A page on 4 KiB pages does, by its resident 4 KiB pages when it fills; three quarters, not nine tenths,
-  // as the page's last spans and objects were handed out just now and are still being written. A collapsed page
-  // was dense.
-  if (!config_.collapse_dense || p->kind != PageKind::kBlocks || p->huge_advised) return;
-  class_dense_[p->lifetime_class] =
+  // Only the default class's pages are ever advised (advise_if_dense), so only its pages are looked at. A page
+  // advised huge is resident whole from its first touch: it says nothing of how densely its class touches memory.
+  // A page on 4 KiB pages does, by its resident 4 KiB pages when it fills; three quarters, not nine tenths, as the
+  // page's last spans and objects were handed out just now and are still being written. A collapsed page was
+  // dense.
+  if (!config_.collapse_dense || p->kind != PageKind::kBlocks || p->huge_advised ||
+      p->lifetime_class != config_.default_class)
+    return;
+  default_dense_ =
       p->huge_backed || platform_.resident_small_pages(reinterpret_cast<void*>(page_address(p)), kHugePageBytes) >=
                             kSmallPagesPerHugePage * 3 / 4;
 }
 
 void PageHeap::advise_if_dense(HugePageMeta* p, unsigned lc) {
-  // A class that filled its last page densely will likely fill this one too: huge from its first touch, with no
-  // 4 KiB faults and no collapse to wait for. The first page of each class, every page of a class that fills
-  // pages sparsely (large buffers touched in a few places), and one page in kProbeEvery of a dense class stay on
-  // 4 KiB pages: the last are the class's samples of how densely it touches memory now, so that a class whose use
-  // turns sparse stops being advised. Only the default class is advised: a class a model or the learner split from
-  // it holds a part of the program's memory, often a few survivors, and its open page advised huge would be 2 MiB
-  // resident at the peak however little it holds (ast-builder with its model: peak 1.07x the run without; 1.00x
-  // when only the default class is advised). Such a class's pages become huge by collapse once dense.
-  if (!config_.collapse_dense || !class_dense_[lc] || advised_pages_ >= kMaxAdvisedPages) return;
-  if (lc != config_.default_class) return;
-  if (++class_pages_opened_[lc] % kProbeEvery == 0) return;
+  // Only the default class is advised: a class a model or the learner split from it holds a part of the program's
+  // memory, often a few survivors, and its open page advised huge would be 2 MiB resident at the peak however
+  // little it holds (ast-builder with its model: peak 1.07x the run without; 1.00x when only the default class is
+  // advised). Such a class's pages become huge by collapse once dense. A default class that filled its last page
+  // densely will likely fill this one too: huge from its first touch, with no 4 KiB faults and no collapse to wait
+  // for. Its first page, every page while it fills pages sparsely (large buffers touched in a few places), and one
+  // page in kProbeEvery while it fills them densely stay on 4 KiB pages: the last are its samples of how densely
+  // it touches memory now, so that the advice stops when its use turns sparse.
+  if (lc != config_.default_class || !config_.collapse_dense || !default_dense_ || advised_pages_ >= kMaxAdvisedPages)
+    return;
+  if (++default_pages_opened_ % kProbeEvery == 0) return;
   platform_.advise_huge_page(reinterpret_cast<void*>(page_address(p)), kHugePageBytes);
   p->huge_advised = 1;
   ++advised_pages_;

@@ -120,8 +120,8 @@ void* PageHeap::alloc_large(unsigned lc, size_t bytes, size_t alignment) {
   // until other objects take that rest (Subrelease::leave_unbacked): the object costs the 4 KiB pages the program
   // writes, as under glibc's mmap. A nearly whole page (less than kMinSlackBlocks free: at most 1/16 of it) stays
   // huge, and a page from the page cache keeps what it has (resident already). Under HUGE_PAGES=2 a page is small
-  // until it is dense unless its class fills pages densely (advise_if_dense advised it huge at its opening): that
-  // advice is taken back.
+  // until it is dense unless the default class fills pages densely (advise_if_dense advised it huge at its
+  // opening): that advice is taken back.
   if (fresh && count > kBlocksPerHugePage / 2 && kBlocksPerHugePage - page->live.count() >= kMinSlackBlocks &&
       (!config_.collapse_dense || page->huge_advised)) {
     subrelease_.leave_unbacked(page);

@@ -217,9 +217,10 @@ class PageHeap {
   // Called by the sweeper after subrelease, and by the slow paths' passes of a process without one. Returns the
   // pages collapsed.
   size_t collapse_dense_pages(unsigned budget);
-  // Under the lock: a page of blocks became active (full); records whether its class fills pages densely.
+  // Under the lock: a page of blocks became active (full); records whether the default class fills pages densely.
   void note_page_filled(HugePageMeta* p);
-  // Under the lock: a page just opened for class lc; asks for it to be huge if its class fills pages densely.
+  // Under the lock: a page just opened for class lc; asks for it to be huge if it is the default class and that
+  // fills pages densely.
   void advise_if_dense(HugePageMeta* p, unsigned lc);
   // Under the lock: a page is given back (its metadata about to be dropped).
   void forget_advice(HugePageMeta* p) {
@@ -409,12 +410,12 @@ class PageHeap {
   uint8_t emptier_passes_[kMaxClasses] = {};
   uint32_t collapse_passes_ = 0;  // collapse_dense_pages calls
   size_t huge_scan_region_ = 0, huge_scan_page_ = 0;  // where its scan for huge objects' pages goes on
-  // HeapConfig::collapse_dense: whether each class's last page to fill was dense (its 4 KiB pages nearly all
-  // resident when it became active): its next pages are then asked to be huge from their first touch, but for
-  // one in kProbeEvery (note_page_filled, advise_if_dense in dense_pages.cc). Pages so advised and in use, at most kMaxAdvisedPages
-  // (each may split the heap's mapping in the kernel, as Subrelease::kMaxNoHugePages says).
-  bool class_dense_[kMaxClasses] = {};
-  uint32_t class_pages_opened_[kMaxClasses] = {};  // pages opened while the class was dense
+  // HeapConfig::collapse_dense: whether the default class's last page to fill was dense (its 4 KiB pages nearly
+  // all resident when it became active): its next pages are then asked to be huge from their first touch, but for
+  // one in kProbeEvery (note_page_filled, advise_if_dense in dense_pages.cc). Pages so advised and in use, at most
+  // kMaxAdvisedPages (each may split the heap's mapping in the kernel, as Subrelease::kMaxNoHugePages says).
+  bool default_dense_ = false;
+  uint32_t default_pages_opened_ = 0;  // the default class's pages opened while it was dense
   uint32_t advised_pages_ = 0;
   static constexpr uint32_t kMaxAdvisedPages = 16384;
   // The parked huge object (huge_objects.cc): its address (0: none), whether objects may be parked (the page
