@@ -279,11 +279,6 @@ TEST(LlamaPolicy, SpansOfAnIdleThreadThatOtherThreadsEmptyGoBackAtTheSweepersPer
   EXPECT_LE(r.summary.final_footprint_bytes, k2M) << "thread 1's emptied spans keep their huge pages";
 }
 
-// One thread fills 8 MiB with 256 B objects and frees all but one in 256 at once, then stays quiet for 4 s: its
-// pages go sparse. Run by the sweeper's passes (the process had other threads, LlamaOptions::other_threads), the
-// replay gives back the free blocks of those pages in the quiet phase (subrelease) and reports heap-resident bytes
-// far below the footprint; without a sweeper thread (a single-threaded process with a small heap) no slow path, hence
-// no pass, follows the drop, and the pages stay resident, as in the process.
 // 8 MiB of 256 B objects allocated by 0.66 s, all but one in 256 freed at 1 s, and the trace's end at `end_ms`.
 std::vector<Event> fill_then_free_most(uint64_t end_ms) {
   std::vector<Event> events;
@@ -306,6 +301,11 @@ RunResult replay_fill_then_free_most(uint64_t end_ms, bool other_threads, uint64
   return replay(source, policy, EngineOptions{sample_ms * testing::kMs});
 }
 
+// One thread fills 8 MiB with 256 B objects and frees all but one in 256 at once, then stays quiet for 4 s: its
+// pages go sparse. Run by the sweeper's passes (the process had other threads, LlamaOptions::other_threads), the
+// replay gives back the free blocks of those pages in the quiet phase (subrelease) and reports heap-resident bytes
+// far below the footprint; without a sweeper thread (a single-threaded process with a small heap) no slow path, hence
+// no pass, follows the drop, and the pages stay resident, as in the process.
 RunResult sparse_after_the_peak(bool other_threads) { return replay_fill_then_free_most(5000, other_threads, 100); }
 
 double extra(const RunResult& r, const std::string& name) {
