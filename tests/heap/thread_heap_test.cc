@@ -3,6 +3,7 @@
 // lifetime-class placement underneath.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -93,6 +94,20 @@ TEST_F(ThreadHeapTest, BlocksOfASizeClassAreContiguousAlignedAndHaveNoHeader) {
   page_heap->check_invariants();
 }
 
+
+// A thread keeps the span each lifetime and size class allocates from, even when empty: a span that served a
+// block or two must have touched no more than its first 4 KiB page, which is then all it keeps resident.
+TEST_F(ThreadHeapTest, AFreshSpanPutsItsFirst4KiBOnTheFreeListThen16KiBAtATime) {
+  void* first = alloc(0, 48);
+  SmallSpan* s = span(first);
+  ASSERT_GT(s->capacity, 4096u / 48);
+  EXPECT_EQ(s->extended.load(), 4096u / 48) << "the first step is the first 4 KiB";
+  std::vector<void*> objs{first};
+  while (s->extended.load() == 4096u / 48) objs.push_back(alloc(0, 48));
+  EXPECT_EQ(objs.size(), 4096u / 48 + 1) << "the next block past them extends the span";
+  EXPECT_EQ(s->extended.load(), std::min(s->capacity, 4096u / 48 + 16384u / 48)) << "then 16 KiB at a time";
+  for (void* p : objs) free(p);
+}
 TEST_F(ThreadHeapTest, OwnerFreesAreReusedWhenTheFreeListRunsDryAndAnEmptySpanIsKeptOrCached) {
   std::vector<void*> objs;
   for (int i = 0; i < 300; ++i) objs.push_back(alloc(0, 100));  // 112-byte class: 146 per 16 KiB span
