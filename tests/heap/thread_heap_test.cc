@@ -640,6 +640,47 @@ TEST_F(ThreadHeapTest, AShorterClassFillsTheHolesOfALongerClassesSpanBeforeTakin
   page_heap->check_invariants();
 }
 
+// With a predictor (a thread heap's fast_class is kMaxClasses, as here), a class whose span of a size keeps
+// emptying (a request's temporaries) gives it back and allocates from the span a longer class of the thread
+// allocates from, until that span fills; a class whose span holds an object keeps its own.
+TEST_F(ThreadHeapTest, AClassWhoseSpanKeepsEmptyingBorrowsTheLongerClassesSpanUntilItFills) {
+  void* survivor = alloc(7, 100);
+  SmallSpan* longer = span(survivor);
+  unsigned sc = longer->size_class;
+  void* held = alloc(1, 100);  // class 1 keeps an object: its span never empties
+  for (unsigned i = 0; i < 2 * kHeadEmptiesToBorrow; ++i) free(alloc(1, 100));
+  EXPECT_EQ(heap.spans[1][sc], span(held)) << "a span that does not empty stays its class's own";
+  void* first = alloc(2, 100);
+  SmallSpan* own = span(first);
+  EXPECT_NE(own, longer);
+  free(first);
+  for (unsigned i = 1; i < kHeadEmptiesToBorrow; ++i) {
+    void* p = alloc(2, 100);
+    EXPECT_EQ(span(p), own) << "below the count, the class's own span serves";
+    free(p);
+  }
+  EXPECT_EQ(heap.spans[2][sc], longer) << "emptied " << kHeadEmptiesToBorrow << " times: class 2 borrows class 7's span";
+  EXPECT_EQ(heap.tails[2][sc], nullptr);
+  std::vector<void*> temps;
+  for (int i = 0; i < 4; ++i) temps.push_back(alloc(2, 100));
+  for (void* p : temps) EXPECT_EQ(span(p), longer);
+  for (void* p : temps) free(p);
+  // Class 7 fills its span: the span leaves its queue, and class 2 takes a span of its own again.
+  std::vector<void*> longlived;
+  while (longer->used < longer->capacity) longlived.push_back(alloc(7, 100));
+  longlived.push_back(alloc(7, 100));
+  EXPECT_FALSE(longer->queued);
+  EXPECT_NE(heap.spans[2][sc], longer);
+  void* again = alloc(2, 100);
+  EXPECT_NE(span(again), longer);
+  EXPECT_EQ(span(again)->home_class, 2u);
+  free(again);
+  free(held);
+  for (void* p : longlived) free(p);
+  free(survivor);
+  page_heap->check_invariants();
+}
+
 TEST(SpanRecycling, OffAShorterClassTakesNewMemoryBesideALongerClassesHoles) {
   LinuxPlatform platform;
   FakeClock clock;

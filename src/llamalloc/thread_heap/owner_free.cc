@@ -34,7 +34,28 @@ void ThreadHeapOps::after_owner_free(PageHeap& page_heap, ThreadHeap& heap, Smal
     s->lifetime_class = s->home_class;  // an adopted span goes back to its own class's queue
     enqueue_back(heap, s);
   }
-  if (span_empty(s) && heap.spans[s->lifetime_class][s->size_class] != s) release_span(page_heap, heap, s);
+  if (span_empty(s) && heap.spans[s->lifetime_class][s->size_class] != s) return release_span(page_heap, heap, s);
+  // The span the fast path allocates from, emptied kHeadEmptiesToBorrow times: this class's objects of this size
+  // die young (a request's temporaries), and a span of its own, kept empty between requests, is memory held per
+  // thread, size and class (with a model, a worker of hash-trimmed-cache held such spans for three classes where
+  // a run without one holds them for one: 2.2 MiB at the peak). It goes back, and the class allocates from the
+  // span a longer class of this thread allocates from while that span stays on its queue: the holes its objects
+  // leave there are refilled by the next allocations, and objects that die young leave few when it fills. A class
+  // whose spans do not empty (objects that outlive a request) keeps its own: borrowed for every class, the longer
+  // class's spans filled with them (ast-builder's steady RSS with its model rose from 0.548x to 0.722x the run
+  // without one).
+  unsigned lc = s->lifetime_class, sc = s->size_class;
+  if (span_empty(s) && heap.head_empties[lc][sc] >= kHeadEmptiesToBorrow && s->home_class == lc &&
+      page_heap.span_recycling()) {
+    heap.head_empties[lc][sc] = 0;
+    for (unsigned l = lc + 1; l < kMaxClasses; ++l) {
+      SmallSpan* h = heap.spans[l][sc];
+      if (heap.tails[l][sc] == nullptr || !refill_free(page_heap, h)) continue;
+      release_span(page_heap, heap, s);  // (unlinked, unless a remote free's notify holds it: then not borrowed)
+      if (heap.tails[lc][sc] == nullptr) heap.spans[lc][sc] = h;
+      return;
+    }
+  }
 }
 
 void ThreadHeapOps::wait_for_sweep(ThreadHeap& heap) {

@@ -136,7 +136,8 @@ PurgeResult ThreadHeapOps::purge_sparse_spans(PageHeap& page_heap, ThreadHeap& h
   };
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)
-      for (SmallSpan* s = heap.spans[lc][sc]; s != &g_empty_span && s != nullptr; s = s->next) {
+      for (SmallSpan* s = heap.tails[lc][sc] != nullptr ? heap.spans[lc][sc] : nullptr; s != &g_empty_span && s != nullptr;
+           s = s->next) {
         // Idle: `used` unchanged since the previous look; the top bit says this count was examined already, so
         // that a span is walked once per count, not on every pass.
         uint32_t seen = s->used + 1;

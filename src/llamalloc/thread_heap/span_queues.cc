@@ -44,7 +44,14 @@ bool ThreadHeap::check(PageHeap& page_heap) const {
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc) {
       const SmallSpan* prev = nullptr;
-      if ((spans[lc][sc] == &g_empty_span) != (tails[lc][sc] == nullptr)) return false;
+      if (tails[lc][sc] == nullptr) {
+        // Empty, or borrowing the span of a longer class of this heap (ThreadHeap::spans).
+        const SmallSpan* b = spans[lc][sc];
+        if (b != &g_empty_span && (b->owner != this || !b->queued || b->lifetime_class <= lc || b->size_class != sc))
+          return false;
+        continue;
+      }
+      if (spans[lc][sc] == &g_empty_span) return false;
       for (const SmallSpan* s = spans[lc][sc]; s != &g_empty_span && s != nullptr; s = s->next) {
         if (s->next == nullptr && tails[lc][sc] != s) return false;
         if (s->owner != this || !s->queued || s->cached || s->prev != prev) return false;

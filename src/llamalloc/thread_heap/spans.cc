@@ -249,7 +249,7 @@ void ThreadHeapOps::release_all(PageHeap& page_heap, ThreadHeap& heap) {
   drain_notify(page_heap, heap);
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc) {
-      SmallSpan* s = heap.spans[lc][sc];
+      SmallSpan* s = heap.tails[lc][sc] != nullptr ? heap.spans[lc][sc] : nullptr;
       while (s != &g_empty_span && s != nullptr) {
         SmallSpan* next = s->next;
         collect_remote(s);

@@ -47,6 +47,11 @@ inline constexpr std::memory_order kHandshakeLoad = std::memory_order_acquire;
 // In a process without a sweeper thread, one in this many of the owner's frees that empty the span its fast
 // path allocates from takes the slow path (ThreadHeapOps::free_block).
 inline constexpr unsigned kEmptyFreesPerSlowPath = 8;
+// With a predictor that sees every allocation (a model, or learning), a span the fast path allocates from that
+// the owner's frees emptied this many times marks its (lifetime class, size class) as one whose objects die
+// young: the slow path then gives the span back and, while that class has no other span of the size, lets it
+// allocate from the span a longer class of the thread allocates from (ThreadHeapOps::after_owner_free).
+inline constexpr unsigned kHeadEmptiesToBorrow = 64;
 
 // A thread heap that takes this many small objects of one long-lived class from the shared thread heap within this
 // long (10,000 a second or more) takes that class from its own spans from then on (ThreadHeap::own_class).
@@ -55,7 +60,9 @@ inline constexpr uint64_t kSharedBurstNs = 100'000'000;
 
 struct alignas(64) ThreadHeap {
   // The span each (lifetime class, size class) allocates from: the head of its queue, or the static empty
-  // span (no free block) so that the fast path needs no null check. Row kMaxClasses stays empty: when the
+  // span (no free block) so that the fast path needs no null check. A class whose queue is empty (tails null) may
+  // borrow instead the span a longer class of the thread allocates from (after_owner_free), until that span
+  // leaves its queue (unlink drops the borrowing). Row kMaxClasses stays empty: when the
   // predictor must see every allocation, fast_class is kMaxClasses and the fast path always misses.
   SmallSpan* spans[kMaxClasses + 1][kNumSizeClasses];
   uint8_t fast_class = kMaxClasses;
@@ -92,6 +99,9 @@ struct alignas(64) ThreadHeap {
   // one in kEmptyFreesPerSlowPath takes the owner's slow path. (Not next to fast_class, which malloc loads: a
   // free's store to it would stall malloc's load of the same word.)
   uint8_t empty_frees = 0;
+  // Times the span the fast path allocates from, for each (lifetime class, size class), was emptied by the owner's
+  // free since the slow path last looked (kHeadEmptiesToBorrow; counted only with a predictor).
+  uint8_t head_empties[kMaxClasses][kNumSizeClasses] = {};
   // Spans taken off their queue when full that have since had a block freed by another thread (pushed by
   // that thread; taken in bulk by the owner's slow path).
   alignas(64) std::atomic<SmallSpan*> notify{nullptr};
@@ -414,6 +424,8 @@ LLAMALLOC_FAST void ThreadHeapOps::free_block(PageHeap& page_heap, ThreadHeap* h
       // sweeper thread, the slow path is where the page passes run (a single-threaded server's memory falls
       // after a peak while it serves a few requests): one such free in kEmptyFreesPerSlowPath still takes it.
       if (s->queued && heap->spans[s->lifetime_class][s->size_class] == s &&
+          (heap->fast_class != kMaxClasses ||
+           ++heap->head_empties[s->lifetime_class][s->size_class] < kHeadEmptiesToBorrow) &&
           (hooks.sweeper_running.load(std::memory_order_relaxed) ||
            (++heap->empty_frees & (kEmptyFreesPerSlowPath - 1)) != 0))
         return owner_exit(heap);

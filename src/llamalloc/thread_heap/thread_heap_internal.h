@@ -24,7 +24,8 @@ inline void batch_append(ThreadHeap& heap, SmallSpan* s, void* p) {
 inline void enqueue_front(ThreadHeap& heap, SmallSpan* s) {
   SmallSpan*& head = heap.spans[s->lifetime_class][s->size_class];
   s->prev = nullptr;
-  s->next = head == &g_empty_span ? nullptr : head;
+  // (An empty queue's head is the static empty span or a borrowed one: ThreadHeap::spans.)
+  s->next = heap.tails[s->lifetime_class][s->size_class] == nullptr ? nullptr : head;
   if (s->next != nullptr) s->next->prev = s;
   else heap.tails[s->lifetime_class][s->size_class] = s;
   head = s;
@@ -43,6 +44,10 @@ inline void enqueue_back(ThreadHeap& heap, SmallSpan* s) {
 }
 
 inline void unlink(ThreadHeap& heap, SmallSpan* s) {
+  // Shorter classes that borrow s stop (ThreadHeap::spans): it is full, emptied or moving, and may go back to the
+  // page heap.
+  for (unsigned c = 0; c < s->lifetime_class; ++c)
+    if (heap.spans[c][s->size_class] == s) heap.spans[c][s->size_class] = &g_empty_span;
   SmallSpan*& head = heap.spans[s->lifetime_class][s->size_class];
   if (s->prev != nullptr) s->prev->next = s->next;
   else head = s->next != nullptr ? s->next : &g_empty_span;
