@@ -681,6 +681,26 @@ TEST_F(ThreadHeapTest, AClassWhoseSpanKeepsEmptyingBorrowsTheLongerClassesSpanUn
   page_heap->check_invariants();
 }
 
+// The count of a span's empties starts again at the mark whether or not the class borrows (here it may not):
+// a malloc/free pair keeps taking the slow path only as often as a process without a sweeper makes it.
+TEST(SpanRecycling, OffAPairThatKeepsEmptyingItsSpanStaysOnTheFastPath) {
+  LinuxPlatform platform;
+  FakeClock clock;
+  HeapConfig config{8, 2};
+  config.span_recycling = false;
+  PageHeap page_heap(platform, clock, config);
+  ThreadHeap heap;
+  void* survivor = ThreadHeapOps::allocate(page_heap, heap, 7, 100, 16);  // a longer class's span of the size
+  ThreadHeapOps::deallocate(page_heap, &heap, ThreadHeapOps::allocate(page_heap, heap, 1, 100, 16));
+  uint32_t before = heap.slow_ops.load();
+  constexpr unsigned kPairs = 1024;
+  for (unsigned i = 0; i < kPairs; ++i)
+    ThreadHeapOps::deallocate(page_heap, &heap, ThreadHeapOps::allocate(page_heap, heap, 1, 100, 16));
+  EXPECT_LE(heap.slow_ops.load() - before, kPairs / kEmptyFreesPerSlowPath + kPairs / kHeadEmptiesToBorrow + 2);
+  ThreadHeapOps::deallocate(page_heap, &heap, survivor);
+  ThreadHeapOps::release_all(page_heap, heap);
+}
+
 TEST(SpanRecycling, OffAShorterClassTakesNewMemoryBesideALongerClassesHoles) {
   LinuxPlatform platform;
   FakeClock clock;
