@@ -681,15 +681,23 @@ TEST_F(ThreadHeapTest, AClassWhoseSpanKeepsEmptyingBorrowsTheLongerClassesSpanUn
   page_heap->check_invariants();
 }
 
-// The count of a span's empties starts again at the mark whether or not the class borrows (here it may not):
-// a malloc/free pair keeps taking the slow path only as often as a process without a sweeper makes it.
-TEST(SpanRecycling, OffAPairThatKeepsEmptyingItsSpanStaysOnTheFastPath) {
+// A page heap with span recycling off (LLAMALLOC_SPAN_RECYCLING=0) and a thread heap on it.
+class SpanRecyclingOff : public ::testing::Test {
+ protected:
+  static HeapConfig off() {
+    HeapConfig config{8, 2};
+    config.span_recycling = false;
+    return config;
+  }
   LinuxPlatform platform;
   FakeClock clock;
-  HeapConfig config{8, 2};
-  config.span_recycling = false;
-  PageHeap page_heap(platform, clock, config);
+  PageHeap page_heap{platform, clock, off()};
   ThreadHeap heap;
+};
+
+// The count of a span's empties starts again at the mark whether or not the class borrows (here it may not):
+// a malloc/free pair keeps taking the slow path only as often as a process without a sweeper makes it.
+TEST_F(SpanRecyclingOff, APairThatKeepsEmptyingItsSpanStaysOnTheFastPath) {
   void* survivor = ThreadHeapOps::allocate(page_heap, heap, 7, 100, 16);  // a longer class's span of the size
   ThreadHeapOps::deallocate(page_heap, &heap, ThreadHeapOps::allocate(page_heap, heap, 1, 100, 16));
   uint32_t before = heap.slow_ops.load();
@@ -701,13 +709,7 @@ TEST(SpanRecycling, OffAPairThatKeepsEmptyingItsSpanStaysOnTheFastPath) {
   ThreadHeapOps::release_all(page_heap, heap);
 }
 
-TEST(SpanRecycling, OffAShorterClassTakesNewMemoryBesideALongerClassesHoles) {
-  LinuxPlatform platform;
-  FakeClock clock;
-  HeapConfig config{8, 2};
-  config.span_recycling = false;
-  PageHeap page_heap(platform, clock, config);
-  ThreadHeap heap;
+TEST_F(SpanRecyclingOff, AShorterClassTakesNewMemoryBesideALongerClassesHoles) {
   std::vector<void*> longlived;
   for (int i = 0; i < 17; ++i) longlived.push_back(ThreadHeapOps::allocate(page_heap, heap, 7, 4096, 16));
   SmallSpan* a = ThreadHeapOps::span_of(page_heap, longlived[0]);
