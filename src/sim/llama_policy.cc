@@ -264,7 +264,7 @@ void LlamaPolicy::set_thread_ends(const std::vector<std::pair<uint32_t, uint64_t
 bool LlamaPolicy::sweep_due(ThreadHeap& heap, uint32_t& seen_ops, uint32_t& idle_ticks) {
   uint32_t ops = heap.slow_ops.load(std::memory_order_relaxed);
   bool changed = ops != seen_ops;
-  pass_slow_paths_ += uint32_t(ops - seen_ops);
+  pass_slow_paths_ += ThreadHeapOps::program_slow_paths(heap, ops, seen_ops, &pass_retaken_blocks_);
   seen_ops = ops;
   idle_ticks = changed ? 0 : idle_ticks + 1;
   bool due = idle_ticks % 8 == 0 || (idle_ticks & (idle_ticks - 1)) == 0;  // collect.cc, sweep_due
@@ -289,6 +289,7 @@ void LlamaPolicy::sweeper_pass() {
   // source's on_sweep.)
   std::vector<uint32_t> due;
   pass_slow_paths_ = 0;
+  pass_retaken_blocks_ = 0;
   for (uint32_t i = 0; i < threads_.size(); ++i)
     if (threads_[i].heap != nullptr && sweep_due(*threads_[i].heap, threads_[i].seen_ops, threads_[i].idle_ticks))
       due.push_back(i);
@@ -301,7 +302,8 @@ void LlamaPolicy::sweeper_pass() {
   // thread that has not come are purged.
   ThreadHeapOps::purge_pooled(*page_heap_, *pool_, false);
   page_heap_->release_empty_open_pages(false);
-  page_heap_->subrelease_free_blocks(false, PageHeap::kDemandPasses, pass_slow_paths_ <= Subrelease::kQuietSlowPaths);
+  page_heap_->subrelease_free_blocks(false, PageHeap::kDemandPasses, pass_slow_paths_ <= Subrelease::kQuietSlowPaths,
+                                     pass_retaken_blocks_);
   demand_dropped_ = page_heap_->demand_dropped();
 }
 

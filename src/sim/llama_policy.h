@@ -161,6 +161,7 @@ class LlamaPolicy final : public Policy {
   bool shared_holds_spans_ = false;
   uint32_t shared_seen_ops_ = 0, shared_idle_ticks_ = 0;
   uint64_t pass_slow_paths_ = 0;  // slow paths the heaps ran since the last pass (sweeper_pass: a quiet pass)
+  uint64_t pass_retaken_blocks_ = 0;  // blocks they took again for spans the sweep before took (the same)
   // Whether the sweeper thread runs: from the trace's second thread, or once the heap's peak footprint reaches
   // SWEEPER_FROM_MIB (sweeper.cc, start_sweeper); until then the passes come with slow paths (after_event).
   bool sweeper_running_ = false;

@@ -211,6 +211,29 @@ TEST_F(SubreleaseTest, AnIdlePageKeepsTheBlocksTakenInThePeriodAndABusyOneKeepsA
   EXPECT_EQ(pass(), kBlocksPerHugePage - 1) << "idle in the next period";
 }
 
+TEST_F(SubreleaseTest, ABusyPageOnSmallPagesGivesBackTheFreeBlocksNotTakenInThePeriod) {
+  // Pages start on 4 KiB pages (LLAMALLOC_HUGE_PAGES=2): one that is neither advised huge nor collapsed has no huge
+  // page to keep whole, so blocks taken from it do not keep its other free blocks resident.
+  subrelease.configure(50, 0, true);
+  HugePageMeta* small = page();
+  HugePageMeta* huge = page();
+  huge->huge_backed = 1;
+  HugePageMeta* advised = page();
+  advised->huge_advised = 1;
+  for (HugePageMeta* p : {small, huge, advised}) {
+    take(p, 0, 40);
+    p->taken = Bitmap256{};
+    take(p, 40, Subrelease::kIdleTakenBlocks + 1);  // busy: a span taken per request
+    free(p, 40, Subrelease::kIdleTakenBlocks + 1);
+  }
+  EXPECT_EQ(pass(), kBlocksPerHugePage - 40 - (Subrelease::kIdleTakenBlocks + 1));
+  EXPECT_EQ(small->released.count(), kBlocksPerHugePage - 40 - (Subrelease::kIdleTakenBlocks + 1));
+  EXPECT_FALSE(small->released.any_in_range(40, Subrelease::kIdleTakenBlocks + 1)) << "taken in the period";
+  EXPECT_TRUE(huge->released.none()) << "a collapsed page being used keeps its huge page whole";
+  EXPECT_TRUE(advised->released.none()) << "so does an advised one";
+  expect_no_live_block_given_back(small);
+}
+
 TEST_F(SubreleaseTest, TheSparsestPagesGoFirstWhenDemandLeavesRoomForLess) {
   HugePageMeta* dense = page();
   HugePageMeta* sparse = page();

@@ -246,6 +246,32 @@ TEST(SpanGrowth, AThreadsFirstSpansOfAClassAreSmallerThenFullSize) {
   page_heap.check_invariants();
 }
 
+// A sweep that empties a queue costs its owner one slow path, and the span's blocks, when it next allocates
+// there: those are not the program's activity, so that a thread that works a little on every pass (an idle
+// server's monitoring requests) can look quiet. Each sweep's count is forgiven once.
+TEST(SweptQueues, TheSlowPathsThatTakeASweptSpanAgainAreNotCountedAsActivity) {
+  LinuxPlatform platform;
+  FakeClock clock;
+  PageHeap page_heap{platform, clock, HeapConfig{8, 2}};
+  ThreadHeap heap;
+  void* kept = ThreadHeapOps::allocate(page_heap, heap, 1, 2000, 16);  // its queue keeps a span
+  for (size_t size : {16, 100, 1000}) ThreadHeapOps::deallocate(page_heap, &heap, ThreadHeapOps::allocate(page_heap, heap, 1, size, 16));
+  ThreadHeapOps::release_all(page_heap, heap);
+  EXPECT_EQ(heap.swept_queues, 3u);
+  EXPECT_EQ(heap.swept_blocks, 3u * (16 * 1024 / kBlockBytes)) << "three 16 KiB spans";
+  uint64_t retaken = 0;
+  EXPECT_EQ(ThreadHeapOps::program_slow_paths(heap, 110, 100, &retaken), 7u) << "10 slow paths, 3 of them re-takes";
+  EXPECT_EQ(retaken, 6u);
+  EXPECT_EQ(ThreadHeapOps::program_slow_paths(heap, 120, 110, &retaken), 10u) << "forgiven once";
+  EXPECT_EQ(retaken, 6u);
+  for (size_t size : {16, 100, 1000}) ThreadHeapOps::deallocate(page_heap, &heap, ThreadHeapOps::allocate(page_heap, heap, 1, size, 16));
+  ThreadHeapOps::release_all(page_heap, heap);  // the next tick, and the next sweep
+  EXPECT_EQ(ThreadHeapOps::program_slow_paths(heap, 122, 120, nullptr), 0u) << "fewer than the re-takes: none";
+  ThreadHeapOps::deallocate(page_heap, &heap, kept);
+  ThreadHeapOps::release_all(page_heap, heap);
+  page_heap.check_invariants();
+}
+
 // Growth follows the spans a thread holds: a size class whose spans all go back to the page heap (a request's
 // temporaries between requests, given back by the sweeper) starts again from its smallest span. Counted as ever
 // taken, each size class a thread used grew to a full span for good, and a worker kept one such span nearly

@@ -41,7 +41,7 @@ uint32_t prediction_cache_idle_passes() {
   return uint32_t(1 + (kCacheIdleMs - 1) / period_ms);
 }
 
-unsigned sweep_idle_heaps(bool every_heap, uint64_t* slow_paths) {
+unsigned sweep_idle_heaps(bool every_heap, uint64_t* slow_paths, uint64_t* retaken_blocks) {
   ThreadHeap* self = tl_heap;
   // The caller's own remote-free batch (the sweeper thread frees too), which no sweep of it pushes.
   if (self != &g_empty_heap && self->batch_span.load(std::memory_order_relaxed) != nullptr) {
@@ -57,7 +57,8 @@ unsigned sweep_idle_heaps(bool every_heap, uint64_t* slow_paths) {
     if (h == self) continue;  // (the caller's own: llamalloc_collect takes it as its owner)
     uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
     bool changed = ops != h->seen_ops;
-    if (slow_paths != nullptr) *slow_paths += uint32_t(ops - h->seen_ops);
+    uint32_t ran = ThreadHeapOps::program_slow_paths(*h, ops, h->seen_ops, retaken_blocks);
+    if (slow_paths != nullptr) *slow_paths += ran;
     h->seen_ops = ops;
     h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
     bool drop_cache = false;
@@ -113,12 +114,13 @@ unsigned sweep_idle_heaps(bool every_heap, uint64_t* slow_paths) {
 }
 
 namespace {
-void sweep_locked_heap(ThreadHeap* h, bool always, uint64_t* slow_paths) {
+void sweep_locked_heap(ThreadHeap* h, bool always, uint64_t* slow_paths, uint64_t* retaken_blocks) {
   if (h == nullptr) return;
   LockGuard g(g_page_heap.shared_lock());
   uint32_t ops = h->slow_ops.load(std::memory_order_relaxed);
   bool changed = ops != h->seen_ops;
-  if (slow_paths != nullptr) *slow_paths += uint32_t(ops - h->seen_ops);
+  uint32_t ran = ThreadHeapOps::program_slow_paths(*h, ops, h->seen_ops, retaken_blocks);
+  if (slow_paths != nullptr) *slow_paths += ran;
   h->seen_ops = ops;
   h->idle_ticks = changed ? 0 : h->idle_ticks + 1;
   if (!always && !changed && !sweep_due(h->idle_ticks) && h->notify.load(std::memory_order_relaxed) == nullptr)
@@ -130,9 +132,9 @@ void sweep_locked_heap(ThreadHeap* h, bool always, uint64_t* slow_paths) {
 }
 }  // namespace
 
-void sweep_shared_heap(bool always, uint64_t* slow_paths) {
-  sweep_locked_heap(g_page_heap.shared_heap(), always, slow_paths);
-  sweep_locked_heap(g_page_heap.sampled_heap(), always, slow_paths);
+void sweep_shared_heap(bool always, uint64_t* slow_paths, uint64_t* retaken_blocks) {
+  sweep_locked_heap(g_page_heap.shared_heap(), always, slow_paths, retaken_blocks);
+  sweep_locked_heap(g_page_heap.sampled_heap(), always, slow_paths, retaken_blocks);
 }
 
 void heap_collect() {

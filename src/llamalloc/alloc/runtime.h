@@ -45,9 +45,10 @@ bool heap_trim();
 // passes), and not inside the allocator now, give back their empty spans and take in the frees other threads
 // made into them (docs/heap.md, "Idle threads"). One pass; the sweeper thread runs it every LLAMALLOC_SWEEP_MS.
 // every_heap: every other thread's heap not inside the allocator now (llamalloc_collect, tests). Returns the
-// number of heaps swept; adds to *slow_paths the slow paths their owners ran since the last pass (a heap inside
-// the allocator now counts as busy: more than Subrelease::kQuietSlowPaths).
-unsigned sweep_idle_heaps(bool every_heap = false, uint64_t* slow_paths = nullptr);
+// number of heaps swept; adds to *slow_paths the slow paths their owners ran since the last pass, less those that
+// took again a span the previous sweep took (a heap inside the allocator now counts as busy: more than
+// Subrelease::kQuietSlowPaths), and to *retaken_blocks those spans' blocks (ThreadHeapOps::program_slow_paths).
+unsigned sweep_idle_heaps(bool every_heap = false, uint64_t* slow_paths = nullptr, uint64_t* retaken_blocks = nullptr);
 // The passes in a row without a hit or a slow path after which a thread's prediction cache is dropped (about a
 // second of LLAMALLOC_SWEEP_MS periods).
 uint32_t prediction_cache_idle_passes();

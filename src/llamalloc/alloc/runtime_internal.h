@@ -76,7 +76,7 @@ void install_thread_exit_hook();
 
 // The shared heap of long-lived classes and the sampled heap, swept as a thread heap is (`always`: now, whether
 // used or not).
-void sweep_shared_heap(bool always, uint64_t* slow_paths = nullptr);
+void sweep_shared_heap(bool always, uint64_t* slow_paths = nullptr, uint64_t* retaken_blocks = nullptr);
 
 // ---- The sweeper (alloc/sweeper.cc) ----
 

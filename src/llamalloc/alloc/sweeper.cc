@@ -71,16 +71,17 @@ void* sweeper_main(void*) {
     if (last_thread_running()) return nullptr;
     // The slow paths the thread heaps ran since the last pass: few, with few blocks taken from the page heap, is
     // a quiet process, whose subrelease and span purge reach denser pages (Subrelease, "quiet").
-    uint64_t slow_paths = 0;
-    sweep_idle_heaps(false, &slow_paths);
-    sweep_shared_heap(false, &slow_paths);
+    uint64_t slow_paths = 0, retaken_blocks = 0;
+    sweep_idle_heaps(false, &slow_paths, &retaken_blocks);
+    sweep_shared_heap(false, &slow_paths, &retaken_blocks);
     // And what other threads' frees have emptied in the heaps of exited threads, and the free pages of the spans
     // they keep parked for a thread that has not come.
     ThreadHeapOps::purge_pooled(g_page_heap, g_heap_pool, false);
     // Open huge pages that have stayed empty since the last pass (the sweep above often empties them), then the
     // free blocks of sparse pages that have had no block taken since (subrelease).
     g_page_heap.release_empty_open_pages(false);
-    g_page_heap.subrelease_free_blocks(false, PageHeap::kDemandPasses, slow_paths <= Subrelease::kQuietSlowPaths);
+    g_page_heap.subrelease_free_blocks(false, PageHeap::kDemandPasses, slow_paths <= Subrelease::kQuietSlowPaths,
+                                       retaken_blocks);
     dropped = g_page_heap.demand_dropped();
     g_page_heap.collapse_dense_pages(PageHeap::kCollapsePerPass);
     current_predictor()->trim();

@@ -121,7 +121,7 @@ class PageHeap {
                                 : lc < config.num_classes ? lc : config.num_classes - 1);
     deadlines_.configure(config.num_classes, config.deadline_k);
     page_cache_.configure(config.page_cache_pages, config.page_cache_bounded_by_use);
-    subrelease_.configure(config.subrelease_percent, config.subrelease_quiet_percent);
+    subrelease_.configure(config.subrelease_percent, config.subrelease_quiet_percent, config.collapse_dense);
   }
   PageHeap(const PageHeap&) = delete;
   PageHeap& operator=(const PageHeap&) = delete;
@@ -203,8 +203,11 @@ class PageHeap {
   // (llamalloc_collect): every sparse page at once, regardless of idleness and demand. Returns the blocks given
   // back.
   // threads_quiet: the thread heaps ran at most Subrelease::kQuietSlowPaths slow paths since the last pass (the
-  // sweeper's passes; false for the slow paths' own passes, which come with activity).
-  size_t subrelease_free_blocks(bool now, unsigned demand_passes = kDemandPasses, bool threads_quiet = false);
+  // sweeper's passes; false for the slow paths' own passes, which come with activity). retaken_blocks: blocks the
+  // thread heaps took again since the last pass for spans that the sweep before it took from them (not the
+  // program's activity; Subrelease::pass).
+  size_t subrelease_free_blocks(bool now, unsigned demand_passes = kDemandPasses, bool threads_quiet = false,
+                                uint64_t retaken_blocks = 0);
   static constexpr unsigned kDemandPasses = Subrelease::kDemandPasses;
   // Whether the last subrelease pass saw the blocks in use drop (Subrelease::kDropBlocks); read by the sweeper
   // after its pass.

@@ -103,7 +103,7 @@ void PageHeap::span_purge_forgotten(uintptr_t start, size_t pages) {
   subrelease_.span_purge_forgotten(p, pages);
 }
 
-size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes, bool threads_quiet) {
+size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes, bool threads_quiet, uint64_t retaken_blocks) {
   // The parked huge object first, unless a huge allocation reused it since the last pass: its pages then count
   // in this pass's page cache trim.
   flush_parked_huge(now);
@@ -124,7 +124,7 @@ size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes, bool t
     ++pages_by_class[p->lifetime_class];
   });
   review_model_classes(live_by_class, pages_by_class);
-  size_t done = subrelease_.pass(each_page, demand, now, demand_passes, threads_quiet);
+  size_t done = subrelease_.pass(each_page, demand, now, demand_passes, threads_quiet, retaken_blocks);
   page_cache_.trim(huge_pages_in_use(), now);
   debug_check();
   return done;

@@ -67,9 +67,11 @@ class Subrelease {
 
   // The largest share of a page's blocks in use, in percent, at which its free blocks may go back; 0: never.
   // quiet_percent: the same on a quiet pass (at least `percent`; 0 or below `percent`: `percent`).
-  constexpr void configure(unsigned percent, unsigned quiet_percent = 0) {
+  // small_pages_first: pages are backed by 4 KiB pages until collapsed or advised huge (HeapConfig::collapse_dense).
+  constexpr void configure(unsigned percent, unsigned quiet_percent = 0, bool small_pages_first = false) {
     percent_ = percent;
     quiet_percent_ = quiet_percent > percent ? quiet_percent : percent;
+    small_pages_first_ = small_pages_first;
   }
   // Whether the last pass was quiet, and the share of a span's blocks in use up to which span purge may give its
   // free pages back until the next pass (0: never). Read by thread heaps without the page heap's lock.
@@ -97,9 +99,13 @@ class Subrelease {
   // passes of a process without a sweeper thread use 1: no pass may follow the last one before a quiet phase).
   // Returns the blocks given back.
   // threads_quiet: the thread heaps ran at most kQuietSlowPaths slow paths since the last pass (the caller counts
-  // them; false where it cannot tell). A pass is quiet only then.
+  // them; false where it cannot tell). A pass is quiet only then. retaken_blocks: of the blocks taken since the
+  // last pass, at most this many took again spans the sweep took from working threads (their empty spans, which
+  // the next request takes again): the sweep's cost, not the program's, so they count against kQuietTakenBlocks
+  // no more than their slow paths count against kQuietSlowPaths.
   template <typename EachPage>
-  size_t pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes, bool threads_quiet = false);
+  size_t pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes, bool threads_quiet = false,
+              uint64_t retaken_blocks = 0);
 
   // Gives back the free blocks of p not given back yet, at most `budget`, and not those taken since the last pass
   // (unless `now`); returns how many.
@@ -125,6 +131,9 @@ class Subrelease {
   void keep_from_khugepaged(HugePageMeta* p);
   void allow_huge_page_again(HugePageMeta* p);
   static uintptr_t address_of(const HugePageMeta* p) { return p->region->page_address(p->index); }
+  // A page on 4 KiB pages (pages start so, and this one was neither advised huge nor collapsed): it has no huge
+  // page to keep whole, so the blocks taken from it since the last pass do not keep its other free blocks resident.
+  bool on_small_pages(const HugePageMeta* p) const { return small_pages_first_ && !p->huge_backed && !p->huge_advised; }
 
   Platform& platform_;
   Gauges& gauges_;
@@ -133,6 +142,7 @@ class Subrelease {
   unsigned quiet_percent_ = 50;
   std::atomic<bool> quiet_{false};
   bool dropped_ = false;
+  bool small_pages_first_ = false;
   // Blocks in use at each of the last kDemandPasses passes (a ring), and the pass count.
   uint32_t demand_[kDemandPasses] = {};
   uint32_t passes_ = 0;
@@ -141,8 +151,8 @@ class Subrelease {
 
 template <typename EachPage>
 size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes,
-                        bool threads_quiet) {
-  bool quiet = threads_quiet && passes_ != 0 && demand.taken <= kQuietTakenBlocks &&
+                        bool threads_quiet, uint64_t retaken_blocks) {
+  bool quiet = threads_quiet && passes_ != 0 && demand.taken <= kQuietTakenBlocks + retaken_blocks &&
                demand.in_use <= demand_[(passes_ - 1) % kDemandPasses];
   quiet_.store(quiet, std::memory_order_relaxed);
   size_t before = passes_ != 0 ? demand_[(passes_ - 1) % kDemandPasses] : 0;
@@ -161,7 +171,7 @@ size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, un
     for (size_t bound = kBlocksPerHugePage / 16;; bound *= 2) {
       size_t b = bound < limit ? bound : limit;
       each_page([&](HugePageMeta* p) {
-        if (done < budget && (now || p->taken.count() <= kIdleTakenBlocks) && p->live.count() <= b)
+        if (done < budget && (now || p->taken.count() <= kIdleTakenBlocks || on_small_pages(p)) && p->live.count() <= b)
           done += release_free_blocks(p, budget - done, now);
       });
       if (b == limit) break;

@@ -247,19 +247,29 @@ void ThreadHeapOps::release_span(PageHeap& page_heap, ThreadHeap& heap, SmallSpa
 void ThreadHeapOps::release_all(PageHeap& page_heap, ThreadHeap& heap) {
   flush_remote_batch(heap);
   drain_notify(page_heap, heap);
+  uint32_t emptied = 0, emptied_blocks = 0;
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc) {
-      SmallSpan* s = heap.tails[lc][sc] != nullptr ? heap.spans[lc][sc] : nullptr;
+      bool queued = heap.tails[lc][sc] != nullptr;
+      SmallSpan* s = queued ? heap.spans[lc][sc] : nullptr;
+      uint32_t last_bytes = 0;
       while (s != &g_empty_span && s != nullptr) {
         SmallSpan* next = s->next;
         collect_remote(s);
         if (span_empty(s) && !(s->xfree.load(std::memory_order_acquire) & kXfreeNotified)) {
+          last_bytes = s->span_bytes;
           unlink(heap, s);
           give_back(page_heap, s);
         }
         s = next;
       }
+      if (queued && heap.tails[lc][sc] == nullptr) {
+        ++emptied;
+        emptied_blocks += uint32_t((last_bytes + kBlockBytes - 1) / kBlockBytes);
+      }
     }
+  heap.swept_queues = emptied;
+  heap.swept_blocks = emptied_blocks;
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned k = 0; k < kSpanKinds; ++k) {
       while (heap.cache_count[lc][k] > 0) {
@@ -268,6 +278,13 @@ void ThreadHeapOps::release_all(PageHeap& page_heap, ThreadHeap& heap) {
         heap.cache[lc][k][n] = nullptr;
       }
     }
+}
+
+uint32_t ThreadHeapOps::program_slow_paths(ThreadHeap& heap, uint32_t ops, uint32_t seen, uint64_t* retaken_blocks) {
+  uint32_t ran = ops - seen, retaken = heap.swept_queues;
+  if (retaken_blocks != nullptr) *retaken_blocks += heap.swept_blocks;
+  heap.swept_queues = heap.swept_blocks = 0;
+  return ran > retaken ? ran - retaken : 0;
 }
 
 }  // namespace llamalloc

@@ -116,6 +116,11 @@ struct alignas(64) ThreadHeap {
   ThreadHeap* live_prev = nullptr;
   uint32_t seen_ops = 0;
   uint32_t idle_ticks = 0;
+  // Queues (lifetime class, size class) whose spans the last release_all emptied, and those spans' blocks of the
+  // page heap: the owner's next allocation of each takes the slow path to take a span again, and its blocks.
+  // Those slow paths and blocks are the sweep's cost, not the program's activity (program_slow_paths).
+  uint32_t swept_queues = 0;
+  uint32_t swept_blocks = 0;
   // The same for the prediction cache: its hit count at the last pass, and passes in a row with neither a hit
   // nor a slow path (at prediction_cache_idle_passes() the sweeper drops the cache's pages).
   uint64_t seen_cache_hits = 0;
@@ -290,6 +295,13 @@ size_t deallocate(PageHeap& page_heap, ThreadHeap* heap, void* p);
 // Takes in every remote free, gives every empty span back and drops the cache (the end of a simulated thread,
 // the main thread at process exit). Spans that still hold objects stay queued in the heap.
 void release_all(PageHeap& page_heap, ThreadHeap& heap);
+// The slow paths the owner ran from `seen` to `ops` (its slow_ops at two passes) less those that only took again a
+// span the last release_all took from it (ThreadHeap::swept_queues, which this consumes): a program that
+// allocates a little on every pass (an idle server's monitoring requests) re-takes, after each sweep, one span per
+// queue its requests use, and counted as activity those kept it from ever looking quiet (Subrelease, "quiet").
+// retaken_blocks: adds the page heap blocks of those spans (ThreadHeap::swept_blocks, consumed too), which the
+// page heap's count of blocks taken since its last pass may forgive (Subrelease::pass, retaken_blocks).
+uint32_t program_slow_paths(ThreadHeap& heap, uint32_t ops, uint32_t seen, uint64_t* retaken_blocks);
 // Thread exit: as release_all, and the spans that still hold objects leave the queues marked full, so that
 // the frees other threads make into them later reach the heap's notify list, which reclaim_abandoned()
 // drains while the heap waits in the pool (their memory goes back as soon as they empty, adopted or not).
