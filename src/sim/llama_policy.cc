@@ -240,10 +240,11 @@ void LlamaPolicy::exit_finished_threads() {
   // message-broker's publishers kept 32 MiB of footprint after the peak in the runs, 20 in the replay without it).
   if (options_.thread_idle_ns == 0) return;
   for (uint32_t i = 0; i < threads_.size(); ++i)
-    if (threads_[i].heap != nullptr && threads_[i].last_event_ns >= threads_[i].end_ns && i != last_thread_) exit_thread(i);
+    if (threads_[i].heap != nullptr && threads_[i].last_event_ns >= threads_[i].end_ns && i != last_thread_)
+      exit_thread(i, true);
 }
 
-void LlamaPolicy::exit_thread(uint32_t index) {
+void LlamaPolicy::exit_thread(uint32_t index, bool ended) {
   ThreadState& t = threads_[index];
   // Its exit (thread_exit): the heap's empty spans back, the others parked in it, and the heap into the pool,
   // where the sweeper purges its parked spans (purge_pooled) until a new thread adopts it (heap_for).
@@ -255,6 +256,9 @@ void LlamaPolicy::exit_thread(uint32_t index) {
   pool_->head = t.heap;
   t.heap = nullptr;
   ++idle_threads_released_;
+  // A thread that ended after the blocks in use fell gives back the pages' free blocks beyond them (thread_exit);
+  // one only taken as exited for its idleness is still there in the process, and does not.
+  if (ended) page_heap_->subrelease_after_fall();
 }
 
 void LlamaPolicy::set_thread_ends(const std::vector<std::pair<uint32_t, uint64_t>>& ends) {

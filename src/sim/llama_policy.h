@@ -120,7 +120,7 @@ class LlamaPolicy final : public Policy {
   void release_idle_threads();
   // The threads whose last event of the trace has passed leave their heaps to the pool, as at thread exit.
   void exit_finished_threads();
-  void exit_thread(uint32_t index);
+  void exit_thread(uint32_t index, bool ended = false);
   // The sweeper thread's pass (alloc/sweeper.cc, sweeper_main), every SWEEP_MS of trace time once it runs.
   void sweeper_pass();
   // After an event of `t`'s thread, a slow path if it changed the heap's slow_ops or `slow` says so: the slow

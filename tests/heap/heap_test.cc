@@ -484,6 +484,52 @@ TEST(HeapTest, SpansOfAnExitedThreadGoBackOnceOtherThreadsFreeTheirObjects) {
   check_heap();
 }
 
+// A thread that ends after the blocks in use fell (a batch whose temporaries were freed): the free blocks of the
+// pages they left sparse go back on the exiting thread, before its join returns, with no sweeper pass (none runs
+// here, LLAMALLOC_SWEEP_MS=0); no survivor's block with them. A thread that ends while the load holds gives
+// nothing back.
+TEST(HeapTest, AThreadThatEndsAfterItsBatchFellGivesBackTheSparsePagesBeforeItsJoinReturns) {
+  void* mine = heap_malloc(16);  // (a heap of its own: else this thread would adopt the exited one's)
+  constexpr int kRounds = 8000;
+  std::vector<unsigned char*> survivors;
+  uint64_t before = g_page_heap.gauges().subreleased_bytes;
+  std::thread batch([&] {
+    // Survivors (1,000 B) and temporaries (2,000 B) from spans of their own, interleaved on the same pages.
+    std::vector<void*> temporaries;
+    for (int i = 0; i < kRounds; ++i) {
+      if (i % 8 == 0) {
+        auto* p = static_cast<unsigned char*>(heap_malloc(1000));
+        std::memset(p, 0x5a, 1000);
+        survivors.push_back(p);
+      }
+      void* t = heap_malloc(2000);
+      std::memset(t, 1, 2000);
+      temporaries.push_back(t);
+    }
+    for (void* t : temporaries) heap_free(t);
+  });
+  batch.join();
+  uint64_t given = g_page_heap.gauges().subreleased_bytes - before;
+  EXPECT_GE(given, uint64_t(kRounds) * 2000 / 2) << "most of the temporaries' 16 MB, at the exit";
+  for (unsigned char* p : survivors)
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(p[i], 0x5a) << "a survivor's byte given back";
+  check_heap();
+
+  // The load holds: everything the thread allocated stays live.
+  std::vector<void*> held;
+  uint64_t blocks_before = g_page_heap.counters().blocks_subreleased.load();
+  std::thread holder([&] {
+    for (int i = 0; i < kRounds; ++i) held.push_back(heap_malloc(2000));
+  });
+  holder.join();
+  EXPECT_EQ(g_page_heap.counters().blocks_subreleased.load(), blocks_before) << "no fall: nothing given back at the exit";
+  for (void* p : held) heap_free(p);
+  for (unsigned char* p : survivors) heap_free(p);
+  push_remote_batch();
+  heap_free(mine);
+  check_heap();
+}
+
 // A thread heap adopted from the pool: its exited thread's partially free spans go back onto the new thread's
 // queues, which fills their holes before it takes new spans (a program that starts a thread per task would
 // otherwise take fresh spans for every thread while the last one's sit parked with their holes).

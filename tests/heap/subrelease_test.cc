@@ -234,6 +234,40 @@ TEST_F(SubreleaseTest, ABusyPageOnSmallPagesGivesBackTheFreeBlocksNotTakenInTheP
   expect_no_live_block_given_back(small);
 }
 
+TEST_F(SubreleaseTest, AfterAFallFromTheMostInUseTheFreeBlocksGoBackTakenInThePeriodOrNot) {
+  auto each_page = [&](auto&& f) {
+    for (auto& p : pages) f(p.get());
+  };
+  auto demand = [&](size_t high) {
+    Subrelease::Demand d;
+    each_page([&](HugePageMeta* p) { d.add(p); });
+    d.high = high;
+    return d;
+  };
+  HugePageMeta* a = page();
+  take(a, 0, 100);
+  // A pass between the load's spikes sees only a valley: 100 in use, but 768 at once in its period.
+  EXPECT_EQ(subrelease.pass(each_page, demand(768), false, Subrelease::kDemandPasses, false), 0u);
+  HugePageMeta* b = page();
+  HugePageMeta* c = page();
+  take(a, 100, 156);
+  take(b, 0, 256);
+  take(c, 0, 256);
+  free(a, 8, 248);
+  free(b, 8, 248);
+  free(c, 8, 248);  // 24 in use, every free block taken in this period, on busy pages
+  EXPECT_FALSE(subrelease.fell_to(24)) << "not a fall from the last pass's own count (100)";
+  ASSERT_TRUE(subrelease.fell_from_high(0, 24)) << "a fall from the most in use at once in the window's periods";
+  EXPECT_EQ(subrelease.after_fall(each_page, demand(0)), 744u);
+  for (HugePageMeta* p : {a, b, c}) expect_no_live_block_given_back(p);
+  EXPECT_FALSE(subrelease.dropped()) << "not a pass: the passes' state stays";
+  // A fall of less than a quarter, or of fewer than kDropBlocks, is none.
+  Subrelease fresh(platform, gauges, counters);
+  EXPECT_FALSE(fresh.fell_from_high(4 * 512, 3 * 512 + 1));
+  EXPECT_FALSE(fresh.fell_from_high(511 + 8, 8));
+  EXPECT_TRUE(fresh.fell_from_high(512 + 8, 8));
+}
+
 TEST_F(SubreleaseTest, TheSparsestPagesGoFirstWhenDemandLeavesRoomForLess) {
   HugePageMeta* dense = page();
   HugePageMeta* sparse = page();

@@ -112,10 +112,17 @@ void thread_exit(void* arg) {
   ThreadHeapOps::abandon(g_page_heap, *h);
   flush_live_bytes();
   if (tl_heap == h) tl_heap = &g_empty_heap;
-  LockGuard g(g_heap_pool.lock);
-  h->pool_passes = 0;
-  h->next_free = g_heap_pool.head;
-  g_heap_pool.head = h;
+  {
+    LockGuard g(g_heap_pool.lock);
+    h->pool_passes = 0;
+    h->next_free = g_heap_pool.head;
+    g_heap_pool.head = h;
+  }
+  // A thread that ends after the program's blocks in use fell (a pool's workers ended after a batch whose
+  // objects other threads freed): what the pages hold beyond the blocks in use now goes back on this thread,
+  // before its join returns, not up to a sweep period later -- as jemalloc purges an arena its last thread left.
+  // A thread that ends while the load holds (a thread per task) finds no fall and costs a walk of the pages.
+  g_page_heap.subrelease_after_fall();
 }
 
 }  // namespace

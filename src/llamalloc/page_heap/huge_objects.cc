@@ -196,6 +196,7 @@ void* PageHeap::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
     p->huge_tail_blocks = uint16_t(tail_blocks);
     account_page(p, 1);
     p->live.set_range(0, tail_blocks);
+    blocks_taken(tail_blocks);
     p->residual.set_range(0, tail_blocks);
     p->taken.set_range(0, tail_blocks);
     counters_.huge_slack_pages.fetch_add(1, std::memory_order_relaxed);
@@ -228,6 +229,7 @@ void PageHeap::free_huge_locked(HugePageMeta* head) {
     HugePageMeta* p = r->page(index + pages);
     p->huge_tail_blocks = 0;
     p->live.clear_range(0, tail_blocks);
+    blocks_freed(tail_blocks);
     p->residual.clear_range(0, tail_blocks);
     after_blocks_freed(p);
   }

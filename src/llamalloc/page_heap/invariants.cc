@@ -45,7 +45,7 @@ void PageHeap::check_invariants() {
 
 void PageHeap::check_invariants_locked() {
   size_t pages_by_class[kMaxClasses] = {};
-  size_t total = 0, released_blocks = 0, all_used_pages = 0, unreserved_used = 0;
+  size_t total = 0, released_blocks = 0, all_used_pages = 0, unreserved_used = 0, live_blocks = 0;
   for (size_t i = 0; i < region_count_; ++i) {
     Region* r = &regions_[i];
     LLAMALLOC_CHECK(region_of(r->base) == r, "invariant: region table does not map a region's base to it");
@@ -77,6 +77,7 @@ void PageHeap::check_invariants_locked() {
       total++;
       released_blocks += p->released.count();
       if (p->kind != PageKind::kBlocks) continue;
+      live_blocks += p->live.count();
       if (p->state == PageState::kOpen) LLAMALLOC_CHECK(open_[p->lifetime_class] == p, "invariant: stray open page");
       if (p->state == PageState::kActive) {
         LLAMALLOC_CHECK(!p->live.none(), "invariant: an active page with no live block was not released");
@@ -97,6 +98,7 @@ void PageHeap::check_invariants_locked() {
                       "invariant: a cached page is not a used page out of use");
   }
   LLAMALLOC_CHECK(cached_pages * kHugePageBytes == gauges_.page_cache_bytes, "invariant: page cache miscounted");
+  LLAMALLOC_CHECK(live_blocks == blocks_in_use_ && blocks_in_use_ <= blocks_high_, "invariant: blocks in use miscounted");
   LLAMALLOC_CHECK(all_used_pages == total + cached_pages + lost_pages_,
                   "invariant: a used page neither in use, nor cached, nor lost");
   LLAMALLOC_CHECK(unreserved_used == lost_pages_, "invariant: lost pages miscounted");

@@ -37,6 +37,7 @@ bool PageHeap::take_blocks(HugePageMeta* p, size_t count, size_t align_blocks, s
 
 void PageHeap::mark_allocated(HugePageMeta* p, size_t first, size_t count, bool residual) {
   p->live.set_range(first, count);
+  blocks_taken(count);
   p->open_idle = 0;
   p->taken.set_range(first, count);
   unrelease(p, first, count);
@@ -163,6 +164,7 @@ size_t PageHeap::free_large(void* ptr) {
     requested = page->large_requested_bytes[block];
     page->large_requested_bytes[block] = 0;
     page->live.clear_range(block, count);
+    blocks_freed(count);
     page->residual.clear_range(block, count);
     after_blocks_freed(page);
   }

@@ -209,6 +209,11 @@ class PageHeap {
   size_t subrelease_free_blocks(bool now, unsigned demand_passes = kDemandPasses, bool threads_quiet = false,
                                 uint64_t retaken_blocks = 0);
   static constexpr unsigned kDemandPasses = Subrelease::kDemandPasses;
+  // A thread's exit (alloc/thread_heap_pool.cc), after its heap gave its spans back: when the blocks in use fell
+  // since the last pass (Subrelease::kDropBlocks: a batch's temporaries freed, its workers ending), a subrelease
+  // pass now, on the exiting thread, with this pass's demand only; otherwise nothing. Returns the blocks given
+  // back.
+  size_t subrelease_after_fall();
   // Whether the last subrelease pass saw the blocks in use drop (Subrelease::kDropBlocks); read by the sweeper
   // after its pass.
   bool demand_dropped() {
@@ -295,6 +300,9 @@ class PageHeap {
   uint64_t now_ns() { return clock_.now_ns(); }
 
  private:
+  // subrelease_free_blocks, or with only_after_fall subrelease_after_fall (subrelease.cc).
+  size_t subrelease_pass(bool now, unsigned demand_passes, bool threads_quiet, uint64_t retaken_blocks,
+                         bool only_after_fall);
   // --- address space (regions.cc) -----------------------------------------------------------------------
   // `pages` contiguous free pages, aligned to align_pages, made usable (backed, their metadata committed): from
   // the regions' free pages, lowest address first, then by growing a region's reservation, then from a new
@@ -437,6 +445,15 @@ class PageHeap {
   PageCache page_cache_{cache_sink_, gauges_, counters_};
   // Subrelease and span purge (subrelease.h).
   Subrelease subrelease_{platform_, gauges_, counters_};
+  // Blocks of pages of blocks in use (spans, large objects, huge objects' tails), and the most at once since the
+  // last subrelease pass (Subrelease::Demand::high): a thread's exit compares them (subrelease_after_fall).
+  size_t blocks_in_use_ = 0;
+  size_t blocks_high_ = 0;
+  void blocks_taken(size_t count) {
+    blocks_in_use_ += count;
+    if (blocks_in_use_ > blocks_high_) blocks_high_ = blocks_in_use_;
+  }
+  void blocks_freed(size_t count) { blocks_in_use_ -= count; }
 };
 
 // The page heap's statistics (page_heap/introspection.cc; stats.h formats them and reads no page heap).

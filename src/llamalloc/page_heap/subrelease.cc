@@ -104,9 +104,23 @@ void PageHeap::span_purge_forgotten(uintptr_t start, size_t pages) {
 }
 
 size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes, bool threads_quiet, uint64_t retaken_blocks) {
+  return subrelease_pass(now, demand_passes, threads_quiet, retaken_blocks, false);
+}
+
+size_t PageHeap::subrelease_after_fall() {
+  {
+    // The counts first: a thread that ends while the load holds (a thread per task) costs no walk of the pages.
+    LockGuard g(lock_);
+    if (!subrelease_.fell_from_high(blocks_high_, blocks_in_use_)) return 0;
+  }
+  return subrelease_pass(false, 1, false, 0, true);
+}
+
+size_t PageHeap::subrelease_pass(bool now, unsigned demand_passes, bool threads_quiet, uint64_t retaken_blocks,
+                                 bool only_after_fall) {
   // The parked huge object first, unless a huge allocation reused it since the last pass: its pages then count
   // in this pass's page cache trim.
-  flush_parked_huge(now);
+  if (!only_after_fall) flush_parked_huge(now);
   LockGuard g(lock_);
   expire_deadlines(clock_.now_ns());
   // The page heap's demand now (blocks in use) and what is still backed, and by class.
@@ -123,8 +137,16 @@ size_t PageHeap::subrelease_free_blocks(bool now, unsigned demand_passes, bool t
     live_by_class[p->lifetime_class] += demand.add(p);
     ++pages_by_class[p->lifetime_class];
   });
+  demand.high = blocks_high_;
+  if (only_after_fall) {
+    // Not a pass of the sweeper's clock for the class review and the page cache, which count those.
+    size_t done = subrelease_.fell_from_high(demand.high, demand.in_use) ? subrelease_.after_fall(each_page, demand) : 0;
+    debug_check();
+    return done;
+  }
   review_model_classes(live_by_class, pages_by_class);
   size_t done = subrelease_.pass(each_page, demand, now, demand_passes, threads_quiet, retaken_blocks);
+  blocks_high_ = blocks_in_use_;  // a new period
   page_cache_.trim(huge_pages_in_use(), now);
   debug_check();
   return done;

@@ -16,6 +16,9 @@
 //   same bound until the next pass that is not quiet: a program that has gone
 //   quiet after a peak keeps its survivors' pages on 4 KiB pages, which cost nothing in TLB reach while nothing
 //   runs, and a load that comes back takes blocks again, ending the quiet.
+// - At a thread's exit after the blocks in use fell (kDropBlocks) from the most in use at once over the demand
+//   window's periods and since (after_fall): the free blocks of sparse pages beyond the blocks in use now, taken
+//   in the period or not -- a batch's end, when what it freed should go back before its threads' joins return.
 // - A page with blocks or span pages given back is kept from being collapsed into a huge page again (at most
 //   kMaxNoHugePages pages, for the kernel's map count) until all of them are backed again.
 // - What goes back is counted: gauges.subreleased_bytes and span_purged_bytes (while given back),
@@ -79,6 +82,10 @@ class Subrelease {
   bool quiet() const { return quiet_.load(std::memory_order_relaxed); }
   // Whether the last pass saw a drop (kDropBlocks).
   bool dropped() const { return dropped_; }
+  // Whether `in_use` blocks in use now would be a drop (kDropBlocks) from the last pass's.
+  bool fell_to(size_t in_use) const {
+    return falls(passes_ != 0 ? demand_[(passes_ - 1) % kDemandPasses] : 0, in_use);
+  }
   unsigned span_purge_percent() const { return percent_ == 0 ? 0 : quiet() ? quiet_percent_ : percent_; }
 
   // A pass's demand, summed over the pages of blocks in use: their blocks in use, and those not given back.
@@ -86,6 +93,7 @@ class Subrelease {
     size_t in_use = 0;
     size_t backed = 0;
     size_t taken = 0;  // blocks taken since the previous pass
+    size_t high = 0;   // the most blocks in use at once since the previous pass (the page heap's count)
     // Adds page p; returns its blocks in use.
     size_t add(const HugePageMeta* p) {
       size_t live = p->live.count();
@@ -107,6 +115,22 @@ class Subrelease {
   template <typename EachPage>
   size_t pass(EachPage&& each_page, const Demand& demand, bool now, unsigned demand_passes, bool threads_quiet = false,
               uint64_t retaken_blocks = 0);
+  // Whether `in_use` blocks in use now fell (kDropBlocks) from the most in use at once over the demand window's
+  // periods and since (`high`, the page heap's count since the last pass): not from the passes' own counts, since
+  // passes that came between a load's spikes saw only its valleys, and one that came between a batch's frees and
+  // its threads' exits saw the fall but gave back little (the window held the peak).
+  bool fell_from_high(size_t high, size_t in_use) const {
+    for (unsigned i = 1; i <= kDemandPasses && i <= passes_; ++i)
+      high = high_[(passes_ - i) % kDemandPasses] > high ? high_[(passes_ - i) % kDemandPasses] : high;
+    return falls(high, in_use);
+  }
+  // After such a fall (PageHeap::subrelease_after_fall, at a thread's exit): the free blocks of sparse pages beyond
+  // the blocks in use now, taken in the period or not, of idle pages or not -- the load that took them is what
+  // fell. Not a pass of the sweeper's clock: the demand window, the quiet state and the blocks taken in the period
+  // stay as the last pass left them, so that the next pass judges the period whole, and each later exit of the
+  // same fall gives back what it freed. Returns the blocks given back.
+  template <typename EachPage>
+  size_t after_fall(EachPage&& each_page, const Demand& demand);
 
   // Gives back the free blocks of p not given back yet, at most `budget`, and not those taken since the last pass
   // (unless `now`); returns how many.
@@ -132,6 +156,11 @@ class Subrelease {
   void keep_from_khugepaged(HugePageMeta* p);
   void allow_huge_page_again(HugePageMeta* p);
   static uintptr_t address_of(const HugePageMeta* p) { return p->region->page_address(p->index); }
+  // Gives back at most `budget` free blocks of the pages with at most `percent` of their blocks in use, sparsest
+  // first; of busy pages too (not only idle ones, or those on_small_pages) with busy_pages, and the blocks taken
+  // in the period too with taken_blocks. Returns how many.
+  template <typename EachPage>
+  size_t release_sparsest(EachPage&& each_page, size_t budget, unsigned percent, bool busy_pages, bool taken_blocks);
   // A page on 4 KiB pages (pages start so, and this one was neither advised huge nor collapsed): it has no huge
   // page to keep whole, so the blocks taken from it since the last pass do not keep its other free blocks resident.
   bool on_small_pages(const HugePageMeta* p) const { return small_pages_first_ && !p->huge_backed && !p->huge_advised; }
@@ -144,8 +173,12 @@ class Subrelease {
   std::atomic<bool> quiet_{false};
   bool dropped_ = false;
   bool small_pages_first_ = false;
+  // From `before` blocks in use to `in_use`: a drop (kDropBlocks).
+  static bool falls(size_t before, size_t in_use) { return before >= in_use + kDropBlocks && in_use * 4 <= before * 3; }
   // Blocks in use at each of the last kDemandPasses passes (a ring), and the pass count.
   uint32_t demand_[kDemandPasses] = {};
+  // The most blocks in use at once in the periods that ended at those passes (Demand::high).
+  uint32_t high_[kDemandPasses] = {};
   uint32_t passes_ = 0;
   uint32_t no_huge_pages_ = 0;
 };
@@ -156,8 +189,8 @@ size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, un
   bool quiet = threads_quiet && passes_ != 0 && demand.taken <= kQuietTakenBlocks + retaken_blocks &&
                demand.in_use <= demand_[(passes_ - 1) % kDemandPasses];
   quiet_.store(quiet, std::memory_order_relaxed);
-  size_t before = passes_ != 0 ? demand_[(passes_ - 1) % kDemandPasses] : 0;
-  dropped_ = before >= demand.in_use + kDropBlocks && demand.in_use * 4 <= before * 3;
+  dropped_ = fell_to(demand.in_use);
+  high_[passes_ % kDemandPasses] = uint32_t(demand.high > demand.in_use ? demand.high : demand.in_use);
   demand_[passes_++ % kDemandPasses] = uint32_t(demand.in_use);
   size_t peak = demand.in_use;
   for (unsigned i = 1; i <= demand_passes && i <= kDemandPasses; ++i) {
@@ -165,21 +198,34 @@ size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, un
     peak = d > peak ? d : peak;
   }
   size_t budget = now ? ~size_t{0} : (demand.backed > peak ? demand.backed - peak : 0);
-  size_t done = 0;
-  if (percent_ != 0 && budget != 0) {
-    size_t limit = kBlocksPerHugePage * (quiet ? quiet_percent_ : percent_) / 100;
-    // Sparsest first: pages with at most 1/16 of their blocks in use, then 1/8, 1/4, 1/2, then up to the limit.
-    for (size_t bound = kBlocksPerHugePage / 16;; bound *= 2) {
-      size_t b = bound < limit ? bound : limit;
-      each_page([&](HugePageMeta* p) {
-        if (done < budget && (now || p->taken.count() <= kIdleTakenBlocks || on_small_pages(p)) && p->live.count() <= b)
-          done += release_free_blocks(p, budget - done, now);
-      });
-      if (b == limit) break;
-    }
-  }
+  size_t done = release_sparsest(each_page, budget, quiet ? quiet_percent_ : percent_, now, now);
   // The blocks taken from now to the next pass (the page heap sets them as it hands blocks out).
   each_page([](HugePageMeta* p) { p->taken = Bitmap256{}; });
+  return done;
+}
+
+template <typename EachPage>
+size_t Subrelease::after_fall(EachPage&& each_page, const Demand& demand) {
+  size_t budget = demand.backed > demand.in_use ? demand.backed - demand.in_use : 0;
+  return release_sparsest(each_page, budget, percent_, true, true);
+}
+
+template <typename EachPage>
+size_t Subrelease::release_sparsest(EachPage&& each_page, size_t budget, unsigned percent, bool busy_pages,
+                                    bool taken_blocks) {
+  size_t done = 0;
+  if (percent_ == 0 || budget == 0) return 0;
+  size_t limit = kBlocksPerHugePage * percent / 100;
+  // Sparsest first: pages with at most 1/16 of their blocks in use, then 1/8, 1/4, 1/2, then up to the limit.
+  for (size_t bound = kBlocksPerHugePage / 16;; bound *= 2) {
+    size_t b = bound < limit ? bound : limit;
+    each_page([&](HugePageMeta* p) {
+      if (done < budget && (busy_pages || p->taken.count() <= kIdleTakenBlocks || on_small_pages(p)) &&
+          p->live.count() <= b)
+        done += release_free_blocks(p, budget - done, taken_blocks);
+    });
+    if (b == limit) break;
+  }
   return done;
 }
 
