@@ -121,7 +121,7 @@ void thread_exit(void* arg) {
   // A thread that ends after the program's blocks in use fell (a pool's workers ended after a batch whose
   // objects other threads freed): what the pages hold beyond the blocks in use now goes back on this thread,
   // before its join returns, not up to a sweep period later -- as jemalloc purges an arena its last thread left.
-  // A thread that ends while the load holds (a thread per task) finds no fall and costs a walk of the pages.
+  // A thread that ends while the load holds (a thread per task) finds no fall, in two counters, and walks no page.
   g_page_heap.subrelease_after_fall();
 }
 

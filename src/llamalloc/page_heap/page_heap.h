@@ -210,9 +210,9 @@ class PageHeap {
                                 uint64_t retaken_blocks = 0);
   static constexpr unsigned kDemandPasses = Subrelease::kDemandPasses;
   // A thread's exit (alloc/thread_heap_pool.cc), after its heap gave its spans back: when the blocks in use fell
-  // since the last pass (Subrelease::kDropBlocks: a batch's temporaries freed, its workers ending), a subrelease
-  // pass now, on the exiting thread, with this pass's demand only; otherwise nothing. Returns the blocks given
-  // back.
+  // (Subrelease::fell_from_high: a batch's temporaries freed, its workers ending), the free blocks of the sparse
+  // pages beyond the blocks in use now go back, on the exiting thread (Subrelease::after_fall); otherwise
+  // nothing. Returns the blocks given back.
   size_t subrelease_after_fall();
   // Whether the last subrelease pass saw the blocks in use drop (Subrelease::kDropBlocks); read by the sweeper
   // after its pass.
