@@ -522,7 +522,8 @@ TEST(HeapTest, AThreadThatEndsAfterItsBatchFellGivesBackTheSparsePagesBeforeItsJ
     for (int i = 0; i < kRounds; ++i) held.push_back(heap_malloc(2000));
   });
   holder.join();
-  EXPECT_EQ(g_page_heap.counters().blocks_subreleased.load(), blocks_before) << "no fall: nothing given back at the exit";
+  EXPECT_EQ(g_page_heap.counters().blocks_subreleased.load(), blocks_before)
+      << "no fall: nothing given back at the exit";
   for (void* p : held) heap_free(p);
   for (unsigned char* p : survivors) heap_free(p);
   push_remote_batch();

@@ -98,7 +98,8 @@ void PageHeap::check_invariants_locked() {
                       "invariant: a cached page is not a used page out of use");
   }
   LLAMALLOC_CHECK(cached_pages * kHugePageBytes == gauges_.page_cache_bytes, "invariant: page cache miscounted");
-  LLAMALLOC_CHECK(live_blocks == blocks_in_use_ && blocks_in_use_ <= blocks_high_, "invariant: blocks in use miscounted");
+  LLAMALLOC_CHECK(live_blocks == blocks_in_use_ && blocks_in_use_ <= blocks_high_,
+                  "invariant: blocks in use miscounted");
   LLAMALLOC_CHECK(all_used_pages == total + cached_pages + lost_pages_,
                   "invariant: a used page neither in use, nor cached, nor lost");
   LLAMALLOC_CHECK(unreserved_used == lost_pages_, "invariant: lost pages miscounted");

@@ -140,7 +140,9 @@ size_t PageHeap::subrelease_pass(bool now, unsigned demand_passes, bool threads_
   demand.high = blocks_high_;
   if (only_after_fall) {
     // Not a pass of the sweeper's clock for the class review and the page cache, which count those.
-    size_t done = subrelease_.fell_from_high(demand.high, demand.in_use) ? subrelease_.after_fall(each_page, demand) : 0;
+    // (Again under this lock: another thread may have taken blocks since the count was read.)
+    bool fell = subrelease_.fell_from_high(demand.high, demand.in_use);
+    size_t done = fell ? subrelease_.after_fall(each_page, demand) : 0;
     debug_check();
     return done;
   }

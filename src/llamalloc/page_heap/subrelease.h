@@ -7,15 +7,15 @@
 //   so that a load that comes back finds its memory still there; sparsest pages first (at most 1/16 of their
 //   blocks in use, then 1/8, 1/4, 1/2, then up to `percent` of them); only pages from which at most
 //   kIdleTakenBlocks blocks were taken since the previous pass (idle), or that are on 4 KiB pages (no huge page to
-//   keep whole: on_small_pages), and of those only the free blocks not taken in that period. A live block is never given back. Every pass then starts a new period (clears `taken`).
+//   keep whole: on_small_pages), and of those only the free blocks not taken in that period. A live block is never
+//   given back. Every pass then starts a new period (clears `taken`).
 //   `now` (llamalloc_collect): every free block of every sparse page, idle or not, whatever the recent demand.
 // - A quiet pass (the thread heaps ran at most kQuietSlowPaths slow paths and the pages took at most
 //   kQuietTakenBlocks blocks since the previous pass, neither counting those that took again the spans the last
-//   sweep took, and hold no more in use than then) gives back the free
-//   blocks of pages up to `quiet_percent` of their blocks in use instead of `percent`, and span purge takes the
-//   same bound until the next pass that is not quiet: a program that has gone
-//   quiet after a peak keeps its survivors' pages on 4 KiB pages, which cost nothing in TLB reach while nothing
-//   runs, and a load that comes back takes blocks again, ending the quiet.
+//   sweep took, and hold no more in use than then) gives back the free blocks of pages up to `quiet_percent` of
+//   their blocks in use instead of `percent`, and span purge takes the same bound until the next pass that is not
+//   quiet: a program that has gone quiet after a peak keeps its survivors' pages on 4 KiB pages, which cost
+//   nothing in TLB reach while nothing runs, and a load that comes back takes blocks again, ending the quiet.
 // - At a thread's exit after the blocks in use fell (kDropBlocks) from the most in use at once over the demand
 //   window's periods and since (after_fall): the free blocks of sparse pages beyond the blocks in use now, taken
 //   in the period or not -- a batch's end, when what it freed should go back before its threads' joins return.
