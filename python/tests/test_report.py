@@ -147,3 +147,28 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_before_any_input_is_re
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith(f"llamalloc: error: {out}: "), err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_full_disk_is_one_line_naming_the_folder_and_keeps_what_was_there(tmp_path, capsys, monkeypatch, existed):
+    import errno
+    import os
+
+    import matplotlib.figure
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+    out = tmp_path / "rep"
+    if existed:
+        out.mkdir()
+        (out / "index.html").write_text("the former report")
+    rc = main(["report", "--profile", str(DATA / "prof_sites.prof"), "-o", str(out), "-q"])
+    err = capsys.readouterr().err
+    kept = f"{out} left as it was" if existed else "nothing was written"
+    assert rc == 1 and err == f"llamalloc: error: cannot write the report in {out}: No space left on device; {kept}\n"
+    if existed:
+        assert [(p.name, p.read_text()) for p in out.iterdir()] == [("index.html", "the former report")]
+    else:
+        assert not out.exists()

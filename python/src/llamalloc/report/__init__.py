@@ -314,14 +314,21 @@ def make_report(sims: Iterable[Path] = (), bench: Path | None = None, profiles: 
                 sec.intro += " Problems: " + "; ".join(map(str, bench_doc["problems"]))
             sections.append(sec)
 
-        page = _html_page(sections, staging, conclusions)
+        # The page is written beside the figures before any of them moves into the folder: a full disk then fails
+        # while the folder is as it was, and the moves are renames on the same file system.
+        (staging / "index.html").write_bytes(_html_page(sections, staging, conclusions).encode())
         pngs = []
         for png in sorted(staging.glob("*.png")):
             files.move_file(png, out_dir / png.name)
             pngs.append(out_dir / png.name)
         html_path = out_dir / "index.html"
-        files.write_bytes(html_path, page.encode())
+        files.move_file(staging / "index.html", html_path)
         done = True
+    except OSError as e:
+        # A figure or the page that could not be written in the staging folder (a full disk): its name there is
+        # a temporary one, so the line names the report's folder and says what became of it.
+        kept = "nothing was written" if created is not None else f"{out_dir} left as it was"
+        raise UserError(f"cannot write the report in {out_dir}: {e.strerror or e}; {kept}", exit_code=1) from None
     finally:
         for leftover in staging.glob("*"):
             leftover.unlink()
