@@ -259,3 +259,48 @@ def test_the_summary_line_alone_is_printed_at_exit_without_a_statistics_file(pro
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and re.match(r"llamalloc: live [0-9.]+ MiB \(peak [0-9.]+\), footprint ", lines[0]), \
         r.stderr
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A folder on a file system of 64 KiB (a tmpfs): the test fills it. Mounting needs root."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def _fill(folder: Path) -> None:
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_run_stats_on_a_full_disk_is_one_line_before_the_program_starts(full_disk, tmp_path):
+    _fill(full_disk)
+    marker = tmp_path / "ran"
+    stats = full_disk / "stats.json"
+    r = _llamalloc("run", "--stats", stats, "--", "touch", marker)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and lines == [f"llamalloc: error: --stats {stats}: cannot write in folder {full_disk}: "
+                                           "No space left on device"], r.stderr
+    assert not marker.exists(), "the program ran"
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]
+
+
+def test_a_disk_that_fills_during_the_run_is_named_instead_of_the_program(full_disk):
+    stats = full_disk / "stats.json"
+    r = _llamalloc("run", "--stats", stats, "--", "dd", "if=/dev/zero", f"of={full_disk / 'filler'}", "bs=4k")
+    assert r.returncode == 1, r.stderr  # (dd's own status: it filled the disk)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == (f"llamalloc: warning: no statistics were written to {stats}: cannot write in folder {full_disk}: "
+                    "No space left on device"), r.stderr
+    assert "killed" not in r.stderr

@@ -41,16 +41,30 @@ def replacing(path, *, durable: bool = False) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def _try_writing_in(folder: Path, target: Path) -> None:
-    """Creates and removes a file in `folder`, or raises a UserError that names `target`. It tries rather than asks
-    (os.access): for root the permission bits always say yes, and neither a read-only mount nor a folder such as
-    /proc shows in them."""
+def cannot_write_in(folder) -> str | None:
+    """Why `folder` takes no file now (the system's words), or None when it does: a file of one 4 KiB block is
+    created there and removed. It tries rather than asks (os.access): for root the permission bits always say yes,
+    and neither a read-only mount nor a folder such as /proc shows in them. It writes a block because a full disk
+    still takes an empty file."""
     try:
         fd, name = tempfile.mkstemp(prefix=".llamalloc-check-", suffix=".tmp", dir=folder)
     except OSError as e:
-        raise UserError(f"{target}: cannot write in folder {folder}: {e.strerror or e}") from None
-    os.close(fd)
-    os.unlink(name)
+        return e.strerror or str(e)
+    try:
+        os.write(fd, bytes(4096))
+    except OSError as e:
+        return e.strerror or str(e)
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    return None
+
+
+def _try_writing_in(folder: Path, target: Path) -> None:
+    """Raises a UserError that names `target` when `folder` takes no file (`cannot_write_in`)."""
+    why = cannot_write_in(folder)
+    if why is not None:
+        raise UserError(f"{target}: cannot write in folder {folder}: {why}")
 
 
 def check_output_file(path, what: str = "output") -> Path:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from .. import files
 from ..errors import UserError
 from ..run import llamalloc_env, before_exit_path, check_command, run_program
 
@@ -104,6 +105,13 @@ def _say_where_the_statistics_are(stats: Path, started_ns: int) -> None:
         parts.append(f"at exit in {stats}")
     if parts:
         click.echo("llamalloc: statistics " + ", ".join(parts), err=True)
+        return
+    # The folder was checked before the program started: one that takes no file now (a disk that filled during
+    # the run) is why, and the program is not to blame.
+    why = files.cannot_write_in(stats.parent)
+    if why is not None:
+        click.echo(f"llamalloc: warning: no statistics were written to {stats}: cannot write in folder "
+                   f"{stats.parent}: {why}", err=True)
     else:
         click.echo(f"llamalloc: warning: no statistics were written to {stats} (the program was killed, or does not "
                    "run on libllamalloc.so: a statically linked program, or one that exec'd another)", err=True)
