@@ -253,12 +253,19 @@ def test_run_stats_where_no_file_can_be_written_is_one_line_before_the_program_s
         assert not marker.exists(), "the program ran"
 
 
-def test_the_summary_line_alone_is_printed_at_exit_without_a_statistics_file(prog):
-    r = _preloaded(prog, "return", LLAMALLOC_STATS_SUMMARY="1")
-    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+@pytest.mark.parametrize("how, status", [("return", 0), ("exit", 3)])
+def test_the_summary_alone_gives_the_state_before_the_teardown_and_at_exit(prog, how, status):
+    r = _preloaded(prog, how, LLAMALLOC_STATS_SUMMARY="1")
+    assert r.returncode == status and r.stdout == "ok\n", r.stderr
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and re.match(r"llamalloc: live [0-9.]+ MiB \(peak [0-9.]+\), footprint ", lines[0]), \
-        r.stderr
+    assert len(lines) == 2, r.stderr
+    live = []
+    for moment, line in zip(("before teardown", "at exit"), lines):
+        m = re.match(rf"llamalloc: {moment}: live ([0-9.]+) MiB \(peak [0-9.]+\), footprint ", line)
+        assert m, r.stderr
+        live.append(float(m.group(1)) * MIB)
+    # The static object's 64 MiB are live before the teardown, and freed by its destructor at exit.
+    assert live[0] >= BIG > live[1], r.stderr
 
 
 @pytest.fixture

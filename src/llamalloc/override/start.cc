@@ -1,6 +1,6 @@
-// The snapshot before the program's teardown (LLAMALLOC_STATS_BEFORE_EXIT): the statistics before the atexit
-// handlers and static destructors that free the program's objects (the file at exit, written by the library's
-// destructor, comes after them).
+// The snapshot before the program's teardown (the file of LLAMALLOC_STATS_BEFORE_EXIT, the line of
+// LLAMALLOC_STATS_SUMMARY): the statistics before the atexit handlers and static destructors that free the program's
+// objects (the file and the line at exit, written by the library's destructor, come after them).
 //
 // - exit() called by the program: interposed; the snapshot comes first, then the C library's exit.
 // - main returning: the C library then calls exit internally (not interposable). main is entered through a
@@ -44,16 +44,18 @@ ExitFn next_exit() {
   return f;
 }
 
-bool wants_snapshot() {
+bool wants_file_snapshot() {
   const Options& o = options();
   return o.stats_before_exit != 0 && o.stats != nullptr && *o.stats != 0;
 }
 
+// The summary line at exit (STATS_SUMMARY) describes this moment too, with or without a statistics file: a
+// teardown may free most of what the program held, and the state a person asks about is the one before it.
+bool wants_snapshot() { return wants_file_snapshot() || options().stats_summary != 0; }
+
 void snapshot_before_exit() {
   if (!wants_snapshot() || g_snapshot_taken.exchange(true)) return;
-  write_stats_snapshot("before-exit");
-  // The summary line at exit describes this moment too: a teardown may free most of what the program held, and
-  // the state a person asks about is the one before it.
+  if (wants_file_snapshot()) write_stats_snapshot("before-exit");
   if (options().stats_summary != 0) keep_summary_before_exit();
 }
 
