@@ -144,6 +144,12 @@ def test_bad_input_creates_nothing(tmp_path):
     assert r.returncode == 127 and r.stderr.strip().endswith("no-such-prog: command not found"), r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "cmp").exists()  # no folder, and no glibc.log of a run that never started
+    # A program that cannot be executed: one line, as a shell's status, before any run is announced.
+    script = tmp_path / "not-executable"
+    script.write_text("true\n")
+    r = llamalloc("compare", "--allocators", "glibc", "--repeat", "1", "-o", out, "--", script, check_rc=None)
+    assert r.returncode == 126 and r.stderr == f"llamalloc: error: {script}: permission denied\n", r.stderr
+    assert not (tmp_path / "cmp").exists()
 
 
 def test_an_output_folder_under_a_file_is_refused_before_any_run(tmp_path):

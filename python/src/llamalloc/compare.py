@@ -192,7 +192,10 @@ def compare(cmd: list[str], allocator_spec: str, out_dir: Path, model: str | Non
         from .prepare import prepare_for_run
 
         model_env = prepare_for_run(model, cmd[0], binaries=list(binaries or []))
-    resolve_program(cmd[0])  # "command not found" before any folder or log is made
+    # "command not found", or a program that cannot be executed, before any folder or log is made and any run is
+    # announced. (Asked of os.access: for root the execute bits still count, and a run would fail the same way.)
+    if not os.access(resolve_program(cmd[0]), os.X_OK):
+        raise UserError(f"{cmd[0]}: permission denied", exit_code=126)
     files.make_folder(out_dir)
     runs: list[CompareRun] = [CompareRun(name, problem=problem) for name, _, problem in specs if problem]
     planned = [(rep, name, library) for rep in range(repeat) for name, library, problem in specs if problem is None]
