@@ -1,6 +1,6 @@
-"""`llamalloc top` on a trace: it names the sites of a trace that was not symbolized by symbolizing it itself
-(one warning line for the binaries that are missing or changed), shows its steps as a bar on a terminal only,
-and leaves its table on stdout as it is."""
+"""`llamalloc top` on a trace: it names the sites of a trace (or a profile) that was not symbolized by symbolizing
+it itself (one warning line for the binaries that are missing or changed), shows its steps as a bar on a terminal
+only, and leaves its table on stdout as it is."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import run
+from conftest import llamalloc, run
 from llamalloc import paths, symbolize
 from test_sim_support import alloc, free, mapping_record, stack_record, trace_with
 
@@ -96,3 +96,15 @@ def test_top_shows_its_steps_on_a_terminal_and_keeps_stdout_as_it_is(tmp_path, c
     rc, out, err = run(["top", str(trace)], capsys)
     assert rc == 0 and out == plain
     assert "top: reading" in err and "top: counting" in err, err
+
+
+@needs_program
+def test_top_symbolizes_a_profile_that_was_not(tmp_path):
+    prof = tmp_path / "bare.prof"
+    llamalloc("record", "--no-symbolize", "--sample-bytes", "1", "-o", prof, "--", PROGRAM, "footprint", 10)
+    r = llamalloc("top", prof)
+    assert "; symbolized here)" in r.stdout.splitlines()[0], r.stdout
+    # footprint keeps a 256-byte record per 200 buffers, never freed, from keep_record.
+    rows = [line for line in r.stdout.splitlines() if "keep_record (predict_contexts.c:" in line]
+    assert len(rows) == 1 and " 200 " in rows[0] and " never " in rows[0], r.stdout
+    assert r.stderr == "", r.stderr

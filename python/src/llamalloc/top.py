@@ -5,9 +5,9 @@ A site is the innermost frame of the allocation's stack that is not the allocato
 and line where the file is symbolized, and the two callers above it for context. From a profile, "live" is what
 the profile holds live (`live_at_exit_*`: at exit, or at the time a kept profile was taken); from a trace, the
 allocations not freed at the end of the after-peak window (`llamalloc.after_peak`: the end of the quiet phase, before
-the exit teardown), or at `--at SECONDS`, whose addresses give the 2 MiB pages they sit on. A trace that was not
-symbolized is symbolized here, in memory, as `llamalloc symbolize` would (trace_symbols); on a terminal a bar shows
-the steps of reading a trace (llamalloc.progress).
+the exit teardown), or at `--at SECONDS`, whose addresses give the 2 MiB pages they sit on. A profile or a trace
+that was not symbolized is symbolized here, in memory, as `llamalloc symbolize` would (symbols_here); on a terminal
+a bar shows the steps of reading a trace (llamalloc.progress).
 """
 from __future__ import annotations
 
@@ -99,9 +99,13 @@ def site_name(frames: list[tuple[str, str, int]]) -> str:
     return " <- ".join([f"{short(fn)}{where}", *callers])
 
 
-def from_profile(path) -> tuple[list[Site], str]:
+def from_profile(path, warn=lambda msg: None) -> tuple[list[Site], str]:
     from . import profile
     prof = profile.load(path)
+    symbols, symbolized = {}, "symbolized"
+    if not prof.symbolized:
+        addresses = {loc.address for smp in prof.samples for loc in smp.locations}
+        symbols, symbolized = symbols_here(prof.mappings, addresses, "profile", warn)
     sites: dict[str, Site] = {}
     for smp in prof.samples:
         frames = []
@@ -109,37 +113,41 @@ def from_profile(path) -> tuple[list[Site], str]:
             if loc.frames:
                 frames.extend((f.function, f.file, f.line) for f in loc.frames)
             else:
-                frames.append((f"0x{loc.address:x}", "", 0))
+                frames.extend(symbols.get(loc.address) or [(f"0x{loc.address:x}", "", 0)])
         name = site_name(frames)
         s = sites.setdefault(name, Site(name))
         s.bytes += smp.values["live_at_exit_space"]
         s.objects += smp.values["live_at_exit_objects"]
         for k, c in enumerate(smp.class_counts):
             s.class_counts[k] += c
-    note = "live when the profile was taken, estimated from the samples; " + (
-        "symbolized" if prof.symbolized else UNSYMBOLIZED)
+    note = "live when the profile was taken, estimated from the samples; " + symbolized
     return [s for s in sites.values() if s.bytes > 0], note
 
 
 def trace_symbols(t, warn) -> tuple[dict, str]:
     """The trace's frames by address and the word for the note: its own symbols where it was symbolized, else
-    what `llamalloc symbolize` finds for its addresses in the binaries here (llamalloc.symbolize). The binaries that
-    are missing or changed are named in one warning; their frames stay addresses."""
+    those found here (symbols_here)."""
     if t.symbolized:
         return t.symbols, "symbolized"
-    if not t.mappings:
+    return symbols_here(t.mappings, {a for st in t.stacks.values() for a in st}, "trace", warn)
+
+
+def symbols_here(mappings, addresses: set[int], what: str, warn) -> tuple[dict, str]:
+    """Frames by address of what `llamalloc symbolize` finds for `addresses` of a file that was not symbolized
+    (`what`: "trace" or "profile") in the binaries here (llamalloc.symbolize), and the word for the note. The
+    binaries that are missing or changed are named in one warning; their frames stay addresses."""
+    if not mappings:
         return {}, UNSYMBOLIZED
     from . import symbolize
     skipped: list[str] = []
-    addresses = {a for st in t.stacks.values() for a in st}
     try:
-        symbols = symbolize.symbolize_addresses(t.mappings, addresses, lambda msg: skipped.append(msg))
+        symbols = symbolize.symbolize_addresses(mappings, addresses, lambda msg: skipped.append(msg))
     except UserError as e:  # the tools are not installed
         warn(f"frames stay addresses: {e}")
         return {}, UNSYMBOLIZED
     if skipped:
         binaries = [m.split(": ", 1)[0] for m in skipped]
-        warn(f"{len(binaries)} binar{'y' if len(binaries) == 1 else 'ies'} of the trace missing or changed here, "
+        warn(f"{len(binaries)} binar{'y' if len(binaries) == 1 else 'ies'} of the {what} missing or changed here, "
              f"{'its' if len(binaries) == 1 else 'their'} frames stay addresses: {', '.join(binaries)}")
     return symbols, ("symbolized here" if symbols else "not symbolized: its binaries are not here")
 
@@ -240,14 +248,14 @@ def after_peak_end(times: np.ndarray, is_alloc: np.ndarray, sizes: np.ndarray, a
 
 def load(path, at_seconds: float | None = None, warn=lambda msg: None) -> tuple[list[Site], str, bool]:
     """The sites of a profile or a trace (by its first bytes: a profile is gzip), most live bytes first; the
-    note; whether it is a trace. A trace that was not symbolized is symbolized here (trace_symbols); `warn` gets
-    the one line about binaries that are missing or changed."""
+    note; whether it is a trace. A profile or a trace that was not symbolized is symbolized here (symbols_here);
+    `warn` gets the one line about binaries that are missing or changed."""
     head = files.read_input(path, "a profile or a trace", size=2)
     if head == b"\x1f\x8b":
         if at_seconds is not None:
             raise UserError("--at applies to a trace: a profile holds what was live when it was taken (record "
                             "--interval or --steady-state keeps profiles of other times)")
-        sites, note = from_profile(path)
+        sites, note = from_profile(path, warn)
         is_trace = False
     else:
         sites, note = from_trace(path, at_seconds, warn)
