@@ -68,8 +68,11 @@ struct alignas(64) SmallSpan {
   SmallSpan* notify_next;
   // --- the owner's and sweeper's, off the paths of malloc and free ----------------------------------------
   // Span purge (ThreadHeapOps::purge_sparse_spans): the 4 KiB pages of the span given back to the OS (bit i: the
-  // page at start + i x 4 KiB), and the free blocks on them, taken off `free` and counted in `used` (parked),
-  // so that no link is ever read from a page that reads as zero. They come back (unpark) when `free` runs dry.
+  // page at start + i x 4 KiB), and the free blocks on them, taken off `free` (parked), so that no link is ever
+  // read from a page that reads as zero. They come back (unpark) when `free` runs dry. Not counted in `used`: the
+  // owner's free that hands back the last object of a purged span sees `used` reach 0 and gives the span back at
+  // once, as for any span (counted, such spans waited for the sweeper's next pass, and a single thread that freed
+  // a 1 GiB peak kept up to 600 MiB resident for that long).
   uint64_t purged_pages;
   uint32_t parked;
   // `used` + 1 when the sweeper last looked at the span (0: never): a span whose count has not moved for a

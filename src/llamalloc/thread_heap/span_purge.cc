@@ -1,8 +1,8 @@
 // Span purge (docs/heap-memory.md, "Span purge"): the 4 KiB pages of a sparse span whose blocks are all free go
 // back to the OS while the span stays in use. Rules: only spans with at most the subrelease percentage of their
 // blocks in use, of at most kPurgeMaxBlocks blocks and 64 pages; only pages whose blocks are all free and below
-// `extended`; the blocks on a purged page are parked (off the free list, counted in `used` and `parked`) and go
-// back on the list all together when the list runs dry (unpark), each checked to read zero as a purged page
+// `extended`; the blocks on a purged page are parked (off the free list, counted in `parked`, not in `used`) and
+// go back on the list all together when the list runs dry (unpark), each checked to read zero as a purged page
 // does; a span is walked once per count of blocks in use (kSweptExamined); a span that empties or is re-listed
 // whole forgets its purged pages (forget_purge), so that the page heap's gauges stay right.
 #include "thread_heap/thread_heap_internal.h"
@@ -22,7 +22,6 @@ constexpr uint32_t kPurgeMaxBlocks = 1024;
 void thread_heap_internal::forget_purge(PageHeap& page_heap, SmallSpan* s) {
   if (LLAMALLOC_LIKELY(s->purged_pages == 0)) return;
   page_heap.span_purge_forgotten(s->start, size_t(__builtin_popcountll(s->purged_pages)));
-  s->used -= s->parked;
   s->parked = 0;
   s->purged_pages = 0;
 }
@@ -105,7 +104,6 @@ bool ThreadHeapOps::purge_span(PageHeap& page_heap, SmallSpan* s) {
   if (tail != 0) *reinterpret_cast<uintptr_t*>(tail) = 0 ^ s->key;
   s->free = reinterpret_cast<void*>(head);
   s->parked += listed - kept;
-  s->used += listed - kept;
   s->purged_pages = mask;
   for (size_t j = 0; j < pages;) {
     if ((purge >> j & 1) == 0) {
@@ -122,8 +120,7 @@ bool ThreadHeapOps::purge_span(PageHeap& page_heap, SmallSpan* s) {
 
 bool ThreadHeapOps::purge_if_sparse(PageHeap& page_heap, SmallSpan* s) {
   unsigned percent = page_heap.span_purge_percent();
-  uint64_t live = s->used - s->parked;
-  return percent != 0 && live * 100 <= uint64_t(s->capacity) * percent && purge_span(page_heap, s);
+  return percent != 0 && uint64_t(s->used) * 100 <= uint64_t(s->capacity) * percent && purge_span(page_heap, s);
 }
 
 PurgeResult ThreadHeapOps::purge_sparse_spans(PageHeap& page_heap, ThreadHeap& heap, PurgeWhen when) {
@@ -132,7 +129,7 @@ PurgeResult ThreadHeapOps::purge_sparse_spans(PageHeap& page_heap, ThreadHeap& h
   unsigned percent = page_heap.span_purge_percent();
   if (percent == 0) return result;
   auto sparse = [&](const SmallSpan* s) {
-    return uint64_t(s->used - s->parked) * 100 <= uint64_t(s->capacity) * percent;
+    return uint64_t(s->used) * 100 <= uint64_t(s->capacity) * percent;
   };
   for (unsigned lc = 0; lc < kMaxClasses; ++lc)
     for (unsigned sc = 0; sc < kNumSizeClasses; ++sc)

@@ -17,7 +17,7 @@ SmallSpan* thread_heap_internal::adopt_longer_span(ThreadHeap& heap, unsigned lc
     if (head == &g_empty_span) continue;
     unsigned looked = 0;
     for (SmallSpan* s = head->next; s != nullptr && looked < 32; s = s->next, ++looked) {
-      if (s->capacity == s->used) continue;
+      if (s->capacity == s->used + s->parked) continue;
       unlink(heap, s);
       s->lifetime_class = uint8_t(lc);
       enqueue_front(heap, s);
@@ -61,9 +61,9 @@ bool ThreadHeap::check(PageHeap& page_heap) const {
         void* last = nullptr;
         uint32_t listed = list_length(s, s->free, &last);
         uint32_t extended = s->extended.load(std::memory_order_relaxed);
-        if (s->used > extended || extended > s->capacity) return false;
+        if (s->used + s->parked > extended || extended > s->capacity) return false;
         if (ThreadHeapOps::span_of(page_heap, reinterpret_cast<void*>(s->start + s->span_bytes - 1)) != s) return false;
-        if (listed + s->used > extended) return false;
+        if (listed + s->used + s->parked > extended) return false;
         prev = s;
       }
     }

@@ -10,8 +10,8 @@
 
 namespace llamalloc::thread_heap_internal {
 
-// A span with no object handed out: every block is free or parked (span purge).
-inline bool span_empty(const SmallSpan* s) { return s->used == s->parked; }
+// A span with no object handed out: every block is free or parked (span purge; parked blocks are not in `used`).
+inline bool span_empty(const SmallSpan* s) { return s->used == 0; }
 
 // Puts p, a block of s, on top of heap's remote-free batch, which holds blocks of s (or is empty, batch_tail set
 // to p by the caller), and pushes the batch once it holds remote_batch_limit(s). The heap's owner, entered.
