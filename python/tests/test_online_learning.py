@@ -29,9 +29,11 @@ def env(tmp_path_factory):
     return e
 
 
-def run(tmp: Path, env, name: str, *args, learn=True, model=None) -> dict:
+def run(tmp: Path, env, name: str, *args, learn: bool | None = True, model=None) -> dict:
+    """learn: True --learn, False --no-learn, None neither (the library's default)."""
     stats = tmp / f"{name}.json"
-    model_args = (["--model", model] if model else []) + (["--learn"] if learn else [])
+    flags = {True: ["--learn"], False: ["--no-learn"], None: []}[learn]
+    model_args = (["--model", model] if model else []) + flags
     r = llamalloc("run", *model_args, "--stats", stats, "--", program(), *args, env=env)
     assert r.stdout.startswith("ok "), r.stdout + r.stderr
     return json.loads(stats.read_text())
@@ -73,7 +75,11 @@ def test_a_context_is_learned_from_frees_and_one_from_aging_alone(tmp_path, env)
     assert c["online_overrides"] == 0, c
 
 
-def test_learning_is_off_unless_asked(tmp_path, env):
+def test_learning_is_on_by_default_without_a_model_and_off_when_asked(tmp_path, env):
+    """LLAMALLOC_LEARN unset: the library learns (here from the first allocation, LEARN_FROM_MIB=0); --no-learn
+    (LEARN=0): no samples, no prediction cache, the fast path as without a model."""
+    stats = run(tmp_path, env, "default", "learn", 3, 1, learn=None)
+    assert stats["counters"]["online_samples"] > 0 and "online" in stats, stats["counters"]
     stats = run(tmp_path, env, "off", "learn", 3, 1, learn=False)
     assert "online" not in stats and stats["counters"]["online_samples"] == 0
     assert stats["counters"]["prediction_cache_misses"] == 0  # no cache either: the fast path as without a model
@@ -108,6 +114,13 @@ def test_a_models_class_is_overridden_by_the_contexts_evidence(tmp_path, env, fo
     assert records["overrides"] >= 1 and stats["counters"]["online_overrides"] >= 1, (records, stats["counters"])
 
 
+def test_a_model_learns_beside_it_only_when_asked(tmp_path, env, footprint_model):
+    """With a model and LLAMALLOC_LEARN unset the model places alone (learning beside it is LEARN=1, --learn)."""
+    stats = run(tmp_path, env, "model-alone", "learn-freed", 3, 1, model=footprint_model, learn=None)
+    assert stats["counters"]["online_samples"] == 0 and "online" not in stats, stats["counters"]
+    assert stats["counters"]["prediction_cache_misses"] > 0  # the model's cache
+
+
 def test_contexts_are_shared_by_threads_and_survive_fork(tmp_path, env):
     """Many threads learn into one table (the same call path in every thread is one context), and a child of
     fork() learns on with the parent's tables."""
@@ -134,5 +147,8 @@ def test_the_allocators_bench_and_compare_name(tmp_path):
     e = allocators.allocator_env(both, None, model_env)
     assert e["LLAMALLOC_LEARN"] == "1" and e["LLAMALLOC_MODEL"] == "m"
     e = allocators.allocator_env(plain, None, model_env)
-    assert "LLAMALLOC_LEARN" not in e and "LLAMALLOC_MODEL" not in e
+    # Learning is on by default: llamalloc alone turns it off.
+    assert e["LLAMALLOC_LEARN"] == "0" and "LLAMALLOC_MODEL" not in e
+    e = allocators.allocator_env(allocators.Allocator("llamalloc+model", parsed[0][1]), None, model_env)
+    assert e["LLAMALLOC_LEARN"] == "0" and e["LLAMALLOC_MODEL"] == "m"
     assert allocators.display_name("llamalloc+model+online") == "llamalloc + model + online"

@@ -162,12 +162,13 @@ namespace llamalloc {
     "profile; 0: frame pointers only (they skip such callers).")                                              \
   X(PREDICT_LOG, predict_log, String, "", 0, 0,                                                                  \
     "Append 'class: token ids' of every model run to this file (tests, debugging). Empty: none.")               \
-  X(LEARN, learn, Uint, 0, 0, 1,                                                                                 \
-    "1: learn each calling context's lifetime class in the process from sampled objects (docs/prediction.md, "  \
-    "'Online learning'): with MODEL, the model's class until the context's own evidence disagrees; without, "    \
-    "DEFAULT_CLASS until then, and only a class from LONG_CLASS up is kept (what goes on the longest class's "   \
-    "pages: shorter lifetimes are what page promotion already separates). Every allocation then probes a "      \
-    "per-thread prediction cache.")                                                                              \
+  X(LEARN, learn, Uint, 2, 0, 2,                                                                                 \
+    "Learn each calling context's lifetime class in the process from sampled objects (docs/prediction.md, "     \
+    "'Online learning'). 2: without a model only, from LEARN_FROM_MIB on; 1: also with MODEL (the model's "      \
+    "class until the context's own evidence disagrees); 0: never. Without a model a context keeps "              \
+    "DEFAULT_CLASS until its evidence decides, and only a class from LONG_CLASS up is kept (what goes on the "   \
+    "longest class's pages: shorter lifetimes are what page promotion already separates). Every allocation "    \
+    "of a learning process probes a per-thread prediction cache.")                                               \
   X(LEARN_FROM_MIB, learn_from_mib, Uint, 64, 0, 1048576,                                                      \
     "LEARN without MODEL starts once the heap's footprint first reaches this many MiB; until then the process " \
     "runs as without learning (no prediction cache, no samples). A heap of a few dozen huge pages has little "  \
@@ -239,6 +240,12 @@ struct ProfilerOptions {
   LLAMALLOC_PROF_OPTIONS(LLAMALLOC_OPTION_FIELD)
 #undef LLAMALLOC_OPTION_FIELD
 };
+
+// Whether the process learns lifetimes online (LEARN): 1 always, 2 (the default) only without a model. A model
+// already places from the first allocation; learning beside it is the user's choice (LEARN=1), as it can cost a
+// model's runs more than it saves them (a sampled heap's spans at the peak), while a process without one gains
+// a learner that waits for LEARN_FROM_MIB and costs what the measured runs show (docs/prediction.md).
+inline bool learning_on(const Options& o, bool has_model) { return o.learn == 1 || (o.learn == 2 && !has_model); }
 
 // Parses the options from `getenv_fn` (getenv in the process; a fake in tests). Warnings go to stderr with
 // write(2). Never allocates.

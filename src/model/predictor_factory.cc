@@ -33,7 +33,7 @@ extern "C" __attribute__((visibility("default"))) bool llamalloc_model_of_direct
                                                                                    const char** model_path,
                                                                                    const char** tokens_path) {
   using namespace llamalloc::model;
-  const char* without = llamalloc::options().learn != 0 ? "a model (learning online)" : "a model";
+  const char* without = llamalloc::learning_on(llamalloc::options(), false) ? "a model (learning online)" : "a model";
   char exe[512];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) n = ssize_t(strlen(strcpy(exe, "the program")));
@@ -88,13 +88,13 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
   bool ok = predictor->init(model_path, tokens_path, uint32_t(o.repredict_every), error, sizeof error,
                             unsigned(o.repredict_backoff), unsigned(o.default_class));
   if (!ok) {
-    // With LEARN, a bad model file still leaves online learning, which needs none.
+    // A bad model file leaves online learning where it would run without a model (LEARN 1 or 2): it needs none.
     char line[600];
     format_message(line, sizeof line, "llamalloc: warning: %s; running without %s\n", error,
-                   o.learn != 0 ? "the model (learning online)" : "predictions");
+                   llamalloc::learning_on(o, false) ? "the model (learning online)" : "predictions");
     llamalloc::write_stderr(line);
     predictor->~LearnedPredictor();
-    if (o.learn == 0 || model_path == nullptr || *model_path == '\0') return nullptr;
+    if (!llamalloc::learning_on(o, false) || model_path == nullptr || *model_path == '\0') return nullptr;
     predictor = new (g_predictor_storage) LearnedPredictor;
     if (!predictor->init(nullptr, nullptr, uint32_t(o.repredict_every), error, sizeof error,
                          unsigned(o.repredict_backoff), unsigned(o.default_class))) {
@@ -109,7 +109,7 @@ extern "C" __attribute__((visibility("default"))) llamalloc::Predictor* llamallo
   if (shortest + 2 > unsigned(o.classes)) shortest = unsigned(o.classes) - 2;
   predictor->set_confidence_rule(ConfidenceRule{unsigned(o.min_confidence), unsigned(o.default_class), shortest});
   predictor->set_unseen_trial(uint32_t(o.unseen_trial));
-  if (o.learn != 0) {
+  if (llamalloc::learning_on(o, predictor->has_model())) {
     if (predictor->set_learning(learn_rule_of(o, predictor->has_model() ? &predictor->model() : nullptr, shortest))) {
       llamalloc::set_stats_section(describe_learning);
     } else {

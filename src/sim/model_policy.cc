@@ -130,7 +130,7 @@ std::vector<std::pair<std::string, std::string>> ModelClassSource::summary_json(
 std::unique_ptr<LlamaPolicy> make_model_policy(LlamaOptions options, const ModelOptions& model,
                                              const TraceStacks& stacks, std::string* warning) {
   auto source = std::make_shared<ModelClassSource>(model, options.heap_options, stacks, warning);
-  if (options.heap_options.learn) {
+  if (learning_on(options.heap_options, true)) {
     options.class_source = std::make_shared<OnlineClassSource>(options.heap_options, stacks, source,
                                                                &source->predictor().model());
   } else {

@@ -73,7 +73,8 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicySetting
     o.heap_options = settings.heap_options;
     o.thread_idle_ns = settings.thread_idle_ns;
     o.other_threads = settings.other_threads;
-    // The library under LLAMALLOC_LEARN=1 without a model: DEFAULT_CLASS until a context's evidence decides it.
+    // The library learning without a model (LLAMALLOC_LEARN 1, or 2, its default): DEFAULT_CLASS until a
+    // context's evidence decides it.
     o.class_source = std::make_shared<OnlineClassSource>(settings.heap_options, *settings.stacks, nullptr, nullptr);
     return std::make_unique<LlamaPolicy>(o);
   }

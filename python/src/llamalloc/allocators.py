@@ -138,8 +138,11 @@ def allocator_env(allocator: Allocator, stats_path: Path | None,
     env.pop("LLAMALLOC_LEARN", None)
     if model_env and allocator.needs_model:
         env.update(model_env)
-    if allocator.learns:
-        env["LLAMALLOC_LEARN"] = "1"
+    # Each variant of llamalloc says whether it learns: the library learns without a model by default
+    # (LLAMALLOC_LEARN=2), so llamalloc and llamalloc+model turn it off, and the table shows what learning adds. A
+    # library named by path runs with the library's defaults.
+    if allocator.name in LLAMALLOC_VARIANTS:
+        env["LLAMALLOC_LEARN"] = "1" if allocator.learns else "0"
     if allocator.library is not None:
         env["LD_PRELOAD"] = str(allocator.library)
     if allocator.is_llamalloc and stats_path is not None:

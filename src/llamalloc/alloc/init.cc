@@ -89,7 +89,7 @@ void init_once() {
   if (*model_path == 0 && o.model_dir != nullptr && *o.model_dir && llamalloc_model_of_directory)
     llamalloc_model_of_directory(o.model_dir, &model_path, &tokens_path);
   bool has_model = *model_path != 0;
-  if (has_model || o.learn != 0) {
+  if (has_model || learning_on(o, false)) {
     Predictor* model =
         llamalloc_make_model_predictor ? llamalloc_make_model_predictor(model_path, tokens_path) : nullptr;
     if (model != nullptr) g_predictor_ptr = model;

@@ -28,9 +28,11 @@ from ..run import llamalloc_env, before_exit_path, check_command, run_program
               help="A directory of models (*.model): take the one trained on this build of CMD's binary, else the "
                    "newest one of the same program (with a warning), else run without a model (default: "
                    "LLAMALLOC_MODEL_DIR, when --model is not given either; docs/prediction.md).")
-@click.option("--learn", "learn", is_flag=True,
-              help="Learn each calling context's lifetime class while CMD runs (LLAMALLOC_LEARN=1; with --model, the "
-                   "model is its head start; docs/prediction.md, \"Online learning\").")
+@click.option("--learn/--no-learn", "learn", default=None,
+              help="--learn: learn each calling context's lifetime class while CMD runs, also with a model, which "
+                   "is then its head start (LLAMALLOC_LEARN=1); --no-learn: never (LLAMALLOC_LEARN=0). Neither: "
+                   "the library's default, learning without a model only, once the heap reaches 64 MiB "
+                   "(docs/prediction.md, \"Online learning\").")
 @click.option("--binary", "binaries", multiple=True, metavar="PATH",
               help="With --model or --model-dir: a binary that CMD runs (when CMD is a wrapper script), whose token tables the "
                    "model needs (repeatable).")
@@ -52,8 +54,8 @@ def command(stats, options, model, model_dir, learn, binaries, cmd):
     env = llamalloc_env(options, stats)
     # Chosen here: the allocator would choose again from the directory's index (and warn when it found nothing).
     env.pop("LLAMALLOC_MODEL_DIR", None)
-    if learn:
-        env["LLAMALLOC_LEARN"] = "1"
+    if learn is not None:
+        env["LLAMALLOC_LEARN"] = "1" if learn else "0"
     note_builds = True
     if model_dir:
         model, note_builds = _model_from_directory(model_dir, what, cmd[0], binaries)
