@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def llamalloc(*args, env=None, cwd=None, check_rc: int | None = 0, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m llamalloc ARGS` (each argument through str), its output captured; its exit status must be
@@ -30,3 +32,17 @@ def one_error_line(rc: int, err: str) -> str:
     lines = [line for line in err.splitlines() if line]
     assert rc == 2 and len(lines) == 1, f"rc={rc}\n{err}"
     return lines[0]
+
+
+@pytest.fixture
+def full_disk_figures(monkeypatch):
+    """Every matplotlib figure's savefig fails as on a full disk (ENOSPC): the outputs of report and compare."""
+    import errno
+    import os
+
+    import matplotlib.figure
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)

@@ -163,19 +163,10 @@ def test_an_output_folder_under_a_file_is_refused_before_any_run(tmp_path):
 
 
 @pytest.mark.parametrize("existed", [False, True])
-def test_a_full_disk_under_the_outputs_is_one_line_and_keeps_what_was_there(tmp_path, capsys, monkeypatch,
+def test_a_full_disk_under_the_outputs_is_one_line_and_keeps_what_was_there(tmp_path, capsys, full_disk_figures,
                                                                              existed):
-    import errno
-    import os
-
-    import matplotlib.figure
-
     from llamalloc.cli import main
 
-    def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
     out = tmp_path / "cmp"
     if existed:
         out.mkdir()

@@ -150,16 +150,8 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_before_any_input_is_re
 
 
 @pytest.mark.parametrize("existed", [False, True])
-def test_a_full_disk_is_one_line_naming_the_folder_and_keeps_what_was_there(tmp_path, capsys, monkeypatch, existed):
-    import errno
-    import os
-
-    import matplotlib.figure
-
-    def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+def test_a_full_disk_is_one_line_naming_the_folder_and_keeps_what_was_there(tmp_path, capsys, full_disk_figures,
+                                                                            existed):
     out = tmp_path / "rep"
     if existed:
         out.mkdir()
