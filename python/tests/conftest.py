@@ -46,3 +46,10 @@ def full_disk_figures(monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+
+
+def former_output(folder, existed: bool, name: str, text: str) -> None:
+    """When `existed`, `folder` holds `name` with `text`, as a former run left it (what a failed write must keep)."""
+    if existed:
+        folder.mkdir()
+        (folder / name).write_text(text)

@@ -165,12 +165,11 @@ def test_an_output_folder_under_a_file_is_refused_before_any_run(tmp_path):
 @pytest.mark.parametrize("existed", [False, True])
 def test_a_full_disk_under_the_outputs_is_one_line_and_keeps_what_was_there(tmp_path, capsys, full_disk_figures,
                                                                              existed):
+    from conftest import former_output
     from llamalloc.cli import main
 
     out = tmp_path / "cmp"
-    if existed:
-        out.mkdir()
-        (out / "compare.json").write_text("the former result")
+    former_output(out, existed, "compare.json", "the former result")
     rc = main(["compare", "--allocators", "glibc", "--repeat", "1", "-o", str(out), "--", "sleep", "0.3"])
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err

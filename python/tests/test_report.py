@@ -152,10 +152,10 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_before_any_input_is_re
 @pytest.mark.parametrize("existed", [False, True])
 def test_a_full_disk_is_one_line_naming_the_folder_and_keeps_what_was_there(tmp_path, capsys, full_disk_figures,
                                                                             existed):
+    from conftest import former_output
+
     out = tmp_path / "rep"
-    if existed:
-        out.mkdir()
-        (out / "index.html").write_text("the former report")
+    former_output(out, existed, "index.html", "the former report")
     rc = main(["report", "--profile", str(DATA / "prof_sites.prof"), "-o", str(out), "-q"])
     err = capsys.readouterr().err
     kept = f"{out} left as it was" if existed else "nothing was written"
