@@ -17,8 +17,9 @@
 //   quiet: a program that has gone quiet after a peak keeps its survivors' pages on 4 KiB pages, which cost
 //   nothing in TLB reach while nothing runs, and a load that comes back takes blocks again, ending the quiet.
 // - At a thread's exit after the blocks in use fell (kDropBlocks) from the most in use at once over the demand
-//   window's periods and since (after_fall): the free blocks of sparse pages beyond the blocks in use now, taken
-//   in the period or not -- a batch's end, when what it freed should go back before its threads' joins return.
+//   window's periods and since (after_fall): the free blocks of pages up to `quiet_percent` in use beyond the
+//   blocks in use now, taken in the period or not -- a batch's end, when what it freed should go back before
+//   its threads' joins return.
 // - A page with blocks or span pages given back is kept from being collapsed into a huge page again (at most
 //   kMaxNoHugePages pages, for the kernel's map count) until all of them are backed again.
 // - What goes back is counted: gauges.subreleased_bytes and span_purged_bytes (while given back),
@@ -124,11 +125,13 @@ class Subrelease {
       high = high_[(passes_ - i) % kDemandPasses] > high ? high_[(passes_ - i) % kDemandPasses] : high;
     return falls(high, in_use);
   }
-  // After such a fall (PageHeap::subrelease_after_fall, at a thread's exit): the free blocks of sparse pages beyond
-  // the blocks in use now, taken in the period or not, of idle pages or not -- the load that took them is what
-  // fell. Not a pass of the sweeper's clock: the demand window, the quiet state and the blocks taken in the period
-  // stay as the last pass left them, so that the next pass judges the period whole, and each later exit of the
-  // same fall gives back what it freed. Returns the blocks given back.
+  // After such a fall (PageHeap::subrelease_after_fall, at a thread's exit): the free blocks of pages up to the
+  // quiet bound beyond the blocks in use now, taken in the period or not, of idle pages or not -- the load that
+  // took them is what fell, and what stays is its survivors, whose pages are often more than half full (the quiet
+  // pass's reason; query-spikes-cache kept 2.4 MiB of such holes until the sweeper's first quiet pass). Not a pass
+  // of the sweeper's clock: the demand window, the quiet state and the blocks taken in the period stay as the last
+  // pass left them, so that the next pass judges the period whole, and each later exit of the same fall gives back
+  // what it freed. Returns the blocks given back.
   template <typename EachPage>
   size_t after_fall(EachPage&& each_page, const Demand& demand);
 
@@ -207,7 +210,7 @@ size_t Subrelease::pass(EachPage&& each_page, const Demand& demand, bool now, un
 template <typename EachPage>
 size_t Subrelease::after_fall(EachPage&& each_page, const Demand& demand) {
   size_t budget = demand.backed > demand.in_use ? demand.backed - demand.in_use : 0;
-  return release_sparsest(each_page, budget, percent_, true, true);
+  return release_sparsest(each_page, budget, quiet_percent_, true, true);
 }
 
 template <typename EachPage>
