@@ -38,6 +38,7 @@ namespace llamalloc {
   X(prediction_keys_shared, "prediction cache keys found shared by call paths (keyed by callers since)") \
   X(prediction_unseen_contexts, "prediction cache misses whose code path the model was not trained on (placed long-lived at first)") \
   X(prediction_memo_answers, "cache misses and ends of unseen-path trials answered from the thread's memo of the model's answers by context") \
+  X(prediction_token_memo_answers, "model runs (counted in model_runs) whose tokens the process's memo of the LSTM's answers held: no LSTM") \
   X(prediction_caches_dropped, "prediction caches of idle threads given back by the sweeper")                 \
   X(online_contexts, "calling contexts online learning has seen (LEARN)")                                     \
   X(online_decided, "contexts whose class online learning has decided")                                       \

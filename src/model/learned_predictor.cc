@@ -4,6 +4,7 @@
 // (module_map.h).
 #include "learned_predictor.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -32,6 +33,10 @@ bool LearnedPredictor::init(const char* model_path, const char* tokens_path, uin
       return false;
     }
     thread_root_binary_ = tables_.find_binary("<thread-root>");
+    // Without it every model run runs the LSTM, as it did: the memo saves time, never changes an answer.
+    void* m = mmap(nullptr, sizeof(uint64_t) << kLogTokenMemo, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m != MAP_FAILED) token_memo_ = static_cast<std::atomic<uint64_t>*>(m);
   }
   repredict_every_ = repredict_every;
   repredict_backoff_ = repredict_backoff;
@@ -41,6 +46,14 @@ bool LearnedPredictor::init(const char* model_path, const char* tokens_path, uin
   }
   if (has_model_) modules_.refresh(tables_);
   return true;
+}
+
+LearnedPredictor::~LearnedPredictor() {
+  if (token_memo_ != nullptr) munmap(token_memo_, sizeof(uint64_t) << kLogTokenMemo);
+}
+
+void LearnedPredictor::clear_token_memo() {
+  if (token_memo_ != nullptr) madvise(token_memo_, sizeof(uint64_t) << kLogTokenMemo, MADV_DONTNEED);
 }
 
 bool LearnedPredictor::set_learning(const LearnRule& rule) {
@@ -104,13 +117,29 @@ unsigned LearnedPredictor::run_model(const AllocationContext& context, ThreadSta
   const size_t limit = model_.max_tokens();
   auto* tokens = static_cast<uint32_t*>(__builtin_alloca(limit * sizeof(uint32_t)));
   size_t n = tokens_of(pcs, depth, context.size_bytes, tokens, limit, broken && !state->main_thread);
-  float logits[kNumClasses];
-  unsigned lc = classify(model_, tokens, n, logits, confidence_);
-  if (log_fd_ >= 0) log_run(lc, tokens, n);
-  if (unseen_trial_ != 0 && repredict_every_ > unseen_trial_ && !model_.knows_code_path(tokens, n))
-    lc |= kUnseenContext;
-  else if (lc > longest_answered_.load(std::memory_order_relaxed))
-    longest_answered_.store(uint8_t(lc), std::memory_order_relaxed);  // a racing smaller store: fixed next run
+  uint64_t hash = uint64_t(n) * 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < n; ++i) {
+    hash = (hash ^ tokens[i]) * 0x9E3779B97F4A7C15ull;
+    hash ^= hash >> 29;
+  }
+  std::atomic<uint64_t>* slot =
+      token_memo_ == nullptr ? nullptr : &token_memo_[(hash >> 16) & ((uint64_t{1} << kLogTokenMemo) - 1)];
+  uint64_t held = slot == nullptr ? 0 : slot->load(std::memory_order_relaxed);
+  unsigned lc;
+  if (held != 0 && (held & ~kTokenMemoAnswerMask) == (hash & ~kTokenMemoAnswerMask)) {
+    lc = unsigned(held & kTokenMemoAnswerMask);
+    CacheCounters::bump(state->counters.token_memo_answers);
+  } else {
+    float logits[kNumClasses];
+    lc = classify(model_, tokens, n, logits, confidence_);
+    if (unseen_trial_ != 0 && repredict_every_ > unseen_trial_ && !model_.knows_code_path(tokens, n))
+      lc |= kUnseenContext;
+    else if (lc > longest_answered_.load(std::memory_order_relaxed))
+      longest_answered_.store(uint8_t(lc), std::memory_order_relaxed);  // a racing smaller store: fixed next run
+    static_assert(kUnseenContext <= kTokenMemoAnswerMask && kMaxClasses <= kTokenMemoAnswerMask, "answer fits");
+    if (slot != nullptr) slot->store((hash & ~kTokenMemoAnswerMask) | lc, std::memory_order_relaxed);
+  }
+  if (log_fd_ >= 0) log_run(lc & ~kUnseenContext, tokens, n);
   CacheCounters::bump(state->counters.model_runs);
   CacheCounters::bump(state->counters.prediction_ns, monotonic_ns() - t0);
   release_after_run();
@@ -391,6 +420,7 @@ PredictionTotals LearnedPredictor::totals() const {
     t.shared_keys += c.shared_keys.load(std::memory_order_relaxed);
     t.unseen += c.unseen.load(std::memory_order_relaxed);
     t.memo_answers += c.memo_answers.load(std::memory_order_relaxed);
+    t.token_memo_answers += c.token_memo_answers.load(std::memory_order_relaxed);
   }
   return t;
 }
@@ -406,6 +436,7 @@ void LearnedPredictor::trim() {
   if (busy) return;
   model_.drop_resident();
   tables_.drop_resident();
+  clear_token_memo();
   if (dwarf_) drop_unwind_tables();
 }
 
@@ -519,6 +550,7 @@ void LearnedPredictor::report(Counters& counters) {
   counters.prediction_keys_shared.store(t.shared_keys, std::memory_order_relaxed);
   counters.prediction_unseen_contexts.store(t.unseen, std::memory_order_relaxed);
   counters.prediction_memo_answers.store(t.memo_answers, std::memory_order_relaxed);
+  counters.prediction_token_memo_answers.store(t.token_memo_answers, std::memory_order_relaxed);
 }
 
 }  // namespace llamalloc::model

@@ -48,7 +48,7 @@ void drop_unwind_tables();
 
 struct PredictionTotals {
   uint64_t hits = 0, misses = 0, model_runs = 0, prediction_ns = 0, repredictions = 0, repredictions_changed = 0,
-           shared_keys = 0, unseen = 0, memo_answers = 0;
+           shared_keys = 0, unseen = 0, memo_answers = 0, token_memo_answers = 0;
 };
 
 // The class of an unseen-path trial (prediction_cache.h, kUnseenContext): kUnseenClass, the longest, where the
@@ -64,6 +64,9 @@ inline unsigned unseen_trial_class(const ModelFile& model, const ConfidenceRule&
 class LearnedPredictor final : public Predictor {
  public:
   LearnedPredictor() = default;
+  ~LearnedPredictor();
+  LearnedPredictor(const LearnedPredictor&) = delete;
+  LearnedPredictor& operator=(const LearnedPredictor&) = delete;
   // Maps the model and the token tables (tokens_path may be null: every frame is then <unsymbolized>, the
   // model sees only the size). model_path null or empty: no model, every context gets `default_class` until
   // online learning (set_learning) decides it. On failure: false and a reason naming the file in `error`.
@@ -147,14 +150,24 @@ class LearnedPredictor final : public Predictor {
   // Appends "class: tokens" per model run to fd (tests of the token path); -1: off.
   void set_log_fd(int fd);
   // Predictions below this confidence become `fallback` (LLAMALLOC_MIN_CONFIDENCE, model_file.h).
-  void set_confidence_rule(ConfidenceRule rule) { confidence_ = rule; }
+  void set_confidence_rule(ConfidenceRule rule) {
+    confidence_ = rule;
+    clear_token_memo();
+  }
   // LLAMALLOC_UNSEEN_TRIAL (prediction_cache.h, kUnseenContext); 0: off. Off as well without re-predictions or
   // without the model file's list of training contexts.
-  void set_unseen_trial(uint32_t hits) { unseen_trial_ = hits; }
+  void set_unseen_trial(uint32_t hits) {
+    unseen_trial_ = hits;
+    clear_token_memo();
+  }
   // The class of an unseen-path trial (unseen_trial_class).
   unsigned trial_class() const {
     return unseen_trial_class(model_, confidence_, longest_answered_.load(std::memory_order_relaxed));
   }
+  // The answers of the token memo go (its pages read back as empty slots), so that the next run of each token
+  // sequence runs the LSTM: the settings they depend on changed (the setters above), or the model ran too rarely
+  // in a sweep period for them to earn their pages (trim).
+  void clear_token_memo();
   const ModelFile& model() const { return model_; }
   const TokenTables& tables() const { return tables_; }
   ModuleMap& modules() { return modules_; }
@@ -188,6 +201,18 @@ class LearnedPredictor final : public Predictor {
   std::atomic<uint64_t> runs_since_trim_{0};
   std::atomic<bool> busy_{false};  // the previous pass had kBusyRunsPerTrim runs or more
   std::atomic<uint8_t> longest_answered_{0};  // the longest class of a model run on a trained-on path
+  // The process's memo of run_model's answers by token sequence. The answer is a function of the tokens alone
+  // (the model, the confidence rule and the unseen-path trial are fixed while the program runs; their setters
+  // clear it), so a sequence met again takes it without the LSTM, which is most of a model run's time. The
+  // thread's memo by context (ThreadState::memo) misses where a recursion reaches one call path through many
+  // combinations of its four callers: ast-builder with its model ran the LSTM 19,856 times for 2,438 sequences
+  // and took 3.3 times as long as without a model. Shared by all threads, as their contexts are the same code;
+  // direct-mapped by bits 16 to 27 of the sequence's hash, each slot that hash's top 48 bits and the answer
+  // (with kUnseenContext) in its low 16, 0: empty; a racing store loses one answer, never mixes two (one word).
+  // 32 KiB mapped (not resident) at init with a model, touched as used, given back when the model runs rarely.
+  static constexpr unsigned kLogTokenMemo = 12;
+  static constexpr uint64_t kTokenMemoAnswerMask = 0xFFFF;
+  std::atomic<uint64_t>* token_memo_ = nullptr;
 };
 
 }  // namespace llamalloc::model

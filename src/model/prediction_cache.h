@@ -27,6 +27,7 @@ struct CacheCounters {
   std::atomic<uint64_t> shared_keys{0};  // entries found to be shared by call paths (keyed deeper since)
   std::atomic<uint64_t> unseen{0};       // misses whose context the model was not trained on (kUnseenContext)
   std::atomic<uint64_t> memo_answers{0}; // misses and ends of trials answered by the thread's memo, no model run
+  std::atomic<uint64_t> token_memo_answers{0};  // model runs whose tokens the process's memo answered: no LSTM
 
   static void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
     c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);

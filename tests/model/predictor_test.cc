@@ -598,7 +598,12 @@ TEST(PredictionCaches, AModelThatRunsRarelyDoesNotStayResident) {
     uintptr_t next = 0x500000;
     auto runs = [&](int n) {
       uint64_t before = p.totals().model_runs;
-      for (int i = 0; i < n; ++i, next += 16) p.predict({next, 0, 64});  // each a new context: a model run
+      // Each a new context: a model run. Their tokens are the same (no token tables), so the memo of the LSTM's
+      // answers goes first: each run reads the model, as runs of different stacks do.
+      for (int i = 0; i < n; ++i, next += 16) {
+        p.clear_token_memo();
+        p.predict({next, 0, 64});
+      }
       ASSERT_EQ(p.totals().model_runs - before, uint64_t(n));
     };
     p.trim();
@@ -614,6 +619,34 @@ TEST(PredictionCaches, AModelThatRunsRarelyDoesNotStayResident) {
     EXPECT_LE(resident_kib(base), 4) << "a few runs since the previous pass: the pages go";
     runs(3);
     EXPECT_LE(resident_kib(base), 4) << "and leave after each run again";
+  });
+  t.join();
+  unlink(path.c_str());
+}
+
+// The process's memo of the LSTM's answers: a token sequence met again, in a context the thread has never seen
+// (a recursion at another depth), takes the answer the LSTM gave it without running it; another sequence runs the
+// LSTM; a memo cleared (a quiet sweep period, a setting changed) runs it again, to the same answer.
+TEST(PredictionCaches, ATokenSequenceMetAgainTakesTheLSTMsAnswerWithoutRunningIt) {
+  static LearnedPredictor p;
+  std::string path = init_with_model_file(p, "memo");
+  ASSERT_FALSE(path.empty());
+  std::thread t([&] {
+    // Distinct return addresses, so each is a miss of the thread's cache; no token tables, so their frames are all
+    // <unsymbolized> and one size gives one token sequence.
+    PredictionTotals before = p.totals();
+    unsigned first = p.predict({0x700000, 0, 64});
+    for (uintptr_t i = 1; i < 64; ++i) EXPECT_EQ(p.predict({0x700000 + 16 * i, 0, 64}), first);
+    PredictionTotals after = p.totals();
+    EXPECT_EQ(after.model_runs - before.model_runs, 64u);
+    EXPECT_EQ(after.token_memo_answers - before.token_memo_answers, 63u) << "the LSTM ran once";
+    p.predict({0x710000, 0, 1 << 20});
+    EXPECT_EQ(p.totals().token_memo_answers, after.token_memo_answers) << "another size, another sequence: a run";
+    p.clear_token_memo();
+    EXPECT_EQ(p.predict({0x720000, 0, 64}), first);
+    EXPECT_EQ(p.totals().token_memo_answers, after.token_memo_answers) << "cleared: the LSTM ran again";
+    EXPECT_EQ(p.predict({0x730000, 0, 64}), first);
+    EXPECT_EQ(p.totals().token_memo_answers, after.token_memo_answers + 1);
   });
   t.join();
   unlink(path.c_str());
