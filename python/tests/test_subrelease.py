@@ -208,3 +208,74 @@ def test_long_class_is_always_above_the_default_class(tmp_path):
     before, after = doc["before"]["huge_pages_by_class"], doc["after"]["huge_pages_by_class"]
     assert after[1] >= 1 and after[7] == 0, after
     assert before[2] == before[3] == before[4] == 0 and before[7] >= 1, before
+
+
+# A fall of the live bytes in a program that then goes idle: 64 MiB of 1-4 KiB objects of which one in eight
+# stays, made and freed by the main thread right after a second thread heap started the sweeper; then 3.5 s
+# without an allocator call ("idle"), or with a burst of 1 KiB objects made and freed every 10 ms, which takes
+# spans from the page heap again and again ("allocating"). Prints RSS right after the frees and at the end.
+FALL_PROG = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <llamalloc.h>
+#include "smaps.h"
+
+enum { TOTAL = 64 << 20, KEEP_EVERY = 8, BURST = 4096 };
+static void* objects[TOTAL / 1024];
+static void* burst[BURST];
+static void* volatile sink;
+static void* touch(void* arg) { sink = malloc(100); free(sink); return arg; }
+
+int main(int argc, char** argv) {
+  int allocating = argc > 1 && strcmp(argv[1], "allocating") == 0;
+  sink = malloc(100); free(sink);
+  pthread_t t;
+  if (pthread_create(&t, NULL, touch, NULL) != 0 || pthread_join(t, NULL) != 0) return 5;
+  size_t n = 0, total = 0;
+  for (unsigned i = 0; total < TOTAL; i++, n++) {
+    size_t size = 1024 + (i * 2654435761u) % 3072;
+    objects[n] = malloc(size);
+    memset(objects[n], 1, size);
+    total += size;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (i % KEEP_EVERY != 0) free(objects[i]);
+  long after_frees = rss_kib();
+  for (int tick = 0; tick < 350; tick++) {
+    struct timespec ts = {0, 10 * 1000000L};
+    nanosleep(&ts, NULL);
+    if (!allocating) continue;
+    for (int i = 0; i < BURST; i++) { burst[i] = malloc(1024); memset(burst[i], 3, 1024); }
+    for (int i = 0; i < BURST; i++) free(burst[i]);
+  }
+  static char buf[8192];
+  size_t len = llamalloc_stats_json(buf, sizeof buf);
+  if (len == 0 || len >= sizeof buf) return 3;
+  buf[len] = 0;
+  printf("{\"after_frees_rss_kib\": %ld, \"rss_kib\": %ld, \"stats\": %s}\n", after_frees, rss_kib(), buf);
+  for (size_t i = 0; i < n; i += KEEP_EVERY)
+    if (((char*)objects[i])[0] != 1) return 4;
+  return 0;
+}
+"""
+
+
+def test_a_fall_of_the_live_bytes_brings_the_sweepers_pass_forward_once_the_program_is_idle(tmp_path):
+    program = build_linked(tmp_path, FALL_PROG, "fall")
+    # A 5 s period: the regular pass after the sweeper's start comes 5 s in, after the program's end; the sweeper
+    # looks at the live bytes every second in between.
+    (idle,) = run_json(program, "idle", LLAMALLOC_SWEEP_MS="5000")
+    (allocating,) = run_json(program, "allocating", LLAMALLOC_SWEEP_MS="5000")
+    for r in (idle, allocating):
+        assert r["after_frees_rss_kib"] * 1024 >= 48 * MIB, r
+    # Idle after the fall: a pass came at the first look that found the program idle, and a quiet one a fifth of
+    # the period later, which purged the sparse spans' free pages.
+    assert idle["stats"]["counters"]["idle_heap_sweeps"] >= 1, idle["stats"]["counters"]
+    assert idle["rss_kib"] <= 0.5 * idle["after_frees_rss_kib"], idle
+    # Still taking spans from the page heap: no pass before the period's end, as a load that goes on takes back
+    # what such a pass would give.
+    assert allocating["stats"]["counters"]["idle_heap_sweeps"] == 0, allocating["stats"]["counters"]
+    assert allocating["rss_kib"] >= 0.8 * allocating["after_frees_rss_kib"], allocating
