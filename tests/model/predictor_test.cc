@@ -556,6 +556,37 @@ TEST(PredictionCaches, AModelRunNeedsLittleStack) {
   p.set_dwarf_unwind(true);  // the predictor's default, which the other tests expect
 }
 
+// Finding a thread's stack bounds (mapping_end, once per thread that predicts or learns) takes little of that
+// thread's stack: what it touches stays resident for the thread's life, on every thread of a server.
+TEST(PredictionCaches, FindingAThreadsStackBoundsNeedsLittleStack) {
+  constexpr size_t kStack = 1 << 20;
+  auto used = [&](bool find) {
+    void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (stack == MAP_FAILED) {
+      ADD_FAILURE() << "mmap of a " << kStack << "-byte stack failed";
+      return size_t(0);
+    }
+    memset(stack, 0xA5, kStack);
+    uintptr_t end = 0;
+    run_on_stack(stack, kStack, [&] {
+      volatile uintptr_t here = 0;
+      if (find) end = mapping_end(reinterpret_cast<uintptr_t>(&here));
+    });
+    if (find) EXPECT_GE(end, reinterpret_cast<uintptr_t>(stack) + kStack) << "the mapping that holds the stack";
+    size_t bytes = stack_used(static_cast<const unsigned char*>(stack), kStack);
+    munmap(stack, kStack);
+    return bytes;
+  };
+  // Once first, off the measured stack: the first calls of open and read in the process go through the dynamic
+  // linker's lazy binding, whose resolver saves the vector registers on the stack (a few KiB), once per process.
+  volatile uintptr_t here = 0;
+  EXPECT_NE(mapping_end(reinterpret_cast<uintptr_t>(&here)), 0u);
+  size_t idle = used(false);
+  size_t finding = used(true);
+  EXPECT_LE(finding, idle + 2048) << "a call that finds nothing writes " << idle << " bytes of its stack, "
+                                  << "mapping_end " << finding;
+}
+
 // drop_thread_cache (the sweeper, for an idle thread): the pages go, the cache reads as empty (the next
 // prediction of a context runs the model again), and the thread goes on using it.
 TEST(PredictionCaches, ADroppedCacheIsEmptyAndNotResident) {
