@@ -24,6 +24,7 @@ PROG = r"""
 #include <time.h>
 #include <unistd.h>
 #include <llamalloc.h>
+#include "peak_fill.h"
 #include "smaps.h"
 
 enum { TOTAL = 64 << 20, KEEP_EVERY = 256 };
@@ -64,15 +65,7 @@ int main(int argc, char** argv) {
   pthread_t idler;
   if (idle_thread && (pipe(idle_pipe) != 0 || pthread_create(&idler, NULL, idle, NULL) != 0)) return 5;
   /* The peak: 64 MiB of 1-4 KiB objects; one in 256 stays (long-lived state made during the peak). */
-  size_t n = 0, total = 0;
-  for (unsigned i = 0; total < TOTAL; i++, n++) {
-    size_t size = 1024 + (i * 2654435761u) % 3072;
-    objects[n] = malloc(size);
-    memset(objects[n], 1, size);
-    total += size;
-  }
-  for (size_t i = 0; i < n; i++)
-    if (i % KEEP_EVERY != 0) free(objects[i]);
+  size_t n = fill_then_free_most(objects, TOTAL, KEEP_EVERY);
   long peak_rss = rss_kib();
   /* The quiet phase: 3 s in which the program still serves the odd request (a 40 KiB buffer every 5 ms) in the
      threaded mode's main thread too; the sweeper or the slow path runs the passes. */
@@ -221,6 +214,7 @@ FALL_PROG = r"""
 #include <string.h>
 #include <time.h>
 #include <llamalloc.h>
+#include "peak_fill.h"
 #include "smaps.h"
 
 enum { TOTAL = 64 << 20, KEEP_EVERY = 8, BURST = 4096 };
@@ -234,15 +228,7 @@ int main(int argc, char** argv) {
   sink = malloc(100); free(sink);
   pthread_t t;
   if (pthread_create(&t, NULL, touch, NULL) != 0 || pthread_join(t, NULL) != 0) return 5;
-  size_t n = 0, total = 0;
-  for (unsigned i = 0; total < TOTAL; i++, n++) {
-    size_t size = 1024 + (i * 2654435761u) % 3072;
-    objects[n] = malloc(size);
-    memset(objects[n], 1, size);
-    total += size;
-  }
-  for (size_t i = 0; i < n; i++)
-    if (i % KEEP_EVERY != 0) free(objects[i]);
+  size_t n = fill_then_free_most(objects, TOTAL, KEEP_EVERY);
   long after_frees = rss_kib();
   for (int tick = 0; tick < 350; tick++) {
     struct timespec ts = {0, 10 * 1000000L};

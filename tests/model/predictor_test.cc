@@ -518,22 +518,30 @@ size_t stack_used(const unsigned char* stack, size_t bytes) {
   return bytes - i;
 }
 
+// Runs fn on a fresh 1 MiB stack filled with 0xA5; the bytes of that stack fn wrote (stack_used).
+size_t stack_written_by(const std::function<void()>& fn) {
+  constexpr size_t kStack = 1 << 20;
+  void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (stack == MAP_FAILED) {
+    ADD_FAILURE() << "mmap of a " << kStack << "-byte stack failed";
+    return 0;
+  }
+  memset(stack, 0xA5, kStack);
+  run_on_stack(stack, kStack, fn);
+  size_t bytes = stack_used(static_cast<const unsigned char*>(stack), kStack);
+  munmap(stack, kStack);
+  return bytes;
+}
+
 // A model run needs little stack below the allocation that asked for it (the DWARF walk, the tokens, the LSTM),
 // so that a thread with a small stack can allocate: the token array and the LSTM buffers are sized by the model
 // in use, not by the largest model (4,096 tokens, 16 KiB; a 6 KiB hidden state).
 TEST(PredictionCaches, AModelRunNeedsLittleStack) {
   LearnedPredictor& p = cache_test_predictor();
-  constexpr size_t kStack = 1 << 20;
   uintptr_t first_address = 0x9a1000;  // contexts no other test predicts, new for each thread
   auto used = [&](bool predict) {
-    void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (stack == MAP_FAILED) {
-      ADD_FAILURE() << "mmap of a " << kStack << "-byte stack failed";
-      return size_t(0);
-    }
-    memset(stack, 0xA5, kStack);
     uint64_t runs = 0;
-    run_on_stack(stack, kStack, [&] {
+    size_t bytes = stack_written_by([&] {
       if (!predict) return;
       uint64_t before = p.totals().model_runs;
       for (uintptr_t i = 0; i < 64; ++i) p.predict({first_address + 16 * i, 0, 64});
@@ -541,8 +549,6 @@ TEST(PredictionCaches, AModelRunNeedsLittleStack) {
     });
     first_address += 0x10000;
     if (predict) EXPECT_GE(runs, 32u) << "the contexts ran the model";
-    size_t bytes = stack_used(static_cast<const unsigned char*>(stack), kStack);
-    munmap(stack, kStack);
     return bytes;
   };
   size_t idle = used(false);
@@ -559,22 +565,14 @@ TEST(PredictionCaches, AModelRunNeedsLittleStack) {
 // Finding a thread's stack bounds (mapping_end, once per thread that predicts or learns) takes little of that
 // thread's stack: what it touches stays resident for the thread's life, on every thread of a server.
 TEST(PredictionCaches, FindingAThreadsStackBoundsNeedsLittleStack) {
-  constexpr size_t kStack = 1 << 20;
   auto used = [&](bool find) {
-    void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (stack == MAP_FAILED) {
-      ADD_FAILURE() << "mmap of a " << kStack << "-byte stack failed";
-      return size_t(0);
-    }
-    memset(stack, 0xA5, kStack);
-    uintptr_t end = 0;
-    run_on_stack(stack, kStack, [&] {
+    uintptr_t at = 0, end = 0;
+    size_t bytes = stack_written_by([&] {
       volatile uintptr_t here = 0;
-      if (find) end = mapping_end(reinterpret_cast<uintptr_t>(&here));
+      at = reinterpret_cast<uintptr_t>(&here);
+      if (find) end = mapping_end(at);
     });
-    if (find) EXPECT_GE(end, reinterpret_cast<uintptr_t>(stack) + kStack) << "the mapping that holds the stack";
-    size_t bytes = stack_used(static_cast<const unsigned char*>(stack), kStack);
-    munmap(stack, kStack);
+    if (find) EXPECT_GT(end, at) << "the end of the mapping that holds the stack";
     return bytes;
   };
   // Once first, off the measured stack: the first calls of open and read in the process go through the dynamic
