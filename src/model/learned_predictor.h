@@ -206,7 +206,7 @@ class LearnedPredictor final : public Predictor {
   // clear it), so a sequence met again takes it without the LSTM, which is most of a model run's time. The
   // thread's memo by context (ThreadState::memo) misses where a recursion reaches one call path through many
   // combinations of its four callers: ast-builder with its model ran the LSTM 19,856 times for 2,438 sequences
-  // and took 3.3 times as long as without a model. Shared by all threads, as their contexts are the same code;
+  // and took 4.1 times as long as without a model. Shared by all threads, as their contexts are the same code;
   // direct-mapped by bits 16 to 27 of the sequence's hash, each slot that hash's top 48 bits and the answer
   // (with kUnseenContext) in its low 16, 0: empty; a racing store loses one answer, never mixes two (one word).
   // 32 KiB mapped (not resident) at init with a model, touched as used, given back when the model runs rarely.
