@@ -50,7 +50,8 @@ namespace llamalloc {
     "object or page the heap opens reuses them instead of fresh memory that the kernel must zero. Each pass "    \
     "gives back, oldest first, what exceeds the larger of how far the pages in use are below their highest and " \
     "the most pages taken in one SWEEP_MS period, over the last 4 periods, but at most an eighth of the pages "  \
-    "in use; llamalloc_collect() gives back all. Without a sweeper, each free keeps the cache within what a "    \
+    "in use (half while huge objects turn over: over those periods they freed and took as many pages as are in " \
+    "use); llamalloc_collect() gives back all. Without a sweeper, each free keeps the cache within what a "    \
     "pass leaves, and may keep the largest huge object taken lately (up to 16 MiB). One freed huge object "       \
     "of up to 16 MiB waits in front of it for the next allocation of its size. 0: off, a freed huge object's "   \
     "pages go back to the OS at once (the LLAMA paper, section 8).")                   \

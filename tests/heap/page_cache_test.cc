@@ -1,6 +1,6 @@
 // The PageCache component (page_heap/page_cache.h) alone, with a fake page sink that records what goes back to the
 // OS, without a page heap. Its clock is the sweeper's passes: each trim() is one period. Tested: runs kept up to
-// the limit and the oldest given back beyond it, reuse newest and exact first, merging, release oldest first, the
+// the limit and the oldest given back beyond it, reuse of the fewest pages that fit, joining, release oldest first, the
 // passes giving back what recent demand does not need, the share of the pages in use, turning it off.
 #include <gtest/gtest.h>
 
@@ -87,15 +87,45 @@ TEST_F(PageCacheTest, TakesTheNewestRunOfExactlyTheLengthAskedFirstThenTheFrontO
   EXPECT_EQ(cache.pages(), 1u);
 }
 
-TEST_F(PageCacheTest, ARunThatExtendsTheNewestRunOfItsRegionMergesWithIt) {
-  cache.put(r0, 0, 1, 100);
-  cache.put(r0, 1, 2, 100);
-  ASSERT_EQ(cache.runs(), 1u);
-  EXPECT_EQ(cache.run(0).pages, 3u);
-  cache.put(r1, 3, 1, 100);  // another region: a run of its own
-  cache.put(r0, 3, 1, 100);  // extends r0's run, which is no longer the newest
-  EXPECT_EQ(cache.runs(), 3u);
-  EXPECT_EQ(take(3), 0u) << "the merged run serves an object of its whole length";
+TEST_F(PageCacheTest, ARunBesideACachedRunOfItsRegionJoinsItBeforeOrAfterAndIsTheNewest) {
+  cache.put(r0, 4, 2, 100);
+  cache.put(r1, 6, 1, 100);  // another region: a run of its own, though its pages follow r0's run
+  cache.put(r0, 2, 2, 100);  // before r0's run, which is no longer the newest
+  cache.put(r0, 6, 1, 100);  // after it
+  ASSERT_EQ(cache.runs(), 2u);
+  EXPECT_EQ(cache.run(1).region, r0) << "the joined run is the newest";
+  EXPECT_EQ(cache.run(1).index, 2u);
+  EXPECT_EQ(cache.run(1).pages, 5u);
+  EXPECT_EQ(take(5, 1, r0), 2u) << "the joined run serves an object of its whole length";
+  EXPECT_EQ(cache.pages(), 1u);
+}
+
+TEST_F(PageCacheTest, AnObjectTakesTheRunOfFewestPagesThatHoldsIt) {
+  cache.put(r0, 0, 6, 100);
+  cache.put(r0, 10, 3, 100);
+  cache.put(r1, 0, 5, 100);
+  EXPECT_EQ(take(3, 1, r0), 10u) << "exactly 3";
+  EXPECT_EQ(take(4, 1, r1), 0u) << "5 pages, not the 6 that a 6-page object needs";
+  EXPECT_EQ(take(6, 1, r0), 0u);
+  EXPECT_EQ(cache.pages(), 1u);
+}
+
+// While huge objects turn over (freed and taken, each at least the pages in use over the last periods), the cache
+// may hold half the pages in use instead of an eighth; a fall from the peak (no take) or growth (no free) keeps
+// an eighth.
+TEST_F(PageCacheTest, WhileHugeObjectsTurnOverTheCacheHoldsHalfThePagesInUse) {
+  cache.configure(64, true);
+  EXPECT_EQ(cache.limit(32), 32 / PageCache::kUseShare);
+  cache.put(r0, 0, 40, 32);  // a fall: 40 pages freed, none taken
+  EXPECT_EQ(cache.limit(32), 32 / PageCache::kUseShare);
+  for (int i = 0; i < 8; ++i) {
+    take(4);
+    cache.put(r1, 4 * i, 4, 32);
+  }
+  EXPECT_EQ(cache.limit(32), 32 / PageCache::kTurnoverUseShare) << "32 pages taken and freed";
+  // Once kPasses passes have seen neither, the eighth again.
+  for (unsigned pass = 0; pass <= PageCache::kPasses; ++pass) cache.trim(32, false);
+  EXPECT_EQ(cache.limit(32), 32 / PageCache::kUseShare);
 }
 
 TEST_F(PageCacheTest, ReleaseGivesBackTheOldestPagesFirstAndTheFrontOfALongerRun) {

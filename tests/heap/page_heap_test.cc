@@ -723,15 +723,19 @@ TEST_F(PageHeapTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
   heap->configure(config);
   std::vector<void*> live;
   for (int i = 0; i < 16; ++i) live.push_back(heap->alloc_large(0, 2 * kHugePageBytes, kBlockBytes));  // 32 pages
-  // Buffers of 2 pages made and freed in waves: 12 cached pages, and each period takes 12.
+  // Buffers of 2 pages made and freed in waves: 6 cached pages, and each period takes 6 (fewer than it holds: no
+  // turnover).
   for (int wave = 0; wave < 3; ++wave) {
     std::vector<void*> buffers;
-    for (int i = 0; i < 6; ++i) buffers.push_back(heap->alloc_large(1, 2 * kHugePageBytes, kBlockBytes));
+    for (int i = 0; i < 3; ++i) buffers.push_back(heap->alloc_large(1, 2 * kHugePageBytes, kBlockBytes));
     for (void* b : buffers) heap->free_large(b);
     heap->subrelease_free_blocks(false);
     EXPECT_EQ(heap->gauges().page_cache_bytes, 4 * kHugePageBytes) << "wave " << wave << ": 32 pages in use / 8";
   }
   EXPECT_EQ(heap->counters().huge_pages_reused.load(), 2 * 4u) << "each wave after the first reuses the 4 kept";
+  // Periods without a take or a free: the cache empties.
+  for (unsigned pass = 0; pass < PageHeap::kPageCachePasses; ++pass) heap->subrelease_free_blocks(false);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
   // Most of the program's memory freed: 8 pages in use keep 1 (not bounded by use: no demand allowance).
   for (int i = 0; i < 12; ++i) heap->free_large(live[i]);
   heap->subrelease_free_blocks(false);
@@ -739,6 +743,33 @@ TEST_F(PageHeapTest, PageCacheKeepsAtMostAShareOfThePagesInUse) {
   for (int i = 12; i < 16; ++i) heap->free_large(live[i]);
   heap->subrelease_free_blocks(false);
   EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
+  EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
+  heap->check_invariants();
+}
+
+// Big buffers replaced among live ones: a freed buffer's run too short for the next, with free pages beside it,
+// serves it, and only those free pages are backed afresh (mimalloc-bench's malloc-large).
+TEST_F(PageHeapTest, ACachedRunTooShortForAHugeObjectServesItWithTheFreePagesBesideIt) {
+  HeapConfig config{4, kK, true, true, 0};
+  config.page_cache_pages = 64;
+  heap->configure(config);
+  void* a = heap->alloc_large(1, 3 * kHugePageBytes, kBlockBytes);
+  void* b = heap->alloc_large(1, 2 * kHugePageBytes, kBlockBytes);
+  void* c = heap->alloc_large(1, 3 * kHugePageBytes, kBlockBytes);
+  heap->free_large(c);  // the pages after b's are free: c's are cached
+  heap->free_large(b);  // joins c's run: 5 cached pages after a's
+  ASSERT_EQ(heap->gauges().page_cache_bytes, 5 * kHugePageBytes);
+  size_t backed = platform.backed_bytes, reused = heap->counters().huge_pages_reused.load();
+  void* d = heap->alloc_large(1, 7 * kHugePageBytes, kBlockBytes);
+  EXPECT_EQ(d, reinterpret_cast<char*>(a) + 3 * kHugePageBytes) << "the cached run, and the free pages after it";
+  EXPECT_EQ(platform.backed_bytes - backed, 2 * kHugePageBytes) << "only the 2 free pages backed afresh";
+  EXPECT_EQ(heap->counters().huge_pages_reused.load() - reused, 5u);
+  EXPECT_EQ(heap->gauges().page_cache_bytes, 0u);
+  EXPECT_TRUE(heap->huge_object_recycled(d)) << "calloc must zero it";
+  heap->check_invariants();
+  heap->free_large(d);
+  heap->free_large(a);
+  heap->set_page_cache_pages(0);
   EXPECT_EQ(platform.backed_bytes, 0u) << "every page given back, none lost";
   heap->check_invariants();
 }

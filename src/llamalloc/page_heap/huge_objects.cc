@@ -132,6 +132,12 @@ void* PageHeap::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
   // Fresh pages only once the parked object's are in the cache: it must not raise the peak.
   bool recycled = take_cached(pages, align_pages, &r, &index) ||
                   (unpark_locked() && take_cached(pages, align_pages, &r, &index));
+  // Else a cached run with free pages beside it: only those are backed afresh (and as many other cached pages go
+  // back, as below). A program that replaces big buffers of random sizes among live ones (mimalloc-bench's
+  // malloc-large) finds the run a smaller buffer left too short half the time, and the kernel zeroed 15 GiB of
+  // fresh pages where the buffers it wrote were 30 GiB.
+  bool fresh_pages = !recycled;
+  if (!recycled && align_pages == 1 && take_cached_around(pages, &r, &index)) recycled = true;
   if (recycled) {
     address = r->page_address(index);
   } else {
@@ -176,9 +182,9 @@ void* PageHeap::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
   account_page(head, int64_t(whole));
   // Huge pages where dense (HUGE_PAGES=2): an object of whole huge pages is a buffer a program asked for whole, and
   // is huge from its first touch, as every page is under HUGE_PAGES=1: its pages fault in one at a time instead of
-  // 512, and need no collapse (malloc-large's buffers were 3.3x slower on 4 KiB pages). Not a recycled run, which
-  // is backed already, nor the slack of an object that maps only its bytes.
-  if (config_.collapse_dense && !recycled && advised_pages_ + whole <= kMaxAdvisedPages) {
+  // 512, and need no collapse (malloc-large's buffers were 3.3x slower on 4 KiB pages). Not an object wholly of
+  // cached pages, which are backed already, nor the slack of an object that maps only its bytes.
+  if (config_.collapse_dense && fresh_pages && advised_pages_ + whole <= kMaxAdvisedPages) {
     platform_.advise_huge_page(reinterpret_cast<void*>(address), whole * kHugePageBytes - (tail_unbacked ? kHugePageBytes : 0));
     head->huge_advised = 1;
     advised_pages_ += uint32_t(whole);
@@ -203,6 +209,40 @@ void* PageHeap::alloc_huge_locked(unsigned lc, size_t bytes, size_t alignment) {
     activate(p);
   }
   return reinterpret_cast<void*>(address);
+}
+
+bool PageHeap::take_cached_around(size_t pages, Region** out, size_t* index) {
+  unsigned best = page_cache_.runs();
+  size_t best_start = 0, best_cached = 0;
+  for (unsigned i = page_cache_.runs(); i-- > 0;) {
+    const PageCache::Run& run = page_cache_.run(i);
+    if (run.pages <= best_cached || run.pages >= pages) continue;
+    const Region* r = run.region;
+    size_t need = pages - run.pages, end = run.index + run.pages;
+    size_t after_end = end + need < r->reserved ? end + need : r->reserved;
+    size_t after = next_bit(r->used, end, after_end, true) - end, before = 0;
+    while (after + before < need && run.index > before && !test_bit(r->used, run.index - before - 1)) ++before;
+    if (after + before < need) continue;
+    best = i;
+    best_start = run.index - before;
+    best_cached = run.pages;
+  }
+  if (best == page_cache_.runs()) return false;
+  const PageCache::Run run = page_cache_.run(best);
+  // The pages before the run, then those after it; a refusal (the memory limits, or pages another mapping took)
+  // gives back what was claimed and leaves the run in the cache.
+  size_t before = run.index - best_start, after = pages - run.pages - before;
+  if (!claim_pages(run.region, best_start, before)) return false;
+  if (!claim_pages(run.region, run.index + run.pages, after)) {
+    if (before != 0) give_back_pages(run.region, best_start, before);
+    return false;
+  }
+  page_cache_.take_run(best);
+  // As a miss does (alloc_huge_locked): the cache does not add to what the heap would hold without it.
+  page_cache_.release(before + after);
+  *out = run.region;
+  *index = best_start;
+  return true;
 }
 
 void PageHeap::free_huge_locked(HugePageMeta* head) {

@@ -4,15 +4,16 @@
 // (tests/heap/page_cache_test.cc). Its clock is the sweeper's passes (trim, once a pass). Rules:
 // - It holds whole backed pages that its owner put there (the owner decides which: the page heap puts a freed
 //   huge object's pages, never an emptied page of blocks), at most its limit: max_pages, and with bounded_by_use
-//   also the pages in use / kUseShare at every put. A run longer than the limit goes back at once; beyond it the
-//   oldest runs go back first. A run that extends the newest run of the same region merges with it.
+//   also the pages in use / kUseShare (kTurnoverUseShare while huge objects turn over) at every put. A run longer
+//   than the limit goes back at once; beyond it the oldest runs go back first.
 // - Whatever the pages in use, the cache may hold the recent demand allowance: the pages of the largest single
 //   take of a huge object (hit or miss; more than one page) in the current period and the last kPasses, up to kMaxDemandPages. A program that replaces
 //   one big buffer again and again while it holds little else (an I/O buffer, a per-request arena) then reuses its
 //   pages instead of mapping and faulting in fresh ones each time; when it goes quiet it keeps at most that one
 //   buffer's pages, as glibc keeps its top chunk below its trim threshold.
-// - take() gives the newest run of exactly the length asked first, else the front of a longer one (its
-//   alignment allowed); a single page comes from a run's back.
+// - A run put beside a cached run of the same region (before or after it) joins it; the joined run is the newest.
+// - take() gives the run of fewest pages that holds the object, the newest of those, from its front (its
+//   alignment allowed); a single page comes from the newest run's back.
 // - Each pass (trim) records the pages in use and the pages taken since the last pass, then gives back, oldest
 //   first, the cached pages beyond the larger of how far the pages in use are below their highest and the most
 //   pages taken in one period, over the last kPasses passes, and never more than the pages in use / kUseShare (or,
@@ -49,6 +50,14 @@ class PageCache {
   // few buffers a second, would otherwise keep several cached pages (2 MiB of RSS each) for what those few buffers
   // reuse; its steady RSS falls as this rises, and the reuse it gives up is small.
   static constexpr unsigned kUseShare = 8;
+  // While huge objects turn over, the pages huge objects freed and the pages they took over the last kPasses periods
+  // both reaching the pages in use, the share is the pages in use divided by this instead: a program that replaces
+  // big buffers of random sizes among live ones finds a cached run that fits only when the cache holds several
+  // buffers' pages (mimalloc-bench's malloc-large, 200 pages in use: the kernel zeroed 7.3 GiB of fresh pages at
+  // an eighth, 2.9 GiB at half, for the same peak, since a take that misses gives back as many cached pages as it
+  // backs). A server that replaces a few buffers a second frees and takes far fewer pages than it holds; a program
+  // that grows by big objects frees none, one that falls from its peak takes none: they keep the eighth.
+  static constexpr unsigned kTurnoverUseShare = 2;
   // Runs held at most (beyond them the oldest goes back).
   static constexpr unsigned kMaxRuns = 512;
   // The most pages the demand allowance keeps (16 MiB; above): enough for the buffers servers replace whole
@@ -78,12 +87,17 @@ class PageCache {
   size_t limit(size_t in_use) const;
   // The demand allowance (above): pages the cache may keep whatever the pages in use.
   size_t demand_allowance() const;
+  // kUseShare, or kTurnoverUseShare while huge objects turn over (above), with `in_use` pages in use.
+  unsigned use_share(size_t in_use) const;
 
   // Keeps [index, index + pages) of r (free, backed) for reuse, or gives it back when the cache is off or the run
   // is longer than the limit; `in_use`: the pages in use after it was freed.
   void put(Region* r, size_t index, size_t pages, size_t in_use);
   // `pages` contiguous cached pages aligned to align_pages: true with their region and index.
   bool take(size_t pages, size_t align_pages, Region** r, size_t* index);
+  // Takes run i out of the cache whole, counted as reused: for an object that takes the free pages beside it too
+  // (PageHeap::take_cached_around).
+  void take_run(unsigned i);
   // Gives back up to `pages` cached pages, oldest first (the first pages of a run if it is longer). Returns the
   // pages given back.
   size_t release(uint64_t pages);
@@ -115,6 +129,12 @@ class PageCache {
   // The largest single take since the last pass, and in each of the last kPasses periods.
   uint64_t largest_ = 0;
   uint64_t largest_by_pass_[kPasses] = {};
+  // Pages of freed huge objects put (kept or not) since the last pass, and in each of the last kPasses periods.
+  uint64_t freed_ = 0;
+  uint64_t freed_by_pass_[kPasses] = {};
+  // Pages taken by huge objects (takes of more than one page, hit or miss), likewise.
+  uint64_t huge_taken_ = 0;
+  uint64_t huge_taken_by_pass_[kPasses] = {};
 };
 
 }  // namespace llamalloc

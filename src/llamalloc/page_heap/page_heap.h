@@ -315,6 +315,9 @@ class PageHeap {
   // Reserves again the pages of [at, at + pages) whose address space was given back: 0, EEXIST when another
   // mapping took some of them (those are lost: marked used for good), ENOMEM when the limit refuses.
   int reserve_again(Region* r, size_t at, size_t pages);
+  // take_pages' and claim_pages' common end: [at, at + pages) of r reserved again, its metadata committed, its
+  // first back_bytes (all of it for 0) backed, in use. 0, EEXIST (reserve_again), or ENOMEM.
+  int claim(Region* r, size_t at, size_t pages, size_t back_bytes);
   Region* new_region(size_t pages);
   bool grow_region(Region* r, size_t pages);
   bool commit_metadata(Region* r, size_t end);
@@ -376,6 +379,12 @@ class PageHeap {
   bool take_cached(size_t pages, size_t align_pages, Region** r, size_t* index) {
     return page_cache_.take(pages, align_pages, r, index);
   }
+  // A huge object of `pages` that no cached run holds: the cached run with the most pages that, with free pages
+  // beside it in its region (given back or never used), makes up the object. The run leaves the cache and only
+  // those free pages are backed. false when no run has enough free pages beside it.
+  bool take_cached_around(size_t pages, Region** r, size_t* index);
+  // Makes [at, at + pages) of r, free pages, usable (reserved again, metadata committed, backed) and in use.
+  bool claim_pages(Region* r, size_t at, size_t pages);
 
   // --- subrelease (subrelease.cc; the passes and their rules: subrelease.h) ------------------------------
   // Blocks of p that are backed again (taken), or dropped with it: off the subreleased gauge.

@@ -171,20 +171,28 @@ bool PageHeap::take_pages(size_t pages, size_t align_pages, Region** out, size_t
       if (at == c->reserved) return false;
       r = c;
     }
-    int error = reserve_again(r, at, pages);
+    int error = claim(r, at, pages, back_bytes);
     if (error == EEXIST) continue;  // pages of the run are another mapping's now: they are out, look again
     if (error != 0) return false;
-    if (!commit_metadata(r, at + pages)) return false;
-    if (!platform_.back(reinterpret_cast<void*>(r->page_address(at)), back_bytes != 0 ? back_bytes : pages * kHugePageBytes))
-      return false;
-    set_bits(r->used, at, pages, true);
-    r->free_pages -= uint32_t(pages);
-    if (at == r->search_from) r->search_from = uint32_t(at + pages);
     *out = r;
     *index = at;
     return true;
   }
 }
+
+int PageHeap::claim(Region* r, size_t at, size_t pages, size_t back_bytes) {
+  int error = reserve_again(r, at, pages);
+  if (error != 0) return error;
+  if (!commit_metadata(r, at + pages)) return ENOMEM;
+  if (!platform_.back(reinterpret_cast<void*>(r->page_address(at)), back_bytes != 0 ? back_bytes : pages * kHugePageBytes))
+    return ENOMEM;
+  set_bits(r->used, at, pages, true);
+  r->free_pages -= uint32_t(pages);
+  if (at == r->search_from) r->search_from = uint32_t(at + pages);
+  return 0;
+}
+
+bool PageHeap::claim_pages(Region* r, size_t at, size_t pages) { return pages == 0 || claim(r, at, pages, 0) == 0; }
 
 int PageHeap::reserve_again(Region* r, size_t at, size_t pages) {
   int result = 0;
