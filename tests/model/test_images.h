@@ -2,6 +2,8 @@
 // mapping.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -117,6 +119,19 @@ inline long resident_kib(const void* address) {
     else if (in && strncmp(line, "Rss:", 4) == 0) kib = atol(line + 4);
   }
   if (f) fclose(f);
+  return kib;
+}
+
+// Resident KiB of [address, address + bytes) (mincore), whatever mapping holds it: the Rss of a whole mapping
+// moves when the kernel merges it with an anonymous neighbour that something else maps or drops.
+inline long resident_kib_in(const void* address, size_t bytes) {
+  uintptr_t lo = reinterpret_cast<uintptr_t>(address) & ~uintptr_t{4095};
+  uintptr_t hi = (reinterpret_cast<uintptr_t>(address) + bytes + 4095) & ~uintptr_t{4095};
+  unsigned char v[4096];
+  size_t pages = (hi - lo) / 4096;
+  if (pages > sizeof v || mincore(reinterpret_cast<void*>(lo), hi - lo, v) != 0) return -1;
+  long kib = 0;
+  for (size_t i = 0; i < pages; ++i) kib += (v[i] & 1) ? 4 : 0;
   return kib;
 }
 
