@@ -67,7 +67,7 @@ TEST_F(PageCacheTest, KeepsFreedRunsUpToItsLimitAndGivesBackTheOldestBeyondIt) {
   EXPECT_EQ(gauges.page_cache_bytes, 6 * kHugePageBytes);
 }
 
-TEST_F(PageCacheTest, TakesTheNewestRunOfExactlyTheLengthAskedFirstThenTheFrontOfALongerOne) {
+TEST_F(PageCacheTest, TakesTheNewestRunOfFewestPagesThatHoldsTheObjectFromItsFront) {
   cache.put(r0, 0, 2, 100);
   cache.put(r0, 10, 3, 100);
   cache.put(r1, 20, 2, 100);
@@ -85,6 +85,11 @@ TEST_F(PageCacheTest, TakesTheNewestRunOfExactlyTheLengthAskedFirstThenTheFrontO
   EXPECT_EQ(take(1), 4u);
   EXPECT_EQ(take(2, 1), 1u);
   EXPECT_EQ(cache.pages(), 1u);
+  // A longer run stays for a longer object: 4 pages from the 5-page run, not the newer 6-page one.
+  cache.put(r1, 40, 5, 100);
+  cache.put(r0, 30, 6, 100);
+  EXPECT_EQ(take(4, 1, r1), 40u);
+  EXPECT_EQ(take(6, 1, r0), 30u);
 }
 
 TEST_F(PageCacheTest, ARunBesideACachedRunOfItsRegionJoinsItBeforeOrAfterAndIsTheNewest) {
@@ -97,16 +102,6 @@ TEST_F(PageCacheTest, ARunBesideACachedRunOfItsRegionJoinsItBeforeOrAfterAndIsTh
   EXPECT_EQ(cache.run(1).index, 2u);
   EXPECT_EQ(cache.run(1).pages, 5u);
   EXPECT_EQ(take(5, 1, r0), 2u) << "the joined run serves an object of its whole length";
-  EXPECT_EQ(cache.pages(), 1u);
-}
-
-TEST_F(PageCacheTest, AnObjectTakesTheRunOfFewestPagesThatHoldsIt) {
-  cache.put(r0, 0, 6, 100);
-  cache.put(r0, 10, 3, 100);
-  cache.put(r1, 0, 5, 100);
-  EXPECT_EQ(take(3, 1, r0), 10u) << "exactly 3";
-  EXPECT_EQ(take(4, 1, r1), 0u) << "5 pages, not the 6 that a 6-page object needs";
-  EXPECT_EQ(take(6, 1, r0), 0u);
   EXPECT_EQ(cache.pages(), 1u);
 }
 
