@@ -94,11 +94,9 @@ bool PageCache::take(size_t pages, size_t align_pages, Region** r, size_t* index
   // Only huge objects' takes make the demand allowance (a page of blocks takes one page).
   if (pages > 1 && pages > largest_) largest_ = pages;
   if (pages > 1) huge_taken_ += pages;
-  // Newest first (its memory is the likeliest to be in cache), a run of exactly the size asked first (a huge
-  // object keeps finding the runs that objects of its size left); a huge object takes the front of a longer
-  // run, a page of blocks the back of one.
-  // The run of fewest pages that holds the object (the newest of those), so that longer runs stay for longer
-  // objects; a page of blocks takes the newest run's back.
+  // The run of fewest pages that holds the object, the newest of those (its memory is the likeliest to be in
+  // cache), from its front, so that longer runs stay for longer objects; a page of blocks takes the newest run's
+  // back.
   unsigned best = run_count_;
   size_t best_at = 0;
   for (unsigned i = run_count_; i-- > 0;) {

@@ -16,8 +16,9 @@
 //   alignment allowed); a single page comes from the newest run's back.
 // - Each pass (trim) records the pages in use and the pages taken since the last pass, then gives back, oldest
 //   first, the cached pages beyond the larger of how far the pages in use are below their highest and the most
-//   pages taken in one period, over the last kPasses passes, and never more than the pages in use / kUseShare (or,
-//   bounded by use, the demand allowance if larger); all of them with `now`.
+//   pages taken in one period, over the last kPasses passes, and never more than the pages in use / kUseShare
+//   (kTurnoverUseShare while huge objects turn over; or, bounded by use, the demand allowance if larger); all of
+//   them with `now`.
 // - Pages go back through the PageSink, and are counted in gauges.page_cache_bytes and counters.huge_pages_reused;
 //   cached pages are in no footprint (they hold no live byte).
 // Not thread-safe: the page heap calls it under its lock.
