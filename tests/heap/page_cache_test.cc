@@ -90,6 +90,10 @@ TEST_F(PageCacheTest, TakesTheNewestRunOfFewestPagesThatHoldsTheObjectFromItsFro
   cache.put(r0, 30, 6, 100);
   EXPECT_EQ(take(4, 1, r1), 40u);
   EXPECT_EQ(take(6, 1, r0), 30u);
+  // A page of blocks takes a one-page run before the back of a longer, newer one.
+  cache.put(r1, 50, 1, 100);
+  cache.put(r0, 60, 3, 100);
+  EXPECT_EQ(take(1, 1, r1), 50u);
 }
 
 TEST_F(PageCacheTest, ARunBesideACachedRunOfItsRegionJoinsItBeforeOrAfterAndIsTheNewest) {

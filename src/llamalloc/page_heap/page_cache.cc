@@ -95,8 +95,8 @@ bool PageCache::take(size_t pages, size_t align_pages, Region** r, size_t* index
   if (pages > 1 && pages > largest_) largest_ = pages;
   if (pages > 1) huge_taken_ += pages;
   // The run of fewest pages that holds the object, the newest of those (its memory is the likeliest to be in
-  // cache), from its front, so that longer runs stay for longer objects; a page of blocks takes the newest run's
-  // back.
+  // cache), so that longer runs stay for longer objects: a huge object from its front, a page of blocks from its
+  // back (a one-page run first).
   unsigned best = run_count_;
   size_t best_at = 0;
   for (unsigned i = run_count_; i-- > 0;) {
@@ -104,7 +104,7 @@ bool PageCache::take(size_t pages, size_t align_pages, Region** r, size_t* index
     if (run.pages < pages) continue;
     size_t at = pages == 1 ? run.index + run.pages - 1 : run.index;
     if (at % align_pages != 0) continue;
-    if (best != run_count_ && (pages == 1 || runs_[best].pages <= run.pages)) continue;
+    if (best != run_count_ && runs_[best].pages <= run.pages) continue;
     best = i;
     best_at = at;
     if (run.pages == pages) break;

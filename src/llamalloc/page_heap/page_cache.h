@@ -13,7 +13,7 @@
 //   buffer's pages, as glibc keeps its top chunk below its trim threshold.
 // - A run put beside a cached run of the same region (before or after it) joins it; the joined run is the newest.
 // - take() gives the run of fewest pages that holds the object, the newest of those, from its front (its
-//   alignment allowed); a single page comes from the newest run's back.
+//   alignment allowed); a single page comes from the back of such a run (a one-page run first).
 // - Each pass (trim) records the pages in use and the pages taken since the last pass, then gives back, oldest
 //   first, the cached pages beyond the larger of how far the pages in use are below their highest and the most
 //   pages taken in one period, over the last kPasses passes, and never more than the pages in use / kUseShare
