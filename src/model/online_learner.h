@@ -12,7 +12,9 @@
 //   their address space follows the contexts and samples in use (a process under `ulimit -v` pays for what it
 //   learns): configure() maps the contexts' index (4 KiB); the contexts are mapped 1 << kLogContextsPerChunk at a
 //   time, in the order they come; the sample table starts at 1 << kLogFirstSamples entries and doubles, under the
-//   lock, up to kSamples. An all-zero entry is an empty one (fresh anonymous memory).
+//   lock, up to kSamples, and shrinks again at an aging pass once its live samples have fallen below an eighth of
+//   its slots (after a peak), so that a quiet process does not keep a peak's table resident. An all-zero entry is
+//   an empty one (fresh anonymous memory).
 // - One lock for every change; lookups (the class of a context) take none: the prediction cache consults the
 //   learner on every check of an entry, which must stay cheap on every thread.
 // - The same code serves the process (LearnedPredictor) and the replay (src/sim, llama-online), with the time
@@ -220,6 +222,7 @@ class OnlineLearner {
     return uint32_t((uint64_t(p) * 0x9E3779B97F4A7C15ull) >> (64 - log_samples_));
   }
   bool grow_samples();  // lock
+  void shrink_samples();  // lock
   void erase_sample(uint32_t i);
 
   LearnRule rule_;

@@ -126,7 +126,7 @@ TEST(OnlineLearner, ObjectsThatOutliveWhatTheFreesSayAreSurvivors) {
 TEST(OnlineLearner, LearningAloneKeepsApartOnlyWhatGoesOnTheLongestPages) {
   Options o;
   ModelFile model;  // (not opened: an argmax model, as far as the rule is concerned)
-  EXPECT_EQ(learn_rule_of(o, nullptr, 3).shortest, unsigned(o.long_class));
+  EXPECT_EQ(learn_rule_of(o, nullptr, 3).shortest, unsigned(o.long_class) + 1) << "frees longer than LONG_CLASS";
   EXPECT_EQ(learn_rule_of(o, &model, 3).shortest, 3u);
   EXPECT_EQ(learn_rule_of(o, nullptr, 3).fallback, unsigned(o.default_class));
   o.long_class = 8;  // every class on its own pages: the last class is the longest's
@@ -140,6 +140,13 @@ TEST(OnlineLearner, LearningAloneKeepsApartOnlyWhatGoesOnTheLongestPages) {
   EXPECT_EQ(OnlineLearner::decide(alone, freed, live, nullptr), unsigned(d.default_class)) << "1-10 s old";
   live[3] = 0, live[4] = 20;
   EXPECT_EQ(OnlineLearner::decide(alone, freed, live, nullptr), kLongestLifetimeClass) << "10-100 s old";
+  // Frees at LONG_CLASS's lifetimes (10-100 s) turn over within a steady load: those objects stay in the default
+  // class, where they fill the holes of its spans. Longer frees go on the longest pages.
+  uint32_t none[kMaxClasses] = {};
+  freed[4] = 20;
+  EXPECT_EQ(OnlineLearner::decide(alone, freed, none, nullptr), unsigned(d.default_class)) << "freed at 10-100 s";
+  freed[4] = 0, freed[5] = 20;
+  EXPECT_EQ(OnlineLearner::decide(alone, freed, none, nullptr), 5u) << "freed at 100-1000 s";
 }
 
 TEST(OnlineLearner, APhaseChangeIsDecidedAgain) {
@@ -277,6 +284,38 @@ TEST(OnlineLearner, TheTablesGrowWithTheContextsAndSamplesInUse) {
     if (l->find_or_add(OnlineLearner::context_key(0x700000 + uintptr_t(i) * 16, 5, 0), 0x700000, 5) >= 0) ++added;
   EXPECT_EQ(added, 1536);
   EXPECT_EQ(l->mapped_bytes(), index_bytes + 12 * one_chunk + 4096 * 24);
+}
+
+// After a peak the sample table does not keep the peak's size: the aging pass that finds its live samples below
+// an eighth of its slots moves them into the smallest table they fill to at most three eighths, and each is still
+// found at its free; a new rise grows it again.
+TEST(OnlineLearner, AfterAPeakTheSampleTableShrinksAtAnAgingPass) {
+  auto l = make_learner();
+  std::vector<int32_t> slots;
+  for (int i = 0; i < 40; ++i)
+    slots.push_back(l->find_or_add(OnlineLearner::context_key(0x600000 + uintptr_t(i) * 16, 4, 0),
+                                   0x600000 + uintptr_t(i) * 16, 4));
+  size_t tables = l->mapped_bytes();
+  auto at = [](int k, int j) { return 0x10000000 + uintptr_t(k * 50 + j) * 64; };
+  for (int k = 0; k < 40; ++k)
+    for (int j = 0; j < 50; ++j) ASSERT_TRUE(l->on_sample(slots[size_t(k)], at(k, j), 0));
+  EXPECT_EQ(l->mapped_bytes(), tables + 4096 * 24) << "2,000 live samples";
+  l->age(100 * kMs);
+  EXPECT_EQ(l->mapped_bytes(), tables + 4096 * 24) << "no shrink while the samples fill the table";
+  for (int k = 0; k < 40; ++k)
+    for (int j = 2; j < 50; ++j) ASSERT_TRUE(l->on_free(at(k, j), 200 * kMs));
+  EXPECT_EQ(l->mapped_bytes(), tables + 4096 * 24) << "frees alone do not move the table";
+  l->age(300 * kMs);
+  EXPECT_EQ(l->mapped_bytes(), tables + 256 * 24) << "80 live samples: the first size";
+  EXPECT_EQ(l->totals().live_samples, 80u);
+  for (int k = 0; k < 40; ++k) {
+    ASSERT_TRUE(l->on_free(at(k, 0), 400 * kMs)) << k;
+    ASSERT_TRUE(l->on_free(at(k, 1), 400 * kMs)) << k;
+  }
+  EXPECT_EQ(l->totals().live_samples, 0u);
+  for (int k = 0; k < 40; ++k)
+    for (int j = 0; j < 20; ++j) ASSERT_TRUE(l->on_sample(slots[size_t(k)], at(k, j), 500 * kMs));
+  EXPECT_EQ(l->mapped_bytes(), tables + 2048 * 24) << "800 live samples grow it again";
 }
 
 }  // namespace

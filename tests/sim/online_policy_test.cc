@@ -251,7 +251,8 @@ TEST(OnlinePolicy, LlamaModelLearnsOnlineUnderTheHeapOptionLearn) {
   EXPECT_EQ(rule.override_samples, 16u);
   EXPECT_EQ(rule.window, 32u);
   EXPECT_EQ(rule.sample_every, 8u);
-  EXPECT_EQ(rule.shortest, Options{}.long_class) << "learning alone: what goes on the longest class's pages";
+  EXPECT_EQ(rule.shortest, Options{}.long_class + 1u)
+      << "learning alone: what goes on the longest class's pages, by frees longer than LONG_CLASS";
   EXPECT_EQ(rule.label.kind, model::kTrainLabelRule.kind);
   EXPECT_EQ(policy_named("llama-online", stacks, heap_options)->name(), "llama-online");
 }
