@@ -163,17 +163,15 @@ void OnlineLearner::note_override(int32_t slot) {
   context(slot).overrides.fetch_add(1, std::memory_order_relaxed);
 }
 
-// Maps the sample table at twice its size (kFirstSamples the first time) and moves the live samples into it.
-// false: it is as large as it gets, or the new table cannot be mapped (the old one stays).
-bool OnlineLearner::grow_samples() {
-  unsigned log = samples_table_ == nullptr ? kLogFirstSamples : log_samples_ + 1;
-  if (log > kLogSamples) return false;
+// Maps the sample table at 1 << log entries and moves the live samples into it; false (the old table stays) where
+// it cannot be mapped.
+bool OnlineLearner::resize_samples(unsigned log) {
   auto* table = static_cast<Sample*>(map_table(sizeof(Sample) << log));
   if (table == nullptr) return false;
   Sample* old = samples_table_;
   uint32_t old_size = old == nullptr ? 0 : 1u << log_samples_;
   samples_table_ = table;
-  log_samples_ = log;
+  log_samples_ = log;  // (before the moves: sample_index hashes to the new size)
   uint32_t mask = (1u << log) - 1;
   for (uint32_t j = 0; j < old_size; ++j) {
     if (old[j].address == 0) continue;
@@ -185,29 +183,22 @@ bool OnlineLearner::grow_samples() {
   return true;
 }
 
+// The sample table at twice its size (kFirstSamples the first time). false: it is as large as it gets, or the new
+// table cannot be mapped.
+bool OnlineLearner::grow_samples() {
+  unsigned log = samples_table_ == nullptr ? kLogFirstSamples : log_samples_ + 1;
+  return log <= kLogSamples && resize_samples(log);
+}
+
 // Moves the live samples into a table of the smallest size (at least kFirstSamples) that they fill to at most
 // three eighths, when that is at most a quarter of the present size: half of the three quarters at which it
-// doubles, so that a table does not shrink and grow back on each small rise. The new table is mapped before the
-// old one is given back; where it cannot be, the old one stays.
+// doubles, so that a table does not shrink and grow back on each small rise. Where the new table cannot be
+// mapped, the old one stays.
 void OnlineLearner::shrink_samples() {
   if (samples_table_ == nullptr || log_samples_ <= kLogFirstSamples) return;
   unsigned log = kLogFirstSamples;
   while (uint64_t(live_samples_) * 8 > uint64_t(3) << log) ++log;
-  if (log + 2 > log_samples_) return;
-  auto* table = static_cast<Sample*>(map_table(sizeof(Sample) << log));
-  if (table == nullptr) return;
-  Sample* old = samples_table_;
-  uint32_t old_size = 1u << log_samples_;
-  samples_table_ = table;
-  log_samples_ = log;  // (before the moves: sample_index hashes to the new size)
-  uint32_t mask = (1u << log) - 1;
-  for (uint32_t j = 0; j < old_size; ++j) {
-    if (old[j].address == 0) continue;
-    uint32_t i = sample_index(old[j].address);
-    while (table[i].address != 0) i = (i + 1) & mask;
-    table[i] = old[j];
-  }
-  munmap(old, sizeof(Sample) * old_size);
+  if (log + 2 <= log_samples_) resize_samples(log);
 }
 
 bool OnlineLearner::on_sample(int32_t slot, uintptr_t p, uint64_t now_ns) {

@@ -221,8 +221,9 @@ class OnlineLearner {
   uint32_t sample_index(uintptr_t p) const {
     return uint32_t((uint64_t(p) * 0x9E3779B97F4A7C15ull) >> (64 - log_samples_));
   }
-  bool grow_samples();  // lock
-  void shrink_samples();  // lock
+  bool resize_samples(unsigned log);  // lock
+  bool grow_samples();                 // lock
+  void shrink_samples();               // lock
   void erase_sample(uint32_t i);
 
   LearnRule rule_;
