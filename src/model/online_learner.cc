@@ -36,9 +36,9 @@ LearnRule learn_rule_of(const Options& o, const ModelFile* model, unsigned short
   // after 10 to 100 s turns over within a steady load, and kept apart its objects only open a second span of
   // each size on the longest pages beside the default class's, whose holes they would have filled; they pin
   // pages only for the seconds they outlive a fall. image-server at default scale, learning alone, 25 s in (its
-  // quiet phase): the heap's resident bytes 2,976 KiB with such contexts on the longest pages, 2,678 without
-  // learning. Objects that are not freed still count as the longest class from LONG_CLASS's age (decide()), so
-  // a context of survivors is kept apart as soon as before.
+  // quiet phase, medians of 3): the heap's resident bytes 2,952 KiB with such contexts on the longest pages, 2,852
+  // without, 2,676 without learning. Objects that are not freed still count as the longest class from
+  // LONG_CLASS's age (decide()), so a context of survivors is kept apart as soon as before.
   unsigned classes = unsigned(o.classes);
   unsigned longest_pages = unsigned(o.long_class) + 1 < classes ? unsigned(o.long_class) + 1 : classes - 1;
   if (model == nullptr && rule.shortest < longest_pages) rule.shortest = longest_pages;
