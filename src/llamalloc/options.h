@@ -91,7 +91,8 @@ namespace llamalloc {
     "huge pages of the longest class (never freed) instead of pages of their own class: each class in use keeps " \
     "an open huge page, and a long-lived class holding little paid one or two for it (redis with a model). "    \
     "Their holes are recycled by shorter classes, as every long-lived page's are. Always above DEFAULT_CLASS, " \
-    "so it matters only with a model. 8: "                                                                        \
+    "so it matters with a model, or with learning: learning alone places there the objects of contexts whose "  \
+    "objects outlive this class's age unfreed, or whose frees say longer than this class (docs/prediction.md). 8: " \
     "every class on its own pages (as in the LLAMA paper).")                                                    \
   X(SPAN_RECYCLING, span_recycling, Uint, 1, 0, 1,                                                            \
     "1: a thread whose spans of a lifetime class and size class have no free block takes a partially free span " \
