@@ -85,7 +85,8 @@ namespace llamalloc {
     "thread heap: few long-lived objects are made per thread and size class, and a span each spreads them over " \
     "many spans. Any thread's free into it is taken in at once, under the same lock. A thread that takes 1024 "  \
     "objects of one such class within 100 ms takes that class from its own spans from then on. Always above "   \
-    "DEFAULT_CLASS, so it matters only with a model. 8: none shared (every class from each thread's spans).")     \
+    "DEFAULT_CLASS, so it matters with a model or with learning (the classes learning alone places). 8: none "  \
+    "shared (every class from each thread's spans).")                                                          \
   X(LONG_CLASS, long_class, Uint, 4, 1, 8,                                                                      \
     "Objects of this lifetime class and longer (4: predicted to live 10 s or more) take their blocks from the "  \
     "huge pages of the longest class (never freed) instead of pages of their own class: each class in use keeps " \
